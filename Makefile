@@ -1,0 +1,37 @@
+# warden — make run: start redis-server with the module; make test: run every test.
+SHELL := /bin/bash
+PORT ?= 6379
+MODULE := target/release/libwarden.so
+APT_PACKAGES := redis-server redis-tools libclang1-14 libclang-common-14-dev python3-venv
+
+.PHONY: run test build deps check bench clean
+
+# Installs what a fresh Debian machine lacks (needs root or sudo); a no-op when present.
+deps:
+	@missing=""; \
+	for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+		echo "installing:$$missing"; \
+		SUDO=""; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
+		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
+	fi
+	@command -v cargo >/dev/null || { echo "cargo is missing: install Rust (rustup)"; exit 1; }
+
+build: deps
+	cargo build --release
+
+run: build
+	@if (exec 3<>/dev/tcp/127.0.0.1/$(PORT)) 2>/dev/null; then \
+		echo "port $(PORT) is taken (another redis-server?): stop it or use make run PORT=<port>"; exit 1; fi
+	redis-server redis.conf.example --port $(PORT) --loadmodule $(CURDIR)/$(MODULE)
+
+test: deps
+	cargo build --release
+	WARDEN_MODULE=$(CURDIR)/$(MODULE) cargo test --release -- --test-threads=4
+
+check:
+	cargo fmt --check
+	cargo clippy --all-targets -- -D warnings
+
+clean:
+	cargo clean

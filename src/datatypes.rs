@@ -1,0 +1,132 @@
+//! The module's data types and their `extern "C"` callbacks (RDB, AOF, copy,
+//! memory, free, aux data). Decoding validates every field: `RESTORE` hands
+//! hostile bytes to `rdb_load`, which must answer with an error, never a crash.
+
+use std::os::raw::{c_char, c_int, c_void};
+
+use redis_module::native_types::RedisType;
+use redis_module::raw;
+
+use crate::fence::{FENCES, MAX_FENCE};
+use crate::guard;
+use crate::lock::state::{Lock, MAX_HOLDS};
+use crate::args::MAX_OWNER;
+
+/// Encoding version of `warden-lk` values; `rdb_load` reads every version up to it.
+const LOCK_ENCVER: c_int = 1;
+
+pub static LOCK_TYPE: RedisType = RedisType::new(
+    "warden-lk",
+    LOCK_ENCVER,
+    raw::RedisModuleTypeMethods {
+        version: raw::REDISMODULE_TYPE_METHOD_VERSION as u64,
+        rdb_load: Some(lock_rdb_load),
+        rdb_save: Some(lock_rdb_save),
+        aof_rewrite: Some(lock_aof_rewrite),
+        mem_usage: Some(lock_mem_usage),
+        digest: None,
+        free: Some(lock_free),
+        aux_load: Some(fence_aux_load),
+        aux_save: Some(fence_aux_save),
+        aux_save2: None,
+        aux_save_triggers: raw::REDISMODULE_AUX_BEFORE_RDB as c_int,
+        free_effort: None,
+        unlink: None,
+        copy: Some(lock_copy),
+        defrag: None,
+        copy2: None,
+        free_effort2: None,
+        mem_usage2: None,
+        unlink2: None,
+    },
+);
+
+/// The name of the command that carries a lock's full state to replicas and the AOF.
+pub const LOCK_EFFECT: &str = "WARDEN.LOCKSET";
+
+/// Checks a lock read from outside (RDB, `RESTORE`, a replicated effect).
+pub fn valid_lock(owner: &[u8], holds: u64, fence: u64) -> bool {
+    (1..=MAX_OWNER).contains(&owner.len()) && (1..=MAX_HOLDS).contains(&holds) && (1..=MAX_FENCE).contains(&fence)
+}
+
+unsafe extern "C" fn lock_rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *mut c_void {
+    guard::callback(std::ptr::null_mut(), || {
+        if !(1..=LOCK_ENCVER).contains(&encver) {
+            return std::ptr::null_mut();
+        }
+        let Ok(holds) = raw::load_unsigned(rdb) else { return std::ptr::null_mut() };
+        let Ok(fence) = raw::load_unsigned(rdb) else { return std::ptr::null_mut() };
+        let Ok(owner) = raw::load_string_buffer(rdb) else { return std::ptr::null_mut() };
+        if !valid_lock(owner.as_ref(), holds, fence) {
+            return std::ptr::null_mut();
+        }
+        FENCES.observe(fence);
+        // The lease is the key's own expiry; commands read it when they open the key.
+        let lock = Lock { owner: owner.as_ref().to_vec(), holds, fence, deadline_ms: i64::MAX };
+        Box::into_raw(Box::new(lock)).cast::<c_void>()
+    })
+}
+
+unsafe extern "C" fn lock_rdb_save(rdb: *mut raw::RedisModuleIO, value: *mut c_void) {
+    let lock = &*value.cast::<Lock>();
+    raw::save_unsigned(rdb, lock.holds);
+    raw::save_unsigned(rdb, lock.fence);
+    raw::save_slice(rdb, &lock.owner);
+}
+
+unsafe extern "C" fn lock_aof_rewrite(
+    aof: *mut raw::RedisModuleIO,
+    key: *mut raw::RedisModuleString,
+    value: *mut c_void,
+) {
+    let lock = &*value.cast::<Lock>();
+    let cmd = c"WARDEN.LOCKSET";
+    // Deadline 0: Redis writes the key's PEXPIREAT right after this command.
+    raw::RedisModule_EmitAOF.unwrap()(
+        aof,
+        cmd.as_ptr(),
+        c"sblll".as_ptr(),
+        key,
+        lock.owner.as_ptr().cast::<c_char>(),
+        lock.owner.len(),
+        lock.holds as i64,
+        lock.fence as i64,
+        0i64,
+    );
+}
+
+unsafe extern "C" fn lock_mem_usage(value: *const c_void) -> usize {
+    (*value.cast::<Lock>()).memory()
+}
+
+unsafe extern "C" fn lock_free(value: *mut c_void) {
+    drop(Box::from_raw(value.cast::<Lock>()));
+}
+
+unsafe extern "C" fn lock_copy(
+    _from: *mut raw::RedisModuleString,
+    _to: *mut raw::RedisModuleString,
+    value: *const c_void,
+) -> *mut c_void {
+    let lock = (*value.cast::<Lock>()).clone();
+    Box::into_raw(Box::new(lock)).cast::<c_void>()
+}
+
+unsafe extern "C" fn fence_aux_save(rdb: *mut raw::RedisModuleIO, when: c_int) {
+    if when == raw::REDISMODULE_AUX_BEFORE_RDB as c_int {
+        raw::save_unsigned(rdb, FENCES.last());
+    }
+}
+
+unsafe extern "C" fn fence_aux_load(rdb: *mut raw::RedisModuleIO, _encver: c_int, when: c_int) -> c_int {
+    if when != raw::REDISMODULE_AUX_BEFORE_RDB as c_int {
+        return raw::REDISMODULE_OK as c_int;
+    }
+    match raw::load_unsigned(rdb) {
+        Ok(last) if last <= MAX_FENCE => {
+            FENCES.observe(last);
+            raw::REDISMODULE_OK as c_int
+        }
+        _ => raw::REDISMODULE_ERR as c_int,
+    }
+}

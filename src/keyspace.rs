@@ -1,0 +1,99 @@
+//! Keys holding warden values: open, type-check, read and write values and
+//! absolute expiries. One of the few homes of raw FFI.
+//!
+//! Invariants: a `Key` closes its handle exactly once (on drop); values are
+//! boxed Rust objects owned by Redis once set, freed by the type's `free`.
+
+use std::os::raw::{c_int, c_void};
+use std::ptr;
+
+use redis_module::native_types::RedisType;
+use redis_module::{raw, Context, RedisString};
+
+use crate::error;
+
+/// Absolute unix time in milliseconds, as Redis' clock reads it.
+pub fn now_ms() -> i64 {
+    unsafe { raw::RedisModule_Milliseconds.unwrap()() }
+}
+
+/// An open key. Empty keys are represented too (a write handle to an empty key).
+pub struct Key {
+    inner: *mut raw::RedisModuleKey,
+}
+
+impl Key {
+    /// Opens `name` for reading and writing.
+    pub fn write(ctx: &Context, name: &RedisString) -> Self {
+        Self::open(ctx.ctx, name.inner, raw::REDISMODULE_READ | raw::REDISMODULE_WRITE)
+    }
+
+    /// Opens `name` for reading only (a missing key stays missing).
+    pub fn read(ctx: &Context, name: &RedisString) -> Self {
+        Self::open(ctx.ctx, name.inner, raw::REDISMODULE_READ)
+    }
+
+    fn open(ctx: *mut raw::RedisModuleCtx, name: *mut raw::RedisModuleString, mode: u32) -> Self {
+        let inner = unsafe { raw::RedisModule_OpenKey.unwrap()(ctx, name, mode as c_int) }
+            .cast::<raw::RedisModuleKey>();
+        Self { inner }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.inner.is_null()
+            || unsafe { raw::RedisModule_KeyType.unwrap()(self.inner) }
+                == raw::REDISMODULE_KEYTYPE_EMPTY as c_int
+    }
+
+    /// The value if the key holds `ty`, `None` if the key is empty,
+    /// `Err(WRONGTYPE)` if it holds anything else.
+    #[allow(clippy::mut_from_ref)]
+    pub fn value<T>(&self, ty: &RedisType) -> Result<Option<&mut T>, &'static str> {
+        if self.is_empty() {
+            return Ok(None);
+        }
+        let actual = unsafe { raw::RedisModule_ModuleTypeGetType.unwrap()(self.inner) };
+        if actual.is_null() || actual != *ty.raw_type.borrow() {
+            return Err(error::WRONGTYPE);
+        }
+        let value = unsafe { raw::RedisModule_ModuleTypeGetValue.unwrap()(self.inner) }.cast::<T>();
+        // Safety: a key of type `ty` always holds a boxed `T` (set only by `set_value`).
+        Ok(unsafe { value.as_mut() })
+    }
+
+    /// Stores `value` in the key, replacing whatever it held (and its expiry).
+    pub fn set_value<T>(&self, ty: &RedisType, value: T) {
+        let boxed = Box::into_raw(Box::new(value)).cast::<c_void>();
+        unsafe {
+            raw::RedisModule_ModuleTypeSetValue.unwrap()(self.inner, *ty.raw_type.borrow(), boxed)
+        };
+    }
+
+    pub fn delete(&self) {
+        if !self.is_empty() {
+            unsafe { raw::RedisModule_DeleteKey.unwrap()(self.inner) };
+        }
+    }
+
+    /// The key's absolute expiry in unix ms, `None` if it has none (or is empty).
+    pub fn expire_at(&self) -> Option<i64> {
+        if self.is_empty() {
+            return None;
+        }
+        let at = unsafe { raw::RedisModule_GetAbsExpire.unwrap()(self.inner) };
+        (at >= 0).then_some(at)
+    }
+
+    pub fn set_expire_at(&self, at_ms: i64) {
+        unsafe { raw::RedisModule_SetAbsExpire.unwrap()(self.inner, at_ms) };
+    }
+}
+
+impl Drop for Key {
+    fn drop(&mut self) {
+        if !self.inner.is_null() {
+            unsafe { raw::RedisModule_CloseKey.unwrap()(self.inner) };
+            self.inner = ptr::null_mut();
+        }
+    }
+}

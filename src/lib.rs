@@ -1,0 +1,60 @@
+//! warden: native distributed locks, read-write locks and Bloom filters for
+//! Redis. This file is only the registration table.
+
+mod args;
+mod datatypes;
+mod error;
+mod fence;
+mod guard;
+mod info;
+mod keyspace;
+mod lock;
+mod reply;
+mod stats;
+mod waiters;
+
+use redis_module::{redis_module, Context, RedisString, Status};
+
+use crate::datatypes::LOCK_TYPE;
+
+#[cfg(not(test))]
+type Allocator = redis_module::alloc::RedisAlloc;
+#[cfg(not(test))]
+const ALLOCATOR: Allocator = redis_module::alloc::RedisAlloc;
+// Unit tests run outside Redis: its allocator does not exist there.
+#[cfg(test)]
+type Allocator = std::alloc::System;
+#[cfg(test)]
+const ALLOCATOR: Allocator = std::alloc::System;
+
+/// Wraps a handler in the panic guard.
+macro_rules! guarded {
+    ($handler:path) => {
+        |ctx: &Context, args: Vec<RedisString>| guard::command(ctx, args, $handler)
+    };
+}
+
+fn init(ctx: &Context, _args: &[RedisString]) -> Status {
+    guard::install_panic_hook();
+    ctx.set_module_options(redis_module::ModuleOptions::HANDLE_IO_ERRORS);
+    if waiters::subscribe(ctx) && info::register(ctx.ctx) {
+        Status::Ok
+    } else {
+        Status::Err
+    }
+}
+
+redis_module! {
+    name: "warden",
+    version: 1,
+    allocator: (Allocator, ALLOCATOR),
+    data_types: [LOCK_TYPE],
+    init: init,
+    commands: [
+        ["lock.acquire", guarded!(lock::commands::acquire), "write deny-oom", 1, 1, 1, ""],
+        ["lock.release", guarded!(lock::commands::release), "write fast", 1, 1, 1, ""],
+        ["lock.extend", guarded!(lock::commands::extend), "write fast", 1, 1, 1, ""],
+        ["lock.info", guarded!(lock::commands::info), "readonly fast", 1, 1, 1, ""],
+        ["warden.lockset", guarded!(lock::commands::set), "write deny-oom", 1, 1, 1, ""],
+    ],
+}

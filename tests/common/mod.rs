@@ -1,0 +1,269 @@
+//! Real redis-server processes with the freshly built module, one per test.
+#![allow(dead_code)]
+
+use std::io::Write;
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use redis::{Connection, Value};
+
+/// The module the tests load: `WARDEN_MODULE`, or the `.so` cargo built beside the test binary.
+pub fn module_path() -> PathBuf {
+    if let Ok(path) = std::env::var("WARDEN_MODULE") {
+        return PathBuf::from(path);
+    }
+    let exe = std::env::current_exe().expect("test binary path");
+    let deps = exe.parent().expect("deps dir");
+    for dir in [deps, deps.parent().expect("profile dir")] {
+        let candidate = dir.join("libwarden.so");
+        if candidate.exists() {
+            return candidate;
+        }
+    }
+    panic!("libwarden.so not found near {}", exe.display());
+}
+
+/// A free TCP port on 127.0.0.1 (for replication, which needs TCP).
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// Waits for `cond` to hold, up to `limit`; panics with `what` otherwise.
+pub fn wait_for(what: &str, limit: Duration, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + limit;
+    while !cond() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+pub struct Server {
+    pub dir: tempfile::TempDir,
+    pub port: Option<u16>,
+    args: Vec<String>,
+    child: Option<Child>,
+}
+
+impl Server {
+    /// A server on a unix socket with the module loaded and `extra` config arguments.
+    pub fn start(extra: &[&str]) -> Self {
+        Self::launch(None, extra)
+    }
+
+    /// A server that also listens on a TCP port (replication).
+    pub fn start_tcp(extra: &[&str]) -> Self {
+        Self::launch(Some(free_port()), extra)
+    }
+
+    fn launch(port: Option<u16>, extra: &[&str]) -> Self {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let mut args: Vec<String> = vec![
+            "--port".into(),
+            port.unwrap_or(0).to_string(),
+            "--bind".into(),
+            "127.0.0.1".into(),
+            "--unixsocket".into(),
+            dir.path().join("redis.sock").display().to_string(),
+            "--dir".into(),
+            dir.path().display().to_string(),
+            "--logfile".into(),
+            dir.path().join("redis.log").display().to_string(),
+            "--save".into(),
+            "".into(),
+            "--appendonly".into(),
+            "no".into(),
+            "--enable-debug-command".into(),
+            "yes".into(),
+            "--loadmodule".into(),
+            module_path().display().to_string(),
+        ];
+        args.extend(extra.iter().map(|s| s.to_string()));
+        let mut server = Self { dir, port, args, child: None };
+        server.spawn();
+        server
+    }
+
+    fn spawn(&mut self) {
+        let child = Command::new("redis-server")
+            .args(&self.args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("redis-server must be installed (make test installs it)");
+        self.child = Some(child);
+        let started = Instant::now();
+        loop {
+            if let Ok(mut c) = self.try_conn() {
+                if redis::cmd("PING").query::<String>(&mut c).is_ok() {
+                    return;
+                }
+            }
+            if let Some(status) = self.child.as_mut().unwrap().try_wait().unwrap() {
+                panic!("redis-server exited ({status}):\n{}", self.log());
+            }
+            assert!(started.elapsed() < Duration::from_secs(20), "redis-server not ready:\n{}", self.log());
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    pub fn socket(&self) -> PathBuf {
+        self.dir.path().join("redis.sock")
+    }
+
+    pub fn path(&self, file: &str) -> PathBuf {
+        self.dir.path().join(file)
+    }
+
+    fn try_conn(&self) -> redis::RedisResult<Connection> {
+        redis::Client::open(format!("redis+unix://{}", self.socket().display()))?.get_connection()
+    }
+
+    pub fn conn(&self) -> Connection {
+        self.try_conn().expect("connect")
+    }
+
+    /// A connection speaking RESP3.
+    pub fn conn3(&self) -> Connection {
+        redis::Client::open(format!("redis+unix://{}?protocol=resp3", self.socket().display()))
+            .and_then(|c| c.get_connection())
+            .expect("connect resp3")
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("redis.log")).unwrap_or_default()
+    }
+
+    /// Stops the server: `SHUTDOWN` (saving as configured) or a kill.
+    pub fn stop(&mut self, graceful: bool) {
+        if let Some(mut child) = self.child.take() {
+            if graceful {
+                let _ = redis::cmd("SHUTDOWN").query::<redis::Value>(&mut self.conn());
+            } else {
+                let _ = child.kill();
+            }
+            let _ = child.wait();
+        }
+    }
+
+    /// Stops and starts again in the same directory, with extra arguments replaced.
+    pub fn restart(&mut self, graceful: bool) {
+        self.stop(graceful);
+        self.spawn();
+    }
+
+    /// The server process id.
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().unwrap().id()
+    }
+
+    pub fn is_alive(&mut self) -> bool {
+        matches!(self.child.as_mut().map(|c| c.try_wait()), Some(Ok(None)))
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        if std::thread::panicking() {
+            let log = self.log();
+            let tail: Vec<&str> = log.lines().rev().take(40).collect();
+            let mut err = std::io::stderr();
+            let _ = writeln!(err, "---- redis-server log (last lines) ----");
+            for line in tail.iter().rev() {
+                let _ = writeln!(err, "{line}");
+            }
+        }
+    }
+}
+
+/// Runs a command given as words and returns the raw reply (errors included).
+pub fn run(con: &mut Connection, words: &[&str]) -> redis::RedisResult<Value> {
+    let mut cmd = redis::cmd(words[0]);
+    for w in &words[1..] {
+        cmd.arg(*w);
+    }
+    cmd.query(con)
+}
+
+/// Like `run`, returning the error text (code included), or panicking on success.
+pub fn err(con: &mut Connection, words: &[&str]) -> String {
+    match run(con, words) {
+        Err(e) => error_text(&e),
+        Ok(v) => panic!("{words:?} should fail, got {v:?}"),
+    }
+}
+
+/// The full error line as the server sent it: `CODE message`.
+pub fn error_text(e: &redis::RedisError) -> String {
+    match (e.code(), e.detail()) {
+        (Some(code), Some(detail)) => format!("{code} {detail}"),
+        (Some(code), None) => code.to_string(),
+        _ => e.to_string(),
+    }
+}
+
+pub fn int(con: &mut Connection, words: &[&str]) -> i64 {
+    match run(con, words) {
+        Ok(Value::Int(n)) => n,
+        other => panic!("{words:?}: expected an integer, got {other:?}"),
+    }
+}
+
+pub fn is_nil(con: &mut Connection, words: &[&str]) -> bool {
+    match run(con, words) {
+        Ok(Value::Nil) => true,
+        Ok(_) => false,
+        Err(e) => panic!("{words:?}: {e}"),
+    }
+}
+
+/// A map reply (RESP2 flat array or RESP3 map) as name → value pairs.
+pub fn map(con: &mut Connection, words: &[&str]) -> Vec<(String, Value)> {
+    match run(con, words) {
+        Ok(Value::Map(pairs)) => pairs
+            .into_iter()
+            .map(|(k, v)| (redis::from_redis_value::<String>(&k).unwrap(), v))
+            .collect(),
+        Ok(Value::Array(items)) => items
+            .chunks(2)
+            .map(|kv| (redis::from_redis_value::<String>(&kv[0]).unwrap(), kv[1].clone()))
+            .collect(),
+        other => panic!("{words:?}: expected a map, got {other:?}"),
+    }
+}
+
+/// One field of a map reply as an integer.
+pub fn field_int(fields: &[(String, Value)], name: &str) -> i64 {
+    let (_, v) = fields.iter().find(|(k, _)| k == name).unwrap_or_else(|| panic!("no field {name}"));
+    redis::from_redis_value(v).unwrap()
+}
+
+pub fn field_str(fields: &[(String, Value)], name: &str) -> String {
+    let (_, v) = fields.iter().find(|(k, _)| k == name).unwrap_or_else(|| panic!("no field {name}"));
+    redis::from_redis_value(v).unwrap()
+}
+
+/// Makes `replica` a replica of `master` and waits until the link is up and synced.
+pub fn replicate(master: &Server, replica: &Server) {
+    let mut r = replica.conn();
+    run(&mut r, &["REPLICAOF", "127.0.0.1", &master.port.unwrap().to_string()]).unwrap();
+    wait_for("replica link", Duration::from_secs(20), || {
+        let info: String = redis::cmd("INFO").arg("replication").query(&mut r).unwrap();
+        info.contains("master_link_status:up")
+    });
+}
+
+/// Waits until the master's writes so far reached `n` replicas.
+pub fn sync_replicas(master: &mut Connection, n: i64) {
+    let acked: i64 = redis::cmd("WAIT").arg(n).arg(5000).query(master).unwrap();
+    assert_eq!(acked, n, "replicas did not acknowledge");
+}
+
+pub fn path_exists(p: &Path) -> bool {
+    p.exists()
+}
