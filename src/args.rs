@@ -69,7 +69,9 @@ pub fn lock_request<A: Deref<Target = [u8]>>(args: &[A]) -> Result<LockRequest<'
     let mut rest = rest.iter();
     while let Some(arg) = rest.next() {
         if is_keyword(arg, "WAIT") && wait_ms.is_none() {
-            let value = rest.next().ok_or_else(|| error::INVALID_TIMEOUT.to_string())?;
+            let value = rest
+                .next()
+                .ok_or_else(|| error::INVALID_TIMEOUT.to_string())?;
             wait_ms = Some(timeout(value).map_err(str::to_string)?);
         } else {
             return Err(error::unknown_argument(arg));
@@ -95,7 +97,17 @@ mod tests {
         assert_eq!(integer(b"0"), Some(0));
         assert_eq!(integer(b"-12"), Some(-12));
         assert_eq!(integer(b"9223372036854775807"), Some(i64::MAX));
-        for bad in [&b""[..], b"-", b"+1", b" 1", b"1 ", b"01", b"1.5", b"1e3", b"99999999999999999999"] {
+        for bad in [
+            &b""[..],
+            b"-",
+            b"+1",
+            b" 1",
+            b"1 ",
+            b"01",
+            b"1.5",
+            b"1e3",
+            b"99999999999999999999",
+        ] {
             assert_eq!(integer(bad), None, "{bad:?}");
         }
     }
@@ -121,15 +133,26 @@ mod tests {
     fn lock_request_parses_wait_in_any_case() {
         let args = v(&["me", "100", "wait", "5"]);
         let req = lock_request(&args).unwrap();
-        assert_eq!((req.owner, req.ttl_ms, req.wait_ms), (&b"me"[..], 100, Some(5)));
+        assert_eq!(
+            (req.owner, req.ttl_ms, req.wait_ms),
+            (&b"me"[..], 100, Some(5))
+        );
         assert_eq!(lock_request(&v(&["me", "100"])).unwrap().wait_ms, None);
     }
 
     #[test]
     fn lock_request_rejects_unknown_and_repeated_options() {
-        assert!(lock_request(&v(&["me", "100", "WAITX", "5"])).unwrap_err().starts_with("ERR unknown argument"));
+        assert!(lock_request(&v(&["me", "100", "WAITX", "5"]))
+            .unwrap_err()
+            .starts_with("ERR unknown argument"));
         assert!(lock_request(&v(&["me", "100", "WAIT", "5", "WAIT", "6"])).is_err());
-        assert_eq!(lock_request(&v(&["me", "100", "WAIT"])).unwrap_err(), error::INVALID_TIMEOUT);
-        assert_eq!(lock_request(&v(&["me", "100", "WAIT", "-1"])).unwrap_err(), error::INVALID_TIMEOUT);
+        assert_eq!(
+            lock_request(&v(&["me", "100", "WAIT"])).unwrap_err(),
+            error::INVALID_TIMEOUT
+        );
+        assert_eq!(
+            lock_request(&v(&["me", "100", "WAIT", "-1"])).unwrap_err(),
+            error::INVALID_TIMEOUT
+        );
     }
 }

@@ -7,10 +7,10 @@ use std::os::raw::{c_char, c_int, c_void};
 use redis_module::native_types::RedisType;
 use redis_module::raw;
 
+use crate::args::MAX_OWNER;
 use crate::fence::{FENCES, MAX_FENCE};
 use crate::guard;
 use crate::lock::state::{Lock, MAX_HOLDS};
-use crate::args::MAX_OWNER;
 
 /// Encoding version of `warden-lk` values; `rdb_load` reads every version up to it.
 const LOCK_ENCVER: c_int = 1;
@@ -46,7 +46,9 @@ pub const LOCK_EFFECT: &str = "WARDEN.LOCKSET";
 
 /// Checks a lock read from outside (RDB, `RESTORE`, a replicated effect).
 pub fn valid_lock(owner: &[u8], holds: u64, fence: u64) -> bool {
-    (1..=MAX_OWNER).contains(&owner.len()) && (1..=MAX_HOLDS).contains(&holds) && (1..=MAX_FENCE).contains(&fence)
+    (1..=MAX_OWNER).contains(&owner.len())
+        && (1..=MAX_HOLDS).contains(&holds)
+        && (1..=MAX_FENCE).contains(&fence)
 }
 
 unsafe extern "C" fn lock_rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *mut c_void {
@@ -54,15 +56,26 @@ unsafe extern "C" fn lock_rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) 
         if !(1..=LOCK_ENCVER).contains(&encver) {
             return std::ptr::null_mut();
         }
-        let Ok(holds) = raw::load_unsigned(rdb) else { return std::ptr::null_mut() };
-        let Ok(fence) = raw::load_unsigned(rdb) else { return std::ptr::null_mut() };
-        let Ok(owner) = raw::load_string_buffer(rdb) else { return std::ptr::null_mut() };
+        let Ok(holds) = raw::load_unsigned(rdb) else {
+            return std::ptr::null_mut();
+        };
+        let Ok(fence) = raw::load_unsigned(rdb) else {
+            return std::ptr::null_mut();
+        };
+        let Ok(owner) = raw::load_string_buffer(rdb) else {
+            return std::ptr::null_mut();
+        };
         if !valid_lock(owner.as_ref(), holds, fence) {
             return std::ptr::null_mut();
         }
         FENCES.observe(fence);
         // The lease is the key's own expiry; commands read it when they open the key.
-        let lock = Lock { owner: owner.as_ref().to_vec(), holds, fence, deadline_ms: i64::MAX };
+        let lock = Lock {
+            owner: owner.as_ref().to_vec(),
+            holds,
+            fence,
+            deadline_ms: i64::MAX,
+        };
         Box::into_raw(Box::new(lock)).cast::<c_void>()
     })
 }
@@ -118,7 +131,11 @@ unsafe extern "C" fn fence_aux_save(rdb: *mut raw::RedisModuleIO, when: c_int) {
     }
 }
 
-unsafe extern "C" fn fence_aux_load(rdb: *mut raw::RedisModuleIO, _encver: c_int, when: c_int) -> c_int {
+unsafe extern "C" fn fence_aux_load(
+    rdb: *mut raw::RedisModuleIO,
+    _encver: c_int,
+    when: c_int,
+) -> c_int {
     if when != raw::REDISMODULE_AUX_BEFORE_RDB as c_int {
         return raw::REDISMODULE_OK as c_int;
     }

@@ -19,7 +19,13 @@ pub fn printable(bytes: &[u8]) -> String {
     let mut out: String = bytes
         .iter()
         .take(64)
-        .map(|&b| if (0x20..0x7f).contains(&b) { b as char } else { '?' })
+        .map(|&b| {
+            if (0x20..0x7f).contains(&b) {
+                b as char
+            } else {
+                '?'
+            }
+        })
         .collect();
     if bytes.len() > 64 {
         out.push_str("...");

@@ -24,5 +24,8 @@ extern "C" fn report(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_report: c_int
 }
 
 pub fn register(ctx: *mut raw::RedisModuleCtx) -> bool {
-    unsafe { raw::RedisModule_RegisterInfoFunc.unwrap()(ctx, Some(report)) == raw::REDISMODULE_OK as c_int }
+    unsafe {
+        raw::RedisModule_RegisterInfoFunc.unwrap()(ctx, Some(report))
+            == raw::REDISMODULE_OK as c_int
+    }
 }

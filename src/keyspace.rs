@@ -25,7 +25,11 @@ pub struct Key {
 impl Key {
     /// Opens `name` for reading and writing.
     pub fn write(ctx: &Context, name: &RedisString) -> Self {
-        Self::open(ctx.ctx, name.inner, raw::REDISMODULE_READ | raw::REDISMODULE_WRITE)
+        Self::open(
+            ctx.ctx,
+            name.inner,
+            raw::REDISMODULE_READ | raw::REDISMODULE_WRITE,
+        )
     }
 
     /// Opens `name` for reading only (a missing key stays missing).

@@ -48,7 +48,12 @@ pub struct Waiter {
 
 impl Waiter {
     pub fn new(owner: &[u8], ttl_ms: i64, mode: Mode) -> Self {
-        Self { owner: owner.to_vec(), ttl_ms, mode, handle: ptr::null_mut() }
+        Self {
+            owner: owner.to_vec(),
+            ttl_ms,
+            mode,
+            handle: ptr::null_mut(),
+        }
     }
 }
 
@@ -94,7 +99,10 @@ fn with<T>(f: impl FnOnce(&mut Registry) -> T) -> T {
 
 fn queue_key(ctx: *mut raw::RedisModuleCtx, name: &[u8]) -> QueueKey {
     let db = unsafe { raw::RedisModule_GetSelectedDb.unwrap()(ctx) };
-    QueueKey { db, name: name.to_vec() }
+    QueueKey {
+        db,
+        name: name.to_vec(),
+    }
 }
 
 /// Whether this client may block now (not inside MULTI, a script, the
@@ -166,7 +174,12 @@ pub fn pop(ctx: &Context, name: &[u8]) -> Option<Waiter> {
 /// Answers a popped waiter with its grant; the lock kind already recorded it.
 pub fn answer_grant(ctx: &Context, waiter: Waiter, name: &[u8], fence: u64) {
     let handle = waiter.handle as usize;
-    let pending = Pending { queue: queue_key(ctx.ctx, name), owner: waiter.owner, fence, mode: waiter.mode };
+    let pending = Pending {
+        queue: queue_key(ctx.ctx, name),
+        owner: waiter.owner,
+        fence,
+        mode: waiter.mode,
+    };
     with(|r| r.granted.insert(handle, pending));
     stats::HANDOFFS.add(1);
     unblock(waiter.handle, Answer::Granted { fence, handle });
@@ -208,7 +221,8 @@ pub fn watch_lease(ctx: &Context, name: &[u8], deadline_ms: i64) {
     }
     let delay = (fire_at - now_ms()).max(0);
     let data = Box::into_raw(Box::new(q.clone())).cast::<c_void>();
-    let id = unsafe { raw::RedisModule_CreateTimer.unwrap()(ctx.ctx, delay, Some(on_lease_end), data) };
+    let id =
+        unsafe { raw::RedisModule_CreateTimer.unwrap()(ctx.ctx, delay, Some(on_lease_end), data) };
     with(|r| r.lease_timers.insert(q, (id, fire_at)));
 }
 
@@ -295,7 +309,8 @@ extern "C" fn on_reply(
     _argc: c_int,
 ) -> c_int {
     guard::callback(raw::REDISMODULE_OK as c_int, || {
-        let answer = unsafe { raw::RedisModule_GetBlockedClientPrivateData.unwrap()(ctx) }.cast::<Answer>();
+        let answer =
+            unsafe { raw::RedisModule_GetBlockedClientPrivateData.unwrap()(ctx) }.cast::<Answer>();
         match unsafe { answer.as_ref() } {
             Some(Answer::Granted { fence, handle }) => {
                 with(|r| r.granted.remove(handle));
@@ -393,9 +408,9 @@ extern "C" fn on_server_event(
 ) {
     guard::callback((), || {
         let after_flush = event.id == raw::REDISMODULE_EVENT_FLUSHDB
-            && subevent == raw::REDISMODULE_SUBEVENT_FLUSHDB_END as u64;
+            && subevent == raw::REDISMODULE_SUBEVENT_FLUSHDB_END;
         let after_load = event.id == raw::REDISMODULE_EVENT_LOADING
-            && subevent == raw::REDISMODULE_SUBEVENT_LOADING_ENDED as u64;
+            && subevent == raw::REDISMODULE_SUBEVENT_LOADING_ENDED;
         if after_flush || after_load || event.id == raw::REDISMODULE_EVENT_SWAPDB {
             mark_all_dirty(ctx);
         }
@@ -416,7 +431,11 @@ pub fn subscribe(ctx: &Context) -> bool {
         | raw::REDISMODULE_NOTIFY_STREAM
         | raw::REDISMODULE_NOTIFY_MODULE;
     let ok = unsafe {
-        raw::RedisModule_SubscribeToKeyspaceEvents.unwrap()(ctx.ctx, events as c_int, Some(on_keyspace_event))
+        raw::RedisModule_SubscribeToKeyspaceEvents.unwrap()(
+            ctx.ctx,
+            events as c_int,
+            Some(on_keyspace_event),
+        )
     } == raw::REDISMODULE_OK as c_int;
     let server_events = [
         raw::REDISMODULE_EVENT_FLUSHDB,

@@ -13,7 +13,11 @@ fn state(con: &mut Connection, key: &str) -> Option<(String, i64, i64)> {
         return None;
     }
     let f = map(con, &["LOCK.INFO", key]);
-    Some((field_str(&f, "owner"), field_int(&f, "holds"), field_int(&f, "fence")))
+    Some((
+        field_str(&f, "owner"),
+        field_int(&f, "holds"),
+        field_int(&f, "fence"),
+    ))
 }
 
 fn acquire(con: &mut Connection, key: &str, owner: &str, ttl: &str) -> i64 {
@@ -109,7 +113,9 @@ fn the_lease_ends_and_the_key_disappears() {
     let s = Server::start(&[]);
     let mut c = s.conn();
     let first = acquire(&mut c, "k", "alice", "30");
-    wait_for("lease end", Duration::from_secs(5), || int(&mut c, &["EXISTS", "k"]) == 0);
+    wait_for("lease end", Duration::from_secs(5), || {
+        int(&mut c, &["EXISTS", "k"]) == 0
+    });
     assert_eq!(int(&mut c, &["LOCK.RELEASE", "k", "alice"]), -1);
     let second = acquire(&mut c, "k", "bob", "1000");
     assert!(second > first);
@@ -124,7 +130,9 @@ fn fences_increase_across_release_del_and_expiry() {
     let b = acquire(&mut c, "k", "b", "10000");
     int(&mut c, &["DEL", "k"]);
     let d = acquire(&mut c, "k", "d", "20");
-    wait_for("lease end", Duration::from_secs(5), || int(&mut c, &["EXISTS", "k"]) == 0);
+    wait_for("lease end", Duration::from_secs(5), || {
+        int(&mut c, &["EXISTS", "k"]) == 0
+    });
     let e = acquire(&mut c, "k", "e", "10000");
     assert!(a < b && b < d && d < e, "{a} {b} {d} {e}");
     // other keys draw from the same counter
@@ -162,7 +170,14 @@ fn restart_from_rdb_keeps_state_and_fences_keep_rising() {
 }
 
 fn aof_round_trip(preamble: &str, rewrite: bool) {
-    let mut s = Server::start(&["--appendonly", "yes", "--appendfsync", "always", "--aof-use-rdb-preamble", preamble]);
+    let mut s = Server::start(&[
+        "--appendonly",
+        "yes",
+        "--appendfsync",
+        "always",
+        "--aof-use-rdb-preamble",
+        preamble,
+    ]);
     let mut c = s.conn();
     let fence = acquire(&mut c, "k", "alice", "60000");
     acquire(&mut c, "k", "alice", "60000");
@@ -207,7 +222,12 @@ fn dump_restore_and_copy_keep_state() {
     let fence = acquire(&mut c, "k", "alice", "60000");
     acquire(&mut c, "k", "alice", "60000");
     let dump: Vec<u8> = redis::cmd("DUMP").arg("k").query(&mut c).unwrap();
-    redis::cmd("RESTORE").arg("k2").arg(30000).arg(&dump).query::<()>(&mut c).unwrap();
+    redis::cmd("RESTORE")
+        .arg("k2")
+        .arg(30000)
+        .arg(&dump)
+        .query::<()>(&mut c)
+        .unwrap();
     assert_eq!(state(&mut c, "k2"), Some(("alice".into(), 2, fence)));
     let pttl = int(&mut c, &["PTTL", "k2"]);
     assert!(pttl > 20000 && pttl <= 30000);
@@ -218,7 +238,12 @@ fn dump_restore_and_copy_keep_state() {
     // a restored fence is never issued again, even on another server
     let other = Server::start(&[]);
     let mut o = other.conn();
-    redis::cmd("RESTORE").arg("k").arg(0).arg(&dump).query::<()>(&mut o).unwrap();
+    redis::cmd("RESTORE")
+        .arg("k")
+        .arg(0)
+        .arg(&dump)
+        .query::<()>(&mut o)
+        .unwrap();
     assert!(acquire(&mut o, "n", "x", "1000") > fence);
 }
 
@@ -230,12 +255,22 @@ fn corrupt_restore_payloads_are_refused_and_the_server_lives() {
     let dump: Vec<u8> = redis::cmd("DUMP").arg("k").query(&mut c).unwrap();
     // Every truncation and every single-byte change: an error or a valid lock, never a crash.
     for cut in 0..dump.len() {
-        let _ = redis::cmd("RESTORE").arg("t").arg(0).arg(&dump[..cut]).arg("REPLACE").query::<Value>(&mut c);
+        let _ = redis::cmd("RESTORE")
+            .arg("t")
+            .arg(0)
+            .arg(&dump[..cut])
+            .arg("REPLACE")
+            .query::<Value>(&mut c);
     }
     for i in 0..dump.len() {
         let mut bad = dump.clone();
         bad[i] ^= 0x5a;
-        let _ = redis::cmd("RESTORE").arg("t").arg(0).arg(&bad).arg("REPLACE").query::<Value>(&mut c);
+        let _ = redis::cmd("RESTORE")
+            .arg("t")
+            .arg(0)
+            .arg(&bad)
+            .arg("REPLACE")
+            .query::<Value>(&mut c);
     }
     let pong: String = redis::cmd("PING").query(&mut c).unwrap();
     assert_eq!(pong, "PONG");
@@ -270,7 +305,11 @@ fn wrong_arity_is_the_standard_error() {
         &["LOCK.INFO", "k", "x"],
     ] {
         let name = words[0].to_lowercase();
-        assert_eq!(err(&mut c, words), format!("ERR wrong number of arguments for '{name}' command"), "{words:?}");
+        assert_eq!(
+            err(&mut c, words),
+            format!("ERR wrong number of arguments for '{name}' command"),
+            "{words:?}"
+        );
     }
 }
 
@@ -285,22 +324,58 @@ fn hostile_inputs_are_refused_and_change_nothing() {
         (vec!["LOCK.ACQUIRE", "k", "a", "-1"], "ERR invalid ttl"),
         (vec!["LOCK.ACQUIRE", "k", "a", "abc"], "ERR invalid ttl"),
         (vec!["LOCK.ACQUIRE", "k", "a", "1.5"], "ERR invalid ttl"),
-        (vec!["LOCK.ACQUIRE", "k", "a", "70368744177665"], "ERR invalid ttl"),
-        (vec!["LOCK.ACQUIRE", "k", "a", "99999999999999999999999"], "ERR invalid ttl"),
+        (
+            vec!["LOCK.ACQUIRE", "k", "a", "70368744177665"],
+            "ERR invalid ttl",
+        ),
+        (
+            vec!["LOCK.ACQUIRE", "k", "a", "99999999999999999999999"],
+            "ERR invalid ttl",
+        ),
         (vec!["LOCK.ACQUIRE", "k", "", "100"], "ERR invalid owner"),
-        (vec!["LOCK.ACQUIRE", "k", &long_owner, "100"], "ERR invalid owner"),
-        (vec!["LOCK.ACQUIRE", "k", "a", "100", "WAIT"], "ERR invalid timeout"),
-        (vec!["LOCK.ACQUIRE", "k", "a", "100", "WAIT", "-5"], "ERR invalid timeout"),
-        (vec!["LOCK.ACQUIRE", "k", "a", "100", "WAIT", "x"], "ERR invalid timeout"),
-        (vec!["LOCK.ACQUIRE", "k", "a", "100", "NOWAIT"], "ERR unknown argument 'NOWAIT'"),
-        (vec!["LOCK.ACQUIRE", "k", "a", "100", "WAI", "1"], "ERR unknown argument 'WAI'"),
+        (
+            vec!["LOCK.ACQUIRE", "k", &long_owner, "100"],
+            "ERR invalid owner",
+        ),
+        (
+            vec!["LOCK.ACQUIRE", "k", "a", "100", "WAIT"],
+            "ERR invalid timeout",
+        ),
+        (
+            vec!["LOCK.ACQUIRE", "k", "a", "100", "WAIT", "-5"],
+            "ERR invalid timeout",
+        ),
+        (
+            vec!["LOCK.ACQUIRE", "k", "a", "100", "WAIT", "x"],
+            "ERR invalid timeout",
+        ),
+        (
+            vec!["LOCK.ACQUIRE", "k", "a", "100", "NOWAIT"],
+            "ERR unknown argument 'NOWAIT'",
+        ),
+        (
+            vec!["LOCK.ACQUIRE", "k", "a", "100", "WAI", "1"],
+            "ERR unknown argument 'WAI'",
+        ),
         (vec!["LOCK.EXTEND", "held", "alice", "0"], "ERR invalid ttl"),
-        (vec!["LOCK.EXTEND", "held", "alice", "-3"], "ERR invalid ttl"),
+        (
+            vec!["LOCK.EXTEND", "held", "alice", "-3"],
+            "ERR invalid ttl",
+        ),
         (vec!["LOCK.EXTEND", "held", "", "100"], "ERR invalid owner"),
         (vec!["LOCK.RELEASE", "held", ""], "ERR invalid owner"),
-        (vec!["LOCK.RELEASE", "held", &long_owner], "ERR invalid owner"),
-        (vec!["WARDEN.LOCKSET", "held", "x", "0", "1", "0"], "ERR invalid replicated effect"),
-        (vec!["WARDEN.LOCKSET", "held", "x", "1", "-1", "0"], "ERR invalid replicated effect"),
+        (
+            vec!["LOCK.RELEASE", "held", &long_owner],
+            "ERR invalid owner",
+        ),
+        (
+            vec!["WARDEN.LOCKSET", "held", "x", "0", "1", "0"],
+            "ERR invalid replicated effect",
+        ),
+        (
+            vec!["WARDEN.LOCKSET", "held", "x", "1", "-1", "0"],
+            "ERR invalid replicated effect",
+        ),
     ];
     for (words, expected) in &cases {
         assert_eq!(&err(&mut c, words), expected, "{words:?}");
@@ -317,12 +392,30 @@ fn owners_are_binary_safe() {
     let s = Server::start(&[]);
     let mut c = s.conn();
     let owner: Vec<u8> = (0u8..=255).collect();
-    let fence: i64 = redis::cmd("LOCK.ACQUIRE").arg("k").arg(&owner).arg(10000).query(&mut c).unwrap();
-    let again: i64 = redis::cmd("LOCK.ACQUIRE").arg("k").arg(&owner).arg(10000).query(&mut c).unwrap();
+    let fence: i64 = redis::cmd("LOCK.ACQUIRE")
+        .arg("k")
+        .arg(&owner)
+        .arg(10000)
+        .query(&mut c)
+        .unwrap();
+    let again: i64 = redis::cmd("LOCK.ACQUIRE")
+        .arg("k")
+        .arg(&owner)
+        .arg(10000)
+        .query(&mut c)
+        .unwrap();
     assert_eq!(fence, again);
-    let released: i64 = redis::cmd("LOCK.RELEASE").arg("k").arg(&owner[..255]).query(&mut c).unwrap();
+    let released: i64 = redis::cmd("LOCK.RELEASE")
+        .arg("k")
+        .arg(&owner[..255])
+        .query(&mut c)
+        .unwrap();
     assert_eq!(released, -1);
-    let released: i64 = redis::cmd("LOCK.RELEASE").arg("k").arg(&owner).query(&mut c).unwrap();
+    let released: i64 = redis::cmd("LOCK.RELEASE")
+        .arg("k")
+        .arg(&owner)
+        .query(&mut c)
+        .unwrap();
     assert_eq!(released, 0);
 }
 
@@ -330,12 +423,26 @@ fn owners_are_binary_safe() {
 fn commands_are_declared_with_their_key_and_flags() {
     let s = Server::start(&[]);
     let mut c = s.conn();
-    let keys: Vec<String> =
-        redis::cmd("COMMAND").arg("GETKEYS").arg("LOCK.ACQUIRE").arg("{a}k").arg("o").arg("10").query(&mut c).unwrap();
+    let keys: Vec<String> = redis::cmd("COMMAND")
+        .arg("GETKEYS")
+        .arg("LOCK.ACQUIRE")
+        .arg("{a}k")
+        .arg("o")
+        .arg("10")
+        .query(&mut c)
+        .unwrap();
     assert_eq!(keys, ["{a}k"]);
-    let info: Value = redis::cmd("COMMAND").arg("INFO").arg("lock.release").query(&mut c).unwrap();
+    let info: Value = redis::cmd("COMMAND")
+        .arg("INFO")
+        .arg("lock.release")
+        .query(&mut c)
+        .unwrap();
     let text = format!("{info:?}");
     assert!(text.contains("fast") && !text.contains("denyoom"), "{text}");
-    let info: Value = redis::cmd("COMMAND").arg("INFO").arg("lock.acquire").query(&mut c).unwrap();
+    let info: Value = redis::cmd("COMMAND")
+        .arg("INFO")
+        .arg("lock.acquire")
+        .query(&mut c)
+        .unwrap();
     assert!(format!("{info:?}").contains("denyoom"));
 }

@@ -18,11 +18,11 @@ fn err(text: &'static str) -> RedisError {
 
 /// The lock in `key`, with its deadline read from the key's expiry.
 fn lock_in(key: &Key) -> Result<Option<&mut Lock>, RedisError> {
-    let lock = key.value::<Lock>(&LOCK_TYPE).map_err(err)?;
-    Ok(lock.map(|lock| {
+    let mut lock = key.value::<Lock>(&LOCK_TYPE).map_err(err)?;
+    if let Some(lock) = lock.as_deref_mut() {
         lock.deadline_ms = key.expire_at().unwrap_or(i64::MAX);
-        lock
-    }))
+    }
+    Ok(lock)
 }
 
 /// Writes the lock's lease to the key and sends its full state to replicas and the AOF.
@@ -33,7 +33,13 @@ fn publish(ctx: &Context, name: &[u8], key: &Key, lock: &Lock) {
     let deadline = lock.deadline_ms.to_string();
     ctx.replicate(
         LOCK_EFFECT,
-        &[name, &lock.owner[..], holds.as_bytes(), fence.as_bytes(), deadline.as_bytes()],
+        &[
+            name,
+            &lock.owner[..],
+            holds.as_bytes(),
+            fence.as_bytes(),
+            deadline.as_bytes(),
+        ],
     );
 }
 
@@ -199,7 +205,12 @@ pub fn set(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     }
     FENCES.observe(fence);
     let key = Key::write(ctx, &args[1]);
-    let lock = Lock { owner: owner.to_vec(), holds, fence, deadline_ms };
+    let lock = Lock {
+        owner: owner.to_vec(),
+        holds,
+        fence,
+        deadline_ms,
+    };
     match key.value::<Lock>(&LOCK_TYPE) {
         Ok(Some(existing)) => *existing = lock,
         _ => key.set_value(&LOCK_TYPE, lock),

@@ -27,7 +27,11 @@ pub fn module_path() -> PathBuf {
 
 /// A free TCP port on 127.0.0.1 (for replication, which needs TCP).
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 /// Waits for `cond` to hold, up to `limit`; panics with `what` otherwise.
@@ -74,13 +78,20 @@ impl Server {
             "".into(),
             "--appendonly".into(),
             "no".into(),
+            "--repl-diskless-sync-delay".into(),
+            "0".into(),
             "--enable-debug-command".into(),
             "yes".into(),
             "--loadmodule".into(),
             module_path().display().to_string(),
         ];
         args.extend(extra.iter().map(|s| s.to_string()));
-        let mut server = Self { dir, port, args, child: None };
+        let mut server = Self {
+            dir,
+            port,
+            args,
+            child: None,
+        };
         server.spawn();
         server
     }
@@ -103,7 +114,11 @@ impl Server {
             if let Some(status) = self.child.as_mut().unwrap().try_wait().unwrap() {
                 panic!("redis-server exited ({status}):\n{}", self.log());
             }
-            assert!(started.elapsed() < Duration::from_secs(20), "redis-server not ready:\n{}", self.log());
+            assert!(
+                started.elapsed() < Duration::from_secs(20),
+                "redis-server not ready:\n{}",
+                self.log()
+            );
             std::thread::sleep(Duration::from_millis(10));
         }
     }
@@ -126,9 +141,12 @@ impl Server {
 
     /// A connection speaking RESP3.
     pub fn conn3(&self) -> Connection {
-        redis::Client::open(format!("redis+unix://{}?protocol=resp3", self.socket().display()))
-            .and_then(|c| c.get_connection())
-            .expect("connect resp3")
+        redis::Client::open(format!(
+            "redis+unix://{}?protocol=resp3",
+            self.socket().display()
+        ))
+        .and_then(|c| c.get_connection())
+        .expect("connect resp3")
     }
 
     pub fn log(&self) -> String {
@@ -231,7 +249,12 @@ pub fn map(con: &mut Connection, words: &[&str]) -> Vec<(String, Value)> {
             .collect(),
         Ok(Value::Array(items)) => items
             .chunks(2)
-            .map(|kv| (redis::from_redis_value::<String>(&kv[0]).unwrap(), kv[1].clone()))
+            .map(|kv| {
+                (
+                    redis::from_redis_value::<String>(&kv[0]).unwrap(),
+                    kv[1].clone(),
+                )
+            })
             .collect(),
         other => panic!("{words:?}: expected a map, got {other:?}"),
     }
@@ -239,19 +262,29 @@ pub fn map(con: &mut Connection, words: &[&str]) -> Vec<(String, Value)> {
 
 /// One field of a map reply as an integer.
 pub fn field_int(fields: &[(String, Value)], name: &str) -> i64 {
-    let (_, v) = fields.iter().find(|(k, _)| k == name).unwrap_or_else(|| panic!("no field {name}"));
+    let (_, v) = fields
+        .iter()
+        .find(|(k, _)| k == name)
+        .unwrap_or_else(|| panic!("no field {name}"));
     redis::from_redis_value(v).unwrap()
 }
 
 pub fn field_str(fields: &[(String, Value)], name: &str) -> String {
-    let (_, v) = fields.iter().find(|(k, _)| k == name).unwrap_or_else(|| panic!("no field {name}"));
+    let (_, v) = fields
+        .iter()
+        .find(|(k, _)| k == name)
+        .unwrap_or_else(|| panic!("no field {name}"));
     redis::from_redis_value(v).unwrap()
 }
 
 /// Makes `replica` a replica of `master` and waits until the link is up and synced.
 pub fn replicate(master: &Server, replica: &Server) {
     let mut r = replica.conn();
-    run(&mut r, &["REPLICAOF", "127.0.0.1", &master.port.unwrap().to_string()]).unwrap();
+    run(
+        &mut r,
+        &["REPLICAOF", "127.0.0.1", &master.port.unwrap().to_string()],
+    )
+    .unwrap();
     wait_for("replica link", Duration::from_secs(20), || {
         let info: String = redis::cmd("INFO").arg("replication").query(&mut r).unwrap();
         info.contains("master_link_status:up")

@@ -1,0 +1,104 @@
+//! A master with a replica: replicas receive effects, never decide.
+
+mod common;
+
+use common::*;
+use redis::Connection;
+
+fn lock_state(con: &mut Connection, key: &str) -> Option<(String, i64, i64)> {
+    if is_nil(con, &["LOCK.INFO", key]) {
+        return None;
+    }
+    let f = map(con, &["LOCK.INFO", key]);
+    Some((
+        field_str(&f, "owner"),
+        field_int(&f, "holds"),
+        field_int(&f, "fence"),
+    ))
+}
+
+fn abs_expiry(con: &mut Connection, key: &str) -> i64 {
+    int(con, &["PEXPIRETIME", key])
+}
+
+#[test]
+fn replica_has_the_same_owner_holds_fence_and_absolute_expiry() {
+    let master = Server::start_tcp(&[]);
+    let replica = Server::start_tcp(&[]);
+    replicate(&master, &replica);
+    let mut m = master.conn();
+    let mut r = replica.conn();
+
+    let fence = int(&mut m, &["LOCK.ACQUIRE", "k", "alice", "60000"]);
+    int(&mut m, &["LOCK.ACQUIRE", "k", "alice", "50000"]);
+    int(&mut m, &["LOCK.ACQUIRE", "gone", "bob", "60000"]);
+    int(&mut m, &["LOCK.RELEASE", "gone", "bob"]);
+    int(&mut m, &["LOCK.ACQUIRE", "short", "carol", "60000"]);
+    int(&mut m, &["LOCK.EXTEND", "short", "carol", "70000"]);
+    sync_replicas(&mut m, 1);
+
+    assert_eq!(lock_state(&mut r, "k"), Some(("alice".into(), 2, fence)));
+    assert_eq!(abs_expiry(&mut r, "k"), abs_expiry(&mut m, "k"));
+    assert_eq!(abs_expiry(&mut r, "short"), abs_expiry(&mut m, "short"));
+    assert_eq!(int(&mut r, &["EXISTS", "gone"]), 0);
+
+    int(&mut m, &["LOCK.RELEASE", "k", "alice"]);
+    sync_replicas(&mut m, 1);
+    assert_eq!(lock_state(&mut r, "k"), Some(("alice".into(), 1, fence)));
+}
+
+#[test]
+fn writes_on_a_replica_answer_readonly() {
+    let master = Server::start_tcp(&[]);
+    let replica = Server::start_tcp(&[]);
+    replicate(&master, &replica);
+    let mut m = master.conn();
+    int(&mut m, &["LOCK.ACQUIRE", "k", "alice", "60000"]);
+    sync_replicas(&mut m, 1);
+    let mut r = replica.conn();
+    for words in [
+        &["LOCK.ACQUIRE", "x", "a", "100"][..],
+        &["LOCK.RELEASE", "k", "alice"],
+        &["LOCK.EXTEND", "k", "alice", "100"],
+    ] {
+        assert!(err(&mut r, words).starts_with("READONLY"), "{words:?}");
+    }
+    assert_eq!(lock_state(&mut r, "k").unwrap().1, 1);
+}
+
+#[test]
+fn a_promoted_replica_issues_higher_fences() {
+    let master = Server::start_tcp(&[]);
+    let replica = Server::start_tcp(&[]);
+    replicate(&master, &replica);
+    let mut m = master.conn();
+    let mut last = 0;
+    for i in 0..20 {
+        last = int(&mut m, &["LOCK.ACQUIRE", &format!("k{i}"), "a", "60000"]);
+    }
+    sync_replicas(&mut m, 1);
+    let mut r = replica.conn();
+    run(&mut r, &["REPLICAOF", "NO", "ONE"]).unwrap();
+    let next = int(&mut r, &["LOCK.ACQUIRE", "fresh", "b", "1000"]);
+    assert!(next > last, "{next} <= {last}");
+    assert_eq!(lock_state(&mut r, "k3").unwrap().0, "a");
+}
+
+#[test]
+fn lease_end_on_the_master_deletes_on_the_replica() {
+    let master = Server::start_tcp(&[]);
+    let replica = Server::start_tcp(&[]);
+    replicate(&master, &replica);
+    let mut m = master.conn();
+    int(&mut m, &["LOCK.ACQUIRE", "k", "alice", "50"]);
+    wait_for(
+        "expiry on master",
+        std::time::Duration::from_secs(5),
+        || int(&mut m, &["EXISTS", "k"]) == 0,
+    );
+    sync_replicas(&mut m, 1);
+    let mut r = replica.conn();
+    assert_eq!(int(&mut r, &["EXISTS", "k"]), 0);
+    let keys: i64 = redis::cmd("DBSIZE").query(&mut r).unwrap();
+    assert_eq!(keys, 0);
+}
