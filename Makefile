@@ -4,7 +4,10 @@ PORT ?= 6379
 MODULE := target/release/libwarden.so
 APT_PACKAGES := redis-server redis-tools libclang1-14 libclang-common-14-dev python3-venv
 
-.PHONY: run test build deps check bench clean
+.PHONY: run test build deps venv check bench clean
+
+VENV := .venv
+PYTHON := $(VENV)/bin/python
 
 # Installs what a fresh Debian machine lacks (needs root or sudo); a no-op when present.
 deps:
@@ -25,9 +28,14 @@ run: build
 		echo "port $(PORT) is taken (another redis-server?): stop it or use make run PORT=<port>"; exit 1; fi
 	redis-server redis.conf.example --port $(PORT) --loadmodule $(CURDIR)/$(MODULE)
 
-test: deps
+# A local Python environment for client-compatibility tests and the benchmarks.
+venv: deps
+	@[ -x $(PYTHON) ] || python3 -m venv $(VENV)
+	@$(PYTHON) -c "import redis" 2>/dev/null || $(VENV)/bin/pip install -q "redis>=5,<6"
+
+test: deps venv
 	cargo build --release
-	WARDEN_MODULE=$(CURDIR)/$(MODULE) cargo test --release -- --test-threads=4
+	WARDEN_MODULE=$(CURDIR)/$(MODULE) WARDEN_PYTHON=$(CURDIR)/$(PYTHON) cargo test --release -- --test-threads=4
 
 check:
 	cargo fmt --check

@@ -32,3 +32,29 @@ pub fn printable(bytes: &[u8]) -> String {
     }
     out
 }
+
+// Bloom filters: RedisBloom 2.8's texts, so existing clients see what they expect.
+pub const BF_EXISTS: &str = "ERR item exists";
+pub const BF_NOT_FOUND: &str = "ERR not found";
+pub const BF_BAD_ERROR_RATE: &str = "ERR bad error rate";
+pub const BF_ERROR_RATE_RANGE: &str = "ERR (0 < error rate range < 1) ";
+pub const BF_CAPACITY_RANGE: &str = "ERR (capacity should be larger than 0)";
+pub const BF_BAD_CAPACITY: &str = "ERR bad capacity";
+pub const BF_NO_EXPANSION: &str = "ERR no expansion";
+pub const BF_BAD_EXPANSION: &str = "ERR bad expansion";
+pub const BF_EXPANSION_RANGE: &str = "ERR expansion should be greater or equal to 1";
+pub const BF_NONSCALING_EXPANSION: &str = "Nonscaling filters cannot expand";
+pub const BF_FULL: &str = "ERR non scaling filter is full";
+pub const BF_INSERT_BAD_ERROR_RATE: &str = "Bad error rate";
+pub const BF_INSERT_BAD_CAPACITY: &str = "Bad capacity";
+pub const BF_INSERT_BAD_EXPANSION: &str = "Bad expansion";
+pub const BF_INSERT_BAD_ARGUMENT: &str = "Bad argument received";
+pub const BF_INSERT_UNKNOWN: &str = "Unknown argument received";
+pub const BF_INFO_FIELD: &str = "Invalid information value";
+pub const BF_SCANDUMP_ITERATOR: &str = "Second argument must be numeric";
+pub const BF_LOADCHUNK_ITERATOR: &str = "ERR Second argument must be numeric";
+pub const BF_BAD_DATA: &str = "ERR received bad data";
+// Where warden is deliberately stricter than RedisBloom.
+pub const BF_EXPANSION_TOO_LARGE: &str = "ERR expansion should be at most 32768";
+pub const BF_TOO_LARGE: &str = "ERR filter would exceed warden.bf-max-memory";
+pub const BF_ERROR_TOO_SMALL: &str = "ERR error rate too small: a filter needs at least 2^-64";

@@ -2,6 +2,8 @@
 //! Redis. This file is only the registration table.
 
 mod args;
+mod bloom;
+mod config;
 mod datatypes;
 mod error;
 mod fence;
@@ -15,7 +17,7 @@ mod waiters;
 
 use redis_module::{redis_module, Context, RedisString, Status};
 
-use crate::datatypes::LOCK_TYPE;
+use crate::datatypes::{BLOOM_TYPE, LOCK_TYPE};
 
 #[cfg(not(test))]
 type Allocator = redis_module::alloc::RedisAlloc;
@@ -34,10 +36,10 @@ macro_rules! guarded {
     };
 }
 
-fn init(ctx: &Context, _args: &[RedisString]) -> Status {
+fn init(ctx: &Context, args: &[RedisString]) -> Status {
     guard::install_panic_hook();
     ctx.set_module_options(redis_module::ModuleOptions::HANDLE_IO_ERRORS);
-    if waiters::subscribe(ctx) && info::register(ctx.ctx) {
+    if config::register(ctx, args) && waiters::subscribe(ctx) && info::register(ctx.ctx) {
         Status::Ok
     } else {
         Status::Err
@@ -48,7 +50,7 @@ redis_module! {
     name: "warden",
     version: 1,
     allocator: (Allocator, ALLOCATOR),
-    data_types: [LOCK_TYPE],
+    data_types: [LOCK_TYPE, BLOOM_TYPE],
     init: init,
     commands: [
         ["lock.acquire", guarded!(lock::commands::acquire), "write deny-oom", 1, 1, 1, ""],
@@ -56,5 +58,15 @@ redis_module! {
         ["lock.extend", guarded!(lock::commands::extend), "write fast", 1, 1, 1, ""],
         ["lock.info", guarded!(lock::commands::info), "readonly fast", 1, 1, 1, ""],
         ["warden.lockset", guarded!(lock::commands::set), "write deny-oom", 1, 1, 1, ""],
+        ["bf.reserve", guarded!(bloom::commands::reserve), "write deny-oom", 1, 1, 1, ""],
+        ["bf.add", guarded!(bloom::commands::add), "write deny-oom", 1, 1, 1, ""],
+        ["bf.madd", guarded!(bloom::commands::madd), "write deny-oom", 1, 1, 1, ""],
+        ["bf.insert", guarded!(bloom::commands::insert), "write deny-oom", 1, 1, 1, ""],
+        ["bf.exists", guarded!(bloom::commands::exists), "readonly fast", 1, 1, 1, ""],
+        ["bf.mexists", guarded!(bloom::commands::mexists), "readonly fast", 1, 1, 1, ""],
+        ["bf.info", guarded!(bloom::commands::info), "readonly fast", 1, 1, 1, ""],
+        ["bf.card", guarded!(bloom::commands::card), "readonly fast", 1, 1, 1, ""],
+        ["bf.scandump", guarded!(bloom::commands::scandump), "readonly", 1, 1, 1, ""],
+        ["bf.loadchunk", guarded!(bloom::commands::loadchunk), "write deny-oom", 1, 1, 1, ""],
     ],
 }
