@@ -14,6 +14,7 @@ use crate::bloom::filter::SubFilter;
 use crate::fence::{FENCES, MAX_FENCE};
 use crate::guard;
 use crate::lock::state::{Lock, MAX_HOLDS};
+use crate::rwlock::state::{Hold, RwLock};
 
 /// Encoding version of `warden-lk` values; `rdb_load` reads every version up to it.
 const LOCK_ENCVER: c_int = 1;
@@ -264,4 +265,175 @@ unsafe extern "C" fn bloom_copy(
 ) -> *mut c_void {
     let chain = (*value.cast::<Chain>()).clone();
     Box::into_raw(Box::new(chain)).cast::<c_void>()
+}
+
+/// Encoding version of `warden-rw` values.
+const RWLOCK_ENCVER: c_int = 1;
+
+/// The name of the command that carries a read-write lock's full state.
+pub const RWLOCK_EFFECT: &str = "WARDEN.RWSET";
+
+pub static RWLOCK_TYPE: RedisType = RedisType::new(
+    "warden-rw",
+    RWLOCK_ENCVER,
+    raw::RedisModuleTypeMethods {
+        version: raw::REDISMODULE_TYPE_METHOD_VERSION as u64,
+        rdb_load: Some(rwlock_rdb_load),
+        rdb_save: Some(rwlock_rdb_save),
+        aof_rewrite: Some(rwlock_aof_rewrite),
+        mem_usage: Some(rwlock_mem_usage),
+        digest: None,
+        free: Some(rwlock_free),
+        aux_load: None,
+        aux_save: None,
+        aux_save2: None,
+        aux_save_triggers: 0,
+        free_effort: None,
+        unlink: None,
+        copy: Some(rwlock_copy),
+        defrag: None,
+        copy2: None,
+        free_effort2: None,
+        mem_usage2: None,
+        unlink2: None,
+    },
+);
+
+/// Checks a read-write lock read from outside: valid holds, distinct
+/// readers, no token above the key's, and at least one hold.
+pub fn valid_rwlock(lock: &RwLock) -> bool {
+    let holds: Vec<&Hold> = lock.writer.iter().chain(&lock.readers).collect();
+    let distinct = lock
+        .readers
+        .iter()
+        .enumerate()
+        .all(|(i, r)| lock.readers[..i].iter().all(|o| o.owner != r.owner));
+    !holds.is_empty()
+        && distinct
+        && lock.fence <= MAX_FENCE
+        && holds.iter().all(|h| {
+            valid_lock(&h.owner, h.holds, h.fence) && h.fence <= lock.fence && h.deadline_ms >= 0
+        })
+}
+
+fn load_hold(rdb: *mut raw::RedisModuleIO) -> Option<Hold> {
+    let owner = raw::load_string_buffer(rdb).ok()?;
+    let holds = raw::load_unsigned(rdb).ok()?;
+    let fence = raw::load_unsigned(rdb).ok()?;
+    let deadline_ms = raw::load_signed(rdb).ok()?;
+    Some(Hold {
+        owner: owner.as_ref().to_vec(),
+        holds,
+        fence,
+        deadline_ms,
+    })
+}
+
+unsafe extern "C" fn rwlock_rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *mut c_void {
+    guard::callback(std::ptr::null_mut(), || {
+        let load = || -> Option<RwLock> {
+            if !(1..=RWLOCK_ENCVER).contains(&encver) {
+                return None;
+            }
+            let fence = raw::load_unsigned(rdb).ok()?;
+            let writer = match raw::load_unsigned(rdb).ok()? {
+                0 => None,
+                1 => Some(load_hold(rdb)?),
+                _ => return None,
+            };
+            let count = raw::load_unsigned(rdb).ok()?;
+            // No allocation from the count: each reader must actually be in the payload.
+            let mut readers = Vec::new();
+            for _ in 0..count {
+                readers.push(load_hold(rdb)?);
+            }
+            let lock = RwLock {
+                writer,
+                readers,
+                fence,
+            };
+            valid_rwlock(&lock).then_some(lock)
+        };
+        match load() {
+            Some(lock) => {
+                FENCES.observe(lock.fence);
+                Box::into_raw(Box::new(lock)).cast::<c_void>()
+            }
+            None => std::ptr::null_mut(),
+        }
+    })
+}
+
+fn save_hold(rdb: *mut raw::RedisModuleIO, hold: &Hold) {
+    raw::save_slice(rdb, &hold.owner);
+    raw::save_unsigned(rdb, hold.holds);
+    raw::save_unsigned(rdb, hold.fence);
+    raw::save_signed(rdb, hold.deadline_ms);
+}
+
+unsafe extern "C" fn rwlock_rdb_save(rdb: *mut raw::RedisModuleIO, value: *mut c_void) {
+    let lock = &*value.cast::<RwLock>();
+    raw::save_unsigned(rdb, lock.fence);
+    raw::save_unsigned(rdb, u64::from(lock.writer.is_some()));
+    if let Some(w) = &lock.writer {
+        save_hold(rdb, w);
+    }
+    raw::save_unsigned(rdb, lock.readers.len() as u64);
+    for r in &lock.readers {
+        save_hold(rdb, r);
+    }
+}
+
+unsafe extern "C" fn rwlock_aof_rewrite(
+    aof: *mut raw::RedisModuleIO,
+    key: *mut raw::RedisModuleString,
+    value: *mut c_void,
+) {
+    let lock = &*value.cast::<RwLock>();
+    let mut words: Vec<Vec<u8>> = vec![lock.fence.to_string().into_bytes()];
+    let tagged = lock
+        .writer
+        .iter()
+        .map(|h| (b"W", h))
+        .chain(lock.readers.iter().map(|h| (b"R", h)));
+    for (tag, h) in tagged {
+        words.push(tag.to_vec());
+        words.push(h.owner.clone());
+        words.push(h.holds.to_string().into_bytes());
+        words.push(h.fence.to_string().into_bytes());
+        words.push(h.deadline_ms.to_string().into_bytes());
+    }
+    let create = raw::RedisModule_CreateString.unwrap();
+    let strings: Vec<*mut raw::RedisModuleString> = words
+        .iter()
+        .map(|w| create(std::ptr::null_mut(), w.as_ptr().cast::<c_char>(), w.len()))
+        .collect();
+    raw::RedisModule_EmitAOF.unwrap()(
+        aof,
+        c"WARDEN.RWSET".as_ptr(),
+        c"sv".as_ptr(),
+        key,
+        strings.as_ptr(),
+        strings.len(),
+    );
+    for s in strings {
+        raw::RedisModule_FreeString.unwrap()(std::ptr::null_mut(), s);
+    }
+}
+
+unsafe extern "C" fn rwlock_mem_usage(value: *const c_void) -> usize {
+    (*value.cast::<RwLock>()).memory()
+}
+
+unsafe extern "C" fn rwlock_free(value: *mut c_void) {
+    drop(Box::from_raw(value.cast::<RwLock>()));
+}
+
+unsafe extern "C" fn rwlock_copy(
+    _from: *mut raw::RedisModuleString,
+    _to: *mut raw::RedisModuleString,
+    value: *const c_void,
+) -> *mut c_void {
+    let lock = (*value.cast::<RwLock>()).clone();
+    Box::into_raw(Box::new(lock)).cast::<c_void>()
 }

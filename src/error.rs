@@ -7,6 +7,7 @@ pub const INVALID_TTL: &str = "ERR invalid ttl";
 pub const INVALID_TIMEOUT: &str = "ERR invalid timeout";
 pub const INVALID_OWNER: &str = "ERR invalid owner";
 pub const HOLDS_OVERFLOW: &str = "ERR hold count overflow";
+pub const UPGRADE: &str = "ERR cannot upgrade a read lock to a write lock";
 pub const INVALID_EFFECT: &str = "ERR invalid replicated effect";
 
 /// `ERR unknown argument '<arg>'`, with the argument made safe for an error line.

@@ -12,12 +12,13 @@ mod info;
 mod keyspace;
 mod lock;
 mod reply;
+mod rwlock;
 mod stats;
 mod waiters;
 
 use redis_module::{redis_module, Context, RedisString, Status};
 
-use crate::datatypes::{BLOOM_TYPE, LOCK_TYPE};
+use crate::datatypes::{BLOOM_TYPE, LOCK_TYPE, RWLOCK_TYPE};
 
 #[cfg(not(test))]
 type Allocator = redis_module::alloc::RedisAlloc;
@@ -50,7 +51,7 @@ redis_module! {
     name: "warden",
     version: 1,
     allocator: (Allocator, ALLOCATOR),
-    data_types: [LOCK_TYPE, BLOOM_TYPE],
+    data_types: [LOCK_TYPE, RWLOCK_TYPE, BLOOM_TYPE],
     init: init,
     commands: [
         ["lock.acquire", guarded!(lock::commands::acquire), "write deny-oom", 1, 1, 1, ""],
@@ -58,6 +59,12 @@ redis_module! {
         ["lock.extend", guarded!(lock::commands::extend), "write fast", 1, 1, 1, ""],
         ["lock.info", guarded!(lock::commands::info), "readonly fast", 1, 1, 1, ""],
         ["warden.lockset", guarded!(lock::commands::set), "write deny-oom", 1, 1, 1, ""],
+        ["rwlock.read", guarded!(rwlock::commands::read), "write deny-oom", 1, 1, 1, ""],
+        ["rwlock.write", guarded!(rwlock::commands::write), "write deny-oom", 1, 1, 1, ""],
+        ["rwlock.unlock", guarded!(rwlock::commands::unlock), "write fast", 1, 1, 1, ""],
+        ["rwlock.extend", guarded!(rwlock::commands::extend), "write fast", 1, 1, 1, ""],
+        ["rwlock.info", guarded!(rwlock::commands::info), "readonly fast", 1, 1, 1, ""],
+        ["warden.rwset", guarded!(rwlock::commands::set), "write deny-oom", 1, 1, 1, ""],
         ["bf.reserve", guarded!(bloom::commands::reserve), "write deny-oom", 1, 1, 1, ""],
         ["bf.add", guarded!(bloom::commands::add), "write deny-oom", 1, 1, 1, ""],
         ["bf.madd", guarded!(bloom::commands::madd), "write deny-oom", 1, 1, 1, ""],

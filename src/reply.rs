@@ -9,6 +9,7 @@ use redis_module::{raw, Context, RedisResult, RedisValue};
 pub enum Field<'a> {
     Int(i64),
     Bytes(&'a [u8]),
+    Null,
 }
 
 /// Replies with `fields` as a map, in the order given.
@@ -21,6 +22,7 @@ pub fn map(ctx: &Context, fields: &[(&str, Field)]) -> RedisResult {
             Field::Bytes(b) => {
                 raw::reply_with_string_buffer(ctx.ctx, b.as_ptr().cast::<c_char>(), b.len())
             }
+            Field::Null => raw::reply_with_null(ctx.ctx),
         };
     }
     Ok(RedisValue::NoReply)

@@ -36,6 +36,8 @@ type Handle = *mut raw::RedisModuleBlockedClient;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Mode {
     Exclusive,
+    Read,
+    Write,
 }
 
 /// A blocked request: who wants the key, for how long, in which mode.
@@ -155,12 +157,16 @@ pub fn head_mode(ctx: &Context, name: &[u8]) -> Option<Mode> {
     with(|r| r.queues.get(&q).and_then(|w| w.front()).map(|w| w.mode))
 }
 
-/// Takes the oldest waiter off `name`'s queue.
-pub fn pop(ctx: &Context, name: &[u8]) -> Option<Waiter> {
+/// Takes the oldest waiter off `name`'s queue if `fits` accepts it.
+pub fn pop_if(ctx: &Context, name: &[u8], fits: impl FnOnce(&Waiter) -> bool) -> Option<Waiter> {
     let q = queue_key(ctx.ctx, name);
     with(|r| {
         let queue = r.queues.get_mut(&q)?;
-        let waiter = queue.pop_front();
+        let waiter = if fits(queue.front()?) {
+            queue.pop_front()
+        } else {
+            None
+        };
         if queue.is_empty() {
             r.queues.remove(&q);
         }
@@ -187,7 +193,7 @@ pub fn answer_grant(ctx: &Context, waiter: Waiter, name: &[u8], fence: u64) {
 
 /// Answers every waiter on `name` with an error (the key now holds another type).
 pub fn fail_all(ctx: &Context, name: &[u8], error: &'static str) {
-    while let Some(waiter) = pop(ctx, name) {
+    while let Some(waiter) = pop_if(ctx, name, |_| true) {
         unblock(waiter.handle, Answer::Failed(error));
     }
 }
@@ -264,6 +270,9 @@ fn tick(ctx: &Context) {
         let name = RedisString::create_from_slice(ctx.ctx, &p.queue.name);
         match p.mode {
             Mode::Exclusive => crate::lock::commands::revoke(ctx, &name, &p.owner, p.fence),
+            Mode::Read | Mode::Write => {
+                crate::rwlock::commands::revoke(ctx, &name, &p.owner, p.fence)
+            }
         }
     }
     for q in dirty {
@@ -271,6 +280,7 @@ fn tick(ctx: &Context) {
         let name = RedisString::create_from_slice(ctx.ctx, &q.name);
         match head_mode(ctx, &q.name) {
             Some(Mode::Exclusive) => crate::lock::commands::serve_waiters(ctx, &name),
+            Some(Mode::Read | Mode::Write) => crate::rwlock::commands::serve_waiters(ctx, &name),
             None => {}
         }
     }

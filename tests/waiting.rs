@@ -2,43 +2,22 @@
 
 mod common;
 
-use std::thread::{self, JoinHandle};
-use std::time::Duration;
+use std::thread;
 
 use common::*;
 use redis::{Connection, Value};
 
-const LIMIT: Duration = Duration::from_secs(10);
-
 /// Starts a blocking acquire on its own connection; returns its client id and the pending reply.
-fn waiter(
-    s: &Server,
-    key: &str,
-    owner: &str,
-    ttl: &str,
-    timeout: &str,
-) -> (i64, JoinHandle<redis::RedisResult<Value>>) {
-    let mut c = s.conn();
-    let id = int(&mut c, &["CLIENT", "ID"]);
-    let words = ["LOCK.ACQUIRE", key, owner, ttl, "WAIT", timeout].map(str::to_string);
-    let handle = thread::spawn(move || {
-        let words: Vec<&str> = words.iter().map(String::as_str).collect();
-        run(&mut c, &words)
-    });
-    (id, handle)
+fn waiter(s: &Server, key: &str, owner: &str, ttl: &str, timeout: &str) -> (i64, Pending) {
+    spawn_command(s, &["LOCK.ACQUIRE", key, owner, ttl, "WAIT", timeout])
 }
 
 fn waiters(c: &mut Connection, key: &str) -> i64 {
-    if is_nil(c, &["LOCK.INFO", key]) {
-        return 0;
-    }
-    field_int(&map(c, &["LOCK.INFO", key]), "waiters")
+    waiters_of(c, "LOCK.INFO", key)
 }
 
 fn wait_queued(c: &mut Connection, key: &str, n: i64) {
-    wait_for(&format!("{n} waiters on {key}"), LIMIT, || {
-        waiters(c, key) == n
-    });
+    common::wait_queued(c, "LOCK.INFO", key, n);
 }
 
 fn owner(c: &mut Connection, key: &str) -> Option<String> {
@@ -46,13 +25,6 @@ fn owner(c: &mut Connection, key: &str) -> Option<String> {
         return None;
     }
     Some(field_str(&map(c, &["LOCK.INFO", key]), "owner"))
-}
-
-fn granted(h: JoinHandle<redis::RedisResult<Value>>) -> i64 {
-    match h.join().unwrap() {
-        Ok(Value::Int(f)) => f,
-        other => panic!("expected a fence, got {other:?}"),
-    }
 }
 
 #[test]

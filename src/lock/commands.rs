@@ -58,7 +58,7 @@ fn grant(ctx: &Context, name: &[u8], key: &Key, owner: &[u8], ttl_ms: i64) -> u6
 
 /// The key is free: the oldest live waiter becomes the holder. Returns whether one did.
 fn hand_off(ctx: &Context, name: &[u8], key: &Key) -> bool {
-    match waiters::pop(ctx, name) {
+    match waiters::pop_if(ctx, name, |w| w.mode == Mode::Exclusive) {
         Some(waiter) => {
             let fence = grant(ctx, name, key, &waiter.owner, waiter.ttl_ms);
             waiters::answer_grant(ctx, waiter, name, fence);

@@ -300,3 +300,44 @@ pub fn sync_replicas(master: &mut Connection, n: i64) {
 pub fn path_exists(p: &Path) -> bool {
     p.exists()
 }
+
+/// A reply still to come from a command blocked on its own connection.
+pub type Pending = std::thread::JoinHandle<redis::RedisResult<Value>>;
+
+/// Sends `words` on a fresh connection from a thread; returns that client's id
+/// and the pending reply.
+pub fn spawn_command(s: &Server, words: &[&str]) -> (i64, Pending) {
+    let mut c = s.conn();
+    let id = int(&mut c, &["CLIENT", "ID"]);
+    let words: Vec<String> = words.iter().map(|w| w.to_string()).collect();
+    let handle = std::thread::spawn(move || {
+        let words: Vec<&str> = words.iter().map(String::as_str).collect();
+        run(&mut c, &words)
+    });
+    (id, handle)
+}
+
+/// The fence a pending blocked request was granted.
+pub fn granted(h: Pending) -> i64 {
+    match h.join().unwrap() {
+        Ok(Value::Int(f)) => f,
+        other => panic!("expected a fence, got {other:?}"),
+    }
+}
+
+/// The `waiters` field of `<KIND>.INFO key` (0 when the key holds no lock).
+pub fn waiters_of(c: &mut Connection, info_cmd: &str, key: &str) -> i64 {
+    if is_nil(c, &[info_cmd, key]) {
+        return 0;
+    }
+    field_int(&map(c, &[info_cmd, key]), "waiters")
+}
+
+/// Waits until `n` clients are queued on `key`.
+pub fn wait_queued(c: &mut Connection, info_cmd: &str, key: &str, n: i64) {
+    wait_for(
+        &format!("{n} waiters on {key}"),
+        Duration::from_secs(10),
+        || waiters_of(c, info_cmd, key) == n,
+    );
+}

@@ -1,0 +1,340 @@
+//! `RWLOCK.*`: parse, open the key, apply the pure rules, reply, replicate the effect.
+
+use redis_module::{Context, RedisError, RedisResult, RedisString, RedisValue};
+
+use crate::args;
+use crate::datatypes::{valid_lock, RWLOCK_EFFECT, RWLOCK_TYPE};
+use crate::error;
+use crate::fence::FENCES;
+use crate::keyspace::{now_ms, Key};
+use crate::reply::{self, Field};
+use crate::rwlock::state::{Hold, Mode, Outcome, RwLock, Unlock};
+use crate::stats;
+use crate::waiters::{self, Waiter};
+
+fn err(text: &'static str) -> RedisError {
+    RedisError::Str(text)
+}
+
+fn waiter_mode(mode: Mode) -> waiters::Mode {
+    match mode {
+        Mode::Read => waiters::Mode::Read,
+        Mode::Write => waiters::Mode::Write,
+    }
+}
+
+fn rw_in(key: &Key) -> Result<Option<&mut RwLock>, RedisError> {
+    key.value::<RwLock>(&RWLOCK_TYPE).map_err(err)
+}
+
+/// Writes the state's expiry to the key and sends the full state to replicas
+/// and the AOF; a lock with no holds left is deleted.
+fn publish(ctx: &Context, name: &[u8], key: &Key, lock: &RwLock) {
+    let Some(deadline) = lock.deadline() else {
+        key.delete();
+        ctx.replicate("DEL", &[name]);
+        return;
+    };
+    key.set_expire_at(deadline);
+    let numbers: Vec<[String; 3]> = lock
+        .writer
+        .iter()
+        .chain(&lock.readers)
+        .map(|h| {
+            [
+                h.holds.to_string(),
+                h.fence.to_string(),
+                h.deadline_ms.to_string(),
+            ]
+        })
+        .collect();
+    let fence = lock.fence.to_string();
+    let mut words: Vec<&[u8]> = vec![name, fence.as_bytes()];
+    let tags = lock
+        .writer
+        .iter()
+        .map(|_| b"W")
+        .chain(lock.readers.iter().map(|_| b"R"));
+    for ((tag, hold), n) in tags
+        .zip(lock.writer.iter().chain(&lock.readers))
+        .zip(&numbers)
+    {
+        words.extend_from_slice(&[
+            tag,
+            &hold.owner,
+            n[0].as_bytes(),
+            n[1].as_bytes(),
+            n[2].as_bytes(),
+        ]);
+    }
+    ctx.replicate(RWLOCK_EFFECT, &words[..]);
+}
+
+/// Grants every waiter at the head of the queue that fits the holders (a
+/// writer alone, or a run of readers together), then watches the next lease end.
+fn hand_off(ctx: &Context, name: &[u8], key: &Key) -> Result<(), RedisError> {
+    let now = now_ms();
+    let mut fresh = RwLock::default();
+    let existing = rw_in(key)?;
+    let is_new = existing.is_none();
+    let lock = existing.unwrap_or(&mut fresh);
+    lock.prune(now);
+    let mut granted = Vec::new();
+    while let Some(w) = waiters::pop_if(ctx, name, |w| match w.mode {
+        waiters::Mode::Read => lock.admits(Mode::Read, &w.owner),
+        waiters::Mode::Write => lock.admits(Mode::Write, &w.owner),
+        waiters::Mode::Exclusive => false,
+    }) {
+        let mode = if w.mode == waiters::Mode::Write {
+            Mode::Write
+        } else {
+            Mode::Read
+        };
+        let fence = lock.grant(mode, &w.owner, now, w.ttl_ms, FENCES.draw(now));
+        stats::GRANTS.add(1);
+        granted.push((w, fence));
+    }
+    if !granted.is_empty() {
+        if is_new {
+            key.set_value(&RWLOCK_TYPE, fresh);
+        }
+        if let Some(lock) = rw_in(key)? {
+            publish(ctx, name, key, lock);
+        }
+        for (w, fence) in granted {
+            waiters::answer_grant(ctx, w, name, fence);
+        }
+    }
+    if let Some(lock) = rw_in(key)? {
+        if let Some(at) = lock.next_lease_end() {
+            waiters::watch_lease(ctx, name, at);
+        }
+    }
+    Ok(())
+}
+
+fn request(ctx: &Context, args: Vec<RedisString>, mode: Mode) -> RedisResult {
+    if args.len() < 4 {
+        return Err(RedisError::WrongArity);
+    }
+    let req = args::lock_request(&args[2..]).map_err(RedisError::String)?;
+    let name = args[1].as_slice();
+    let key = Key::write(ctx, &args[1]);
+    rw_in(&key)?;
+    if waiters::queued(ctx, name) > 0 {
+        hand_off(ctx, name, &key)?;
+    }
+    let queued = waiters::queued(ctx, name) > 0;
+    let now = now_ms();
+    let mut fresh = RwLock::default();
+    let existing = rw_in(&key)?;
+    let is_new = existing.is_none();
+    let lock = existing.unwrap_or(&mut fresh);
+    let outcome = lock.request(mode, req.owner, now, req.ttl_ms, queued, &mut || {
+        FENCES.draw(now)
+    });
+    let fence = match outcome {
+        Outcome::Granted { fence } => {
+            stats::GRANTS.add(1);
+            fence
+        }
+        Outcome::Reentered { fence } => fence,
+        Outcome::Upgrade => return Err(err(error::UPGRADE)),
+        Outcome::Overflow => return Err(err(error::HOLDS_OVERFLOW)),
+        Outcome::Busy => {
+            return match req.wait_ms {
+                Some(timeout_ms) if waiters::can_block(ctx) => {
+                    let next = lock.next_lease_end();
+                    waiters::block(
+                        ctx,
+                        name,
+                        Waiter::new(req.owner, req.ttl_ms, waiter_mode(mode)),
+                        timeout_ms,
+                    );
+                    if let Some(at) = next {
+                        waiters::watch_lease(ctx, name, at);
+                    }
+                    Ok(RedisValue::NoReply)
+                }
+                _ => Ok(RedisValue::Null),
+            };
+        }
+    };
+    if is_new {
+        key.set_value(&RWLOCK_TYPE, fresh);
+    }
+    if let Some(lock) = rw_in(&key)? {
+        publish(ctx, name, &key, lock);
+    }
+    Ok(RedisValue::Integer(fence as i64))
+}
+
+/// `RWLOCK.READ key owner ttl [WAIT timeout]`
+pub fn read(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+    request(ctx, args, Mode::Read)
+}
+
+/// `RWLOCK.WRITE key owner ttl [WAIT timeout]`
+pub fn write(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+    request(ctx, args, Mode::Write)
+}
+
+/// `RWLOCK.UNLOCK key owner`
+pub fn unlock(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+    if args.len() != 3 {
+        return Err(RedisError::WrongArity);
+    }
+    let owner = args::owner(&args[2]).map_err(err)?;
+    let name = args[1].as_slice();
+    let key = Key::write(ctx, &args[1]);
+    let Some(lock) = rw_in(&key)? else {
+        stats::REFUSED_RELEASES.add(1);
+        return Ok(RedisValue::Integer(-1));
+    };
+    let reply = match lock.unlock(owner, now_ms()) {
+        Unlock::NotHeld => {
+            stats::REFUSED_RELEASES.add(1);
+            return Ok(RedisValue::Integer(-1));
+        }
+        Unlock::Remaining => 0,
+        Unlock::Gone => 1,
+    };
+    publish(ctx, name, &key, lock);
+    hand_off(ctx, name, &key)?;
+    Ok(RedisValue::Integer(reply))
+}
+
+/// `RWLOCK.EXTEND key owner ttl`
+pub fn extend(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+    if args.len() != 4 {
+        return Err(RedisError::WrongArity);
+    }
+    let owner = args::owner(&args[2]).map_err(err)?;
+    let ttl_ms = args::ttl(&args[3]).map_err(err)?;
+    let name = args[1].as_slice();
+    let key = Key::write(ctx, &args[1]);
+    let Some(lock) = rw_in(&key)? else {
+        return Ok(RedisValue::Integer(0));
+    };
+    if !lock.extend(owner, now_ms(), ttl_ms) {
+        return Ok(RedisValue::Integer(0));
+    }
+    publish(ctx, name, &key, lock);
+    if let Some(at) = lock.next_lease_end() {
+        waiters::watch_lease(ctx, name, at);
+    }
+    Ok(RedisValue::Integer(1))
+}
+
+/// `RWLOCK.INFO key`
+pub fn info(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+    if args.len() != 2 {
+        return Err(RedisError::WrongArity);
+    }
+    let key = Key::read(ctx, &args[1]);
+    let Some(stored) = rw_in(&key)? else {
+        return Ok(RedisValue::Null);
+    };
+    // A view at this instant: holds whose own lease ended are not counted.
+    let now = now_ms();
+    let mut lock = stored.clone();
+    lock.prune(now);
+    if lock.is_free() {
+        return Ok(RedisValue::Null);
+    }
+    let mode = if lock.writer.is_some() {
+        "write"
+    } else {
+        "read"
+    };
+    let writer = lock
+        .writer
+        .as_ref()
+        .map_or(Field::Null, |w| Field::Bytes(&w.owner));
+    reply::map(
+        ctx,
+        &[
+            ("mode", Field::Bytes(mode.as_bytes())),
+            ("writer", writer),
+            ("readers", Field::Int(lock.readers.len() as i64)),
+            ("holds", Field::Int(lock.holds() as i64)),
+            (
+                "ttl",
+                Field::Int(lock.deadline().map_or(0, |d| (d - now).max(0))),
+            ),
+            ("fence", Field::Int(lock.fence as i64)),
+            ("waiters", Field::Int(waiters::queued(ctx, &args[1]) as i64)),
+        ],
+    )
+}
+
+/// `WARDEN.RWSET key fence (W|R owner holds fence deadline_ms)...`: the full
+/// state of a read-write lock as replicas and the AOF receive it.
+pub fn set(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+    if args.len() < 8 || (args.len() - 3) % 5 != 0 {
+        return Err(RedisError::WrongArity);
+    }
+    let invalid = || err(error::INVALID_EFFECT);
+    let fence = args::integer(&args[2])
+        .and_then(|n| u64::try_from(n).ok())
+        .ok_or_else(invalid)?;
+    let mut lock = RwLock {
+        fence,
+        ..RwLock::default()
+    };
+    for group in args[3..].chunks(5) {
+        let number = |i: usize| args::integer(&group[i]).and_then(|n| u64::try_from(n).ok());
+        let (Some(holds), Some(hold_fence), Some(deadline)) = (number(2), number(3), number(4))
+        else {
+            return Err(invalid());
+        };
+        if !valid_lock(&group[1], holds, hold_fence) || hold_fence > fence {
+            return Err(invalid());
+        }
+        let hold = Hold {
+            owner: group[1].to_vec(),
+            holds,
+            fence: hold_fence,
+            deadline_ms: deadline as i64,
+        };
+        match &group[0][..] {
+            b"W" if lock.writer.is_none() => lock.writer = Some(hold),
+            b"R" if !lock.readers.iter().any(|r| r.owner == hold.owner) => lock.readers.push(hold),
+            _ => return Err(invalid()),
+        }
+    }
+    if !crate::datatypes::valid_rwlock(&lock) {
+        return Err(invalid());
+    }
+    FENCES.observe(fence);
+    let key = Key::write(ctx, &args[1]);
+    let deadline = lock.deadline();
+    match key.value::<RwLock>(&RWLOCK_TYPE) {
+        Ok(Some(existing)) => *existing = lock,
+        _ => key.set_value(&RWLOCK_TYPE, lock),
+    }
+    if let Some(at) = deadline {
+        key.set_expire_at(at);
+    }
+    ctx.replicate_verbatim();
+    Ok(RedisValue::SimpleStringStatic("OK"))
+}
+
+/// Serves the queue of a key that may have been freed (timer, keyspace event).
+pub fn serve_waiters(ctx: &Context, name: &RedisString) {
+    let key = Key::write(ctx, name);
+    if hand_off(ctx, name, &key).is_err() {
+        waiters::fail_all(ctx, name, error::WRONGTYPE);
+    }
+}
+
+/// Takes back a grant whose client died before it was answered.
+pub fn revoke(ctx: &Context, name: &RedisString, owner: &[u8], fence: u64) {
+    let key = Key::write(ctx, name);
+    if let Ok(Some(lock)) = rw_in(&key) {
+        if lock.revoke(owner, fence) {
+            publish(ctx, name, &key, lock);
+            let _ = hand_off(ctx, name, &key);
+        }
+    }
+}

@@ -1,0 +1,409 @@
+//! The read-write lock: one writer or many readers, each hold with its own
+//! lease and token. Pure rules; the time and the token source are arguments.
+
+use crate::lock::state::MAX_HOLDS;
+
+/// One owner's hold in one mode.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Hold {
+    pub owner: Vec<u8>,
+    pub holds: u64,
+    pub fence: u64,
+    /// Absolute unix ms at which this hold's lease ends.
+    pub deadline_ms: i64,
+}
+
+impl Hold {
+    fn new(owner: &[u8], fence: u64, now_ms: i64, ttl_ms: i64) -> Self {
+        Self {
+            owner: owner.to_vec(),
+            holds: 1,
+            fence,
+            deadline_ms: now_ms.saturating_add(ttl_ms),
+        }
+    }
+
+    fn is_live(&self, now_ms: i64) -> bool {
+        now_ms <= self.deadline_ms
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    Read,
+    Write,
+}
+
+/// What a request did.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// A new hold, with a new token.
+    Granted { fence: u64 },
+    /// The owner already held this mode: one more hold, lease reset, same token.
+    Reentered { fence: u64 },
+    /// Someone else holds it (or waiters are queued ahead).
+    Busy,
+    /// A reader asked for the write lock.
+    Upgrade,
+    /// The hold count cannot go higher.
+    Overflow,
+}
+
+/// What an unlock did.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Unlock {
+    /// The owner's hold in that mode is gone.
+    Gone,
+    /// Re-entrant holds in that mode remain.
+    Remaining,
+    /// The owner holds nothing.
+    NotHeld,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RwLock {
+    pub writer: Option<Hold>,
+    pub readers: Vec<Hold>,
+    /// The last token issued on this key.
+    pub fence: u64,
+}
+
+impl RwLock {
+    /// Drops holds whose lease ended.
+    pub fn prune(&mut self, now_ms: i64) {
+        if self.writer.as_ref().is_some_and(|w| !w.is_live(now_ms)) {
+            self.writer = None;
+        }
+        self.readers.retain(|r| r.is_live(now_ms));
+    }
+
+    pub fn is_free(&self) -> bool {
+        self.writer.is_none() && self.readers.is_empty()
+    }
+
+    fn reader_mut(&mut self, owner: &[u8]) -> Option<&mut Hold> {
+        self.readers.iter_mut().find(|r| r.owner == owner)
+    }
+
+    fn is_writer(&self, owner: &[u8]) -> bool {
+        self.writer.as_ref().is_some_and(|w| w.owner == owner)
+    }
+
+    /// Whether a new hold in `mode` by `owner` fits the current holders.
+    pub fn admits(&self, mode: Mode, owner: &[u8]) -> bool {
+        match mode {
+            Mode::Read => self.writer.is_none() || self.is_writer(owner),
+            Mode::Write => self.is_free(),
+        }
+    }
+
+    /// A request; `queued` says whether waiters are ahead (new holds then wait,
+    /// re-entry and the writer's own read hold do not).
+    pub fn request(
+        &mut self,
+        mode: Mode,
+        owner: &[u8],
+        now_ms: i64,
+        ttl_ms: i64,
+        queued: bool,
+        draw: &mut dyn FnMut() -> u64,
+    ) -> Outcome {
+        self.prune(now_ms);
+        let deadline = now_ms.saturating_add(ttl_ms);
+        let existing = match mode {
+            Mode::Read => self.readers.iter_mut().find(|r| r.owner == owner),
+            Mode::Write => self.writer.as_mut().filter(|w| w.owner == owner),
+        };
+        if let Some(hold) = existing {
+            if hold.holds >= MAX_HOLDS {
+                return Outcome::Overflow;
+            }
+            hold.holds += 1;
+            hold.deadline_ms = deadline;
+            return Outcome::Reentered { fence: hold.fence };
+        }
+        if mode == Mode::Write && self.reader_mut(owner).is_some() {
+            return Outcome::Upgrade;
+        }
+        let own_downgrade = mode == Mode::Read && self.is_writer(owner);
+        if !self.admits(mode, owner) || (queued && !own_downgrade) {
+            return Outcome::Busy;
+        }
+        Outcome::Granted {
+            fence: self.grant(mode, owner, now_ms, ttl_ms, draw()),
+        }
+    }
+
+    /// Records a new hold (the caller checked `admits`).
+    pub fn grant(&mut self, mode: Mode, owner: &[u8], now_ms: i64, ttl_ms: i64, fence: u64) -> u64 {
+        let hold = Hold::new(owner, fence, now_ms, ttl_ms);
+        match mode {
+            Mode::Read => self.readers.push(hold),
+            Mode::Write => self.writer = Some(hold),
+        }
+        self.fence = self.fence.max(fence);
+        fence
+    }
+
+    /// Releases one hold of `owner`: write holds before read holds.
+    pub fn unlock(&mut self, owner: &[u8], now_ms: i64) -> Unlock {
+        self.prune(now_ms);
+        if let Some(w) = self.writer.as_mut().filter(|w| w.owner == owner) {
+            w.holds -= 1;
+            if w.holds > 0 {
+                return Unlock::Remaining;
+            }
+            self.writer = None;
+            return Unlock::Gone;
+        }
+        let Some(i) = self.readers.iter().position(|r| r.owner == owner) else {
+            return Unlock::NotHeld;
+        };
+        self.readers[i].holds -= 1;
+        if self.readers[i].holds > 0 {
+            return Unlock::Remaining;
+        }
+        self.readers.remove(i);
+        Unlock::Gone
+    }
+
+    /// Resets every lease of `owner`; false if it holds nothing.
+    pub fn extend(&mut self, owner: &[u8], now_ms: i64, ttl_ms: i64) -> bool {
+        self.prune(now_ms);
+        let deadline = now_ms.saturating_add(ttl_ms);
+        let mut found = false;
+        let writer = self.writer.iter_mut().filter(|w| w.owner == owner);
+        for hold in writer.chain(self.readers.iter_mut().filter(|r| r.owner == owner)) {
+            hold.deadline_ms = deadline;
+            found = true;
+        }
+        found
+    }
+
+    /// Takes back the hold granted with `fence` (its client died unanswered).
+    pub fn revoke(&mut self, owner: &[u8], fence: u64) -> bool {
+        if self
+            .writer
+            .as_ref()
+            .is_some_and(|w| w.owner == owner && w.fence == fence)
+        {
+            self.writer = None;
+            return true;
+        }
+        let before = self.readers.len();
+        self.readers
+            .retain(|r| !(r.owner == owner && r.fence == fence));
+        before != self.readers.len()
+    }
+
+    fn holds_iter(&self) -> impl Iterator<Item = &Hold> {
+        self.writer.iter().chain(self.readers.iter())
+    }
+
+    /// The latest lease end: the key's expiry.
+    pub fn deadline(&self) -> Option<i64> {
+        self.holds_iter().map(|h| h.deadline_ms).max()
+    }
+
+    /// The earliest lease end: when waiters may next be served.
+    pub fn next_lease_end(&self) -> Option<i64> {
+        self.holds_iter().map(|h| h.deadline_ms).min()
+    }
+
+    /// Holds in both modes.
+    pub fn holds(&self) -> u64 {
+        self.holds_iter().map(|h| h.holds).sum()
+    }
+
+    pub fn memory(&self) -> usize {
+        std::mem::size_of::<Self>()
+            + self
+                .holds_iter()
+                .map(|h| std::mem::size_of::<Hold>() + h.owner.capacity())
+                .sum::<usize>()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tokens() -> impl FnMut() -> u64 {
+        let mut next = 10;
+        move || {
+            next += 1;
+            next
+        }
+    }
+
+    fn req(
+        l: &mut RwLock,
+        mode: Mode,
+        owner: &str,
+        now: i64,
+        draw: &mut dyn FnMut() -> u64,
+    ) -> Outcome {
+        l.request(mode, owner.as_bytes(), now, 100, false, draw)
+    }
+
+    #[test]
+    fn readers_share_and_each_gets_a_token() {
+        let mut t = tokens();
+        let mut l = RwLock::default();
+        assert_eq!(
+            req(&mut l, Mode::Read, "a", 0, &mut t),
+            Outcome::Granted { fence: 11 }
+        );
+        assert_eq!(
+            req(&mut l, Mode::Read, "b", 0, &mut t),
+            Outcome::Granted { fence: 12 }
+        );
+        assert_eq!(l.readers.len(), 2);
+        assert_eq!(l.fence, 12);
+    }
+
+    #[test]
+    fn a_writer_excludes_everyone_else() {
+        let mut t = tokens();
+        let mut l = RwLock::default();
+        req(&mut l, Mode::Write, "w", 0, &mut t);
+        assert_eq!(req(&mut l, Mode::Read, "r", 0, &mut t), Outcome::Busy);
+        assert_eq!(req(&mut l, Mode::Write, "x", 0, &mut t), Outcome::Busy);
+        let mut l = RwLock::default();
+        req(&mut l, Mode::Read, "r", 0, &mut t);
+        assert_eq!(req(&mut l, Mode::Write, "w", 0, &mut t), Outcome::Busy);
+    }
+
+    #[test]
+    fn both_modes_are_reentrant_with_the_same_token() {
+        let mut t = tokens();
+        let mut l = RwLock::default();
+        let Outcome::Granted { fence } = req(&mut l, Mode::Write, "w", 0, &mut t) else {
+            panic!()
+        };
+        assert_eq!(
+            req(&mut l, Mode::Write, "w", 50, &mut t),
+            Outcome::Reentered { fence }
+        );
+        assert_eq!(l.writer.as_ref().unwrap().holds, 2);
+        assert_eq!(l.writer.as_ref().unwrap().deadline_ms, 150);
+        let mut l = RwLock::default();
+        let Outcome::Granted { fence } = req(&mut l, Mode::Read, "r", 0, &mut t) else {
+            panic!()
+        };
+        assert_eq!(
+            req(&mut l, Mode::Read, "r", 0, &mut t),
+            Outcome::Reentered { fence }
+        );
+    }
+
+    #[test]
+    fn upgrade_is_refused() {
+        let mut t = tokens();
+        let mut l = RwLock::default();
+        req(&mut l, Mode::Read, "r", 0, &mut t);
+        assert_eq!(req(&mut l, Mode::Write, "r", 0, &mut t), Outcome::Upgrade);
+        assert!(l.writer.is_none());
+    }
+
+    #[test]
+    fn downgrade_keeps_reading_after_the_write_hold_goes() {
+        let mut t = tokens();
+        let mut l = RwLock::default();
+        req(&mut l, Mode::Write, "w", 0, &mut t);
+        assert!(matches!(
+            req(&mut l, Mode::Read, "w", 0, &mut t),
+            Outcome::Granted { .. }
+        ));
+        assert_eq!(l.unlock(b"w", 0), Unlock::Gone);
+        assert!(l.writer.is_none());
+        assert_eq!(l.readers.len(), 1);
+        assert!(matches!(
+            req(&mut l, Mode::Read, "other", 0, &mut t),
+            Outcome::Granted { .. }
+        ));
+        assert_eq!(l.unlock(b"w", 0), Unlock::Gone);
+        assert_eq!(l.unlock(b"w", 0), Unlock::NotHeld);
+    }
+
+    #[test]
+    fn unlock_counts_down_reentrant_holds() {
+        let mut t = tokens();
+        let mut l = RwLock::default();
+        req(&mut l, Mode::Read, "r", 0, &mut t);
+        req(&mut l, Mode::Read, "r", 0, &mut t);
+        assert_eq!(l.unlock(b"r", 0), Unlock::Remaining);
+        assert_eq!(l.unlock(b"r", 0), Unlock::Gone);
+        assert!(l.is_free());
+    }
+
+    #[test]
+    fn each_reader_has_its_own_lease() {
+        let mut t = tokens();
+        let mut l = RwLock::default();
+        l.request(Mode::Read, b"short", 0, 10, false, &mut t);
+        l.request(Mode::Read, b"long", 0, 1000, false, &mut t);
+        assert_eq!(l.deadline(), Some(1000));
+        assert_eq!(l.next_lease_end(), Some(10));
+        l.prune(11);
+        assert_eq!(l.readers.len(), 1);
+        assert_eq!(l.readers[0].owner, b"long");
+    }
+
+    #[test]
+    fn waiters_ahead_make_new_readers_wait_but_not_reentry_or_downgrade() {
+        let mut t = tokens();
+        let mut l = RwLock::default();
+        l.request(Mode::Read, b"r", 0, 100, false, &mut t);
+        assert_eq!(
+            l.request(Mode::Read, b"new", 0, 100, true, &mut t),
+            Outcome::Busy
+        );
+        assert!(matches!(
+            l.request(Mode::Read, b"r", 0, 100, true, &mut t),
+            Outcome::Reentered { .. }
+        ));
+        let mut w = RwLock::default();
+        w.request(Mode::Write, b"w", 0, 100, false, &mut t);
+        assert!(matches!(
+            w.request(Mode::Read, b"w", 0, 100, true, &mut t),
+            Outcome::Granted { .. }
+        ));
+    }
+
+    #[test]
+    fn extend_resets_every_lease_of_the_owner() {
+        let mut t = tokens();
+        let mut l = RwLock::default();
+        l.request(Mode::Write, b"w", 0, 10, false, &mut t);
+        l.request(Mode::Read, b"w", 0, 20, false, &mut t);
+        assert!(l.extend(b"w", 5, 500));
+        assert_eq!(l.writer.as_ref().unwrap().deadline_ms, 505);
+        assert_eq!(l.readers[0].deadline_ms, 505);
+        assert!(!l.extend(b"nobody", 5, 500));
+    }
+
+    #[test]
+    fn expired_writer_frees_the_lock() {
+        let mut t = tokens();
+        let mut l = RwLock::default();
+        l.request(Mode::Write, b"w", 0, 10, false, &mut t);
+        assert!(matches!(
+            l.request(Mode::Read, b"r", 11, 10, false, &mut t),
+            Outcome::Granted { .. }
+        ));
+        assert_eq!(l.unlock(b"w", 11), Unlock::NotHeld);
+    }
+
+    #[test]
+    fn revoke_removes_only_the_matching_grant() {
+        let mut t = tokens();
+        let mut l = RwLock::default();
+        let Outcome::Granted { fence } = req(&mut l, Mode::Read, "r", 0, &mut t) else {
+            panic!()
+        };
+        assert!(!l.revoke(b"r", fence + 1));
+        assert!(l.revoke(b"r", fence));
+        assert!(l.is_free());
+    }
+}
