@@ -271,7 +271,7 @@ pub fn info(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
 /// `WARDEN.RWSET key fence (W|R owner holds fence deadline_ms)...`: the full
 /// state of a read-write lock as replicas and the AOF receive it.
 pub fn set(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
-    if args.len() < 8 || (args.len() - 3) % 5 != 0 {
+    if args.len() < 8 || !(args.len() - 3).is_multiple_of(5) {
         return Err(RedisError::WrongArity);
     }
     let invalid = || err(error::INVALID_EFFECT);
