@@ -1,0 +1,688 @@
+//! `make bench`: warden against what users run today, side by side in one
+//! run, reported as ratios from the same repetition.
+//!
+//! Starts its own redis-servers on free ports (one with warden, one with
+//! RedisBloom), drives them with redis-benchmark and with a small pipelined
+//! client on one event loop, and writes `bench/results/latest.md` and
+//! `latest.json` (the chart is drawn from it by `bench/chart.py`).
+
+mod scripts;
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use redis::aio::MultiplexedConnection;
+use redis::Value;
+
+const CLIENTS: usize = 50;
+
+struct Settings {
+    reps: usize,
+    n_p16: usize,
+    n_p1: usize,
+    driver_ops: usize,
+    contention: Duration,
+    bloom_items: usize,
+}
+
+impl Settings {
+    fn new(quick: bool) -> Self {
+        if quick {
+            Self { reps: 3, n_p16: 100_000, n_p1: 20_000, driver_ops: 30_000, contention: Duration::from_secs(2), bloom_items: 100_000 }
+        } else {
+            Self { reps: 3, n_p16: 400_000, n_p1: 60_000, driver_ops: 150_000, contention: Duration::from_secs(5), bloom_items: 1_000_000 }
+        }
+    }
+}
+
+/// A redis-server of the benchmark, on its own port and scratch directory.
+struct Server {
+    port: u16,
+    child: Child,
+    _dir: tempfile::TempDir,
+}
+
+impl Server {
+    fn start(module: &Path) -> Self {
+        let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let dir = tempfile::tempdir().unwrap();
+        let child = Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .args(["--dir", dir.path().to_str().unwrap(), "--logfile", "bench.log"])
+            .args(["--loadmodule", module.to_str().unwrap()])
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("redis-server");
+        let server = Self { port, child, _dir: dir };
+        let started = Instant::now();
+        while redis::Client::open(server.url()).and_then(|c| c.get_connection()).is_err() {
+            assert!(started.elapsed() < Duration::from_secs(10), "server on {port} did not start");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        server
+    }
+
+    fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    fn sync(&self) -> redis::Connection {
+        redis::Client::open(self.url()).unwrap().get_connection().unwrap()
+    }
+
+    async fn conn(&self) -> MultiplexedConnection {
+        redis::Client::open(self.url()).unwrap().get_multiplexed_async_connection().await.unwrap()
+    }
+
+    fn load(&self, script: &str) -> String {
+        redis::cmd("SCRIPT").arg("LOAD").arg(script).query(&mut self.sync()).unwrap()
+    }
+
+    fn flush(&self) {
+        redis::cmd("FLUSHALL").query::<()>(&mut self.sync()).unwrap();
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Requests per second from redis-benchmark: 50 clients, pipeline `p`,
+/// `__rand_int__` replaced by random numbers (fresh keys).
+fn redis_benchmark(server: &Server, p: usize, n: usize, words: &[&str]) -> f64 {
+    let out = Command::new("redis-benchmark")
+        .args(["-h", "127.0.0.1", "-p", &server.port.to_string(), "-c", &CLIENTS.to_string()])
+        .args(["-n", &n.to_string(), "-P", &p.to_string(), "-r", "1000000000", "--csv"])
+        .args(words)
+        .output()
+        .expect("redis-benchmark");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = text.lines().last().unwrap_or_default();
+    line.split(',').nth(1).and_then(|f| f.trim_matches('"').parse().ok()).unwrap_or_else(|| panic!("redis-benchmark {words:?}: {text}"))
+}
+
+/// Runs `ops` operations from `CLIENTS` connections on one event loop, each
+/// sending pipelines of `p` operations built by `batch(client, seq)`; ops/s.
+async fn driven<F>(server: &Server, p: usize, ops: usize, batch: F) -> f64
+where
+    F: Fn(usize, usize) -> redis::Pipeline,
+{
+    let mut conns = Vec::new();
+    for _ in 0..CLIENTS {
+        conns.push(server.conn().await);
+    }
+    let per_client = ops / CLIENTS / p;
+    let started = Instant::now();
+    let work = conns.into_iter().enumerate().map(|(client, mut con)| {
+        let pipes: Vec<redis::Pipeline> = (0..per_client).map(|seq| batch(client, seq)).collect();
+        async move {
+            for pipe in pipes {
+                let _: Vec<Value> = pipe.query_async(&mut con).await.unwrap();
+            }
+        }
+    });
+    futures_join_all(work).await;
+    (per_client * CLIENTS * p) as f64 / started.elapsed().as_secs_f64()
+}
+
+async fn futures_join_all<F: std::future::Future<Output = ()> + 'static>(futs: impl Iterator<Item = F>) {
+    let set: Vec<_> = futs.map(|f| tokio::task::spawn_local(f)).collect();
+    for h in set {
+        h.await.unwrap();
+    }
+}
+
+fn cmd(words: &[&str]) -> redis::Cmd {
+    let mut c = redis::cmd(words[0]);
+    for w in &words[1..] {
+        c.arg(*w);
+    }
+    c
+}
+
+/// Server-side counters from INFO: total command calls (INFO itself left
+/// out) and CPU seconds.
+fn server_counters(server: &Server) -> (u64, f64) {
+    let info: String = redis::cmd("INFO").arg("everything").query(&mut server.sync()).unwrap();
+    let mut calls = 0;
+    let mut cpu = 0.0;
+    for line in info.lines() {
+        if let Some(rest) = line.strip_prefix("cmdstat_") {
+            let (name, stats) = rest.split_once(':').unwrap();
+            if name != "info" {
+                let n = stats.split(',').find_map(|kv| kv.strip_prefix("calls=")).unwrap();
+                calls += n.parse::<u64>().unwrap();
+            }
+        }
+        if let Some(v) = line.strip_prefix("used_cpu_user:").or_else(|| line.strip_prefix("used_cpu_sys:")) {
+            cpu += v.trim().parse::<f64>().unwrap();
+        }
+    }
+    (calls, cpu)
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Contender {
+    Warden,
+    Polling,
+    Spin,
+    BlpopToken,
+}
+
+#[derive(Default, Clone)]
+struct Contention {
+    handoffs_per_s: f64,
+    commands_per_handoff: f64,
+    cpu_us_per_handoff: f64,
+    p50_ms: f64,
+    p99_ms: f64,
+    fairness: f64,
+}
+
+/// 50 clients on one key, each running INCR as its critical section.
+async fn contention(server: &Server, kind: Contender, run_for: Duration, release_sha: &str) -> Contention {
+    server.flush();
+    if kind == Contender::BlpopToken {
+        redis::cmd("RPUSH").arg("token").arg("t").query::<()>(&mut server.sync()).unwrap();
+    }
+    let mut conns = Vec::new();
+    for _ in 0..CLIENTS {
+        conns.push(server.conn().await);
+    }
+    redis::cmd("CONFIG").arg("RESETSTAT").query::<()>(&mut server.sync()).unwrap();
+    let (calls0, cpu0) = server_counters(server);
+    let start = Instant::now();
+    let deadline = start + run_for;
+    let tasks: Vec<_> = conns
+        .into_iter()
+        .enumerate()
+        .map(|(i, mut con)| {
+            let owner = format!("client-{i}");
+            let sha = release_sha.to_string();
+            tokio::task::spawn_local(async move {
+                let mut waits = Vec::new();
+                while Instant::now() < deadline {
+                    let asked = Instant::now();
+                    match kind {
+                        Contender::Warden => {
+                            let _: i64 = cmd(&["LOCK.ACQUIRE", "mutex", &owner, "10000", "WAIT", "0"]).query_async(&mut con).await.unwrap();
+                        }
+                        Contender::BlpopToken => {
+                            let _: Value = cmd(&["BLPOP", "token", "0"]).query_async(&mut con).await.unwrap();
+                        }
+                        Contender::Polling | Contender::Spin => loop {
+                            let got: Value = cmd(&["SET", "mutex", &owner, "NX", "PX", "10000"]).query_async(&mut con).await.unwrap();
+                            if got != Value::Nil {
+                                break;
+                            }
+                            if kind == Contender::Polling {
+                                tokio::time::sleep(Duration::from_millis(10)).await;
+                            }
+                        },
+                    }
+                    let held_at = Instant::now();
+                    let _: i64 = cmd(&["INCR", "counter"]).query_async(&mut con).await.unwrap();
+                    match kind {
+                        Contender::Warden => {
+                            let _: i64 = cmd(&["LOCK.RELEASE", "mutex", &owner]).query_async(&mut con).await.unwrap();
+                        }
+                        Contender::BlpopToken => {
+                            let _: i64 = cmd(&["RPUSH", "token", "t"]).query_async(&mut con).await.unwrap();
+                        }
+                        Contender::Polling | Contender::Spin => {
+                            let _: i64 = cmd(&["EVALSHA", &sha, "1", "mutex", &owner]).query_async(&mut con).await.unwrap();
+                        }
+                    }
+                    if held_at < deadline {
+                        waits.push(held_at - asked);
+                    }
+                }
+                waits
+            })
+        })
+        .collect();
+    let mut all = Vec::new();
+    let mut per_client = Vec::new();
+    tokio::time::sleep_until(tokio::time::Instant::from_std(deadline)).await;
+    let (calls1, cpu1) = server_counters(server);
+    for t in tasks {
+        let waits = t.await.unwrap();
+        per_client.push(waits.len());
+        all.extend(waits);
+    }
+    all.sort();
+    let handoffs = all.len().max(1) as f64;
+    let pct = |q: f64| all.get(((all.len() as f64 * q) as usize).min(all.len().saturating_sub(1))).map_or(0.0, |d| d.as_secs_f64() * 1e3);
+    let min = *per_client.iter().min().unwrap_or(&0) as f64;
+    let max = *per_client.iter().max().unwrap_or(&0) as f64;
+    Contention {
+        handoffs_per_s: handoffs / run_for.as_secs_f64(),
+        commands_per_handoff: (calls1 - calls0) as f64 / handoffs,
+        cpu_us_per_handoff: (cpu1 - cpu0) * 1e6 / handoffs,
+        p50_ms: pct(0.50),
+        p99_ms: pct(0.99),
+        fairness: if min > 0.0 { max / min } else { f64::INFINITY },
+    }
+}
+
+/// Memory and measured false-positive rate of one filter holding `n` items.
+async fn bloom_quality(server: &Server, n: usize, rate: &str, scaling: bool) -> (f64, f64) {
+    server.flush();
+    let mut sync = server.sync();
+    let mut reserve = cmd(&["BF.RESERVE", "q", rate, &n.to_string()]);
+    if !scaling {
+        reserve.arg("NONSCALING");
+    }
+    reserve.query::<()>(&mut sync).unwrap();
+    let mut con = server.conn().await;
+    for chunk in (0..n).collect::<Vec<_>>().chunks(1000) {
+        let mut c = redis::cmd("BF.MADD");
+        c.arg("q");
+        for i in chunk {
+            c.arg(format!("member:{i}"));
+        }
+        let _: Value = c.query_async(&mut con).await.unwrap();
+    }
+    let memory: i64 = cmd(&["MEMORY", "USAGE", "q"]).query(&mut sync).unwrap();
+    let trials = 100_000;
+    let mut positives = 0;
+    for chunk in (0..trials).collect::<Vec<_>>().chunks(1000) {
+        let mut c = redis::cmd("BF.MEXISTS");
+        c.arg("q");
+        for i in chunk {
+            c.arg(format!("absent:{i}"));
+        }
+        let found: Vec<i64> = c.query_async(&mut con).await.unwrap();
+        positives += found.iter().filter(|&&b| b == 1).count();
+    }
+    (memory as f64, positives as f64 / trials as f64)
+}
+
+/// One row: warden's figure against its comparison, per repetition.
+struct Row {
+    group: &'static str,
+    name: String,
+    unit: &'static str,
+    warden: Vec<f64>,
+    other: Vec<f64>,
+    /// Target on warden / other: (`>=` or `<=`, value).
+    target: Option<(&'static str, f64)>,
+}
+
+impl Row {
+    fn new(group: &'static str, name: impl Into<String>, unit: &'static str, target: Option<(&'static str, f64)>) -> Self {
+        Self { group, name: name.into(), unit, warden: Vec::new(), other: Vec::new(), target }
+    }
+
+    fn ratios(&self) -> Vec<f64> {
+        self.warden.iter().zip(&self.other).map(|(w, o)| if *o == 0.0 { f64::INFINITY } else { w / o }).collect()
+    }
+
+    fn verdict(&self) -> &'static str {
+        match self.target {
+            None => "",
+            Some((op, t)) => {
+                let r = median(&self.ratios());
+                if (op == ">=" && r >= t) || (op == "<=" && r <= t) {
+                    "met"
+                } else {
+                    "MISSED"
+                }
+            }
+        }
+    }
+}
+
+fn median(v: &[f64]) -> f64 {
+    let mut s = v.to_vec();
+    s.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    if s.is_empty() {
+        return f64::NAN;
+    }
+    s[s.len() / 2]
+}
+
+fn spread(v: &[f64]) -> (f64, f64) {
+    let min = v.iter().cloned().fold(f64::INFINITY, f64::min);
+    let max = v.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+    (min, max)
+}
+
+fn fmt(x: f64) -> String {
+    if !x.is_finite() {
+        "inf".into()
+    } else if x.abs() >= 1000.0 {
+        format!("{x:.0}")
+    } else if x.abs() >= 10.0 {
+        format!("{x:.1}")
+    } else if x.abs() >= 0.01 {
+        format!("{x:.3}")
+    } else {
+        format!("{x:.5}")
+    }
+}
+
+fn main() {
+    let quick = std::env::args().any(|a| a == "--quick");
+    let settings = Settings::new(quick);
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let warden_so = std::env::var("WARDEN_MODULE").map(PathBuf::from).unwrap_or(root.join("target/release/libwarden.so"));
+    let bloom_so = std::env::var("REDISBLOOM_MODULE").map(PathBuf::from).unwrap_or(root.join("target/bench/redisbloom.so"));
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let local = tokio::task::LocalSet::new();
+    let rows = local.block_on(&runtime, run(&settings, &warden_so, &bloom_so));
+    report(&rows, quick, &root.join("bench/results"));
+}
+
+async fn run(s: &Settings, warden_so: &Path, bloom_so: &Path) -> Vec<Row> {
+    let warden = Server::start(warden_so);
+    let bloom = Server::start(bloom_so);
+    let safe_release = warden.load(scripts::SAFE_RELEASE);
+    let reentrant_acquire = warden.load(scripts::REENTRANT_ACQUIRE);
+    let reentrant_release = warden.load(scripts::REENTRANT_RELEASE);
+    let rw = [scripts::RW_READ, scripts::RW_READ_UNLOCK, scripts::RW_WRITE, scripts::RW_WRITE_UNLOCK].map(|s| warden.load(s));
+
+    let mut rows: Vec<Row> = vec![
+        Row::new("ceiling", "PING (P16) vs PING (P1)", "ops/s", None),
+        Row::new("locks", "LOCK.ACQUIRE vs SET NX PX, fresh keys (P16)", "ops/s", Some((">=", 0.9))),
+        Row::new("locks", "LOCK.ACQUIRE vs SET NX PX, fresh keys (P1)", "ops/s", None),
+        Row::new("locks", "LOCK.ACQUIRE vs Redisson-style Lua acquire (P16)", "ops/s", Some((">=", 2.0))),
+        Row::new("locks", "LOCK.RELEASE vs safe-release Lua (P16)", "ops/s", Some((">=", 1.3))),
+        Row::new("locks", "LOCK.RELEASE vs Redisson-style Lua release (P16)", "ops/s", None),
+        Row::new("locks", "acquire+release pairs vs SET NX PX + Lua release (P16)", "pairs/s", Some((">=", 1.2))),
+        Row::new("contention", "hand-offs/s: WAIT vs 10 ms polling", "hand-offs/s", Some((">=", 1.2))),
+        Row::new("contention", "hand-offs/s: WAIT vs busy spin", "hand-offs/s", None),
+        Row::new("contention", "hand-offs/s: WAIT vs BLPOP token", "hand-offs/s", Some((">=", 0.95))),
+        Row::new("contention", "server commands per hand-off: WAIT vs 10 ms polling", "commands", None),
+        Row::new("contention", "server commands per hand-off: WAIT vs BLPOP token", "commands", None),
+        Row::new("contention", "server CPU per hand-off: WAIT vs 10 ms polling", "us", None),
+        Row::new("contention", "server CPU per hand-off: WAIT vs BLPOP token", "us", None),
+        Row::new("contention", "p50 wait: WAIT vs 10 ms polling", "ms", None),
+        Row::new("contention", "p99 wait: WAIT vs 10 ms polling", "ms", Some(("<=", 0.2))),
+        Row::new("contention", "p99 wait: WAIT vs BLPOP token", "ms", None),
+        Row::new("contention", "fairness max/min per client: WAIT vs 10 ms polling", "max/min", None),
+        Row::new("rwlock", "RWLOCK.READ+UNLOCK vs Redisson-style Lua (P16)", "pairs/s", Some((">=", 1.5))),
+        Row::new("rwlock", "RWLOCK.WRITE+UNLOCK vs Redisson-style Lua (P16)", "pairs/s", Some((">=", 1.5))),
+        Row::new("bloom", "BF.ADD vs RedisBloom (P16)", "ops/s", Some((">=", 1.1))),
+        Row::new("bloom", "BF.ADD vs RedisBloom (P1)", "ops/s", Some((">=", 1.1))),
+        Row::new("bloom", "BF.EXISTS vs RedisBloom (P16)", "ops/s", Some((">=", 1.1))),
+        Row::new("bloom", "BF.EXISTS vs RedisBloom (P1)", "ops/s", Some((">=", 1.1))),
+        Row::new("bloom", "BF.MADD x10 vs RedisBloom (P16)", "ops/s", Some((">=", 1.3))),
+        Row::new("bloom", "BF.MEXISTS x10 vs RedisBloom (P16)", "ops/s", Some((">=", 1.3))),
+    ];
+    let mut quality_rows: Vec<Row> = Vec::new();
+    let mut contention_table: Vec<(Contender, Contention)> = Vec::new();
+    let n = s.bloom_items;
+    let tens = |name: &str| -> Vec<String> {
+        let mut w = vec![name.to_string(), "bf".to_string()];
+        w.extend((0..10).map(|_| "item:__rand_int__".to_string()));
+        w
+    };
+    for rep in 0..s.reps {
+        eprintln!("repetition {}/{}", rep + 1, s.reps);
+        let mut r = 0;
+        let mut push = |rows: &mut Vec<Row>, w: f64, o: f64| {
+            rows[r].warden.push(w);
+            rows[r].other.push(o);
+            r += 1;
+        };
+        // Ceiling
+        let p16 = redis_benchmark(&warden, 16, s.n_p16, &["PING"]);
+        let p1 = redis_benchmark(&warden, 1, s.n_p1, &["PING"]);
+        push(&mut rows, p16, p1);
+        // Uncontended locks on fresh keys
+        warden.flush();
+        let a16 = redis_benchmark(&warden, 16, s.n_p16, &["LOCK.ACQUIRE", "lock:__rand_int__", "owner-1", "30000"]);
+        let s16 = redis_benchmark(&warden, 16, s.n_p16, &["SET", "set:__rand_int__", "owner-1", "NX", "PX", "30000"]);
+        push(&mut rows, a16, s16);
+        let a1 = redis_benchmark(&warden, 1, s.n_p1, &["LOCK.ACQUIRE", "lock1:__rand_int__", "owner-1", "30000"]);
+        let s1 = redis_benchmark(&warden, 1, s.n_p1, &["SET", "set1:__rand_int__", "owner-1", "NX", "PX", "30000"]);
+        push(&mut rows, a1, s1);
+        let lua = redis_benchmark(&warden, 16, s.n_p16, &["EVALSHA", &reentrant_acquire, "1", "hash:__rand_int__", "30000", "owner-1"]);
+        push(&mut rows, a16, lua);
+        warden.flush();
+        // Releases of held keys: acquire (untimed), then time the releases.
+        let ops = s.driver_ops;
+        let key = |c: usize, i: usize, prefix: &str| format!("{prefix}:{c}:{i}");
+        let fill = |prefix: &'static str, words: fn(&str) -> redis::Cmd| {
+            let warden = &warden;
+            async move {
+                driven(warden, 16, ops, |c, seq| {
+                    let mut p = redis::pipe();
+                    for i in 0..16 {
+                        p.add_command(words(&key(c, seq * 16 + i, prefix)));
+                    }
+                    p
+                })
+                .await
+            }
+        };
+        fill("l", |k| cmd(&["LOCK.ACQUIRE", k, "owner-1", "60000"])).await;
+        let release = driven(&warden, 16, ops, |c, seq| {
+            let mut p = redis::pipe();
+            for i in 0..16 {
+                p.add_command(cmd(&["LOCK.RELEASE", &key(c, seq * 16 + i, "l"), "owner-1"]));
+            }
+            p
+        })
+        .await;
+        fill("s", |k| cmd(&["SET", k, "owner-1", "NX", "PX", "60000"])).await;
+        let safe = driven(&warden, 16, ops, |c, seq| {
+            let mut p = redis::pipe();
+            for i in 0..16 {
+                p.add_command(cmd(&["EVALSHA", &safe_release, "1", &key(c, seq * 16 + i, "s"), "owner-1"]));
+            }
+            p
+        })
+        .await;
+        push(&mut rows, release, safe);
+        fill("h", |k| cmd(&["HINCRBY", k, "owner-1", "1"])).await;
+        let redisson = driven(&warden, 16, ops, |c, seq| {
+            let mut p = redis::pipe();
+            for i in 0..16 {
+                p.add_command(cmd(&["EVALSHA", &reentrant_release, "1", &key(c, seq * 16 + i, "h"), "30000", "owner-1"]));
+            }
+            p
+        })
+        .await;
+        push(&mut rows, release, redisson);
+        warden.flush();
+        let pairs = driven(&warden, 16, ops, |c, seq| {
+            let mut p = redis::pipe();
+            for i in 0..8 {
+                let k = key(c, seq * 8 + i, "p");
+                p.add_command(cmd(&["LOCK.ACQUIRE", &k, "owner-1", "30000"]));
+                p.add_command(cmd(&["LOCK.RELEASE", &k, "owner-1"]));
+            }
+            p
+        })
+        .await
+            / 2.0;
+        let classic = driven(&warden, 16, ops, |c, seq| {
+            let mut p = redis::pipe();
+            for i in 0..8 {
+                let k = key(c, seq * 8 + i, "c");
+                p.add_command(cmd(&["SET", &k, "owner-1", "NX", "PX", "30000"]));
+                p.add_command(cmd(&["EVALSHA", &safe_release, "1", &k, "owner-1"]));
+            }
+            p
+        })
+        .await
+            / 2.0;
+        push(&mut rows, pairs, classic);
+        // Contention
+        let mut results = HashMap::new();
+        for kind in [Contender::Warden, Contender::Polling, Contender::Spin, Contender::BlpopToken] {
+            let c = contention(&warden, kind, s.contention, &safe_release).await;
+            if rep == s.reps - 1 {
+                contention_table.push((kind, c.clone()));
+            }
+            results.insert(format!("{kind:?}"), c);
+        }
+        let (w, poll, spin, token) = (&results["Warden"], &results["Polling"], &results["Spin"], &results["BlpopToken"]);
+        push(&mut rows, w.handoffs_per_s, poll.handoffs_per_s);
+        push(&mut rows, w.handoffs_per_s, spin.handoffs_per_s);
+        push(&mut rows, w.handoffs_per_s, token.handoffs_per_s);
+        push(&mut rows, w.commands_per_handoff, poll.commands_per_handoff);
+        push(&mut rows, w.commands_per_handoff, token.commands_per_handoff);
+        push(&mut rows, w.cpu_us_per_handoff, poll.cpu_us_per_handoff);
+        push(&mut rows, w.cpu_us_per_handoff, token.cpu_us_per_handoff);
+        push(&mut rows, w.p50_ms, poll.p50_ms);
+        push(&mut rows, w.p99_ms, poll.p99_ms);
+        push(&mut rows, w.p99_ms, token.p99_ms);
+        push(&mut rows, w.fairness, poll.fairness);
+        // Read-write locks: pairs on a key of each client's own
+        warden.flush();
+        for (mode, lock_sha, unlock_sha) in [("READ", &rw[0], &rw[1]), ("WRITE", &rw[2], &rw[3])] {
+            let native = driven(&warden, 16, ops, |c, _| {
+                let mut p = redis::pipe();
+                let k = format!("rw:{c}");
+                for _ in 0..8 {
+                    p.add_command(cmd(&[&format!("RWLOCK.{mode}"), &k, "owner-1", "30000"]));
+                    p.add_command(cmd(&["RWLOCK.UNLOCK", &k, "owner-1"]));
+                }
+                p
+            })
+            .await
+                / 2.0;
+            let lua = driven(&warden, 16, ops, |c, _| {
+                let mut p = redis::pipe();
+                let k = format!("{{rwl:{c}}}");
+                for _ in 0..8 {
+                    if mode == "READ" {
+                        p.add_command(cmd(&["EVALSHA", lock_sha, "1", &k, "30000", "owner-1", "owner-1:write"]));
+                    } else {
+                        p.add_command(cmd(&["EVALSHA", lock_sha, "1", &k, "30000", "owner-1:write"]));
+                    }
+                    let holder = if mode == "READ" { "owner-1" } else { "owner-1:write" };
+                    p.add_command(cmd(&["EVALSHA", unlock_sha, "1", &k, "30000", holder]));
+                }
+                p
+            })
+            .await
+                / 2.0;
+            push(&mut rows, native, lua);
+        }
+        // Bloom throughput: a large filter on each side, so no scaling happens.
+        for server in [&warden, &bloom] {
+            server.flush();
+            cmd(&["BF.RESERVE", "bf", "0.01", "20000000"]).query::<()>(&mut server.sync()).unwrap();
+        }
+        for (p, n_req) in [(16, s.n_p16), (1, s.n_p1)] {
+            let w = redis_benchmark(&warden, p, n_req, &["BF.ADD", "bf", "item:__rand_int__"]);
+            let o = redis_benchmark(&bloom, p, n_req, &["BF.ADD", "bf", "item:__rand_int__"]);
+            push(&mut rows, w, o);
+        }
+        for (p, n_req) in [(16, s.n_p16), (1, s.n_p1)] {
+            let w = redis_benchmark(&warden, p, n_req, &["BF.EXISTS", "bf", "item:__rand_int__"]);
+            let o = redis_benchmark(&bloom, p, n_req, &["BF.EXISTS", "bf", "item:__rand_int__"]);
+            push(&mut rows, w, o);
+        }
+        for name in ["BF.MADD", "BF.MEXISTS"] {
+            let words = tens(name);
+            let words: Vec<&str> = words.iter().map(String::as_str).collect();
+            let w = redis_benchmark(&warden, 16, s.n_p16 / 4, &words);
+            let o = redis_benchmark(&bloom, 16, s.n_p16 / 4, &words);
+            push(&mut rows, w, o);
+        }
+    }
+    // Bloom memory and accuracy: deterministic, measured once.
+    for (rate, scaling) in [("0.01", true), ("0.001", true), ("0.01", false), ("0.001", false)] {
+        let kind = if scaling { "scaling" } else { "non-scaling" };
+        let (wm, wfp) = bloom_quality(&warden, n, rate, scaling).await;
+        let (bm, bfp) = bloom_quality(&bloom, n, rate, scaling).await;
+        let mut mem = Row::new("bloom quality", format!("MEMORY USAGE, {n} items at {rate}, {kind}: warden vs RedisBloom"), "bytes", Some(("<=", 1.0)));
+        mem.warden.push(wm);
+        mem.other.push(bm);
+        quality_rows.push(mem);
+        let target: f64 = rate.parse().unwrap();
+        let mut fp = Row::new("bloom quality", format!("false-positive rate at capacity {rate}, {kind}: warden vs requested"), "rate", Some(("<=", 1.0)));
+        fp.warden.push(wfp);
+        fp.other.push(target);
+        quality_rows.push(fp);
+        let mut fpb = Row::new("bloom quality", format!("false-positive rate at capacity {rate}, {kind}: RedisBloom vs requested"), "rate", None);
+        fpb.warden.push(bfp);
+        fpb.other.push(target);
+        quality_rows.push(fpb);
+    }
+    rows.extend(quality_rows);
+    let mut detail = Row::new("contention detail", "", "", None);
+    detail.name = contention_table
+        .iter()
+        .map(|(k, c)| {
+            format!(
+                "{k:?}: {:.0} hand-offs/s, {:.2} commands and {:.1} us CPU per hand-off, p50 {:.2} ms, p99 {:.2} ms, max/min per client {:.2}",
+                c.handoffs_per_s, c.commands_per_handoff, c.cpu_us_per_handoff, c.p50_ms, c.p99_ms, c.fairness
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
+    rows.push(detail);
+    rows
+}
+
+fn report(rows: &[Row], quick: bool, dir: &Path) {
+    let machine = format!(
+        "{} cores, {}",
+        std::thread::available_parallelism().map_or(0, |n| n.get()),
+        std::fs::read_to_string("/proc/cpuinfo").ok().and_then(|c| c.lines().find(|l| l.starts_with("model name")).map(|l| l.split(':').nth(1).unwrap_or("").trim().to_string())).unwrap_or_default()
+    );
+    let redis_version = String::from_utf8_lossy(&Command::new("redis-server").arg("--version").output().map(|o| o.stdout).unwrap_or_default()).trim().to_string();
+    let mut md = String::new();
+    let _ = writeln!(md, "# warden benchmark{}\n", if quick { " (QUICK)" } else { "" });
+    let _ = writeln!(md, "Machine: {machine}; {redis_version}; 50 clients. Each row ran {} times; the ratio is warden / comparison within one repetition, median (min–max).\n", rows.first().map_or(0, |r| r.warden.len()));
+    let _ = writeln!(md, "| group | row | warden | comparison | unit | ratio (median, min–max) | target | |");
+    let _ = writeln!(md, "|---|---|---|---|---|---|---|---|");
+    let mut json = String::from("[");
+    let mut details = String::new();
+    for row in rows {
+        if row.group == "contention detail" {
+            details = row.name.clone();
+            continue;
+        }
+        let ratios = row.ratios();
+        let (lo, hi) = spread(&ratios);
+        let target = row.target.map_or(String::new(), |(op, t)| format!("{op} {t}"));
+        let _ = writeln!(
+            md,
+            "| {} | {} | {} | {} | {} | {} ({}–{}) | {} | {} |",
+            row.group,
+            row.name,
+            fmt(median(&row.warden)),
+            fmt(median(&row.other)),
+            row.unit,
+            fmt(median(&ratios)),
+            fmt(lo),
+            fmt(hi),
+            target,
+            row.verdict()
+        );
+        if json.len() > 1 {
+            json.push(',');
+        }
+        let _ = write!(
+            json,
+            "{{\"group\":\"{}\",\"name\":\"{}\",\"ratio\":{},\"target\":{}}}",
+            row.group,
+            row.name.replace('"', "'"),
+            if median(&ratios).is_finite() { median(&ratios) } else { 0.0 },
+            row.target.map_or("null".to_string(), |(_, t)| t.to_string())
+        );
+    }
+    json.push(']');
+    let _ = writeln!(md, "\nContention, last repetition:\n");
+    for line in details.lines() {
+        let _ = writeln!(md, "- {line}");
+    }
+    print!("{md}");
+    std::fs::create_dir_all(dir).unwrap();
+    std::fs::write(dir.join("latest.md"), &md).unwrap();
+    std::fs::write(dir.join("latest.json"), json).unwrap();
+}
