@@ -32,9 +32,23 @@ struct Settings {
 impl Settings {
     fn new(quick: bool) -> Self {
         if quick {
-            Self { reps: 3, n_p16: 100_000, n_p1: 20_000, driver_ops: 30_000, contention: Duration::from_secs(2), bloom_items: 100_000 }
+            Self {
+                reps: 3,
+                n_p16: 100_000,
+                n_p1: 20_000,
+                driver_ops: 30_000,
+                contention: Duration::from_secs(2),
+                bloom_items: 100_000,
+            }
         } else {
-            Self { reps: 3, n_p16: 400_000, n_p1: 60_000, driver_ops: 150_000, contention: Duration::from_secs(5), bloom_items: 1_000_000 }
+            Self {
+                reps: 3,
+                n_p16: 400_000,
+                n_p1: 60_000,
+                driver_ops: 150_000,
+                contention: Duration::from_secs(5),
+                bloom_items: 1_000_000,
+            }
         }
     }
 }
@@ -48,19 +62,47 @@ struct Server {
 
 impl Server {
     fn start(module: &Path) -> Self {
-        let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let port = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
         let dir = tempfile::tempdir().unwrap();
         let child = Command::new("redis-server")
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
-            .args(["--dir", dir.path().to_str().unwrap(), "--logfile", "bench.log"])
+            .args([
+                "--port",
+                &port.to_string(),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ])
+            .args([
+                "--dir",
+                dir.path().to_str().unwrap(),
+                "--logfile",
+                "bench.log",
+            ])
             .args(["--loadmodule", module.to_str().unwrap()])
             .stdout(Stdio::null())
             .spawn()
             .expect("redis-server");
-        let server = Self { port, child, _dir: dir };
+        let server = Self {
+            port,
+            child,
+            _dir: dir,
+        };
         let started = Instant::now();
-        while redis::Client::open(server.url()).and_then(|c| c.get_connection()).is_err() {
-            assert!(started.elapsed() < Duration::from_secs(10), "server on {port} did not start");
+        while redis::Client::open(server.url())
+            .and_then(|c| c.get_connection())
+            .is_err()
+        {
+            assert!(
+                started.elapsed() < Duration::from_secs(10),
+                "server on {port} did not start"
+            );
             std::thread::sleep(Duration::from_millis(20));
         }
         server
@@ -71,19 +113,32 @@ impl Server {
     }
 
     fn sync(&self) -> redis::Connection {
-        redis::Client::open(self.url()).unwrap().get_connection().unwrap()
+        redis::Client::open(self.url())
+            .unwrap()
+            .get_connection()
+            .unwrap()
     }
 
     async fn conn(&self) -> MultiplexedConnection {
-        redis::Client::open(self.url()).unwrap().get_multiplexed_async_connection().await.unwrap()
+        redis::Client::open(self.url())
+            .unwrap()
+            .get_multiplexed_async_connection()
+            .await
+            .unwrap()
     }
 
     fn load(&self, script: &str) -> String {
-        redis::cmd("SCRIPT").arg("LOAD").arg(script).query(&mut self.sync()).unwrap()
+        redis::cmd("SCRIPT")
+            .arg("LOAD")
+            .arg(script)
+            .query(&mut self.sync())
+            .unwrap()
     }
 
     fn flush(&self) {
-        redis::cmd("FLUSHALL").query::<()>(&mut self.sync()).unwrap();
+        redis::cmd("FLUSHALL")
+            .query::<()>(&mut self.sync())
+            .unwrap();
     }
 }
 
@@ -98,14 +153,32 @@ impl Drop for Server {
 /// `__rand_int__` replaced by random numbers (fresh keys).
 fn redis_benchmark(server: &Server, p: usize, n: usize, words: &[&str]) -> f64 {
     let out = Command::new("redis-benchmark")
-        .args(["-h", "127.0.0.1", "-p", &server.port.to_string(), "-c", &CLIENTS.to_string()])
-        .args(["-n", &n.to_string(), "-P", &p.to_string(), "-r", "1000000000", "--csv"])
+        .args([
+            "-h",
+            "127.0.0.1",
+            "-p",
+            &server.port.to_string(),
+            "-c",
+            &CLIENTS.to_string(),
+        ])
+        .args([
+            "-n",
+            &n.to_string(),
+            "-P",
+            &p.to_string(),
+            "-r",
+            "1000000000",
+            "--csv",
+        ])
         .args(words)
         .output()
         .expect("redis-benchmark");
     let text = String::from_utf8_lossy(&out.stdout);
     let line = text.lines().last().unwrap_or_default();
-    line.split(',').nth(1).and_then(|f| f.trim_matches('"').parse().ok()).unwrap_or_else(|| panic!("redis-benchmark {words:?}: {text}"))
+    line.split(',')
+        .nth(1)
+        .and_then(|f| f.trim_matches('"').parse().ok())
+        .unwrap_or_else(|| panic!("redis-benchmark {words:?}: {text}"))
 }
 
 /// Runs `ops` operations from `CLIENTS` connections on one event loop, each
@@ -132,7 +205,9 @@ where
     (per_client * CLIENTS * p) as f64 / started.elapsed().as_secs_f64()
 }
 
-async fn futures_join_all<F: std::future::Future<Output = ()> + 'static>(futs: impl Iterator<Item = F>) {
+async fn futures_join_all<F: std::future::Future<Output = ()> + 'static>(
+    futs: impl Iterator<Item = F>,
+) {
     let set: Vec<_> = futs.map(|f| tokio::task::spawn_local(f)).collect();
     for h in set {
         h.await.unwrap();
@@ -150,18 +225,27 @@ fn cmd(words: &[&str]) -> redis::Cmd {
 /// Server-side counters from INFO: total command calls (INFO itself left
 /// out) and CPU seconds.
 fn server_counters(server: &Server) -> (u64, f64) {
-    let info: String = redis::cmd("INFO").arg("everything").query(&mut server.sync()).unwrap();
+    let info: String = redis::cmd("INFO")
+        .arg("everything")
+        .query(&mut server.sync())
+        .unwrap();
     let mut calls = 0;
     let mut cpu = 0.0;
     for line in info.lines() {
         if let Some(rest) = line.strip_prefix("cmdstat_") {
             let (name, stats) = rest.split_once(':').unwrap();
             if name != "info" {
-                let n = stats.split(',').find_map(|kv| kv.strip_prefix("calls=")).unwrap();
+                let n = stats
+                    .split(',')
+                    .find_map(|kv| kv.strip_prefix("calls="))
+                    .unwrap();
                 calls += n.parse::<u64>().unwrap();
             }
         }
-        if let Some(v) = line.strip_prefix("used_cpu_user:").or_else(|| line.strip_prefix("used_cpu_sys:")) {
+        if let Some(v) = line
+            .strip_prefix("used_cpu_user:")
+            .or_else(|| line.strip_prefix("used_cpu_sys:"))
+        {
             cpu += v.trim().parse::<f64>().unwrap();
         }
     }
@@ -187,16 +271,28 @@ struct Contention {
 }
 
 /// 50 clients on one key, each running INCR as its critical section.
-async fn contention(server: &Server, kind: Contender, run_for: Duration, release_sha: &str) -> Contention {
+async fn contention(
+    server: &Server,
+    kind: Contender,
+    run_for: Duration,
+    release_sha: &str,
+) -> Contention {
     server.flush();
     if kind == Contender::BlpopToken {
-        redis::cmd("RPUSH").arg("token").arg("t").query::<()>(&mut server.sync()).unwrap();
+        redis::cmd("RPUSH")
+            .arg("token")
+            .arg("t")
+            .query::<()>(&mut server.sync())
+            .unwrap();
     }
     let mut conns = Vec::new();
     for _ in 0..CLIENTS {
         conns.push(server.conn().await);
     }
-    redis::cmd("CONFIG").arg("RESETSTAT").query::<()>(&mut server.sync()).unwrap();
+    redis::cmd("CONFIG")
+        .arg("RESETSTAT")
+        .query::<()>(&mut server.sync())
+        .unwrap();
     let (calls0, cpu0) = server_counters(server);
     let start = Instant::now();
     let deadline = start + run_for;
@@ -210,15 +306,27 @@ async fn contention(server: &Server, kind: Contender, run_for: Duration, release
                 let mut waits = Vec::new();
                 while Instant::now() < deadline {
                     let asked = Instant::now();
+                    // A client still waiting at the deadline counts with the time it waited so far.
+                    let censored = deadline.saturating_duration_since(asked);
                     match kind {
                         Contender::Warden => {
-                            let _: i64 = cmd(&["LOCK.ACQUIRE", "mutex", &owner, "10000", "WAIT", "0"]).query_async(&mut con).await.unwrap();
+                            let _: i64 =
+                                cmd(&["LOCK.ACQUIRE", "mutex", &owner, "10000", "WAIT", "0"])
+                                    .query_async(&mut con)
+                                    .await
+                                    .unwrap();
                         }
                         Contender::BlpopToken => {
-                            let _: Value = cmd(&["BLPOP", "token", "0"]).query_async(&mut con).await.unwrap();
+                            let _: Value = cmd(&["BLPOP", "token", "0"])
+                                .query_async(&mut con)
+                                .await
+                                .unwrap();
                         }
                         Contender::Polling | Contender::Spin => loop {
-                            let got: Value = cmd(&["SET", "mutex", &owner, "NX", "PX", "10000"]).query_async(&mut con).await.unwrap();
+                            let got: Value = cmd(&["SET", "mutex", &owner, "NX", "PX", "10000"])
+                                .query_async(&mut con)
+                                .await
+                                .unwrap();
                             if got != Value::Nil {
                                 break;
                             }
@@ -228,20 +336,34 @@ async fn contention(server: &Server, kind: Contender, run_for: Duration, release
                         },
                     }
                     let held_at = Instant::now();
-                    let _: i64 = cmd(&["INCR", "counter"]).query_async(&mut con).await.unwrap();
+                    let _: i64 = cmd(&["INCR", "counter"])
+                        .query_async(&mut con)
+                        .await
+                        .unwrap();
                     match kind {
                         Contender::Warden => {
-                            let _: i64 = cmd(&["LOCK.RELEASE", "mutex", &owner]).query_async(&mut con).await.unwrap();
+                            let _: i64 = cmd(&["LOCK.RELEASE", "mutex", &owner])
+                                .query_async(&mut con)
+                                .await
+                                .unwrap();
                         }
                         Contender::BlpopToken => {
-                            let _: i64 = cmd(&["RPUSH", "token", "t"]).query_async(&mut con).await.unwrap();
+                            let _: i64 = cmd(&["RPUSH", "token", "t"])
+                                .query_async(&mut con)
+                                .await
+                                .unwrap();
                         }
                         Contender::Polling | Contender::Spin => {
-                            let _: i64 = cmd(&["EVALSHA", &sha, "1", "mutex", &owner]).query_async(&mut con).await.unwrap();
+                            let _: i64 = cmd(&["EVALSHA", &sha, "1", "mutex", &owner])
+                                .query_async(&mut con)
+                                .await
+                                .unwrap();
                         }
                     }
                     if held_at < deadline {
-                        waits.push(held_at - asked);
+                        waits.push((true, held_at - asked));
+                    } else if !censored.is_zero() {
+                        waits.push((false, censored));
                     }
                 }
                 waits
@@ -254,12 +376,16 @@ async fn contention(server: &Server, kind: Contender, run_for: Duration, release
     let (calls1, cpu1) = server_counters(server);
     for t in tasks {
         let waits = t.await.unwrap();
-        per_client.push(waits.len());
-        all.extend(waits);
+        let (done, waited): (Vec<_>, Vec<_>) = waits.into_iter().partition(|(granted, _)| *granted);
+        per_client.push(done.len());
+        all.extend(done.into_iter().chain(waited).map(|(_, d)| d));
     }
     all.sort();
-    let handoffs = all.len().max(1) as f64;
-    let pct = |q: f64| all.get(((all.len() as f64 * q) as usize).min(all.len().saturating_sub(1))).map_or(0.0, |d| d.as_secs_f64() * 1e3);
+    let handoffs = per_client.iter().sum::<usize>().max(1) as f64;
+    let pct = |q: f64| {
+        all.get(((all.len() as f64 * q) as usize).min(all.len().saturating_sub(1)))
+            .map_or(0.0, |d| d.as_secs_f64() * 1e3)
+    };
     let min = *per_client.iter().min().unwrap_or(&0) as f64;
     let max = *per_client.iter().max().unwrap_or(&0) as f64;
     Contention {
@@ -317,12 +443,28 @@ struct Row {
 }
 
 impl Row {
-    fn new(group: &'static str, name: impl Into<String>, unit: &'static str, target: Option<(&'static str, f64)>) -> Self {
-        Self { group, name: name.into(), unit, warden: Vec::new(), other: Vec::new(), target }
+    fn new(
+        group: &'static str,
+        name: impl Into<String>,
+        unit: &'static str,
+        target: Option<(&'static str, f64)>,
+    ) -> Self {
+        Self {
+            group,
+            name: name.into(),
+            unit,
+            warden: Vec::new(),
+            other: Vec::new(),
+            target,
+        }
     }
 
     fn ratios(&self) -> Vec<f64> {
-        self.warden.iter().zip(&self.other).map(|(w, o)| if *o == 0.0 { f64::INFINITY } else { w / o }).collect()
+        self.warden
+            .iter()
+            .zip(&self.other)
+            .map(|(w, o)| if *o == 0.0 { f64::INFINITY } else { w / o })
+            .collect()
     }
 
     fn verdict(&self) -> &'static str {
@@ -373,9 +515,16 @@ fn main() {
     let quick = std::env::args().any(|a| a == "--quick");
     let settings = Settings::new(quick);
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    let warden_so = std::env::var("WARDEN_MODULE").map(PathBuf::from).unwrap_or(root.join("target/release/libwarden.so"));
-    let bloom_so = std::env::var("REDISBLOOM_MODULE").map(PathBuf::from).unwrap_or(root.join("target/bench/redisbloom.so"));
-    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let warden_so = std::env::var("WARDEN_MODULE")
+        .map(PathBuf::from)
+        .unwrap_or(root.join("target/release/libwarden.so"));
+    let bloom_so = std::env::var("REDISBLOOM_MODULE")
+        .map(PathBuf::from)
+        .unwrap_or(root.join("target/bench/redisbloom.so"));
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
     let local = tokio::task::LocalSet::new();
     let rows = local.block_on(&runtime, run(&settings, &warden_so, &bloom_so));
     report(&rows, quick, &root.join("bench/results"));
@@ -387,35 +536,156 @@ async fn run(s: &Settings, warden_so: &Path, bloom_so: &Path) -> Vec<Row> {
     let safe_release = warden.load(scripts::SAFE_RELEASE);
     let reentrant_acquire = warden.load(scripts::REENTRANT_ACQUIRE);
     let reentrant_release = warden.load(scripts::REENTRANT_RELEASE);
-    let rw = [scripts::RW_READ, scripts::RW_READ_UNLOCK, scripts::RW_WRITE, scripts::RW_WRITE_UNLOCK].map(|s| warden.load(s));
+    let rw = [
+        scripts::RW_READ,
+        scripts::RW_READ_UNLOCK,
+        scripts::RW_WRITE,
+        scripts::RW_WRITE_UNLOCK,
+    ]
+    .map(|s| warden.load(s));
 
     let mut rows: Vec<Row> = vec![
         Row::new("ceiling", "PING (P16) vs PING (P1)", "ops/s", None),
-        Row::new("locks", "LOCK.ACQUIRE vs SET NX PX, fresh keys (P16)", "ops/s", Some((">=", 0.9))),
-        Row::new("locks", "LOCK.ACQUIRE vs SET NX PX, fresh keys (P1)", "ops/s", None),
-        Row::new("locks", "LOCK.ACQUIRE vs Redisson-style Lua acquire (P16)", "ops/s", Some((">=", 2.0))),
-        Row::new("locks", "LOCK.RELEASE vs safe-release Lua (P16)", "ops/s", Some((">=", 1.3))),
-        Row::new("locks", "LOCK.RELEASE vs Redisson-style Lua release (P16)", "ops/s", None),
-        Row::new("locks", "acquire+release pairs vs SET NX PX + Lua release (P16)", "pairs/s", Some((">=", 1.2))),
-        Row::new("contention", "hand-offs/s: WAIT vs 10 ms polling", "hand-offs/s", Some((">=", 1.2))),
-        Row::new("contention", "hand-offs/s: WAIT vs busy spin", "hand-offs/s", None),
-        Row::new("contention", "hand-offs/s: WAIT vs BLPOP token", "hand-offs/s", Some((">=", 0.95))),
-        Row::new("contention", "server commands per hand-off: WAIT vs 10 ms polling", "commands", None),
-        Row::new("contention", "server commands per hand-off: WAIT vs BLPOP token", "commands", None),
-        Row::new("contention", "server CPU per hand-off: WAIT vs 10 ms polling", "us", None),
-        Row::new("contention", "server CPU per hand-off: WAIT vs BLPOP token", "us", None),
+        Row::new(
+            "locks",
+            "LOCK.ACQUIRE vs SET NX PX, fresh keys (P16)",
+            "ops/s",
+            Some((">=", 0.9)),
+        ),
+        Row::new(
+            "locks",
+            "LOCK.ACQUIRE vs SET NX PX, fresh keys (P1)",
+            "ops/s",
+            None,
+        ),
+        Row::new(
+            "locks",
+            "LOCK.ACQUIRE vs Redisson-style Lua acquire (P16)",
+            "ops/s",
+            Some((">=", 2.0)),
+        ),
+        Row::new(
+            "locks",
+            "LOCK.RELEASE vs safe-release Lua (P16)",
+            "ops/s",
+            Some((">=", 1.3)),
+        ),
+        Row::new(
+            "locks",
+            "LOCK.RELEASE vs Redisson-style Lua release (P16)",
+            "ops/s",
+            None,
+        ),
+        Row::new(
+            "locks",
+            "acquire+release pairs vs SET NX PX + Lua release (P16)",
+            "pairs/s",
+            Some((">=", 1.2)),
+        ),
+        Row::new(
+            "contention",
+            "hand-offs/s: WAIT vs 10 ms polling",
+            "hand-offs/s",
+            Some((">=", 1.2)),
+        ),
+        Row::new(
+            "contention",
+            "hand-offs/s: WAIT vs busy spin",
+            "hand-offs/s",
+            None,
+        ),
+        Row::new(
+            "contention",
+            "hand-offs/s: WAIT vs BLPOP token",
+            "hand-offs/s",
+            Some((">=", 0.95)),
+        ),
+        Row::new(
+            "contention",
+            "server commands per hand-off: WAIT vs 10 ms polling",
+            "commands",
+            None,
+        ),
+        Row::new(
+            "contention",
+            "server commands per hand-off: WAIT vs BLPOP token",
+            "commands",
+            None,
+        ),
+        Row::new(
+            "contention",
+            "server CPU per hand-off: WAIT vs 10 ms polling",
+            "us",
+            None,
+        ),
+        Row::new(
+            "contention",
+            "server CPU per hand-off: WAIT vs BLPOP token",
+            "us",
+            None,
+        ),
         Row::new("contention", "p50 wait: WAIT vs 10 ms polling", "ms", None),
-        Row::new("contention", "p99 wait: WAIT vs 10 ms polling", "ms", Some(("<=", 0.2))),
+        Row::new(
+            "contention",
+            "p99 wait: WAIT vs 10 ms polling",
+            "ms",
+            Some(("<=", 0.2)),
+        ),
         Row::new("contention", "p99 wait: WAIT vs BLPOP token", "ms", None),
-        Row::new("contention", "fairness max/min per client: WAIT vs 10 ms polling", "max/min", None),
-        Row::new("rwlock", "RWLOCK.READ+UNLOCK vs Redisson-style Lua (P16)", "pairs/s", Some((">=", 1.5))),
-        Row::new("rwlock", "RWLOCK.WRITE+UNLOCK vs Redisson-style Lua (P16)", "pairs/s", Some((">=", 1.5))),
-        Row::new("bloom", "BF.ADD vs RedisBloom (P16)", "ops/s", Some((">=", 1.1))),
-        Row::new("bloom", "BF.ADD vs RedisBloom (P1)", "ops/s", Some((">=", 1.1))),
-        Row::new("bloom", "BF.EXISTS vs RedisBloom (P16)", "ops/s", Some((">=", 1.1))),
-        Row::new("bloom", "BF.EXISTS vs RedisBloom (P1)", "ops/s", Some((">=", 1.1))),
-        Row::new("bloom", "BF.MADD x10 vs RedisBloom (P16)", "ops/s", Some((">=", 1.3))),
-        Row::new("bloom", "BF.MEXISTS x10 vs RedisBloom (P16)", "ops/s", Some((">=", 1.3))),
+        Row::new(
+            "contention",
+            "fairness max/min per client: WAIT vs 10 ms polling",
+            "max/min",
+            None,
+        ),
+        Row::new(
+            "rwlock",
+            "RWLOCK.READ+UNLOCK vs Redisson-style Lua (P16)",
+            "pairs/s",
+            Some((">=", 1.5)),
+        ),
+        Row::new(
+            "rwlock",
+            "RWLOCK.WRITE+UNLOCK vs Redisson-style Lua (P16)",
+            "pairs/s",
+            Some((">=", 1.5)),
+        ),
+        Row::new(
+            "bloom",
+            "BF.ADD vs RedisBloom (P16)",
+            "ops/s",
+            Some((">=", 1.1)),
+        ),
+        Row::new(
+            "bloom",
+            "BF.ADD vs RedisBloom (P1)",
+            "ops/s",
+            Some((">=", 1.1)),
+        ),
+        Row::new(
+            "bloom",
+            "BF.EXISTS vs RedisBloom (P16)",
+            "ops/s",
+            Some((">=", 1.1)),
+        ),
+        Row::new(
+            "bloom",
+            "BF.EXISTS vs RedisBloom (P1)",
+            "ops/s",
+            Some((">=", 1.1)),
+        ),
+        Row::new(
+            "bloom",
+            "BF.MADD x10 vs RedisBloom (P16)",
+            "ops/s",
+            Some((">=", 1.3)),
+        ),
+        Row::new(
+            "bloom",
+            "BF.MEXISTS x10 vs RedisBloom (P16)",
+            "ops/s",
+            Some((">=", 1.3)),
+        ),
     ];
     let mut quality_rows: Vec<Row> = Vec::new();
     let mut contention_table: Vec<(Contender, Contention)> = Vec::new();
@@ -437,15 +707,45 @@ async fn run(s: &Settings, warden_so: &Path, bloom_so: &Path) -> Vec<Row> {
         let p16 = redis_benchmark(&warden, 16, s.n_p16, &["PING"]);
         let p1 = redis_benchmark(&warden, 1, s.n_p1, &["PING"]);
         push(&mut rows, p16, p1);
-        // Uncontended locks on fresh keys
-        warden.flush();
-        let a16 = redis_benchmark(&warden, 16, s.n_p16, &["LOCK.ACQUIRE", "lock:__rand_int__", "owner-1", "30000"]);
-        let s16 = redis_benchmark(&warden, 16, s.n_p16, &["SET", "set:__rand_int__", "owner-1", "NX", "PX", "30000"]);
+        // Uncontended locks on fresh keys, each row on an empty keyspace.
+        let fresh = |p: usize, n: usize, words: &[&str]| {
+            warden.flush();
+            redis_benchmark(&warden, p, n, words)
+        };
+        let a16 = fresh(
+            16,
+            s.n_p16,
+            &["LOCK.ACQUIRE", "lock:__rand_int__", "owner-1", "30000"],
+        );
+        let s16 = fresh(
+            16,
+            s.n_p16,
+            &["SET", "set:__rand_int__", "owner-1", "NX", "PX", "30000"],
+        );
         push(&mut rows, a16, s16);
-        let a1 = redis_benchmark(&warden, 1, s.n_p1, &["LOCK.ACQUIRE", "lock1:__rand_int__", "owner-1", "30000"]);
-        let s1 = redis_benchmark(&warden, 1, s.n_p1, &["SET", "set1:__rand_int__", "owner-1", "NX", "PX", "30000"]);
+        let a1 = fresh(
+            1,
+            s.n_p1,
+            &["LOCK.ACQUIRE", "lock1:__rand_int__", "owner-1", "30000"],
+        );
+        let s1 = fresh(
+            1,
+            s.n_p1,
+            &["SET", "set1:__rand_int__", "owner-1", "NX", "PX", "30000"],
+        );
         push(&mut rows, a1, s1);
-        let lua = redis_benchmark(&warden, 16, s.n_p16, &["EVALSHA", &reentrant_acquire, "1", "hash:__rand_int__", "30000", "owner-1"]);
+        let lua = fresh(
+            16,
+            s.n_p16,
+            &[
+                "EVALSHA",
+                &reentrant_acquire,
+                "1",
+                "hash:__rand_int__",
+                "30000",
+                "owner-1",
+            ],
+        );
         push(&mut rows, a16, lua);
         warden.flush();
         // Releases of held keys: acquire (untimed), then time the releases.
@@ -468,7 +768,11 @@ async fn run(s: &Settings, warden_so: &Path, bloom_so: &Path) -> Vec<Row> {
         let release = driven(&warden, 16, ops, |c, seq| {
             let mut p = redis::pipe();
             for i in 0..16 {
-                p.add_command(cmd(&["LOCK.RELEASE", &key(c, seq * 16 + i, "l"), "owner-1"]));
+                p.add_command(cmd(&[
+                    "LOCK.RELEASE",
+                    &key(c, seq * 16 + i, "l"),
+                    "owner-1",
+                ]));
             }
             p
         })
@@ -477,7 +781,13 @@ async fn run(s: &Settings, warden_so: &Path, bloom_so: &Path) -> Vec<Row> {
         let safe = driven(&warden, 16, ops, |c, seq| {
             let mut p = redis::pipe();
             for i in 0..16 {
-                p.add_command(cmd(&["EVALSHA", &safe_release, "1", &key(c, seq * 16 + i, "s"), "owner-1"]));
+                p.add_command(cmd(&[
+                    "EVALSHA",
+                    &safe_release,
+                    "1",
+                    &key(c, seq * 16 + i, "s"),
+                    "owner-1",
+                ]));
             }
             p
         })
@@ -487,7 +797,14 @@ async fn run(s: &Settings, warden_so: &Path, bloom_so: &Path) -> Vec<Row> {
         let redisson = driven(&warden, 16, ops, |c, seq| {
             let mut p = redis::pipe();
             for i in 0..16 {
-                p.add_command(cmd(&["EVALSHA", &reentrant_release, "1", &key(c, seq * 16 + i, "h"), "30000", "owner-1"]));
+                p.add_command(cmd(&[
+                    "EVALSHA",
+                    &reentrant_release,
+                    "1",
+                    &key(c, seq * 16 + i, "h"),
+                    "30000",
+                    "owner-1",
+                ]));
             }
             p
         })
@@ -519,19 +836,33 @@ async fn run(s: &Settings, warden_so: &Path, bloom_so: &Path) -> Vec<Row> {
         push(&mut rows, pairs, classic);
         // Contention
         let mut results = HashMap::new();
-        for kind in [Contender::Warden, Contender::Polling, Contender::Spin, Contender::BlpopToken] {
+        for kind in [
+            Contender::Warden,
+            Contender::Polling,
+            Contender::Spin,
+            Contender::BlpopToken,
+        ] {
             let c = contention(&warden, kind, s.contention, &safe_release).await;
             if rep == s.reps - 1 {
                 contention_table.push((kind, c.clone()));
             }
             results.insert(format!("{kind:?}"), c);
         }
-        let (w, poll, spin, token) = (&results["Warden"], &results["Polling"], &results["Spin"], &results["BlpopToken"]);
+        let (w, poll, spin, token) = (
+            &results["Warden"],
+            &results["Polling"],
+            &results["Spin"],
+            &results["BlpopToken"],
+        );
         push(&mut rows, w.handoffs_per_s, poll.handoffs_per_s);
         push(&mut rows, w.handoffs_per_s, spin.handoffs_per_s);
         push(&mut rows, w.handoffs_per_s, token.handoffs_per_s);
         push(&mut rows, w.commands_per_handoff, poll.commands_per_handoff);
-        push(&mut rows, w.commands_per_handoff, token.commands_per_handoff);
+        push(
+            &mut rows,
+            w.commands_per_handoff,
+            token.commands_per_handoff,
+        );
         push(&mut rows, w.cpu_us_per_handoff, poll.cpu_us_per_handoff);
         push(&mut rows, w.cpu_us_per_handoff, token.cpu_us_per_handoff);
         push(&mut rows, w.p50_ms, poll.p50_ms);
@@ -557,11 +888,30 @@ async fn run(s: &Settings, warden_so: &Path, bloom_so: &Path) -> Vec<Row> {
                 let k = format!("{{rwl:{c}}}");
                 for _ in 0..8 {
                     if mode == "READ" {
-                        p.add_command(cmd(&["EVALSHA", lock_sha, "1", &k, "30000", "owner-1", "owner-1:write"]));
+                        p.add_command(cmd(&[
+                            "EVALSHA",
+                            lock_sha,
+                            "1",
+                            &k,
+                            "30000",
+                            "owner-1",
+                            "owner-1:write",
+                        ]));
                     } else {
-                        p.add_command(cmd(&["EVALSHA", lock_sha, "1", &k, "30000", "owner-1:write"]));
+                        p.add_command(cmd(&[
+                            "EVALSHA",
+                            lock_sha,
+                            "1",
+                            &k,
+                            "30000",
+                            "owner-1:write",
+                        ]));
                     }
-                    let holder = if mode == "READ" { "owner-1" } else { "owner-1:write" };
+                    let holder = if mode == "READ" {
+                        "owner-1"
+                    } else {
+                        "owner-1:write"
+                    };
                     p.add_command(cmd(&["EVALSHA", unlock_sha, "1", &k, "30000", holder]));
                 }
                 p
@@ -573,7 +923,9 @@ async fn run(s: &Settings, warden_so: &Path, bloom_so: &Path) -> Vec<Row> {
         // Bloom throughput: a large filter on each side, so no scaling happens.
         for server in [&warden, &bloom] {
             server.flush();
-            cmd(&["BF.RESERVE", "bf", "0.01", "20000000"]).query::<()>(&mut server.sync()).unwrap();
+            cmd(&["BF.RESERVE", "bf", "0.01", "20000000"])
+                .query::<()>(&mut server.sync())
+                .unwrap();
         }
         for (p, n_req) in [(16, s.n_p16), (1, s.n_p1)] {
             let w = redis_benchmark(&warden, p, n_req, &["BF.ADD", "bf", "item:__rand_int__"]);
@@ -594,20 +946,40 @@ async fn run(s: &Settings, warden_so: &Path, bloom_so: &Path) -> Vec<Row> {
         }
     }
     // Bloom memory and accuracy: deterministic, measured once.
-    for (rate, scaling) in [("0.01", true), ("0.001", true), ("0.01", false), ("0.001", false)] {
+    for (rate, scaling) in [
+        ("0.01", true),
+        ("0.001", true),
+        ("0.01", false),
+        ("0.001", false),
+    ] {
         let kind = if scaling { "scaling" } else { "non-scaling" };
         let (wm, wfp) = bloom_quality(&warden, n, rate, scaling).await;
         let (bm, bfp) = bloom_quality(&bloom, n, rate, scaling).await;
-        let mut mem = Row::new("bloom quality", format!("MEMORY USAGE, {n} items at {rate}, {kind}: warden vs RedisBloom"), "bytes", Some(("<=", 1.0)));
+        let mut mem = Row::new(
+            "bloom quality",
+            format!("MEMORY USAGE, {n} items at {rate}, {kind}: warden vs RedisBloom"),
+            "bytes",
+            Some(("<=", 1.0)),
+        );
         mem.warden.push(wm);
         mem.other.push(bm);
         quality_rows.push(mem);
         let target: f64 = rate.parse().unwrap();
-        let mut fp = Row::new("bloom quality", format!("false-positive rate at capacity {rate}, {kind}: warden vs requested"), "rate", Some(("<=", 1.0)));
+        let mut fp = Row::new(
+            "bloom quality",
+            format!("false-positive rate at capacity {rate}, {kind}: warden vs requested"),
+            "rate",
+            Some(("<=", 1.0)),
+        );
         fp.warden.push(wfp);
         fp.other.push(target);
         quality_rows.push(fp);
-        let mut fpb = Row::new("bloom quality", format!("false-positive rate at capacity {rate}, {kind}: RedisBloom vs requested"), "rate", None);
+        let mut fpb = Row::new(
+            "bloom quality",
+            format!("false-positive rate at capacity {rate}, {kind}: RedisBloom vs requested"),
+            "rate",
+            None,
+        );
         fpb.warden.push(bfp);
         fpb.other.push(target);
         quality_rows.push(fpb);
@@ -632,13 +1004,38 @@ fn report(rows: &[Row], quick: bool, dir: &Path) {
     let machine = format!(
         "{} cores, {}",
         std::thread::available_parallelism().map_or(0, |n| n.get()),
-        std::fs::read_to_string("/proc/cpuinfo").ok().and_then(|c| c.lines().find(|l| l.starts_with("model name")).map(|l| l.split(':').nth(1).unwrap_or("").trim().to_string())).unwrap_or_default()
+        std::fs::read_to_string("/proc/cpuinfo")
+            .ok()
+            .and_then(
+                |c| c.lines().find(|l| l.starts_with("model name")).map(|l| l
+                    .split(':')
+                    .nth(1)
+                    .unwrap_or("")
+                    .trim()
+                    .to_string())
+            )
+            .unwrap_or_default()
     );
-    let redis_version = String::from_utf8_lossy(&Command::new("redis-server").arg("--version").output().map(|o| o.stdout).unwrap_or_default()).trim().to_string();
+    let redis_version = String::from_utf8_lossy(
+        &Command::new("redis-server")
+            .arg("--version")
+            .output()
+            .map(|o| o.stdout)
+            .unwrap_or_default(),
+    )
+    .trim()
+    .to_string();
     let mut md = String::new();
-    let _ = writeln!(md, "# warden benchmark{}\n", if quick { " (QUICK)" } else { "" });
+    let _ = writeln!(
+        md,
+        "# warden benchmark{}\n",
+        if quick { " (QUICK)" } else { "" }
+    );
     let _ = writeln!(md, "Machine: {machine}; {redis_version}; 50 clients. Each row ran {} times; the ratio is warden / comparison within one repetition, median (min–max).\n", rows.first().map_or(0, |r| r.warden.len()));
-    let _ = writeln!(md, "| group | row | warden | comparison | unit | ratio (median, min–max) | target | |");
+    let _ = writeln!(
+        md,
+        "| group | row | warden | comparison | unit | ratio (median, min–max) | target | |"
+    );
     let _ = writeln!(md, "|---|---|---|---|---|---|---|---|");
     let mut json = String::from("[");
     let mut details = String::new();
@@ -649,7 +1046,9 @@ fn report(rows: &[Row], quick: bool, dir: &Path) {
         }
         let ratios = row.ratios();
         let (lo, hi) = spread(&ratios);
-        let target = row.target.map_or(String::new(), |(op, t)| format!("{op} {t}"));
+        let target = row
+            .target
+            .map_or(String::new(), |(op, t)| format!("{op} {t}"));
         let _ = writeln!(
             md,
             "| {} | {} | {} | {} | {} | {} ({}–{}) | {} | {} |",
@@ -672,8 +1071,13 @@ fn report(rows: &[Row], quick: bool, dir: &Path) {
             "{{\"group\":\"{}\",\"name\":\"{}\",\"ratio\":{},\"target\":{}}}",
             row.group,
             row.name.replace('"', "'"),
-            if median(&ratios).is_finite() { median(&ratios) } else { 0.0 },
-            row.target.map_or("null".to_string(), |(_, t)| t.to_string())
+            if median(&ratios).is_finite() {
+                median(&ratios)
+            } else {
+                0.0
+            },
+            row.target
+                .map_or("null".to_string(), |(_, t)| t.to_string())
         );
     }
     json.push(']');

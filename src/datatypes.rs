@@ -46,7 +46,7 @@ pub static LOCK_TYPE: RedisType = RedisType::new(
 );
 
 /// The name of the command that carries a lock's full state to replicas and the AOF.
-pub const LOCK_EFFECT: &str = "WARDEN.LOCKSET";
+pub const LOCK_EFFECT: &std::ffi::CStr = c"WARDEN.LOCKSET";
 
 /// Checks a lock read from outside (RDB, `RESTORE`, a replicated effect).
 pub fn valid_lock(owner: &[u8], holds: u64, fence: u64) -> bool {

@@ -4,11 +4,14 @@
 //! Invariants: a `Key` closes its handle exactly once (on drop); values are
 //! boxed Rust objects owned by Redis once set, freed by the type's `free`.
 
-use std::os::raw::{c_int, c_void};
+use std::ffi::CStr;
+use std::os::raw::{c_char, c_int, c_void};
 use std::ptr;
 
 use redis_module::native_types::RedisType;
-use redis_module::{raw, Context, RedisString};
+use redis_module::{raw, Context};
+
+use crate::command::Arg;
 
 use crate::error;
 
@@ -24,17 +27,17 @@ pub struct Key {
 
 impl Key {
     /// Opens `name` for reading and writing.
-    pub fn write(ctx: &Context, name: &RedisString) -> Self {
+    pub fn write(ctx: &Context, name: &Arg) -> Self {
         Self::open(
             ctx.ctx,
-            name.inner,
+            name.raw(),
             raw::REDISMODULE_READ | raw::REDISMODULE_WRITE,
         )
     }
 
     /// Opens `name` for reading only (a missing key stays missing).
-    pub fn read(ctx: &Context, name: &RedisString) -> Self {
-        Self::open(ctx.ctx, name.inner, raw::REDISMODULE_READ)
+    pub fn read(ctx: &Context, name: &Arg) -> Self {
+        Self::open(ctx.ctx, name.raw(), raw::REDISMODULE_READ)
     }
 
     fn open(ctx: *mut raw::RedisModuleCtx, name: *mut raw::RedisModuleString, mode: u32) -> Self {
@@ -100,4 +103,35 @@ impl Drop for Key {
             self.inner = ptr::null_mut();
         }
     }
+}
+
+/// Sends `DEL key` to replicas and the AOF.
+pub fn replicate_del(ctx: &Context, key: &Arg) {
+    unsafe {
+        raw::RedisModule_Replicate.unwrap()(ctx.ctx, c"DEL".as_ptr(), c"s".as_ptr(), key.raw())
+    };
+}
+
+/// Sends `<cmd> key bytes n1 n2 n3` to replicas and the AOF without building
+/// intermediate strings (the hot path of every lock grant and release).
+pub fn replicate_key_bytes_3(
+    ctx: &Context,
+    cmd: &CStr,
+    key: &Arg,
+    bytes: &[u8],
+    numbers: [i64; 3],
+) {
+    unsafe {
+        raw::RedisModule_Replicate.unwrap()(
+            ctx.ctx,
+            cmd.as_ptr(),
+            c"sblll".as_ptr(),
+            key.raw(),
+            bytes.as_ptr().cast::<c_char>(),
+            bytes.len(),
+            numbers[0],
+            numbers[1],
+            numbers[2],
+        )
+    };
 }

@@ -3,6 +3,8 @@
 
 mod args;
 mod bloom;
+#[macro_use]
+mod command;
 mod config;
 mod datatypes;
 mod error;
@@ -18,6 +20,7 @@ mod waiters;
 
 use redis_module::{redis_module, Context, RedisString, Status};
 
+use crate::command::Command;
 use crate::datatypes::{BLOOM_TYPE, LOCK_TYPE, RWLOCK_TYPE};
 
 #[cfg(not(test))]
@@ -30,17 +33,39 @@ type Allocator = std::alloc::System;
 #[cfg(test)]
 const ALLOCATOR: Allocator = std::alloc::System;
 
-/// Wraps a handler in the panic guard.
-macro_rules! guarded {
-    ($handler:path) => {
-        |ctx: &Context, args: Vec<RedisString>| guard::command(ctx, args, $handler)
-    };
-}
+/// Every command: name, handler, flags. Each takes one key, its first argument.
+const COMMANDS: &[Command] = &[
+    command!("lock.acquire", lock::commands::acquire, "write deny-oom"),
+    command!("lock.release", lock::commands::release, "write fast"),
+    command!("lock.extend", lock::commands::extend, "write fast"),
+    command!("lock.info", lock::commands::info, "readonly fast"),
+    command!("warden.lockset", lock::commands::set, "write deny-oom"),
+    command!("rwlock.read", rwlock::commands::read, "write deny-oom"),
+    command!("rwlock.write", rwlock::commands::write, "write deny-oom"),
+    command!("rwlock.unlock", rwlock::commands::unlock, "write fast"),
+    command!("rwlock.extend", rwlock::commands::extend, "write fast"),
+    command!("rwlock.info", rwlock::commands::info, "readonly fast"),
+    command!("warden.rwset", rwlock::commands::set, "write deny-oom"),
+    command!("bf.reserve", bloom::commands::reserve, "write deny-oom"),
+    command!("bf.add", bloom::commands::add, "write deny-oom"),
+    command!("bf.madd", bloom::commands::madd, "write deny-oom"),
+    command!("bf.insert", bloom::commands::insert, "write deny-oom"),
+    command!("bf.exists", bloom::commands::exists, "readonly fast"),
+    command!("bf.mexists", bloom::commands::mexists, "readonly fast"),
+    command!("bf.info", bloom::commands::info, "readonly fast"),
+    command!("bf.card", bloom::commands::card, "readonly fast"),
+    command!("bf.scandump", bloom::commands::scandump, "readonly"),
+    command!("bf.loadchunk", bloom::commands::loadchunk, "write deny-oom"),
+];
 
 fn init(ctx: &Context, args: &[RedisString]) -> Status {
     guard::install_panic_hook();
     ctx.set_module_options(redis_module::ModuleOptions::HANDLE_IO_ERRORS);
-    if config::register(ctx, args) && waiters::subscribe(ctx) && info::register(ctx.ctx) {
+    let ready = command::register(ctx, COMMANDS)
+        && config::register(ctx, args)
+        && waiters::subscribe(ctx)
+        && info::register(ctx.ctx);
+    if ready {
         Status::Ok
     } else {
         Status::Err
@@ -53,27 +78,4 @@ redis_module! {
     allocator: (Allocator, ALLOCATOR),
     data_types: [LOCK_TYPE, RWLOCK_TYPE, BLOOM_TYPE],
     init: init,
-    commands: [
-        ["lock.acquire", guarded!(lock::commands::acquire), "write deny-oom", 1, 1, 1, ""],
-        ["lock.release", guarded!(lock::commands::release), "write fast", 1, 1, 1, ""],
-        ["lock.extend", guarded!(lock::commands::extend), "write fast", 1, 1, 1, ""],
-        ["lock.info", guarded!(lock::commands::info), "readonly fast", 1, 1, 1, ""],
-        ["warden.lockset", guarded!(lock::commands::set), "write deny-oom", 1, 1, 1, ""],
-        ["rwlock.read", guarded!(rwlock::commands::read), "write deny-oom", 1, 1, 1, ""],
-        ["rwlock.write", guarded!(rwlock::commands::write), "write deny-oom", 1, 1, 1, ""],
-        ["rwlock.unlock", guarded!(rwlock::commands::unlock), "write fast", 1, 1, 1, ""],
-        ["rwlock.extend", guarded!(rwlock::commands::extend), "write fast", 1, 1, 1, ""],
-        ["rwlock.info", guarded!(rwlock::commands::info), "readonly fast", 1, 1, 1, ""],
-        ["warden.rwset", guarded!(rwlock::commands::set), "write deny-oom", 1, 1, 1, ""],
-        ["bf.reserve", guarded!(bloom::commands::reserve), "write deny-oom", 1, 1, 1, ""],
-        ["bf.add", guarded!(bloom::commands::add), "write deny-oom", 1, 1, 1, ""],
-        ["bf.madd", guarded!(bloom::commands::madd), "write deny-oom", 1, 1, 1, ""],
-        ["bf.insert", guarded!(bloom::commands::insert), "write deny-oom", 1, 1, 1, ""],
-        ["bf.exists", guarded!(bloom::commands::exists), "readonly fast", 1, 1, 1, ""],
-        ["bf.mexists", guarded!(bloom::commands::mexists), "readonly fast", 1, 1, 1, ""],
-        ["bf.info", guarded!(bloom::commands::info), "readonly fast", 1, 1, 1, ""],
-        ["bf.card", guarded!(bloom::commands::card), "readonly fast", 1, 1, 1, ""],
-        ["bf.scandump", guarded!(bloom::commands::scandump), "readonly", 1, 1, 1, ""],
-        ["bf.loadchunk", guarded!(bloom::commands::loadchunk), "write deny-oom", 1, 1, 1, ""],
-    ],
 }

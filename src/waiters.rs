@@ -26,6 +26,7 @@ use std::ptr;
 
 use redis_module::{raw, Context, ContextFlags, RedisString};
 
+use crate::command::Arg;
 use crate::guard;
 use crate::keyspace::now_ms;
 use crate::stats;
@@ -107,6 +108,11 @@ fn queue_key(ctx: *mut raw::RedisModuleCtx, name: &[u8]) -> QueueKey {
     }
 }
 
+/// The common case, answered without building a queue key.
+fn nobody_waits() -> bool {
+    with(|r| r.queues.is_empty())
+}
+
 /// Whether this client may block now (not inside MULTI, a script, the
 /// replication stream or loading).
 pub fn can_block(ctx: &Context) -> bool {
@@ -122,6 +128,9 @@ pub fn can_block(ctx: &Context) -> bool {
 
 /// Waiters queued on `name` in the selected database.
 pub fn queued(ctx: &Context, name: &[u8]) -> usize {
+    if nobody_waits() {
+        return 0;
+    }
     let q = queue_key(ctx.ctx, name);
     with(|r| r.queues.get(&q).map_or(0, VecDeque::len))
 }
@@ -153,12 +162,18 @@ pub fn block(ctx: &Context, name: &[u8], mut waiter: Waiter, timeout_ms: i64) {
 
 /// The mode of the oldest waiter on `name`.
 pub fn head_mode(ctx: &Context, name: &[u8]) -> Option<Mode> {
+    if nobody_waits() {
+        return None;
+    }
     let q = queue_key(ctx.ctx, name);
     with(|r| r.queues.get(&q).and_then(|w| w.front()).map(|w| w.mode))
 }
 
 /// Takes the oldest waiter off `name`'s queue if `fits` accepts it.
 pub fn pop_if(ctx: &Context, name: &[u8], fits: impl FnOnce(&Waiter) -> bool) -> Option<Waiter> {
+    if nobody_waits() {
+        return None;
+    }
     let q = queue_key(ctx.ctx, name);
     with(|r| {
         let queue = r.queues.get_mut(&q)?;
@@ -206,7 +221,7 @@ fn unblock(handle: Handle, answer: Answer) {
 /// Makes sure `name` is served again right after a lease ending at `deadline_ms`
 /// (Redis expires keys lazily; the module timer makes the hand-off prompt).
 pub fn watch_lease(ctx: &Context, name: &[u8], deadline_ms: i64) {
-    if deadline_ms == i64::MAX {
+    if deadline_ms == i64::MAX || nobody_waits() {
         return;
     }
     let q = queue_key(ctx.ctx, name);
@@ -269,9 +284,11 @@ fn tick(ctx: &Context) {
         select_db(ctx, p.queue.db);
         let name = RedisString::create_from_slice(ctx.ctx, &p.queue.name);
         match p.mode {
-            Mode::Exclusive => crate::lock::commands::revoke(ctx, &name, &p.owner, p.fence),
+            Mode::Exclusive => {
+                crate::lock::commands::revoke(ctx, Arg::of(&name), &p.owner, p.fence)
+            }
             Mode::Read | Mode::Write => {
-                crate::rwlock::commands::revoke(ctx, &name, &p.owner, p.fence)
+                crate::rwlock::commands::revoke(ctx, Arg::of(&name), &p.owner, p.fence)
             }
         }
     }
@@ -279,8 +296,10 @@ fn tick(ctx: &Context) {
         select_db(ctx, q.db);
         let name = RedisString::create_from_slice(ctx.ctx, &q.name);
         match head_mode(ctx, &q.name) {
-            Some(Mode::Exclusive) => crate::lock::commands::serve_waiters(ctx, &name),
-            Some(Mode::Read | Mode::Write) => crate::rwlock::commands::serve_waiters(ctx, &name),
+            Some(Mode::Exclusive) => crate::lock::commands::serve_waiters(ctx, Arg::of(&name)),
+            Some(Mode::Read | Mode::Write) => {
+                crate::rwlock::commands::serve_waiters(ctx, Arg::of(&name))
+            }
             None => {}
         }
     }
@@ -396,7 +415,7 @@ extern "C" fn on_keyspace_event(
     key: *mut raw::RedisModuleString,
 ) -> c_int {
     guard::callback(raw::REDISMODULE_OK as c_int, || {
-        if with(|r| r.queues.is_empty()) {
+        if nobody_waits() {
             return raw::REDISMODULE_OK as c_int;
         }
         let mut len = 0;

@@ -62,12 +62,21 @@ impl Chain {
     /// Adds an item: `Ok(true)` if new, `Ok(false)` if it may have existed.
     pub fn add(&mut self, item: &[u8], max_bytes: u64) -> Result<bool, Refusal> {
         let hash = Hash::of(item);
-        if self.filters.iter().any(|f| f.contains(hash)) {
+        let (newest, older) = self
+            .filters
+            .split_last_mut()
+            .expect("a chain has at least one sub-filter");
+        if older.iter().any(|f| f.contains(hash)) {
             return Ok(false);
         }
-        if self.newest().is_full() {
-            self.grow(max_bytes)?;
+        if !newest.is_full() {
+            // Inserting tells whether the item was new: one pass over its bits.
+            return Ok(newest.insert(hash));
         }
+        if newest.contains(hash) {
+            return Ok(false);
+        }
+        self.grow(max_bytes)?;
         let newest = self.filters.len() - 1;
         Ok(self.filters[newest].insert(hash))
     }

@@ -3,7 +3,9 @@
 use std::os::raw::{c_char, c_long};
 use std::sync::atomic::Ordering;
 
-use redis_module::{raw, Context, ContextFlags, RedisError, RedisResult, RedisString, RedisValue};
+use redis_module::{raw, Context, ContextFlags, RedisError, RedisResult, RedisValue};
+
+use crate::command::Arg;
 
 use crate::args::{integer, is_keyword};
 use crate::bloom::chain::{Chain, Params, Refusal, MAX_EXPANSION};
@@ -51,7 +53,7 @@ fn chain_in(key: &Key) -> Result<Option<&mut Chain>, RedisError> {
 }
 
 /// `BF.RESERVE key error_rate capacity [EXPANSION expansion] [NONSCALING]`
-pub fn reserve(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+pub fn reserve(ctx: &Context, args: &[Arg]) -> RedisResult {
     if !(4..=7).contains(&args.len()) {
         return Err(RedisError::WrongArity);
     }
@@ -113,8 +115,8 @@ fn expansion(value: &[u8], bad: &'static str, range: &'static str) -> Result<u32
 /// Returns the per-item results (stopping at the first error) or a whole-command error.
 fn add_items(
     ctx: &Context,
-    name: &RedisString,
-    items: &[RedisString],
+    name: &Arg,
+    items: &[Arg],
     create: Option<Params>,
 ) -> Result<Vec<Result<bool, &'static str>>, RedisError> {
     let key = Key::write(ctx, name);
@@ -150,7 +152,7 @@ fn add_items(
     Ok(results)
 }
 
-fn replicate_insert(ctx: &Context, name: &RedisString, params: Params, items: &[RedisString]) {
+fn replicate_insert(ctx: &Context, name: &Arg, params: Params, items: &[Arg]) {
     let capacity = params.capacity.to_string();
     let error = format!("{:?}", params.error);
     let expansion = params.expansion.map(|x| x.to_string());
@@ -190,7 +192,7 @@ fn reply_one(ctx: &Context, r: &Result<bool, &'static str>) {
 }
 
 /// `BF.ADD key item`
-pub fn add(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+pub fn add(ctx: &Context, args: &[Arg]) -> RedisResult {
     if args.len() != 3 {
         return Err(RedisError::WrongArity);
     }
@@ -202,7 +204,7 @@ pub fn add(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
 }
 
 /// `BF.MADD key item [item ...]`
-pub fn madd(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+pub fn madd(ctx: &Context, args: &[Arg]) -> RedisResult {
     if args.len() < 3 {
         return Err(RedisError::WrongArity);
     }
@@ -211,7 +213,7 @@ pub fn madd(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
 }
 
 /// `BF.INSERT key [CAPACITY c] [ERROR e] [EXPANSION x] [NOCREATE] [NONSCALING] ITEMS item ...`
-pub fn insert(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+pub fn insert(ctx: &Context, args: &[Arg]) -> RedisResult {
     if args.len() < 4 {
         return Err(RedisError::WrongArity);
     }
@@ -273,7 +275,7 @@ pub fn insert(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
 }
 
 /// `BF.EXISTS key item`
-pub fn exists(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+pub fn exists(ctx: &Context, args: &[Arg]) -> RedisResult {
     if args.len() != 3 {
         return Err(RedisError::WrongArity);
     }
@@ -283,7 +285,7 @@ pub fn exists(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
 }
 
 /// `BF.MEXISTS key item [item ...]`
-pub fn mexists(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+pub fn mexists(ctx: &Context, args: &[Arg]) -> RedisResult {
     if args.len() < 3 {
         return Err(RedisError::WrongArity);
     }
@@ -298,7 +300,7 @@ pub fn mexists(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
 }
 
 /// `BF.CARD key`
-pub fn card(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+pub fn card(ctx: &Context, args: &[Arg]) -> RedisResult {
     if args.len() != 2 {
         return Err(RedisError::WrongArity);
     }
@@ -309,7 +311,7 @@ pub fn card(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
 }
 
 /// `BF.INFO key [CAPACITY | SIZE | FILTERS | ITEMS | EXPANSION]`
-pub fn info(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+pub fn info(ctx: &Context, args: &[Arg]) -> RedisResult {
     if !(2..=3).contains(&args.len()) {
         return Err(RedisError::WrongArity);
     }
@@ -364,7 +366,7 @@ pub fn info(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
 }
 
 /// `BF.SCANDUMP key iterator`
-pub fn scandump(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+pub fn scandump(ctx: &Context, args: &[Arg]) -> RedisResult {
     if args.len() != 3 {
         return Err(RedisError::WrongArity);
     }
@@ -386,7 +388,7 @@ pub fn scandump(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
 }
 
 /// `BF.LOADCHUNK key iterator data`
-pub fn loadchunk(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+pub fn loadchunk(ctx: &Context, args: &[Arg]) -> RedisResult {
     if args.len() != 4 {
         return Err(RedisError::WrongArity);
     }

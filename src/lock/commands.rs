@@ -1,12 +1,14 @@
 //! `LOCK.*`: parse, open the key, apply the pure rules, reply, replicate the effect.
 
-use redis_module::{Context, RedisError, RedisResult, RedisString, RedisValue};
+use redis_module::{Context, RedisError, RedisResult, RedisValue};
+
+use crate::command::Arg;
 
 use crate::args;
 use crate::datatypes::{valid_lock, LOCK_EFFECT, LOCK_TYPE};
 use crate::error;
 use crate::fence::FENCES;
-use crate::keyspace::{now_ms, Key};
+use crate::keyspace::{now_ms, replicate_del, replicate_key_bytes_3, Key};
 use crate::lock::state::{Entry, Lock, Release};
 use crate::reply::{self, Field};
 use crate::stats;
@@ -26,25 +28,14 @@ fn lock_in(key: &Key) -> Result<Option<&mut Lock>, RedisError> {
 }
 
 /// Writes the lock's lease to the key and sends its full state to replicas and the AOF.
-fn publish(ctx: &Context, name: &[u8], key: &Key, lock: &Lock) {
+fn publish(ctx: &Context, name: &Arg, key: &Key, lock: &Lock) {
     key.set_expire_at(lock.deadline_ms);
-    let holds = lock.holds.to_string();
-    let fence = lock.fence.to_string();
-    let deadline = lock.deadline_ms.to_string();
-    ctx.replicate(
-        LOCK_EFFECT,
-        &[
-            name,
-            &lock.owner[..],
-            holds.as_bytes(),
-            fence.as_bytes(),
-            deadline.as_bytes(),
-        ],
-    );
+    let numbers = [lock.holds as i64, lock.fence as i64, lock.deadline_ms];
+    replicate_key_bytes_3(ctx, LOCK_EFFECT, name, &lock.owner, numbers);
 }
 
 /// Grants a free key to `owner`: a new token, one hold, a lease from now.
-fn grant(ctx: &Context, name: &[u8], key: &Key, owner: &[u8], ttl_ms: i64) -> u64 {
+fn grant(ctx: &Context, name: &Arg, key: &Key, owner: &[u8], ttl_ms: i64) -> u64 {
     let now = now_ms();
     let lock = Lock::grant(owner, FENCES.draw(now), now, ttl_ms);
     let fence = lock.fence;
@@ -57,7 +48,7 @@ fn grant(ctx: &Context, name: &[u8], key: &Key, owner: &[u8], ttl_ms: i64) -> u6
 }
 
 /// The key is free: the oldest live waiter becomes the holder. Returns whether one did.
-fn hand_off(ctx: &Context, name: &[u8], key: &Key) -> bool {
+fn hand_off(ctx: &Context, name: &Arg, key: &Key) -> bool {
     match waiters::pop_if(ctx, name, |w| w.mode == Mode::Exclusive) {
         Some(waiter) => {
             let fence = grant(ctx, name, key, &waiter.owner, waiter.ttl_ms);
@@ -69,20 +60,20 @@ fn hand_off(ctx: &Context, name: &[u8], key: &Key) -> bool {
 }
 
 /// Frees the key: hand it to the next waiter, or delete it.
-fn free(ctx: &Context, name: &[u8], key: &Key) {
+fn free(ctx: &Context, name: &Arg, key: &Key) {
     if !hand_off(ctx, name, key) {
         key.delete();
-        ctx.replicate("DEL", &[name]);
+        replicate_del(ctx, name);
     }
 }
 
 /// `LOCK.ACQUIRE key owner ttl [WAIT timeout]`
-pub fn acquire(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+pub fn acquire(ctx: &Context, args: &[Arg]) -> RedisResult {
     if args.len() < 4 {
         return Err(RedisError::WrongArity);
     }
     let req = args::lock_request(&args[2..]).map_err(RedisError::String)?;
-    let name = args[1].as_slice();
+    let name = &args[1];
     let key = Key::write(ctx, &args[1]);
     let now = now_ms();
     let lock = match lock_in(&key)? {
@@ -112,12 +103,12 @@ pub fn acquire(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
 }
 
 /// `LOCK.RELEASE key owner`
-pub fn release(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+pub fn release(ctx: &Context, args: &[Arg]) -> RedisResult {
     if args.len() != 3 {
         return Err(RedisError::WrongArity);
     }
     let owner = args::owner(&args[2]).map_err(err)?;
-    let name = args[1].as_slice();
+    let name = &args[1];
     let key = Key::write(ctx, &args[1]);
     let Some(lock) = lock_in(&key)? else {
         stats::REFUSED_RELEASES.add(1);
@@ -140,13 +131,13 @@ pub fn release(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
 }
 
 /// `LOCK.EXTEND key owner ttl`
-pub fn extend(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+pub fn extend(ctx: &Context, args: &[Arg]) -> RedisResult {
     if args.len() != 4 {
         return Err(RedisError::WrongArity);
     }
     let owner = args::owner(&args[2]).map_err(err)?;
     let ttl_ms = args::ttl(&args[3]).map_err(err)?;
-    let name = args[1].as_slice();
+    let name = &args[1];
     let key = Key::write(ctx, &args[1]);
     let Some(lock) = lock_in(&key)? else {
         return Ok(RedisValue::Integer(0));
@@ -160,7 +151,7 @@ pub fn extend(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
 }
 
 /// `LOCK.INFO key`
-pub fn info(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+pub fn info(ctx: &Context, args: &[Arg]) -> RedisResult {
     if args.len() != 2 {
         return Err(RedisError::WrongArity);
     }
@@ -187,7 +178,7 @@ pub fn info(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
 
 /// `WARDEN.LOCKSET key owner holds fence deadline_ms`: the effect of a lock
 /// command as replicas and the AOF receive it (deadline 0: no expiry of its own).
-pub fn set(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+pub fn set(ctx: &Context, args: &[Arg]) -> RedisResult {
     if args.len() != 6 {
         return Err(RedisError::WrongArity);
     }
@@ -199,7 +190,7 @@ pub fn set(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let (Some(holds), Some(fence), Some(deadline_ms)) = parsed else {
         return Err(err(error::INVALID_EFFECT));
     };
-    let owner = args[2].as_slice();
+    let owner = &args[2][..];
     if !valid_lock(owner, holds, fence) {
         return Err(err(error::INVALID_EFFECT));
     }
@@ -223,7 +214,7 @@ pub fn set(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
 }
 
 /// Takes back a grant whose client died before it was answered.
-pub fn revoke(ctx: &Context, name: &RedisString, owner: &[u8], fence: u64) {
+pub fn revoke(ctx: &Context, name: &Arg, owner: &[u8], fence: u64) {
     let key = Key::write(ctx, name);
     if let Ok(Some(lock)) = lock_in(&key) {
         if lock.owner == owner && lock.fence == fence {
@@ -235,7 +226,7 @@ pub fn revoke(ctx: &Context, name: &RedisString, owner: &[u8], fence: u64) {
 /// Called for a key with waiters when something may have freed it (lease end,
 /// `DEL`, flush, overwrite): hand it off, or fail the waiters if the key now
 /// holds another type, or watch the new lease.
-pub fn serve_waiters(ctx: &Context, name: &RedisString) {
+pub fn serve_waiters(ctx: &Context, name: &Arg) {
     let key = Key::write(ctx, name);
     match lock_in(&key) {
         Err(_) => waiters::fail_all(ctx, name, error::WRONGTYPE),

@@ -1,6 +1,8 @@
 //! `RWLOCK.*`: parse, open the key, apply the pure rules, reply, replicate the effect.
 
-use redis_module::{Context, RedisError, RedisResult, RedisString, RedisValue};
+use redis_module::{Context, RedisError, RedisResult, RedisValue};
+
+use crate::command::Arg;
 
 use crate::args;
 use crate::datatypes::{valid_lock, RWLOCK_EFFECT, RWLOCK_TYPE};
@@ -113,12 +115,12 @@ fn hand_off(ctx: &Context, name: &[u8], key: &Key) -> Result<(), RedisError> {
     Ok(())
 }
 
-fn request(ctx: &Context, args: Vec<RedisString>, mode: Mode) -> RedisResult {
+fn request(ctx: &Context, args: &[Arg], mode: Mode) -> RedisResult {
     if args.len() < 4 {
         return Err(RedisError::WrongArity);
     }
     let req = args::lock_request(&args[2..]).map_err(RedisError::String)?;
-    let name = args[1].as_slice();
+    let name = &args[1];
     let key = Key::write(ctx, &args[1]);
     rw_in(&key)?;
     if waiters::queued(ctx, name) > 0 {
@@ -170,22 +172,22 @@ fn request(ctx: &Context, args: Vec<RedisString>, mode: Mode) -> RedisResult {
 }
 
 /// `RWLOCK.READ key owner ttl [WAIT timeout]`
-pub fn read(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+pub fn read(ctx: &Context, args: &[Arg]) -> RedisResult {
     request(ctx, args, Mode::Read)
 }
 
 /// `RWLOCK.WRITE key owner ttl [WAIT timeout]`
-pub fn write(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+pub fn write(ctx: &Context, args: &[Arg]) -> RedisResult {
     request(ctx, args, Mode::Write)
 }
 
 /// `RWLOCK.UNLOCK key owner`
-pub fn unlock(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+pub fn unlock(ctx: &Context, args: &[Arg]) -> RedisResult {
     if args.len() != 3 {
         return Err(RedisError::WrongArity);
     }
     let owner = args::owner(&args[2]).map_err(err)?;
-    let name = args[1].as_slice();
+    let name = &args[1];
     let key = Key::write(ctx, &args[1]);
     let Some(lock) = rw_in(&key)? else {
         stats::REFUSED_RELEASES.add(1);
@@ -205,13 +207,13 @@ pub fn unlock(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
 }
 
 /// `RWLOCK.EXTEND key owner ttl`
-pub fn extend(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+pub fn extend(ctx: &Context, args: &[Arg]) -> RedisResult {
     if args.len() != 4 {
         return Err(RedisError::WrongArity);
     }
     let owner = args::owner(&args[2]).map_err(err)?;
     let ttl_ms = args::ttl(&args[3]).map_err(err)?;
-    let name = args[1].as_slice();
+    let name = &args[1];
     let key = Key::write(ctx, &args[1]);
     let Some(lock) = rw_in(&key)? else {
         return Ok(RedisValue::Integer(0));
@@ -227,7 +229,7 @@ pub fn extend(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
 }
 
 /// `RWLOCK.INFO key`
-pub fn info(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+pub fn info(ctx: &Context, args: &[Arg]) -> RedisResult {
     if args.len() != 2 {
         return Err(RedisError::WrongArity);
     }
@@ -270,7 +272,7 @@ pub fn info(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
 
 /// `WARDEN.RWSET key fence (W|R owner holds fence deadline_ms)...`: the full
 /// state of a read-write lock as replicas and the AOF receive it.
-pub fn set(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+pub fn set(ctx: &Context, args: &[Arg]) -> RedisResult {
     if args.len() < 8 || !(args.len() - 3).is_multiple_of(5) {
         return Err(RedisError::WrongArity);
     }
@@ -321,7 +323,7 @@ pub fn set(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
 }
 
 /// Serves the queue of a key that may have been freed (timer, keyspace event).
-pub fn serve_waiters(ctx: &Context, name: &RedisString) {
+pub fn serve_waiters(ctx: &Context, name: &Arg) {
     let key = Key::write(ctx, name);
     if hand_off(ctx, name, &key).is_err() {
         waiters::fail_all(ctx, name, error::WRONGTYPE);
@@ -329,7 +331,7 @@ pub fn serve_waiters(ctx: &Context, name: &RedisString) {
 }
 
 /// Takes back a grant whose client died before it was answered.
-pub fn revoke(ctx: &Context, name: &RedisString, owner: &[u8], fence: u64) {
+pub fn revoke(ctx: &Context, name: &Arg, owner: &[u8], fence: u64) {
     let key = Key::write(ctx, name);
     if let Ok(Some(lock)) = rw_in(&key) {
         if lock.revoke(owner, fence) {
