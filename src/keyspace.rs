@@ -9,7 +9,9 @@ use std::os::raw::{c_char, c_int, c_void};
 use std::ptr;
 
 use redis_module::native_types::RedisType;
-use redis_module::{raw, Context};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use redis_module::{raw, Context, ContextFlags};
 
 use crate::command::Arg;
 
@@ -105,11 +107,63 @@ impl Drop for Key {
     }
 }
 
+/// Whether an effect could reach anyone: Redis drops propagated commands when
+/// there is no AOF, no replica and no replication backlog, but building them
+/// (command lookup, argument objects) costs a third of a lock grant. A backlog
+/// only appears when a replica syncs, which forks (or this server was a
+/// replica); so once a fork, a role change or a replica was seen, or the AOF is
+/// on, every effect is sent.
+pub fn effects_needed(ctx: &Context) -> bool {
+    LISTENERS.load(Ordering::Relaxed) || ctx.get_flags().contains(ContextFlags::AOF)
+}
+
+static LISTENERS: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_listener_event(
+    _ctx: *mut raw::RedisModuleCtx,
+    _event: raw::RedisModuleEvent,
+    _subevent: u64,
+    _data: *mut c_void,
+) {
+    LISTENERS.store(true, Ordering::Relaxed);
+}
+
+/// Watches for what may add listeners to the effect stream. At load time a
+/// server that already replicates (or is a replica) counts as listened to.
+pub fn watch_listeners(ctx: &Context) -> bool {
+    let replicating = ctx.get_flags().contains(ContextFlags::SLAVE)
+        || ctx.call("INFO", &["replication"]).map_or(true, |info| {
+            let text = format!("{info:?}");
+            !(text.contains("connected_slaves:0") && text.contains("repl_backlog_active:0"))
+        });
+    if replicating {
+        LISTENERS.store(true, Ordering::Relaxed);
+    }
+    let events = [
+        raw::REDISMODULE_EVENT_FORK_CHILD,
+        raw::REDISMODULE_EVENT_REPLICATION_ROLE_CHANGED,
+        raw::REDISMODULE_EVENT_REPLICA_CHANGE,
+    ];
+    events.iter().all(|&id| {
+        let event = raw::RedisModuleEvent { id, dataver: 1 };
+        let status = unsafe {
+            raw::RedisModule_SubscribeToServerEvent.unwrap()(
+                ctx.ctx,
+                event,
+                Some(on_listener_event),
+            )
+        };
+        status == raw::REDISMODULE_OK as c_int
+    })
+}
+
 /// Sends `DEL key` to replicas and the AOF.
 pub fn replicate_del(ctx: &Context, key: &Arg) {
-    unsafe {
-        raw::RedisModule_Replicate.unwrap()(ctx.ctx, c"DEL".as_ptr(), c"s".as_ptr(), key.raw())
-    };
+    if effects_needed(ctx) {
+        unsafe {
+            raw::RedisModule_Replicate.unwrap()(ctx.ctx, c"DEL".as_ptr(), c"s".as_ptr(), key.raw())
+        };
+    }
 }
 
 /// Sends `<cmd> key bytes n1 n2 n3` to replicas and the AOF without building
@@ -121,6 +175,9 @@ pub fn replicate_key_bytes_3(
     bytes: &[u8],
     numbers: [i64; 3],
 ) {
+    if !effects_needed(ctx) {
+        return;
+    }
     unsafe {
         raw::RedisModule_Replicate.unwrap()(
             ctx.ctx,

@@ -64,6 +64,7 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
     let ready = command::register(ctx, COMMANDS)
         && config::register(ctx, args)
         && waiters::subscribe(ctx)
+        && keyspace::watch_listeners(ctx)
         && info::register(ctx.ctx);
     if ready {
         Status::Ok

@@ -102,3 +102,60 @@ fn lease_end_on_the_master_deletes_on_the_replica() {
     let keys: i64 = redis::cmd("DBSIZE").query(&mut r).unwrap();
     assert_eq!(keys, 0);
 }
+
+fn same_lock(a: &mut Connection, b: &mut Connection, key: &str) {
+    assert_eq!(lock_state(a, key), lock_state(b, key), "{key}");
+    assert_eq!(abs_expiry(a, key), abs_expiry(b, key), "{key}");
+}
+
+#[test]
+fn effects_reach_a_replica_that_attaches_later() {
+    // No AOF, no snapshots, no replica yet: nobody listens to effects...
+    let master = Server::start_tcp(&[]);
+    let mut m = master.conn();
+    int(&mut m, &["LOCK.ACQUIRE", "before", "alice", "60000"]);
+    int(&mut m, &["LOCK.ACQUIRE", "released", "bob", "60000"]);
+    int(&mut m, &["LOCK.RELEASE", "released", "bob"]);
+    run(&mut m, &["RWLOCK.READ", "rw", "r1", "60000"]).unwrap();
+    run(&mut m, &["BF.ADD", "bf", "x"]).unwrap();
+    // ...until a replica syncs: from then on every effect is sent.
+    let replica = Server::start_tcp(&[]);
+    replicate(&master, &replica);
+    int(&mut m, &["LOCK.ACQUIRE", "after", "carol", "60000"]);
+    int(&mut m, &["LOCK.ACQUIRE", "before", "alice", "70000"]);
+    run(&mut m, &["RWLOCK.READ", "rw", "r2", "60000"]).unwrap();
+    run(&mut m, &["BF.ADD", "bf", "y"]).unwrap();
+    sync_replicas(&mut m, 1);
+    let mut r = replica.conn();
+    for key in ["before", "after", "released"] {
+        same_lock(&mut m, &mut r, key);
+    }
+    let without_ttl = |c: &mut Connection| {
+        let mut f = map(c, &["RWLOCK.INFO", "rw"]);
+        f.retain(|(k, _)| k != "ttl");
+        (f, int(c, &["PEXPIRETIME", "rw"]))
+    };
+    assert_eq!(without_ttl(&mut r), without_ttl(&mut m));
+    assert_eq!(int(&mut r, &["BF.CARD", "bf"]), 2);
+}
+
+#[test]
+fn a_promoted_replica_keeps_sending_effects_to_its_own_replicas() {
+    let master = Server::start_tcp(&[]);
+    let first = Server::start_tcp(&[]);
+    let second = Server::start_tcp(&[]);
+    replicate(&master, &first);
+    replicate(&master, &second);
+    let mut m = master.conn();
+    int(&mut m, &["LOCK.ACQUIRE", "k", "alice", "60000"]);
+    sync_replicas(&mut m, 2);
+    let mut f = first.conn();
+    run(&mut f, &["REPLICAOF", "NO", "ONE"]).unwrap();
+    replicate(&first, &second);
+    let fence = int(&mut f, &["LOCK.ACQUIRE", "new", "bob", "60000"]);
+    int(&mut f, &["LOCK.RELEASE", "k", "alice"]);
+    sync_replicas(&mut f, 1);
+    let mut s = second.conn();
+    assert_eq!(lock_state(&mut s, "new"), Some(("bob".into(), 1, fence)));
+    assert_eq!(int(&mut s, &["EXISTS", "k"]), 0);
+}

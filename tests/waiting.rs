@@ -21,10 +21,7 @@ fn wait_queued(c: &mut Connection, key: &str, n: i64) {
 }
 
 fn owner(c: &mut Connection, key: &str) -> Option<String> {
-    if is_nil(c, &["LOCK.INFO", key]) {
-        return None;
-    }
-    Some(field_str(&map(c, &["LOCK.INFO", key]), "owner"))
+    maybe_map(c, &["LOCK.INFO", key]).map(|f| field_str(&f, "owner"))
 }
 
 #[test]

@@ -13,7 +13,7 @@ use crate::bloom::codec::{self, BadData};
 use crate::config::{parse_float, BF_ERROR_RATE, BF_EXPANSION, BF_INITIAL_CAPACITY, BF_MAX_MEMORY};
 use crate::datatypes::BLOOM_TYPE;
 use crate::error;
-use crate::keyspace::Key;
+use crate::keyspace::{effects_needed, Key};
 
 fn err(text: &'static str) -> RedisError {
     RedisError::Str(text)
@@ -153,6 +153,9 @@ fn add_items(
 }
 
 fn replicate_insert(ctx: &Context, name: &Arg, params: Params, items: &[Arg]) {
+    if !effects_needed(ctx) {
+        return;
+    }
     let capacity = params.capacity.to_string();
     let error = format!("{:?}", params.error);
     let expansion = params.expansion.map(|x| x.to_string());

@@ -8,7 +8,7 @@ use crate::args;
 use crate::datatypes::{valid_lock, RWLOCK_EFFECT, RWLOCK_TYPE};
 use crate::error;
 use crate::fence::FENCES;
-use crate::keyspace::{now_ms, Key};
+use crate::keyspace::{effects_needed, now_ms, replicate_del, Key};
 use crate::reply::{self, Field};
 use crate::rwlock::state::{Hold, Mode, Outcome, RwLock, Unlock};
 use crate::stats;
@@ -31,13 +31,16 @@ fn rw_in(key: &Key) -> Result<Option<&mut RwLock>, RedisError> {
 
 /// Writes the state's expiry to the key and sends the full state to replicas
 /// and the AOF; a lock with no holds left is deleted.
-fn publish(ctx: &Context, name: &[u8], key: &Key, lock: &RwLock) {
+fn publish(ctx: &Context, name: &Arg, key: &Key, lock: &RwLock) {
     let Some(deadline) = lock.deadline() else {
         key.delete();
-        ctx.replicate("DEL", &[name]);
+        replicate_del(ctx, name);
         return;
     };
     key.set_expire_at(deadline);
+    if !effects_needed(ctx) {
+        return;
+    }
     let numbers: Vec<[String; 3]> = lock
         .writer
         .iter()
@@ -51,7 +54,7 @@ fn publish(ctx: &Context, name: &[u8], key: &Key, lock: &RwLock) {
         })
         .collect();
     let fence = lock.fence.to_string();
-    let mut words: Vec<&[u8]> = vec![name, fence.as_bytes()];
+    let mut words: Vec<&[u8]> = vec![&name[..], fence.as_bytes()];
     let tags = lock
         .writer
         .iter()
@@ -74,7 +77,7 @@ fn publish(ctx: &Context, name: &[u8], key: &Key, lock: &RwLock) {
 
 /// Grants every waiter at the head of the queue that fits the holders (a
 /// writer alone, or a run of readers together), then watches the next lease end.
-fn hand_off(ctx: &Context, name: &[u8], key: &Key) -> Result<(), RedisError> {
+fn hand_off(ctx: &Context, name: &Arg, key: &Key) -> Result<(), RedisError> {
     let now = now_ms();
     let mut fresh = RwLock::default();
     let existing = rw_in(key)?;

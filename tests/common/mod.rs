@@ -242,7 +242,14 @@ pub fn is_nil(con: &mut Connection, words: &[&str]) -> bool {
 
 /// A map reply (RESP2 flat array or RESP3 map) as name → value pairs.
 pub fn map(con: &mut Connection, words: &[&str]) -> Vec<(String, Value)> {
-    match run(con, words) {
+    maybe_map(con, words).unwrap_or_else(|| panic!("{words:?}: expected a map, got nil"))
+}
+
+/// A map reply, or `None` for nil — in one round trip, so that nothing can
+/// change between asking whether it exists and reading it.
+pub fn maybe_map(con: &mut Connection, words: &[&str]) -> Option<Vec<(String, Value)>> {
+    Some(match run(con, words) {
+        Ok(Value::Nil) => return None,
         Ok(Value::Map(pairs)) => pairs
             .into_iter()
             .map(|(k, v)| (redis::from_redis_value::<String>(&k).unwrap(), v))
@@ -257,7 +264,7 @@ pub fn map(con: &mut Connection, words: &[&str]) -> Vec<(String, Value)> {
             })
             .collect(),
         other => panic!("{words:?}: expected a map, got {other:?}"),
-    }
+    })
 }
 
 /// One field of a map reply as an integer.
@@ -327,10 +334,7 @@ pub fn granted(h: Pending) -> i64 {
 
 /// The `waiters` field of `<KIND>.INFO key` (0 when the key holds no lock).
 pub fn waiters_of(c: &mut Connection, info_cmd: &str, key: &str) -> i64 {
-    if is_nil(c, &[info_cmd, key]) {
-        return 0;
-    }
-    field_int(&map(c, &[info_cmd, key]), "waiters")
+    maybe_map(c, &[info_cmd, key]).map_or(0, |f| field_int(&f, "waiters"))
 }
 
 /// Waits until `n` clients are queued on `key`.
