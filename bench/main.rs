@@ -440,6 +440,8 @@ struct Row {
     other: Vec<f64>,
     /// Target on warden / other: (`>=` or `<=`, value).
     target: Option<(&'static str, f64)>,
+    /// The target applies to warden's own figure, not to the ratio.
+    absolute: bool,
 }
 
 impl Row {
@@ -456,7 +458,13 @@ impl Row {
             warden: Vec::new(),
             other: Vec::new(),
             target,
+            absolute: false,
         }
+    }
+
+    fn absolute(mut self) -> Self {
+        self.absolute = true;
+        self
     }
 
     fn ratios(&self) -> Vec<f64> {
@@ -471,7 +479,11 @@ impl Row {
         match self.target {
             None => "",
             Some((op, t)) => {
-                let r = median(&self.ratios());
+                let r = if self.absolute {
+                    median(&self.warden)
+                } else {
+                    median(&self.ratios())
+                };
                 if (op == ">=" && r >= t) || (op == "<=" && r <= t) {
                     "met"
                 } else {
@@ -1066,18 +1078,18 @@ fn report(rows: &[Row], quick: bool, dir: &Path) {
         if json.len() > 1 {
             json.push(',');
         }
-        let _ = write!(
+        let _ =
+            write!(
             json,
-            "{{\"group\":\"{}\",\"name\":\"{}\",\"ratio\":{},\"target\":{}}}",
+            "{{\"group\":\"{}\",\"name\":\"{}\",\"ratio\":{},\"target\":{},\"verdict\":\"{}\"}}",
             row.group,
             row.name.replace('"', "'"),
-            if median(&ratios).is_finite() {
-                median(&ratios)
-            } else {
-                0.0
+            if median(&ratios).is_finite() { median(&ratios) } else { 0.0 },
+            match (row.target, row.absolute) {
+                (Some((_, t)), false) => t.to_string(),
+                _ => "null".to_string(),
             },
-            row.target
-                .map_or("null".to_string(), |(_, t)| t.to_string())
+            row.verdict()
         );
     }
     json.push(']');

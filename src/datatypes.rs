@@ -13,8 +13,60 @@ use crate::bloom::codec;
 use crate::bloom::filter::SubFilter;
 use crate::fence::{FENCES, MAX_FENCE};
 use crate::guard;
+use crate::keyspace::Key;
 use crate::lock::state::{Lock, MAX_HOLDS};
 use crate::rwlock::state::{Hold, RwLock};
+use crate::stats;
+
+/// Values whose numbers `INFO warden` reports: counted in when stored (or
+/// loaded, or copied), counted out when Redis frees them.
+pub trait Tracked {
+    fn track(&self, sign: i64);
+}
+
+impl Tracked for Lock {
+    fn track(&self, sign: i64) {
+        stats::LOCK_KEYS.add(sign);
+    }
+}
+
+impl Tracked for RwLock {
+    fn track(&self, sign: i64) {
+        stats::RWLOCK_KEYS.add(sign);
+    }
+}
+
+impl Tracked for Chain {
+    fn track(&self, sign: i64) {
+        stats::BLOOM_FILTERS.add(sign);
+        stats::BLOOM_BYTES.add(sign * self.bytes() as i64);
+        stats::BLOOM_SUBFILTERS.add(sign * self.filters.len() as i64);
+    }
+}
+
+/// Stores a new value in a key (replacing, and so freeing, what it held).
+pub fn store<T: Tracked>(key: &Key, ty: &RedisType, value: T) {
+    value.track(1);
+    key.set_value(ty, value);
+}
+
+fn boxed<T: Tracked>(value: T) -> *mut c_void {
+    value.track(1);
+    Box::into_raw(Box::new(value)).cast::<c_void>()
+}
+
+/// Frees a value; `lapsed` says whether its lease had ended unreleased.
+unsafe fn release_value<T: Tracked>(value: *mut c_void, lapsed: impl FnOnce(&T, i64) -> bool) {
+    let value = Box::from_raw(value.cast::<T>());
+    value.track(-1);
+    // `free` may run on a background thread: the system clock, not Redis'.
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64);
+    if lapsed(&value, now) {
+        stats::LEASE_EXPIRIES.add(1);
+    }
+}
 
 /// Encoding version of `warden-lk` values; `rdb_load` reads every version up to it.
 const LOCK_ENCVER: c_int = 1;
@@ -80,7 +132,7 @@ unsafe extern "C" fn lock_rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) 
             fence,
             deadline_ms: i64::MAX,
         };
-        Box::into_raw(Box::new(lock)).cast::<c_void>()
+        boxed(lock)
     })
 }
 
@@ -117,7 +169,7 @@ unsafe extern "C" fn lock_mem_usage(value: *const c_void) -> usize {
 }
 
 unsafe extern "C" fn lock_free(value: *mut c_void) {
-    drop(Box::from_raw(value.cast::<Lock>()));
+    release_value::<Lock>(value, |lock, now| lock.deadline_ms < now);
 }
 
 unsafe extern "C" fn lock_copy(
@@ -125,8 +177,7 @@ unsafe extern "C" fn lock_copy(
     _to: *mut raw::RedisModuleString,
     value: *const c_void,
 ) -> *mut c_void {
-    let lock = (*value.cast::<Lock>()).clone();
-    Box::into_raw(Box::new(lock)).cast::<c_void>()
+    boxed((*value.cast::<Lock>()).clone())
 }
 
 unsafe extern "C" fn fence_aux_save(rdb: *mut raw::RedisModuleIO, when: c_int) {
@@ -213,7 +264,7 @@ unsafe extern "C" fn bloom_rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int)
             filters,
             expansion: header.expansion,
         };
-        Box::into_raw(Box::new(chain)).cast::<c_void>()
+        boxed(chain)
     })
 }
 
@@ -255,7 +306,7 @@ unsafe extern "C" fn bloom_mem_usage(value: *const c_void) -> usize {
 }
 
 unsafe extern "C" fn bloom_free(value: *mut c_void) {
-    drop(Box::from_raw(value.cast::<Chain>()));
+    release_value::<Chain>(value, |_, _| false);
 }
 
 unsafe extern "C" fn bloom_copy(
@@ -263,8 +314,7 @@ unsafe extern "C" fn bloom_copy(
     _to: *mut raw::RedisModuleString,
     value: *const c_void,
 ) -> *mut c_void {
-    let chain = (*value.cast::<Chain>()).clone();
-    Box::into_raw(Box::new(chain)).cast::<c_void>()
+    boxed((*value.cast::<Chain>()).clone())
 }
 
 /// Encoding version of `warden-rw` values.
@@ -357,7 +407,7 @@ unsafe extern "C" fn rwlock_rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int
         match load() {
             Some(lock) => {
                 FENCES.observe(lock.fence);
-                Box::into_raw(Box::new(lock)).cast::<c_void>()
+                boxed(lock)
             }
             None => std::ptr::null_mut(),
         }
@@ -426,7 +476,7 @@ unsafe extern "C" fn rwlock_mem_usage(value: *const c_void) -> usize {
 }
 
 unsafe extern "C" fn rwlock_free(value: *mut c_void) {
-    drop(Box::from_raw(value.cast::<RwLock>()));
+    release_value::<RwLock>(value, |lock, now| lock.deadline().is_some_and(|d| d < now));
 }
 
 unsafe extern "C" fn rwlock_copy(
@@ -434,6 +484,5 @@ unsafe extern "C" fn rwlock_copy(
     _to: *mut raw::RedisModuleString,
     value: *const c_void,
 ) -> *mut c_void {
-    let lock = (*value.cast::<RwLock>()).clone();
-    Box::into_raw(Box::new(lock)).cast::<c_void>()
+    boxed((*value.cast::<RwLock>()).clone())
 }

@@ -10,15 +10,21 @@ extern "C" fn report(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_report: c_int
     guard::callback((), || {
         raw::add_info_section(ctx, Some("warden"));
         let fields = [
-            ("waiting_clients", waiters::total_waiting() as u64),
-            ("grants", stats::GRANTS.get()),
-            ("handoffs", stats::HANDOFFS.get()),
-            ("wait_timeouts", stats::WAIT_TIMEOUTS.get()),
-            ("refused_releases", stats::REFUSED_RELEASES.get()),
-            ("last_fence", FENCES.last()),
+            ("lock_keys", stats::LOCK_KEYS.get()),
+            ("rwlock_keys", stats::RWLOCK_KEYS.get()),
+            ("waiting_clients", waiters::total_waiting() as i64),
+            ("grants", stats::GRANTS.get() as i64),
+            ("handoffs", stats::HANDOFFS.get() as i64),
+            ("lease_expiries", stats::LEASE_EXPIRIES.get() as i64),
+            ("wait_timeouts", stats::WAIT_TIMEOUTS.get() as i64),
+            ("refused_releases", stats::REFUSED_RELEASES.get() as i64),
+            ("bloom_filters", stats::BLOOM_FILTERS.get()),
+            ("bloom_bytes", stats::BLOOM_BYTES.get()),
+            ("bloom_subfilters", stats::BLOOM_SUBFILTERS.get()),
+            ("last_fence", FENCES.last() as i64),
         ];
         for (name, value) in fields {
-            raw::add_info_field_unsigned_long_long(ctx, name, value);
+            raw::add_info_field_long_long(ctx, name, value);
         }
     })
 }

@@ -1,6 +1,6 @@
 //! Counters reported by `INFO warden`.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 
 pub struct Counter(AtomicU64);
 
@@ -26,3 +26,31 @@ pub static HANDOFFS: Counter = Counter::new();
 pub static WAIT_TIMEOUTS: Counter = Counter::new();
 /// Releases refused because the caller did not hold the lock.
 pub static REFUSED_RELEASES: Counter = Counter::new();
+
+/// A level that goes up and down (values may be freed on a background thread).
+pub struct Gauge(AtomicI64);
+
+impl Gauge {
+    const fn new() -> Self {
+        Self(AtomicI64::new(0))
+    }
+
+    pub fn add(&self, n: i64) {
+        self.0.fetch_add(n, Ordering::Relaxed);
+    }
+
+    pub fn get(&self) -> i64 {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
+/// Keys holding an exclusive lock.
+pub static LOCK_KEYS: Gauge = Gauge::new();
+/// Keys holding a read-write lock.
+pub static RWLOCK_KEYS: Gauge = Gauge::new();
+/// Bloom filter keys, their bytes and sub-filters.
+pub static BLOOM_FILTERS: Gauge = Gauge::new();
+pub static BLOOM_BYTES: Gauge = Gauge::new();
+pub static BLOOM_SUBFILTERS: Gauge = Gauge::new();
+/// Lock values that ended with their lease still unreleased.
+pub static LEASE_EXPIRIES: Counter = Counter::new();

@@ -11,9 +11,10 @@ use crate::args::{integer, is_keyword};
 use crate::bloom::chain::{Chain, Params, Refusal, MAX_EXPANSION};
 use crate::bloom::codec::{self, BadData};
 use crate::config::{parse_float, BF_ERROR_RATE, BF_EXPANSION, BF_INITIAL_CAPACITY, BF_MAX_MEMORY};
-use crate::datatypes::BLOOM_TYPE;
+use crate::datatypes::{store, BLOOM_TYPE};
 use crate::error;
 use crate::keyspace::{effects_needed, Key};
+use crate::stats;
 
 fn err(text: &'static str) -> RedisError {
     RedisError::Str(text)
@@ -97,7 +98,7 @@ pub fn reserve(ctx: &Context, args: &[Arg]) -> RedisResult {
         expansion,
     };
     let chain = Chain::new(params, max_bytes(ctx)).map_err(|r| err(refusal(r)))?;
-    key.set_value(&BLOOM_TYPE, chain);
+    store(&key, &BLOOM_TYPE, chain);
     ctx.replicate_verbatim();
     Ok(RedisValue::SimpleStringStatic("OK"))
 }
@@ -125,7 +126,8 @@ fn add_items(
         (Some(_), _) => None,
         (None, None) => return Err(err(error::BF_NOT_FOUND)),
         (None, Some(params)) => {
-            key.set_value(
+            store(
+                &key,
                 &BLOOM_TYPE,
                 Chain::new(params, limit).map_err(|r| err(refusal(r)))?,
             );
@@ -133,6 +135,7 @@ fn add_items(
         }
     };
     let chain = chain_in(&key)?.ok_or(err(error::INTERNAL))?;
+    let before = (chain.bytes() as i64, chain.filters.len() as i64);
     let mut results = Vec::with_capacity(items.len());
     for item in items {
         match chain.add(item, limit) {
@@ -143,6 +146,8 @@ fn add_items(
             }
         }
     }
+    stats::BLOOM_BYTES.add(chain.bytes() as i64 - before.0);
+    stats::BLOOM_SUBFILTERS.add(chain.filters.len() as i64 - before.1);
     match created {
         // The replica must build the same filter whatever its own defaults are.
         Some(params) => replicate_insert(ctx, name, params, items),
@@ -405,7 +410,7 @@ pub fn loadchunk(ctx: &Context, args: &[Arg]) -> RedisResult {
     match chain_in(&key)? {
         None if iter == 1 => {
             let header = codec::decode_header(data, max_bytes(ctx)).map_err(bad)?;
-            key.set_value(&BLOOM_TYPE, header.empty_chain());
+            store(&key, &BLOOM_TYPE, header.empty_chain());
         }
         None => return Err(err(error::BF_NOT_FOUND)),
         Some(chain) => {

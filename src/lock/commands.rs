@@ -5,7 +5,7 @@ use redis_module::{Context, RedisError, RedisResult, RedisValue};
 use crate::command::Arg;
 
 use crate::args;
-use crate::datatypes::{valid_lock, LOCK_EFFECT, LOCK_TYPE};
+use crate::datatypes::{store, valid_lock, LOCK_EFFECT, LOCK_TYPE};
 use crate::error;
 use crate::fence::FENCES;
 use crate::keyspace::{now_ms, replicate_del, replicate_key_bytes_3, Key};
@@ -40,7 +40,7 @@ fn grant(ctx: &Context, name: &Arg, key: &Key, owner: &[u8], ttl_ms: i64) -> u64
     let lock = Lock::grant(owner, FENCES.draw(now), now, ttl_ms);
     let fence = lock.fence;
     stats::GRANTS.add(1);
-    key.set_value(&LOCK_TYPE, lock);
+    store(key, &LOCK_TYPE, lock);
     if let Ok(Some(lock)) = key.value::<Lock>(&LOCK_TYPE) {
         publish(ctx, name, key, lock);
     }
@@ -204,7 +204,7 @@ pub fn set(ctx: &Context, args: &[Arg]) -> RedisResult {
     };
     match key.value::<Lock>(&LOCK_TYPE) {
         Ok(Some(existing)) => *existing = lock,
-        _ => key.set_value(&LOCK_TYPE, lock),
+        _ => store(&key, &LOCK_TYPE, lock),
     }
     if deadline_ms > 0 {
         key.set_expire_at(deadline_ms);

@@ -5,7 +5,7 @@ use redis_module::{Context, RedisError, RedisResult, RedisValue};
 use crate::command::Arg;
 
 use crate::args;
-use crate::datatypes::{valid_lock, RWLOCK_EFFECT, RWLOCK_TYPE};
+use crate::datatypes::{store, valid_lock, RWLOCK_EFFECT, RWLOCK_TYPE};
 use crate::error;
 use crate::fence::FENCES;
 use crate::keyspace::{effects_needed, now_ms, replicate_del, Key};
@@ -101,7 +101,7 @@ fn hand_off(ctx: &Context, name: &Arg, key: &Key) -> Result<(), RedisError> {
     }
     if !granted.is_empty() {
         if is_new {
-            key.set_value(&RWLOCK_TYPE, fresh);
+            store(key, &RWLOCK_TYPE, fresh);
         }
         if let Some(lock) = rw_in(key)? {
             publish(ctx, name, key, lock);
@@ -166,7 +166,7 @@ fn request(ctx: &Context, args: &[Arg], mode: Mode) -> RedisResult {
         }
     };
     if is_new {
-        key.set_value(&RWLOCK_TYPE, fresh);
+        store(&key, &RWLOCK_TYPE, fresh);
     }
     if let Some(lock) = rw_in(&key)? {
         publish(ctx, name, &key, lock);
@@ -316,7 +316,7 @@ pub fn set(ctx: &Context, args: &[Arg]) -> RedisResult {
     let deadline = lock.deadline();
     match key.value::<RwLock>(&RWLOCK_TYPE) {
         Ok(Some(existing)) => *existing = lock,
-        _ => key.set_value(&RWLOCK_TYPE, lock),
+        _ => store(&key, &RWLOCK_TYPE, lock),
     }
     if let Some(at) = deadline {
         key.set_expire_at(at);
