@@ -620,10 +620,11 @@ async fn run(s: &Settings, warden_so: &Path, bloom_so: &Path) -> Vec<Row> {
         ),
         Row::new(
             "contention",
-            "server commands per hand-off: WAIT vs BLPOP token",
+            "server commands per hand-off: WAIT vs BLPOP token (target on WAIT: 3)",
             "commands",
-            None,
-        ),
+            Some(("<=", 3.01)),
+        )
+        .absolute(),
         Row::new(
             "contention",
             "server CPU per hand-off: WAIT vs 10 ms polling",
@@ -646,10 +647,11 @@ async fn run(s: &Settings, warden_so: &Path, bloom_so: &Path) -> Vec<Row> {
         Row::new("contention", "p99 wait: WAIT vs BLPOP token", "ms", None),
         Row::new(
             "contention",
-            "fairness max/min per client: WAIT vs 10 ms polling",
+            "fairness max/min acquisitions per client: WAIT vs 10 ms polling (target on WAIT)",
             "max/min",
-            None,
-        ),
+            Some(("<=", 1.1)),
+        )
+        .absolute(),
         Row::new(
             "rwlock",
             "RWLOCK.READ+UNLOCK vs Redisson-style Lua (P16)",
