@@ -192,3 +192,15 @@ pub fn replicate_key_bytes_3(
         )
     };
 }
+
+/// Publishes a keyspace event of the module class (`notify-keyspace-events` with `d`).
+pub fn notify(ctx: &Context, event: &CStr, key: &Arg) {
+    unsafe {
+        raw::RedisModule_NotifyKeyspaceEvent.unwrap()(
+            ctx.ctx,
+            raw::REDISMODULE_NOTIFY_MODULE as c_int,
+            event.as_ptr(),
+            key.raw(),
+        )
+    };
+}

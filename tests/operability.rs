@@ -136,3 +136,61 @@ fn info_warden_counts_keys_waiters_and_events_on_every_path() {
     let all: String = redis::cmd("INFO").arg("everything").query(&mut c).unwrap();
     assert!(all.contains("warden_lock_keys:0"));
 }
+
+#[test]
+fn keyspace_events_announce_every_change() {
+    let s = Server::start(&[]);
+    let mut c = s.conn();
+    run(&mut c, &["CONFIG", "SET", "notify-keyspace-events", "KEA"]).unwrap();
+    let mut sub = s.conn();
+    let mut pubsub = sub.as_pubsub();
+    pubsub.psubscribe("__keyevent@0__:*").unwrap();
+    pubsub
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+
+    int(&mut c, &["LOCK.ACQUIRE", "l", "a", "60000"]);
+    int(&mut c, &["LOCK.EXTEND", "l", "a", "60000"]);
+    let (_, w) = spawn_command(&s, &["LOCK.ACQUIRE", "l", "b", "60000", "WAIT", "0"]);
+    wait_queued(&mut c, "LOCK.INFO", "l", 1);
+    int(&mut c, &["LOCK.RELEASE", "l", "a"]);
+    granted(w);
+    run(&mut c, &["RWLOCK.WRITE", "rw", "a", "60000"]).unwrap();
+    run(&mut c, &["RWLOCK.EXTEND", "rw", "a", "60000"]).unwrap();
+    run(&mut c, &["RWLOCK.UNLOCK", "rw", "a"]).unwrap();
+    run(&mut c, &["RWLOCK.READ", "rw", "r", "60000"]).unwrap();
+    run(&mut c, &["BF.RESERVE", "bf", "0.01", "100"]).unwrap();
+    run(&mut c, &["BF.ADD", "bf", "x"]).unwrap();
+    run(&mut c, &["DEL", "l"]).unwrap();
+    int(&mut c, &["LOCK.ACQUIRE", "short", "a", "20"]);
+
+    let expected = [
+        ("lock.acquire", "l"),
+        ("lock.extend", "l"),
+        ("lock.release", "l"),
+        ("lock.handoff", "l"),
+        ("rwlock.write", "rw"),
+        ("rwlock.extend", "rw"),
+        ("rwlock.unlock", "rw"),
+        ("rwlock.read", "rw"),
+        ("bf.reserve", "bf"),
+        ("bf.add", "bf"),
+        ("del", "l"),
+        ("lock.acquire", "short"),
+        ("expired", "short"),
+    ];
+    let mut seen = Vec::new();
+    while seen.len() < expected.len() {
+        let msg = pubsub.get_message().expect("an event");
+        let event = msg
+            .get_channel_name()
+            .rsplit(':')
+            .next()
+            .unwrap()
+            .to_string();
+        let key: String = msg.get_payload().unwrap();
+        seen.push((event, key));
+    }
+    let seen: Vec<(&str, &str)> = seen.iter().map(|(e, k)| (e.as_str(), k.as_str())).collect();
+    assert_eq!(seen, expected);
+}

@@ -13,7 +13,7 @@ use crate::bloom::codec::{self, BadData};
 use crate::config::{parse_float, BF_ERROR_RATE, BF_EXPANSION, BF_INITIAL_CAPACITY, BF_MAX_MEMORY};
 use crate::datatypes::{store, BLOOM_TYPE};
 use crate::error;
-use crate::keyspace::{effects_needed, Key};
+use crate::keyspace::{effects_needed, notify, Key};
 use crate::stats;
 
 fn err(text: &'static str) -> RedisError {
@@ -100,6 +100,7 @@ pub fn reserve(ctx: &Context, args: &[Arg]) -> RedisResult {
     let chain = Chain::new(params, max_bytes(ctx)).map_err(|r| err(refusal(r)))?;
     store(&key, &BLOOM_TYPE, chain);
     ctx.replicate_verbatim();
+    notify(ctx, c"bf.reserve", &args[1]);
     Ok(RedisValue::SimpleStringStatic("OK"))
 }
 
@@ -148,11 +149,15 @@ fn add_items(
     }
     stats::BLOOM_BYTES.add(chain.bytes() as i64 - before.0);
     stats::BLOOM_SUBFILTERS.add(chain.filters.len() as i64 - before.1);
+    let added = results.iter().any(|r| matches!(r, Ok(true)));
     match created {
         // The replica must build the same filter whatever its own defaults are.
         Some(params) => replicate_insert(ctx, name, params, items),
-        None if results.iter().any(|r| matches!(r, Ok(true))) => ctx.replicate_verbatim(),
+        None if added => ctx.replicate_verbatim(),
         None => {}
+    }
+    if added || created.is_some() {
+        notify(ctx, c"bf.add", name);
     }
     Ok(results)
 }
@@ -422,5 +427,6 @@ pub fn loadchunk(ctx: &Context, args: &[Arg]) -> RedisResult {
         }
     }
     ctx.replicate_verbatim();
+    notify(ctx, c"bf.loadchunk", &args[1]);
     Ok(RedisValue::SimpleStringStatic("OK"))
 }

@@ -8,7 +8,7 @@ use crate::args;
 use crate::datatypes::{store, valid_lock, LOCK_EFFECT, LOCK_TYPE};
 use crate::error;
 use crate::fence::FENCES;
-use crate::keyspace::{now_ms, replicate_del, replicate_key_bytes_3, Key};
+use crate::keyspace::{notify, now_ms, replicate_del, replicate_key_bytes_3, Key};
 use crate::lock::state::{Entry, Lock, Release};
 use crate::reply::{self, Field};
 use crate::stats;
@@ -52,6 +52,7 @@ fn hand_off(ctx: &Context, name: &Arg, key: &Key) -> bool {
     match waiters::pop_if(ctx, name, |w| w.mode == Mode::Exclusive) {
         Some(waiter) => {
             let fence = grant(ctx, name, key, &waiter.owner, waiter.ttl_ms);
+            notify(ctx, c"lock.handoff", name);
             waiters::answer_grant(ctx, waiter, name, fence);
             true
         }
@@ -79,6 +80,7 @@ pub fn acquire(ctx: &Context, args: &[Arg]) -> RedisResult {
     let lock = match lock_in(&key)? {
         None if !hand_off(ctx, name, &key) => {
             let fence = grant(ctx, name, &key, req.owner, req.ttl_ms);
+            notify(ctx, c"lock.acquire", name);
             return Ok(RedisValue::Integer(fence as i64));
         }
         None => lock_in(&key)?.ok_or_else(|| err(error::INTERNAL))?,
@@ -87,6 +89,7 @@ pub fn acquire(ctx: &Context, args: &[Arg]) -> RedisResult {
     match lock.enter(req.owner, now, req.ttl_ms) {
         Entry::Reentered { fence } => {
             publish(ctx, name, &key, lock);
+            notify(ctx, c"lock.acquire", name);
             Ok(RedisValue::Integer(fence as i64))
         }
         Entry::Overflow => Err(err(error::HOLDS_OVERFLOW)),
@@ -121,9 +124,11 @@ pub fn release(ctx: &Context, args: &[Arg]) -> RedisResult {
         }
         Release::StillHeld => {
             publish(ctx, name, &key, lock);
+            notify(ctx, c"lock.release", name);
             Ok(RedisValue::Integer(0))
         }
         Release::Freed => {
+            notify(ctx, c"lock.release", name);
             free(ctx, name, &key);
             Ok(RedisValue::Integer(1))
         }
@@ -146,6 +151,7 @@ pub fn extend(ctx: &Context, args: &[Arg]) -> RedisResult {
         return Ok(RedisValue::Integer(0));
     }
     publish(ctx, name, &key, lock);
+    notify(ctx, c"lock.extend", name);
     waiters::watch_lease(ctx, name, lock.deadline_ms);
     Ok(RedisValue::Integer(1))
 }

@@ -8,7 +8,7 @@ use crate::args;
 use crate::datatypes::{store, valid_lock, RWLOCK_EFFECT, RWLOCK_TYPE};
 use crate::error;
 use crate::fence::FENCES;
-use crate::keyspace::{effects_needed, now_ms, replicate_del, Key};
+use crate::keyspace::{effects_needed, notify, now_ms, replicate_del, Key};
 use crate::reply::{self, Field};
 use crate::rwlock::state::{Hold, Mode, Outcome, RwLock, Unlock};
 use crate::stats;
@@ -106,6 +106,7 @@ fn hand_off(ctx: &Context, name: &Arg, key: &Key) -> Result<(), RedisError> {
         if let Some(lock) = rw_in(key)? {
             publish(ctx, name, key, lock);
         }
+        notify(ctx, c"rwlock.handoff", name);
         for (w, fence) in granted {
             waiters::answer_grant(ctx, w, name, fence);
         }
@@ -171,6 +172,15 @@ fn request(ctx: &Context, args: &[Arg], mode: Mode) -> RedisResult {
     if let Some(lock) = rw_in(&key)? {
         publish(ctx, name, &key, lock);
     }
+    notify(
+        ctx,
+        if mode == Mode::Read {
+            c"rwlock.read"
+        } else {
+            c"rwlock.write"
+        },
+        name,
+    );
     Ok(RedisValue::Integer(fence as i64))
 }
 
@@ -205,6 +215,7 @@ pub fn unlock(ctx: &Context, args: &[Arg]) -> RedisResult {
         Unlock::Gone => 1,
     };
     publish(ctx, name, &key, lock);
+    notify(ctx, c"rwlock.unlock", name);
     hand_off(ctx, name, &key)?;
     Ok(RedisValue::Integer(reply))
 }
@@ -225,6 +236,7 @@ pub fn extend(ctx: &Context, args: &[Arg]) -> RedisResult {
         return Ok(RedisValue::Integer(0));
     }
     publish(ctx, name, &key, lock);
+    notify(ctx, c"rwlock.extend", name);
     if let Some(at) = lock.next_lease_end() {
         waiters::watch_lease(ctx, name, at);
     }
