@@ -4,7 +4,9 @@ PORT ?= 6379
 MODULE := target/release/libwarden.so
 APT_PACKAGES := redis-server redis-tools libclang1-14 libclang-common-14-dev python3-venv
 
-.PHONY: run test build deps venv check bench clean
+.PHONY: run test build deps venv check bench cluster cluster-stop clean
+
+CLUSTER_PORT ?= 7000
 
 VENV := .venv
 PYTHON := $(VENV)/bin/python
@@ -53,6 +55,13 @@ bench: build venv $(REDISBLOOM)
 	WARDEN_MODULE=$(CURDIR)/$(MODULE) REDISBLOOM_MODULE=$(CURDIR)/$(REDISBLOOM) \
 		./target/release/examples/bench $(if $(QUICK),--quick,)
 	$(PYTHON) bench/chart.py
+
+# A local 3-master + 3-replica cluster with the module (ports CLUSTER_PORT..+5).
+cluster: build
+	scripts/cluster.sh start $(CLUSTER_PORT)
+
+cluster-stop:
+	scripts/cluster.sh stop $(CLUSTER_PORT)
 
 check:
 	cargo fmt --check

@@ -61,7 +61,7 @@ impl Server {
         Self::launch(Some(free_port()), extra)
     }
 
-    fn launch(port: Option<u16>, extra: &[&str]) -> Self {
+    pub fn launch(port: Option<u16>, extra: &[&str]) -> Self {
         let dir = tempfile::tempdir().expect("temp dir");
         let mut args: Vec<String> = vec![
             "--port".into(),
@@ -344,4 +344,144 @@ pub fn wait_queued(c: &mut Connection, info_cmd: &str, key: &str, n: i64) {
         Duration::from_secs(10),
         || waiters_of(c, info_cmd, key) == n,
     );
+}
+
+/// A TCP port `p` with `p + 10000` free too (the cluster bus).
+pub fn free_cluster_port() -> u16 {
+    loop {
+        let p = free_port();
+        if p < 55000 && TcpListener::bind(("127.0.0.1", p + 10000)).is_ok() {
+            return p;
+        }
+    }
+}
+
+/// A local Redis Cluster: `masters` masters with `replicas` replicas each,
+/// created with `redis-cli --cluster create`.
+pub struct Cluster {
+    pub nodes: Vec<Server>,
+}
+
+impl Cluster {
+    pub fn start(masters: usize, replicas: usize) -> Self {
+        let nodes: Vec<Server> = (0..masters * (1 + replicas))
+            .map(|_| {
+                Server::launch(
+                    Some(free_cluster_port()),
+                    &[
+                        "--cluster-enabled",
+                        "yes",
+                        "--cluster-config-file",
+                        "nodes.conf",
+                        "--cluster-node-timeout",
+                        "2000",
+                    ],
+                )
+            })
+            .collect();
+        let mut create = Command::new("redis-cli");
+        create.arg("--cluster").arg("create");
+        for n in &nodes {
+            create.arg(format!("127.0.0.1:{}", n.port.unwrap()));
+        }
+        let out = create
+            .args(["--cluster-replicas", &replicas.to_string(), "--cluster-yes"])
+            .output()
+            .expect("redis-cli --cluster create");
+        assert!(
+            out.status.success(),
+            "cluster create failed: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        let cluster = Self { nodes };
+        cluster.wait_ok();
+        cluster
+    }
+
+    /// Waits until every node reports `cluster_state:ok` and agrees on the slots.
+    pub fn wait_ok(&self) {
+        for n in &self.nodes {
+            let mut c = n.conn();
+            wait_for("cluster_state:ok", Duration::from_secs(30), || {
+                let info: String = redis::cmd("CLUSTER").arg("INFO").query(&mut c).unwrap();
+                info.contains("cluster_state:ok")
+            });
+        }
+        let mut check = Command::new("redis-cli");
+        wait_for("cluster check", Duration::from_secs(30), || {
+            check
+                .args([
+                    "--cluster",
+                    "check",
+                    &format!("127.0.0.1:{}", self.nodes[0].port.unwrap()),
+                ])
+                .output()
+                .map(|o| {
+                    String::from_utf8_lossy(&o.stdout).contains("[OK] All 16384 slots covered")
+                })
+                .unwrap_or(false)
+        });
+    }
+
+    pub fn client(&self) -> redis::cluster::ClusterClient {
+        let urls: Vec<String> = self
+            .nodes
+            .iter()
+            .map(|n| format!("redis://127.0.0.1:{}/", n.port.unwrap()))
+            .collect();
+        redis::cluster::ClusterClient::new(urls).expect("cluster client")
+    }
+
+    /// The node serving `key` as master now.
+    pub fn master_of(&self, key: &str) -> &Server {
+        let mut c = self.nodes[0].conn();
+        let slot: i64 = redis::cmd("CLUSTER")
+            .arg("KEYSLOT")
+            .arg(key)
+            .query(&mut c)
+            .unwrap();
+        self.nodes
+            .iter()
+            .find(|n| is_master(n) && self.owns(n, slot))
+            .expect("a master for the slot")
+    }
+
+    /// Whether `node` is the master of `slot` according to itself.
+    fn owns(&self, node: &Server, slot: i64) -> bool {
+        let mut c = node.conn();
+        let myid: String = redis::cmd("CLUSTER").arg("MYID").query(&mut c).unwrap();
+        let nodes: String = redis::cmd("CLUSTER").arg("NODES").query(&mut c).unwrap();
+        nodes.lines().filter(|l| l.starts_with(&myid)).any(|l| {
+            l.split_whitespace()
+                .skip(8)
+                .any(|range| match range.split_once('-') {
+                    Some((a, b)) => {
+                        a.parse::<i64>().is_ok_and(|a| a <= slot)
+                            && b.parse::<i64>().is_ok_and(|b| slot <= b)
+                    }
+                    None => range.parse::<i64>() == Ok(slot),
+                })
+        })
+    }
+
+    /// Some master that does not serve `key`.
+    pub fn other_master(&self, key: &str) -> &Server {
+        let owner = self.master_of(key).port;
+        self.nodes
+            .iter()
+            .find(|n| is_master(n) && n.port != owner)
+            .unwrap()
+    }
+}
+
+pub fn is_master(node: &Server) -> bool {
+    let role: Vec<Value> = redis::cmd("ROLE").query(&mut node.conn()).unwrap();
+    matches!(&role[0], Value::BulkString(b) if b == b"master")
+}
+
+pub fn node_id(node: &Server) -> String {
+    redis::cmd("CLUSTER")
+        .arg("MYID")
+        .query(&mut node.conn())
+        .unwrap()
 }

@@ -1,0 +1,245 @@
+//! Redis Cluster: routing, resharding with MIGRATE, failover.
+
+mod common;
+
+use std::process::Command;
+use std::time::Duration;
+
+use common::*;
+use redis::{Commands, ConnectionLike, Value};
+
+/// Every public command, on keys that share the hash tag `{order:42}`.
+const COMMANDS: &[&[&str]] = &[
+    &["LOCK.ACQUIRE", "{order:42}:lock", "o", "60000"],
+    &["LOCK.EXTEND", "{order:42}:lock", "o", "60000"],
+    &["LOCK.INFO", "{order:42}:lock"],
+    &["LOCK.RELEASE", "{order:42}:lock", "o"],
+    &["RWLOCK.READ", "{order:42}:rw", "o", "60000"],
+    &["RWLOCK.EXTEND", "{order:42}:rw", "o", "60000"],
+    &["RWLOCK.INFO", "{order:42}:rw"],
+    &["RWLOCK.UNLOCK", "{order:42}:rw", "o"],
+    &["RWLOCK.WRITE", "{order:42}:rw", "o", "60000"],
+    &["BF.RESERVE", "{order:42}:bf", "0.01", "100"],
+    &["BF.ADD", "{order:42}:bf", "a"],
+    &["BF.MADD", "{order:42}:bf", "b", "c"],
+    &["BF.INSERT", "{order:42}:bf", "ITEMS", "d"],
+    &["BF.EXISTS", "{order:42}:bf", "a"],
+    &["BF.MEXISTS", "{order:42}:bf", "a", "z"],
+    &["BF.INFO", "{order:42}:bf"],
+    &["BF.CARD", "{order:42}:bf"],
+    &["BF.SCANDUMP", "{order:42}:bf", "0"],
+];
+
+fn command(words: &[&str]) -> redis::Cmd {
+    let mut c = redis::cmd(words[0]);
+    for w in &words[1..] {
+        c.arg(*w);
+    }
+    c
+}
+
+#[test]
+fn every_command_routes_like_a_builtin_and_survives_resharding() {
+    let cluster = Cluster::start(3, 0);
+    let client = cluster.client();
+    let mut con = client.get_connection().unwrap();
+    // the cluster client finds the key for every command
+    for words in COMMANDS {
+        let reply: Value = command(words)
+            .query(&mut con)
+            .unwrap_or_else(|e| panic!("{words:?}: {e}"));
+        assert!(
+            !matches!(reply, Value::ServerError(_)),
+            "{words:?}: {reply:?}"
+        );
+    }
+    // another master answers MOVED; COMMAND GETKEYS names the key
+    let elsewhere = cluster.other_master("{order:42}:lock");
+    let mut direct = elsewhere.conn();
+    for words in COMMANDS {
+        let e = command(words).query::<Value>(&mut direct).unwrap_err();
+        assert_eq!(e.code(), Some("MOVED"), "{words:?}");
+        let keys: Vec<String> = redis::cmd("COMMAND")
+            .arg("GETKEYS")
+            .arg(*words)
+            .query(&mut direct)
+            .unwrap();
+        assert_eq!(keys, [words[1]], "{words:?}");
+    }
+    // redis-cli -c follows the redirection
+    let out = Command::new("redis-cli")
+        .args([
+            "-c",
+            "-p",
+            &elsewhere.port.unwrap().to_string(),
+            "LOCK.ACQUIRE",
+            "{order:42}:cli",
+            "me",
+            "1000",
+        ])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.trim().parse::<i64>().is_ok_and(|f| f > 0), "{text}");
+
+    // Reshard the slot holding a lock, a read-write lock and a filter.
+    let keys = ["{mv}:lock", "{mv}:rw", "{mv}:bf"];
+    let high_fence = 1u64 << 57;
+    con.req_command(&command(&[
+        "WARDEN.LOCKSET",
+        "{mv}:lock",
+        "alice",
+        "2",
+        &high_fence.to_string(),
+        "0",
+    ]))
+    .unwrap();
+    let _: () = con.pexpire("{mv}:lock", 60_000).unwrap();
+    con.req_command(&command(&["RWLOCK.READ", "{mv}:rw", "r1", "60000"]))
+        .unwrap();
+    con.req_command(&command(&["RWLOCK.READ", "{mv}:rw", "r2", "30000"]))
+        .unwrap();
+    con.req_command(&command(&["BF.RESERVE", "{mv}:bf", "0.01", "100"]))
+        .unwrap();
+    for i in 0..300 {
+        con.req_command(&command(&["BF.ADD", "{mv}:bf", &i.to_string()]))
+            .unwrap();
+    }
+    let before: Vec<Value> = keys.iter().map(|k| describe(&mut con, k)).collect();
+    let source = cluster.master_of("{mv}:lock");
+    let target = cluster.other_master("{mv}:lock");
+    let slot: i64 = redis::cmd("CLUSTER")
+        .arg("KEYSLOT")
+        .arg("{mv}:lock")
+        .query(&mut source.conn())
+        .unwrap();
+    let (source_id, target_id) = (node_id(source), node_id(target));
+    let _: () = redis::cmd("CLUSTER")
+        .arg("SETSLOT")
+        .arg(slot)
+        .arg("IMPORTING")
+        .arg(&source_id)
+        .query(&mut target.conn())
+        .unwrap();
+    let _: () = redis::cmd("CLUSTER")
+        .arg("SETSLOT")
+        .arg(slot)
+        .arg("MIGRATING")
+        .arg(&target_id)
+        .query(&mut source.conn())
+        .unwrap();
+    let _: () = redis::cmd("MIGRATE")
+        .arg("127.0.0.1")
+        .arg(target.port.unwrap())
+        .arg("")
+        .arg(0)
+        .arg(5000)
+        .arg("KEYS")
+        .arg(&keys[..])
+        .query(&mut source.conn())
+        .unwrap();
+    for node in &cluster.nodes {
+        let _: () = redis::cmd("CLUSTER")
+            .arg("SETSLOT")
+            .arg(slot)
+            .arg("NODE")
+            .arg(&target_id)
+            .query(&mut node.conn())
+            .unwrap();
+    }
+    assert_eq!(cluster.master_of("{mv}:lock").port, target.port);
+    let mut con = client.get_connection().unwrap();
+    let after: Vec<Value> = keys.iter().map(|k| describe(&mut con, k)).collect();
+    assert_eq!(after, before);
+    let ttl: i64 = con.pttl("{mv}:lock").unwrap();
+    assert!(ttl > 50_000, "the lease travels: {ttl}");
+    // the target's counter was raised past the fence it received
+    let fence: i64 = command(&["LOCK.ACQUIRE", "{mv}:new", "bob", "1000"])
+        .query(&mut con)
+        .unwrap();
+    assert!(fence as u64 > high_fence, "{fence}");
+}
+
+/// Everything the commands tell about a key, minus the ticking ttl.
+fn describe(con: &mut redis::cluster::ClusterConnection, key: &str) -> Value {
+    let words: Vec<&str> = if key.ends_with("lock") {
+        vec!["LOCK.INFO", key]
+    } else if key.ends_with("rw") {
+        vec!["RWLOCK.INFO", key]
+    } else {
+        vec!["BF.INFO", key]
+    };
+    match command(&words).query(con).unwrap() {
+        Value::Array(items) => Value::Array(
+            items
+                .chunks(2)
+                .filter(|kv| kv[0] != Value::BulkString(b"ttl".to_vec()))
+                .flat_map(|kv| kv.to_vec())
+                .collect(),
+        ),
+        other => other,
+    }
+}
+
+#[test]
+fn failover_keeps_acknowledged_locks_and_fences_keep_rising() {
+    let cluster = Cluster::start(3, 1);
+    let client = cluster.client();
+    let mut con = client.get_connection().unwrap();
+    let fence: i64 = command(&["LOCK.ACQUIRE", "{f}:lock", "alice", "60000"])
+        .query(&mut con)
+        .unwrap();
+    con.req_command(&command(&["RWLOCK.READ", "{f}:rw", "r", "60000"]))
+        .unwrap();
+    for i in 0..50 {
+        con.req_command(&command(&["BF.ADD", "{f}:bf", &i.to_string()]))
+            .unwrap();
+    }
+    let master = cluster.master_of("{f}:lock");
+    let acked: i64 = redis::cmd("WAIT")
+        .arg(1)
+        .arg(5000)
+        .query(&mut master.conn())
+        .unwrap();
+    assert_eq!(acked, 1, "a replica acknowledged the grant");
+    let master_id = node_id(master);
+    let replica = cluster
+        .nodes
+        .iter()
+        .find(|n| {
+            let nodes: String = redis::cmd("CLUSTER")
+                .arg("NODES")
+                .query(&mut n.conn())
+                .unwrap();
+            let myid = node_id(n);
+            nodes
+                .lines()
+                .any(|l| l.starts_with(&myid) && l.contains(&master_id) && l.contains("slave"))
+        })
+        .expect("the master's replica");
+    let _: () = redis::cmd("CLUSTER")
+        .arg("FAILOVER")
+        .query(&mut replica.conn())
+        .unwrap();
+    wait_for("promotion", Duration::from_secs(30), || is_master(replica));
+    cluster.wait_ok();
+    let mut con = cluster.client().get_connection().unwrap();
+    let info: Vec<Value> = command(&["LOCK.INFO", "{f}:lock"]).query(&mut con).unwrap();
+    assert_eq!(info[1], Value::BulkString(b"alice".to_vec()));
+    assert_eq!(info[7], Value::Int(fence));
+    let next: i64 = command(&["LOCK.ACQUIRE", "{f}:other", "bob", "1000"])
+        .query(&mut con)
+        .unwrap();
+    assert!(next > fence);
+    let rw: Vec<Value> = command(&["RWLOCK.INFO", "{f}:rw"]).query(&mut con).unwrap();
+    assert_eq!(rw[5], Value::Int(1), "one reader: {rw:?}");
+    let card: i64 = command(&["BF.CARD", "{f}:bf"]).query(&mut con).unwrap();
+    assert!(card > 45);
+    let mut probe = redis::cmd("BF.MEXISTS");
+    probe.arg("{f}:bf");
+    for i in 0..50 {
+        probe.arg(i.to_string());
+    }
+    let found: Vec<i64> = probe.query(&mut con).unwrap();
+    assert!(found.iter().all(|&f| f == 1));
+}
