@@ -7,6 +7,7 @@ mod bloom;
 mod command;
 mod config;
 mod datatypes;
+mod docs;
 mod error;
 mod fence;
 mod guard;
@@ -62,6 +63,7 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
     guard::install_panic_hook();
     ctx.set_module_options(redis_module::ModuleOptions::HANDLE_IO_ERRORS);
     let ready = command::register(ctx, COMMANDS)
+        && docs::register(ctx)
         && config::register(ctx, args)
         && waiters::subscribe(ctx)
         && keyspace::watch_listeners(ctx)

@@ -194,3 +194,72 @@ fn keyspace_events_announce_every_change() {
     let seen: Vec<(&str, &str)> = seen.iter().map(|(e, k)| (e.as_str(), k.as_str())).collect();
     assert_eq!(seen, expected);
 }
+
+#[test]
+fn command_docs_and_info_describe_every_command() {
+    let s = Server::start(&[]);
+    let mut c = s.conn();
+    let commands = [
+        "lock.acquire",
+        "lock.release",
+        "lock.extend",
+        "lock.info",
+        "rwlock.read",
+        "rwlock.write",
+        "rwlock.unlock",
+        "rwlock.extend",
+        "rwlock.info",
+        "bf.reserve",
+        "bf.add",
+        "bf.madd",
+        "bf.insert",
+        "bf.exists",
+        "bf.mexists",
+        "bf.info",
+        "bf.card",
+        "bf.scandump",
+        "bf.loadchunk",
+        "warden.lockset",
+        "warden.rwset",
+    ];
+    for name in commands {
+        let docs: redis::Value = redis::cmd("COMMAND")
+            .arg("DOCS")
+            .arg(name)
+            .query(&mut c)
+            .unwrap();
+        let text = format!("{docs:?}");
+        for field in [
+            "summary",
+            "since",
+            "complexity",
+            "group",
+            "module",
+            "arguments",
+            "key",
+        ] {
+            assert!(text.contains(field), "{name}: no {field} in {text}");
+        }
+        let info: redis::Value = redis::cmd("COMMAND")
+            .arg("INFO")
+            .arg(name)
+            .query(&mut c)
+            .unwrap();
+        let text = format!("{info:?}");
+        assert!(
+            text.contains("begin_search") && text.contains("index"),
+            "{name}: {text}"
+        );
+    }
+    // redis-cli hints come from the argument docs
+    let docs: redis::Value = redis::cmd("COMMAND")
+        .arg("DOCS")
+        .arg("lock.acquire")
+        .query(&mut c)
+        .unwrap();
+    let text = format!("{docs:?}");
+    assert!(
+        text.contains("WAIT") && text.contains("optional") && text.contains("owner"),
+        "{text}"
+    );
+}

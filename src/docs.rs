@@ -1,0 +1,226 @@
+//! `COMMAND DOCS` / `COMMAND INFO`: summary, complexity, arity, key spec and
+//! arguments of every command, given to Redis with `RedisModule_SetCommandInfo`
+//! (which copies everything, so the C structures here live only for the call).
+
+use std::ffi::CString;
+use std::os::raw::{c_char, c_int};
+use std::ptr;
+
+use redis_module::{raw, Context};
+
+type ArgType = raw::RedisModuleCommandArgType;
+
+const KEY: ArgType = raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_KEY;
+const STRING: ArgType = raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_STRING;
+const INTEGER: ArgType = raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_INTEGER;
+const DOUBLE: ArgType = raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_DOUBLE;
+const TOKEN: ArgType = raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_PURE_TOKEN;
+const ONEOF: ArgType = raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_ONEOF;
+const BLOCK: ArgType = raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_BLOCK;
+
+/// One argument of a command's documentation.
+pub struct ArgDoc {
+    name: &'static str,
+    ty: ArgType,
+    token: Option<&'static str>,
+    flags: u32,
+    sub: &'static [ArgDoc],
+}
+
+const fn arg(name: &'static str, ty: ArgType) -> ArgDoc {
+    ArgDoc {
+        name,
+        ty,
+        token: None,
+        flags: 0,
+        sub: &[],
+    }
+}
+
+/// `[TOKEN value]`.
+const fn option(token: &'static str, name: &'static str, ty: ArgType) -> ArgDoc {
+    ArgDoc {
+        name,
+        ty,
+        token: Some(token),
+        flags: raw::REDISMODULE_CMD_ARG_OPTIONAL,
+        sub: &[],
+    }
+}
+
+/// `[TOKEN]`.
+const fn flag(token: &'static str) -> ArgDoc {
+    ArgDoc {
+        name: token,
+        ty: TOKEN,
+        token: Some(token),
+        flags: raw::REDISMODULE_CMD_ARG_OPTIONAL,
+        sub: &[],
+    }
+}
+
+const fn many(name: &'static str, ty: ArgType) -> ArgDoc {
+    ArgDoc {
+        name,
+        ty,
+        token: None,
+        flags: raw::REDISMODULE_CMD_ARG_MULTIPLE,
+        sub: &[],
+    }
+}
+
+const fn choice(token: &'static str) -> ArgDoc {
+    ArgDoc {
+        name: token,
+        ty: TOKEN,
+        token: Some(token),
+        flags: 0,
+        sub: &[],
+    }
+}
+
+/// One command's documentation.
+pub struct Doc {
+    name: &'static str,
+    summary: &'static str,
+    complexity: &'static str,
+    arity: c_int,
+    writes: bool,
+    args: &'static [ArgDoc],
+}
+
+const KEY_ARG: ArgDoc = arg("key", KEY);
+const OWNER: ArgDoc = arg("owner", STRING);
+const TTL: ArgDoc = arg("ttl", INTEGER);
+const WAIT: ArgDoc = option("WAIT", "timeout", INTEGER);
+const ITEM: ArgDoc = arg("item", STRING);
+const ITEMS: ArgDoc = many("item", STRING);
+
+pub const DOCS: &[Doc] = &[
+    Doc { name: "lock.acquire", summary: "Acquires an exclusive lock (re-entrant), optionally waiting in a FIFO queue; returns a fencing token or nil", complexity: "O(1)", arity: -4, writes: true, args: &[KEY_ARG, OWNER, TTL, WAIT] },
+    Doc { name: "lock.release", summary: "Releases one hold of an exclusive lock and hands it to the oldest waiter", complexity: "O(1)", arity: 3, writes: true, args: &[KEY_ARG, OWNER] },
+    Doc { name: "lock.extend", summary: "Resets the lease of an exclusive lock held by the owner", complexity: "O(1)", arity: 4, writes: true, args: &[KEY_ARG, OWNER, TTL] },
+    Doc { name: "lock.info", summary: "Returns the owner, holds, remaining ttl, fencing token and waiters of an exclusive lock", complexity: "O(1)", arity: 2, writes: false, args: &[KEY_ARG] },
+    Doc { name: "warden.lockset", summary: "Sets the whole state of an exclusive lock (replication stream and AOF)", complexity: "O(1)", arity: 6, writes: true, args: &[KEY_ARG, OWNER, arg("holds", INTEGER), arg("fence", INTEGER), arg("deadline", INTEGER)] },
+    Doc { name: "rwlock.read", summary: "Acquires a shared read lock, optionally waiting in a FIFO queue; returns a fencing token or nil", complexity: "O(N) where N is the number of readers", arity: -4, writes: true, args: &[KEY_ARG, OWNER, TTL, WAIT] },
+    Doc { name: "rwlock.write", summary: "Acquires the exclusive write lock, optionally waiting in a FIFO queue; returns a fencing token or nil", complexity: "O(N) where N is the number of readers", arity: -4, writes: true, args: &[KEY_ARG, OWNER, TTL, WAIT] },
+    Doc { name: "rwlock.unlock", summary: "Releases one hold of the owner, write holds first, and hands the lock to waiters", complexity: "O(N) where N is the number of readers", arity: 3, writes: true, args: &[KEY_ARG, OWNER] },
+    Doc { name: "rwlock.extend", summary: "Resets every lease of the owner on a read-write lock", complexity: "O(N) where N is the number of readers", arity: 4, writes: true, args: &[KEY_ARG, OWNER, TTL] },
+    Doc { name: "rwlock.info", summary: "Returns the mode, writer, readers, holds, ttl, fencing token and waiters of a read-write lock", complexity: "O(N) where N is the number of readers", arity: 2, writes: false, args: &[KEY_ARG] },
+    Doc { name: "warden.rwset", summary: "Sets the whole state of a read-write lock (replication stream and AOF)", complexity: "O(N) where N is the number of holds", arity: -8, writes: true, args: &[KEY_ARG, arg("fence", INTEGER), ArgDoc { name: "hold", ty: BLOCK, token: None, flags: raw::REDISMODULE_CMD_ARG_MULTIPLE, sub: &[arg("mode", STRING), OWNER, arg("holds", INTEGER), arg("fence", INTEGER), arg("deadline", INTEGER)] }] },
+    Doc { name: "bf.reserve", summary: "Creates an empty Bloom filter for a capacity and an error rate", complexity: "O(1)", arity: -4, writes: true, args: &[KEY_ARG, arg("error_rate", DOUBLE), arg("capacity", INTEGER), option("EXPANSION", "expansion", INTEGER), flag("NONSCALING")] },
+    Doc { name: "bf.add", summary: "Adds an item to a Bloom filter, creating it if needed", complexity: "O(k + i) where k is the number of probes and i the number of sub-filters", arity: 3, writes: true, args: &[KEY_ARG, ITEM] },
+    Doc { name: "bf.madd", summary: "Adds items to a Bloom filter, creating it if needed", complexity: "O(n * (k + i))", arity: -3, writes: true, args: &[KEY_ARG, ITEMS] },
+    Doc { name: "bf.insert", summary: "Adds items to a Bloom filter, creating it with the given parameters if needed", complexity: "O(n * (k + i))", arity: -4, writes: true, args: &[KEY_ARG, option("CAPACITY", "capacity", INTEGER), option("ERROR", "error", DOUBLE), option("EXPANSION", "expansion", INTEGER), flag("NOCREATE"), flag("NONSCALING"), ArgDoc { name: "items", ty: STRING, token: Some("ITEMS"), flags: raw::REDISMODULE_CMD_ARG_MULTIPLE, sub: &[] }] },
+    Doc { name: "bf.exists", summary: "Tells whether an item may be in a Bloom filter", complexity: "O(k * i)", arity: 3, writes: false, args: &[KEY_ARG, ITEM] },
+    Doc { name: "bf.mexists", summary: "Tells for each item whether it may be in a Bloom filter", complexity: "O(n * k * i)", arity: -3, writes: false, args: &[KEY_ARG, ITEMS] },
+    Doc { name: "bf.info", summary: "Returns the capacity, size, sub-filters, items and expansion of a Bloom filter", complexity: "O(i)", arity: -2, writes: false, args: &[KEY_ARG, ArgDoc { name: "field", ty: ONEOF, token: None, flags: raw::REDISMODULE_CMD_ARG_OPTIONAL, sub: &[choice("CAPACITY"), choice("SIZE"), choice("FILTERS"), choice("ITEMS"), choice("EXPANSION")] }] },
+    Doc { name: "bf.card", summary: "Returns the number of items added to a Bloom filter", complexity: "O(i)", arity: 2, writes: false, args: &[KEY_ARG] },
+    Doc { name: "bf.scandump", summary: "Dumps a Bloom filter in chunks of at most 16 MiB, for BF.LOADCHUNK", complexity: "O(n) where n is the chunk size", arity: 3, writes: false, args: &[KEY_ARG, arg("iterator", INTEGER)] },
+    Doc { name: "bf.loadchunk", summary: "Restores a Bloom filter from BF.SCANDUMP chunks, validating every byte", complexity: "O(n) where n is the chunk size", arity: 4, writes: true, args: &[KEY_ARG, arg("iterator", INTEGER), arg("data", STRING)] },
+];
+
+/// Keeps the C strings of one call alive.
+struct Strings(Vec<CString>);
+
+impl Strings {
+    fn c(&mut self, s: &str) -> *const c_char {
+        self.0
+            .push(CString::new(s).expect("documentation has no NUL"));
+        self.0.last().expect("just pushed").as_ptr()
+    }
+
+    fn opt(&mut self, s: Option<&str>) -> *const c_char {
+        s.map_or(ptr::null(), |s| self.c(s))
+    }
+}
+
+/// A zero-terminated C array of arguments (and their sub-arguments).
+fn c_args(
+    args: &[ArgDoc],
+    strings: &mut Strings,
+    arrays: &mut Vec<Vec<raw::RedisModuleCommandArg>>,
+) -> *mut raw::RedisModuleCommandArg {
+    let mut out: Vec<raw::RedisModuleCommandArg> = args
+        .iter()
+        .map(|a| raw::RedisModuleCommandArg {
+            name: strings.c(a.name),
+            type_: a.ty,
+            key_spec_index: if a.ty == KEY { 0 } else { -1 },
+            token: strings.opt(a.token),
+            summary: ptr::null(),
+            since: ptr::null(),
+            flags: a.flags as c_int,
+            deprecated_since: ptr::null(),
+            subargs: if a.sub.is_empty() {
+                ptr::null_mut()
+            } else {
+                c_args(a.sub, strings, arrays)
+            },
+            display_text: ptr::null(),
+        })
+        .collect();
+    out.push(unsafe { std::mem::zeroed() });
+    let p = out.as_mut_ptr();
+    arrays.push(out);
+    p
+}
+
+/// Gives Redis the documentation of every command in `DOCS`.
+pub fn register(ctx: &Context) -> bool {
+    let version = raw::RedisModuleCommandInfoVersion {
+        version: 1,
+        sizeof_historyentry: std::mem::size_of::<raw::RedisModuleCommandHistoryEntry>(),
+        sizeof_keyspec: std::mem::size_of::<raw::RedisModuleCommandKeySpec>(),
+        sizeof_arg: std::mem::size_of::<raw::RedisModuleCommandArg>(),
+    };
+    DOCS.iter().all(|doc| {
+        let mut strings = Strings(Vec::new());
+        let mut arrays = Vec::new();
+        let access = if doc.writes {
+            raw::REDISMODULE_CMD_KEY_RW
+                | raw::REDISMODULE_CMD_KEY_ACCESS
+                | raw::REDISMODULE_CMD_KEY_UPDATE
+        } else {
+            raw::REDISMODULE_CMD_KEY_RO | raw::REDISMODULE_CMD_KEY_ACCESS
+        };
+        let mut key_specs = [
+            raw::RedisModuleCommandKeySpec {
+                notes: ptr::null(),
+                flags: u64::from(access),
+                begin_search_type:
+                    raw::RedisModuleKeySpecBeginSearchType_REDISMODULE_KSPEC_BS_INDEX,
+                bs: raw::RedisModuleCommandKeySpec__bindgen_ty_1 {
+                    index: raw::RedisModuleCommandKeySpec__bindgen_ty_1__bindgen_ty_1 { pos: 1 },
+                },
+                find_keys_type: raw::RedisModuleKeySpecFindKeysType_REDISMODULE_KSPEC_FK_RANGE,
+                fk: raw::RedisModuleCommandKeySpec__bindgen_ty_2 {
+                    range: raw::RedisModuleCommandKeySpec__bindgen_ty_2__bindgen_ty_1 {
+                        lastkey: 0,
+                        keystep: 1,
+                        limit: 0,
+                    },
+                },
+            },
+            unsafe { std::mem::zeroed() },
+        ];
+        let info = raw::RedisModuleCommandInfo {
+            version: &version,
+            summary: strings.c(doc.summary),
+            complexity: strings.c(doc.complexity),
+            since: strings.c("1.0.0"),
+            history: ptr::null_mut(),
+            tips: ptr::null(),
+            arity: doc.arity,
+            key_specs: key_specs.as_mut_ptr(),
+            args: c_args(doc.args, &mut strings, &mut arrays),
+        };
+        let name = CString::new(doc.name).expect("command name");
+        unsafe {
+            let command = raw::RedisModule_GetCommand.unwrap()(ctx.ctx, name.as_ptr());
+            !command.is_null()
+                && raw::RedisModule_SetCommandInfo.unwrap()(command, &info)
+                    == raw::REDISMODULE_OK as c_int
+        }
+    })
+}
