@@ -156,3 +156,32 @@ mod tests {
         );
     }
 }
+
+#[cfg(test)]
+mod properties {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    proptest! {
+        /// Any argument vector is an error or a request within the contract — never a panic.
+        #[test]
+        fn lock_requests_are_valid_or_refused(args in proptest::collection::vec(proptest::collection::vec(any::<u8>(), 0..24), 0..8)) {
+            if let Ok(req) = lock_request(&args) {
+                prop_assert!((1..=MAX_OWNER).contains(&req.owner.len()));
+                prop_assert!((1..=MAX_MS).contains(&req.ttl_ms));
+                prop_assert!(req.wait_ms.is_none_or(|w| (0..=MAX_MS).contains(&w)));
+            }
+        }
+
+        #[test]
+        fn integers_round_trip(n in any::<i64>()) {
+            prop_assert_eq!(integer(n.to_string().as_bytes()), Some(n));
+        }
+
+        #[test]
+        fn integer_parsing_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..32)) {
+            let _ = integer(&bytes);
+        }
+    }
+}

@@ -342,3 +342,46 @@ mod tests {
         }
     }
 }
+
+#[cfg(test)]
+mod properties {
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::bloom::chain::Params;
+
+    proptest! {
+        /// Any bytes are an error or a consistent header — never a panic, never
+        /// a header announcing more than the limit.
+        #[test]
+        fn decoding_any_bytes_is_an_error_or_a_valid_header(bytes in proptest::collection::vec(any::<u8>(), 0..256)) {
+            if let Ok(h) = decode_header(&bytes, 1 << 20) {
+                prop_assert!(!h.filters.is_empty());
+                prop_assert!(h.data_bytes() <= 1 << 20);
+            }
+        }
+
+        /// Valid magic and version followed by anything: still no panic.
+        #[test]
+        fn decoding_prefixed_bytes_never_panics(rest in proptest::collection::vec(any::<u8>(), 0..200)) {
+            let mut bytes = b"WDBF\x01".to_vec();
+            bytes.extend(rest);
+            let _ = decode_header(&bytes, 1 << 20);
+        }
+
+        /// Any chunk at any offset is written whole or refused whole.
+        #[test]
+        fn chunks_load_whole_or_not_at_all(offset in any::<u64>(), data in proptest::collection::vec(any::<u8>(), 0..64)) {
+            let mut chain = Chain::new(Params { capacity: 50, error: 0.01, expansion: Some(2) }, 1 << 20).unwrap();
+            let before = chain.clone();
+            if load_chunk(&mut chain, offset, &data).is_err() {
+                prop_assert_eq!(chain, before);
+            }
+        }
+
+        #[test]
+        fn words_from_any_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..64), words in 0usize..16) {
+            let _ = bytes_to_words(&bytes, words);
+        }
+    }
+}
