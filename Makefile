@@ -4,7 +4,9 @@ PORT ?= 6379
 MODULE := target/release/libwarden.so
 APT_PACKAGES := redis-server redis-tools libclang1-14 libclang-common-14-dev python3-venv
 
-.PHONY: run test build deps venv check bench cluster cluster-stop clean
+.PHONY: run test build deps venv check bench cluster cluster-stop fuzz clean
+
+FUZZ_SECONDS ?= 600
 
 CLUSTER_PORT ?= 7000
 
@@ -62,6 +64,16 @@ cluster: build
 
 cluster-stop:
 	scripts/cluster.sh stop $(CLUSTER_PORT)
+
+# Coverage-guided fuzzing of the Bloom codec and the argument parsers
+# (FUZZ_SECONDS each). Crashes land in fuzz/artifacts; keep them in
+# fuzz/regressions/<target>/, which the unit tests replay.
+fuzz: deps
+	@command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz
+	for t in bloom_codec arguments; do \
+		mkdir -p fuzz/corpus/$$t && cp -n fuzz/regressions/$$t/* fuzz/corpus/$$t/ 2>/dev/null; \
+		RUSTC_BOOTSTRAP=1 cargo fuzz run $$t fuzz/corpus/$$t -- -max_total_time=$(FUZZ_SECONDS) || exit 1; \
+	done
 
 check:
 	cargo fmt --check

@@ -24,15 +24,22 @@ use redis_module::{redis_module, Context, RedisString, Status};
 use crate::command::Command;
 use crate::datatypes::{BLOOM_TYPE, LOCK_TYPE, RWLOCK_TYPE};
 
-#[cfg(not(test))]
+#[cfg(not(any(test, fuzzing)))]
 type Allocator = redis_module::alloc::RedisAlloc;
-#[cfg(not(test))]
+#[cfg(not(any(test, fuzzing)))]
 const ALLOCATOR: Allocator = redis_module::alloc::RedisAlloc;
-// Unit tests run outside Redis: its allocator does not exist there.
-#[cfg(test)]
+// Unit tests and fuzzers run outside Redis: its allocator does not exist there.
+#[cfg(any(test, fuzzing))]
 type Allocator = std::alloc::System;
-#[cfg(test)]
+#[cfg(any(test, fuzzing))]
 const ALLOCATOR: Allocator = std::alloc::System;
+
+/// The pure decoders and parsers, for the fuzz targets in `fuzz/`.
+#[cfg(fuzzing)]
+pub mod fuzzing {
+    pub use crate::args::exercise as arguments;
+    pub use crate::bloom::codec::exercise as bloom_codec;
+}
 
 /// Every command: name, handler, flags. Each takes one key, its first argument.
 const COMMANDS: &[Command] = &[
