@@ -345,3 +345,86 @@ fn restore_payloads_with_valid_checksums_but_hostile_bytes_are_refused() {
     let pong: String = redis::cmd("PING").query(&mut c).unwrap();
     assert_eq!(pong, "PONG");
 }
+
+/// The fence check a protected store runs: refuse tokens not above the last one.
+const STORE_WRITE: &str =
+    "if tonumber(ARGV[1]) <= tonumber(redis.call('get', KEYS[1]) or '0') then return 0 end \
+     redis.call('set', KEYS[1], ARGV[1]) redis.call('set', KEYS[2], ARGV[2]) return 1";
+
+#[test]
+fn a_holder_paused_past_its_lease_is_fenced_off() {
+    let s = Server::start(&[]);
+    let python = std::env::var("WARDEN_PYTHON")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|_| {
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(".venv/bin/python")
+        });
+    // The holder: takes the lock, reports its token, then (once resumed) writes.
+    let holder = format!(
+        r#"
+import sys, redis
+r = redis.Redis(unix_socket_path={socket:?})
+fence = r.execute_command("LOCK.ACQUIRE", "lock:job", "paused-holder", 200)
+print(fence, flush=True)
+sys.stdin.readline()
+print(r.eval({script:?}, 2, "store:fence", "store:value", fence, "late write"), flush=True)
+"#,
+        socket = s.socket().display().to_string(),
+        script = STORE_WRITE
+    );
+    let mut child = std::process::Command::new(python)
+        .arg("-c")
+        .arg(holder)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("python holder");
+    let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut out, &mut line).unwrap();
+    let old_fence: i64 = line.trim().parse().unwrap();
+    let pid = child.id().to_string();
+    assert!(std::process::Command::new("kill")
+        .args(["-STOP", &pid])
+        .status()
+        .unwrap()
+        .success());
+    // Its lease ends while it is paused; the next holder gets a higher token and writes.
+    let mut c = s.conn();
+    let (_, next) = spawn_command(
+        &s,
+        &[
+            "LOCK.ACQUIRE",
+            "lock:job",
+            "next-holder",
+            "60000",
+            "WAIT",
+            "0",
+        ],
+    );
+    let fence = granted(next);
+    assert!(fence > old_fence);
+    let wrote: i64 = redis::cmd("EVAL")
+        .arg(STORE_WRITE)
+        .arg(2)
+        .arg("store:fence")
+        .arg("store:value")
+        .arg(fence)
+        .arg("fresh write")
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(wrote, 1);
+    // Resumed, the paused holder writes with its old token: refused.
+    assert!(std::process::Command::new("kill")
+        .args(["-CONT", &pid])
+        .status()
+        .unwrap()
+        .success());
+    std::io::Write::write_all(child.stdin.as_mut().unwrap(), b"go\n").unwrap();
+    line.clear();
+    std::io::BufRead::read_line(&mut out, &mut line).unwrap();
+    assert_eq!(line.trim(), "0", "the late write was refused");
+    assert!(child.wait().unwrap().success());
+    let value: String = redis::cmd("GET").arg("store:value").query(&mut c).unwrap();
+    assert_eq!(value, "fresh write");
+}
