@@ -95,7 +95,7 @@ fn waiting_timing_out_disconnecting_and_killed_clients_leak_nothing() {
                     }
                     // read-write lock, released or left to expire
                     2 => {
-                        let cmd = if n % 3 == 0 {
+                        let cmd = if n.is_multiple_of(3) {
                             "RWLOCK.WRITE"
                         } else {
                             "RWLOCK.READ"
@@ -109,7 +109,7 @@ fn waiting_timing_out_disconnecting_and_killed_clients_leak_nothing() {
                             .query(&mut con)
                             .ok()
                             .flatten();
-                        if got.is_some() && n % 2 == 0 {
+                        if got.is_some() && n.is_multiple_of(2) {
                             let _ = redis::cmd("RWLOCK.UNLOCK")
                                 .arg(format!("rw{}", n % 3))
                                 .arg(&owner)
