@@ -4,7 +4,7 @@ PORT ?= 6379
 MODULE := target/release/libwarden.so
 APT_PACKAGES := redis-server redis-tools libclang1-14 libclang-common-14-dev python3-venv
 
-.PHONY: run test build deps venv check bench cluster cluster-stop fuzz clean
+.PHONY: run test build deps venv check bench cluster cluster-stop fuzz valgrind clean
 
 FUZZ_SECONDS ?= 600
 
@@ -74,6 +74,16 @@ fuzz: deps
 		mkdir -p fuzz/corpus/$$t && cp -n fuzz/regressions/$$t/* fuzz/corpus/$$t/ 2>/dev/null; \
 		RUSTC_BOOTSTRAP=1 cargo fuzz run $$t fuzz/corpus/$$t -- -max_total_time=$(FUZZ_SECONDS) || exit 1; \
 	done
+
+# The integration tests with every redis-server under valgrind memcheck; fails
+# on any invalid access or definite leak in the module.
+valgrind: deps venv
+	@command -v valgrind >/dev/null || { SUDO=""; [ "$$(id -u)" = 0 ] || SUDO=sudo; $$SUDO apt-get install -y -qq valgrind >/dev/null; }
+	cargo build --release
+	rm -rf target/valgrind && mkdir -p target/valgrind
+	WARDEN_VALGRIND_DIR=$(CURDIR)/target/valgrind WARDEN_MODULE=$(CURDIR)/$(MODULE) WARDEN_PYTHON=$(CURDIR)/$(PYTHON) \
+		cargo test --release --test lock --test waiting --test rwlock --test bloom --test operability --test replication -- --test-threads=2
+	scripts/valgrind-report.sh target/valgrind
 
 check:
 	cargo fmt --check

@@ -25,6 +25,24 @@ pub fn module_path() -> PathBuf {
     panic!("libwarden.so not found near {}", exe.display());
 }
 
+/// With `WARDEN_VALGRIND_DIR` set, servers run under valgrind (memcheck) and
+/// their reports are copied there (`make valgrind`).
+fn valgrind_dir() -> Option<PathBuf> {
+    std::env::var("WARDEN_VALGRIND_DIR").ok().map(PathBuf::from)
+}
+
+fn server_command() -> Command {
+    match valgrind_dir() {
+        None => Command::new("redis-server"),
+        Some(_) => {
+            let mut c = Command::new("valgrind");
+            c.args(["--leak-check=full", "--show-leak-kinds=definite", "--error-exitcode=0", "--log-file=valgrind.%p.log"]);
+            c.arg("redis-server");
+            c
+        }
+    }
+}
+
 /// A free TCP port on 127.0.0.1 (for replication, which needs TCP).
 pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
@@ -97,7 +115,8 @@ impl Server {
     }
 
     fn spawn(&mut self) {
-        let child = Command::new("redis-server")
+        let child = server_command()
+            .current_dir(self.dir.path())
             .args(&self.args)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -157,7 +176,9 @@ impl Server {
     pub fn stop(&mut self, graceful: bool) {
         if let Some(mut child) = self.child.take() {
             if graceful {
-                let _ = redis::cmd("SHUTDOWN").query::<redis::Value>(&mut self.conn());
+                if let Ok(mut c) = self.try_conn() {
+                    let _ = redis::cmd("SHUTDOWN").query::<redis::Value>(&mut c);
+                }
             } else {
                 let _ = child.kill();
             }
@@ -183,9 +204,21 @@ impl Server {
 
 impl Drop for Server {
     fn drop(&mut self) {
+        if valgrind_dir().is_some() && !std::thread::panicking() {
+            // A clean exit, so that valgrind writes its leak report.
+            self.stop(true);
+        }
         if let Some(mut child) = self.child.take() {
             let _ = child.kill();
             let _ = child.wait();
+        }
+        if let Some(dir) = valgrind_dir() {
+            for entry in std::fs::read_dir(self.dir.path()).into_iter().flatten().flatten() {
+                let name = entry.file_name().to_string_lossy().to_string();
+                if name.starts_with("valgrind.") {
+                    let _ = std::fs::copy(entry.path(), dir.join(format!("{}-{name}", self.dir.path().file_name().unwrap().to_string_lossy())));
+                }
+            }
         }
         if std::thread::panicking() {
             let log = self.log();
