@@ -36,7 +36,12 @@ fn server_command() -> Command {
         None => Command::new("redis-server"),
         Some(_) => {
             let mut c = Command::new("valgrind");
-            c.args(["--leak-check=full", "--show-leak-kinds=definite", "--error-exitcode=0", "--log-file=valgrind.%p.log"]);
+            c.args([
+                "--leak-check=full",
+                "--show-leak-kinds=definite",
+                "--error-exitcode=0",
+                "--log-file=valgrind.%p.log",
+            ]);
             c.arg("redis-server");
             c
         }
@@ -213,10 +218,22 @@ impl Drop for Server {
             let _ = child.wait();
         }
         if let Some(dir) = valgrind_dir() {
-            for entry in std::fs::read_dir(self.dir.path()).into_iter().flatten().flatten() {
+            for entry in std::fs::read_dir(self.dir.path())
+                .into_iter()
+                .flatten()
+                .flatten()
+            {
                 let name = entry.file_name().to_string_lossy().to_string();
                 if name.starts_with("valgrind.") {
-                    let _ = std::fs::copy(entry.path(), dir.join(format!("{}-{name}", self.dir.path().file_name().unwrap().to_string_lossy())));
+                    let server = self
+                        .dir
+                        .path()
+                        .file_name()
+                        .unwrap()
+                        .to_string_lossy()
+                        .trim_start_matches('.')
+                        .to_string();
+                    let _ = std::fs::copy(entry.path(), dir.join(format!("{server}-{name}")));
                 }
             }
         }
