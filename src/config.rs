@@ -1,13 +1,16 @@
 //! Module configuration: `warden.*` in redis.conf, `CONFIG GET/SET`, or
 //! `loadmodule <path> <name> <value> ...`.
 
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::ffi::CString;
+use std::os::raw::{c_char, c_int, c_void};
+use std::ptr;
+use std::sync::atomic::{AtomicI64, AtomicPtr, AtomicU64, Ordering};
 
 use redis_module::configuration::{
     get_i64_default_config_value, get_string_default_config_value, register_i64_configuration,
-    register_string_configuration, ConfigurationContext, ConfigurationFlags, ConfigurationValue,
+    ConfigurationFlags,
 };
-use redis_module::{raw, Context, RedisError, RedisString};
+use redis_module::{raw, Context, RedisString};
 
 use crate::bloom::chain::MAX_EXPANSION;
 
@@ -27,20 +30,49 @@ pub fn parse_float(bytes: &[u8]) -> Option<f64> {
     (!value.is_nan() && !text.starts_with('+')).then_some(value)
 }
 
-impl ConfigurationValue<RedisString> for ErrorRate {
-    fn get(&self, _ctx: &ConfigurationContext) -> RedisString {
-        RedisString::create(None, format!("{}", ErrorRate::get(self)).as_str())
-    }
+/// The string `CONFIG GET` shows for the error rate. Redis copies what the
+/// getter returns and does not free it, so the module keeps one string and
+/// replaces it on every successful set (a fresh string per get would leak).
+static ERROR_RATE_TEXT: AtomicPtr<raw::RedisModuleString> = AtomicPtr::new(ptr::null_mut());
 
-    fn set(&self, _ctx: &ConfigurationContext, value: RedisString) -> Result<(), RedisError> {
-        match parse_float(&value) {
-            Some(rate) if rate > 0.0 && rate < 1.0 => {
-                self.0.store(rate.to_bits(), Ordering::Relaxed);
-                Ok(())
+extern "C" fn error_rate_get(
+    _name: *const c_char,
+    _privdata: *mut c_void,
+) -> *mut raw::RedisModuleString {
+    ERROR_RATE_TEXT.load(Ordering::Relaxed)
+}
+
+extern "C" fn error_rate_set(
+    _name: *const c_char,
+    value: *mut raw::RedisModuleString,
+    _privdata: *mut c_void,
+    err: *mut *mut raw::RedisModuleString,
+) -> c_int {
+    let mut len = 0;
+    let text = raw::string_ptr_len(value, &mut len);
+    let bytes = unsafe { std::slice::from_raw_parts(text.cast::<u8>(), len) };
+    match parse_float(bytes) {
+        Some(rate) if rate > 0.0 && rate < 1.0 => {
+            BF_ERROR_RATE.0.store(rate.to_bits(), Ordering::Relaxed);
+            let copy =
+                unsafe { raw::RedisModule_CreateStringFromString.unwrap()(ptr::null_mut(), value) };
+            let old = ERROR_RATE_TEXT.swap(copy, Ordering::Relaxed);
+            if !old.is_null() {
+                unsafe { raw::RedisModule_FreeString.unwrap()(ptr::null_mut(), old) };
             }
-            _ => Err(RedisError::Str(
-                "error rate must be a number between 0 and 1 (exclusive)",
-            )),
+            raw::REDISMODULE_OK as c_int
+        }
+        _ => {
+            let msg = c"error rate must be a number between 0 and 1 (exclusive)";
+            // Redis frees the error string.
+            unsafe {
+                *err = raw::RedisModule_CreateString.unwrap()(
+                    ptr::null_mut(),
+                    msg.as_ptr(),
+                    msg.count_bytes(),
+                )
+            };
+            raw::REDISMODULE_ERR as c_int
         }
     }
 }
@@ -57,14 +89,24 @@ pub fn register(ctx: &Context, args: &[RedisString]) -> bool {
         Ok(v) => v.to_string(),
         Err(_) => return false,
     };
-    register_string_configuration(
-        ctx,
-        "bf-error-rate",
-        &BF_ERROR_RATE,
-        &rate,
-        ConfigurationFlags::DEFAULT,
-        None,
-    );
+    let (Ok(name), Ok(default)) = (CString::new("bf-error-rate"), CString::new(rate)) else {
+        return false;
+    };
+    let registered = unsafe {
+        raw::RedisModule_RegisterStringConfig.unwrap()(
+            ctx.ctx,
+            name.as_ptr(),
+            default.as_ptr(),
+            raw::REDISMODULE_CONFIG_DEFAULT,
+            Some(error_rate_get),
+            Some(error_rate_set),
+            None,
+            ptr::null_mut(),
+        )
+    };
+    if registered != raw::REDISMODULE_OK as c_int {
+        return false;
+    }
     let numbers: [(&str, &'static AtomicI64, i64, i64, i64, ConfigurationFlags); 3] = [
         (
             "bf-initial-capacity",
