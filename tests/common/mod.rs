@@ -42,6 +42,7 @@ fn server_command() -> Command {
                 "--error-exitcode=0",
                 "--log-file=valgrind.%p.log",
             ]);
+            c.arg(concat!("--suppressions=", env!("CARGO_MANIFEST_DIR"), "/scripts/valgrind.supp"));
             c.arg("redis-server");
             c
         }
