@@ -200,18 +200,22 @@ pub fn exercise(data: &[u8]) {
     }
 }
 
+/// Replays every input kept in fuzz/regressions/<target> through `run`.
 #[cfg(test)]
-mod regressions {
-    /// Replays every input kept in fuzz/regressions/arguments.
-    #[test]
-    fn kept_fuzz_inputs_still_pass() {
-        let dir =
-            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/regressions/arguments");
-        let mut n = 0;
-        for entry in std::fs::read_dir(dir).expect("fuzz/regressions/arguments") {
-            super::exercise(&std::fs::read(entry.unwrap().path()).unwrap());
-            n += 1;
-        }
-        assert!(n > 0);
+pub(crate) fn replay_kept_fuzz_inputs(target: &str, run: fn(&[u8])) {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("fuzz/regressions")
+        .join(target);
+    let mut n = 0;
+    for entry in std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
+        run(&std::fs::read(entry.unwrap().path()).unwrap());
+        n += 1;
     }
+    assert!(n > 0, "no kept inputs in {}", dir.display());
+}
+
+#[cfg(test)]
+#[test]
+fn kept_argument_fuzz_inputs_still_pass() {
+    replay_kept_fuzz_inputs("arguments", exercise);
 }

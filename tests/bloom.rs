@@ -734,11 +734,7 @@ fn persistence_keeps_bits_and_counts() {
     let mut c = s.conn();
     assert_eq!(filter_state(&mut c, "bf"), before);
     assert_eq!(filter_state(&mut c, "ns"), before_ns);
-    run(&mut c, &["BGREWRITEAOF"]).unwrap();
-    wait_for("rewrite", std::time::Duration::from_secs(20), || {
-        let info: String = redis::cmd("INFO").arg("persistence").query(&mut c).unwrap();
-        info.contains("aof_rewrite_in_progress:0") && info.contains("aof_rewrite_scheduled:0")
-    });
+    rewrite_aof(&mut c);
     s.restart(false);
     let mut c = s.conn();
     assert_eq!(filter_state(&mut c, "bf"), before);

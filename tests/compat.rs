@@ -7,19 +7,6 @@ use std::process::Command;
 
 use common::*;
 
-/// The Python with redis-py that `make test` installs into `.venv`.
-fn python() -> PathBuf {
-    if let Ok(p) = std::env::var("WARDEN_PYTHON") {
-        return PathBuf::from(p);
-    }
-    let venv = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(".venv/bin/python");
-    assert!(
-        venv.exists(),
-        "no Python venv with redis-py: run `make test`, which creates .venv"
-    );
-    venv
-}
-
 #[test]
 fn redis_py_bloom_api_works_unchanged() {
     let s = Server::start(&[]);

@@ -244,16 +244,6 @@ fn thousands_of_random_argument_vectors_never_hurt_the_server() {
     );
 }
 
-fn used_memory(c: &mut redis::Connection) -> i64 {
-    let info: String = redis::cmd("INFO").arg("memory").query(c).unwrap();
-    info.lines()
-        .find_map(|l| l.strip_prefix("used_memory:"))
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap()
-}
-
 /// Redis' CRC-64 (Jones, reflected), as used by DUMP payloads.
 fn crc64(data: &[u8]) -> u64 {
     let mut crc = 0u64;

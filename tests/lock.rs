@@ -7,19 +7,6 @@ use std::time::Duration;
 use common::*;
 use redis::{Connection, Value};
 
-/// (owner, holds, fence) of a lock, or None.
-fn state(con: &mut Connection, key: &str) -> Option<(String, i64, i64)> {
-    if is_nil(con, &["LOCK.INFO", key]) {
-        return None;
-    }
-    let f = map(con, &["LOCK.INFO", key]);
-    Some((
-        field_str(&f, "owner"),
-        field_int(&f, "holds"),
-        field_int(&f, "fence"),
-    ))
-}
-
 fn acquire(con: &mut Connection, key: &str, owner: &str, ttl: &str) -> i64 {
     int(con, &["LOCK.ACQUIRE", key, owner, ttl])
 }
@@ -32,7 +19,7 @@ fn acquire_returns_a_positive_fence_and_sets_the_lease_as_key_expiry() {
     assert!(fence > 0);
     let pttl = int(&mut c, &["PTTL", "k"]);
     assert!(pttl > 9000 && pttl <= 10000, "pttl {pttl}");
-    assert_eq!(state(&mut c, "k"), Some(("alice".into(), 1, fence)));
+    assert_eq!(lock_state(&mut c, "k"), Some(("alice".into(), 1, fence)));
     let t: String = redis::cmd("TYPE").arg("k").query(&mut c).unwrap();
     assert_eq!(t, "warden-lk");
 }
@@ -43,7 +30,7 @@ fn busy_lock_answers_nil_and_changes_nothing() {
     let mut c = s.conn();
     let fence = acquire(&mut c, "k", "alice", "10000");
     assert!(is_nil(&mut c, &["LOCK.ACQUIRE", "k", "bob", "500"]));
-    assert_eq!(state(&mut c, "k"), Some(("alice".into(), 1, fence)));
+    assert_eq!(lock_state(&mut c, "k"), Some(("alice".into(), 1, fence)));
     assert!(int(&mut c, &["PTTL", "k"]) > 9000);
 }
 
@@ -53,12 +40,12 @@ fn reentry_counts_holds_resets_lease_and_keeps_the_fence() {
     let mut c = s.conn();
     let fence = acquire(&mut c, "k", "alice", "1000");
     assert_eq!(acquire(&mut c, "k", "alice", "60000"), fence);
-    assert_eq!(state(&mut c, "k"), Some(("alice".into(), 2, fence)));
+    assert_eq!(lock_state(&mut c, "k"), Some(("alice".into(), 2, fence)));
     assert!(int(&mut c, &["PTTL", "k"]) > 50000);
     assert_eq!(int(&mut c, &["LOCK.RELEASE", "k", "alice"]), 0);
-    assert_eq!(state(&mut c, "k"), Some(("alice".into(), 1, fence)));
+    assert_eq!(lock_state(&mut c, "k"), Some(("alice".into(), 1, fence)));
     assert_eq!(int(&mut c, &["LOCK.RELEASE", "k", "alice"]), 1);
-    assert_eq!(state(&mut c, "k"), None);
+    assert_eq!(lock_state(&mut c, "k"), None);
     assert_eq!(int(&mut c, &["EXISTS", "k"]), 0);
 }
 
@@ -69,7 +56,7 @@ fn release_by_another_owner_or_of_a_missing_lock_is_minus_one() {
     assert_eq!(int(&mut c, &["LOCK.RELEASE", "k", "alice"]), -1);
     let fence = acquire(&mut c, "k", "alice", "10000");
     assert_eq!(int(&mut c, &["LOCK.RELEASE", "k", "bob"]), -1);
-    assert_eq!(state(&mut c, "k"), Some(("alice".into(), 1, fence)));
+    assert_eq!(lock_state(&mut c, "k"), Some(("alice".into(), 1, fence)));
 }
 
 #[test]
@@ -148,7 +135,7 @@ fn debug_reload_keeps_state_and_fences_keep_rising() {
     acquire(&mut c, "gone", "x", "60000");
     int(&mut c, &["DEL", "gone"]);
     run(&mut c, &["DEBUG", "RELOAD"]).unwrap();
-    assert_eq!(state(&mut c, "k"), Some(("alice".into(), 2, fence)));
+    assert_eq!(lock_state(&mut c, "k"), Some(("alice".into(), 2, fence)));
     assert!(int(&mut c, &["PTTL", "k"]) > 50000);
     assert!(acquire(&mut c, "new", "y", "1000") > fence + 1);
 }
@@ -164,7 +151,7 @@ fn restart_from_rdb_keeps_state_and_fences_keep_rising() {
     run(&mut c, &["SAVE"]).unwrap();
     s.restart(false);
     let mut c = s.conn();
-    assert_eq!(state(&mut c, "k"), Some(("alice".into(), 2, fence)));
+    assert_eq!(lock_state(&mut c, "k"), Some(("alice".into(), 2, fence)));
     assert!(int(&mut c, &["PTTL", "k"]) > 50000);
     assert!(acquire(&mut c, "gone", "y", "1000") > dropped);
 }
@@ -185,15 +172,11 @@ fn aof_round_trip(preamble: &str, rewrite: bool) {
     int(&mut c, &["LOCK.RELEASE", "r", "bob"]);
     int(&mut c, &["LOCK.EXTEND", "k", "alice", "90000"]);
     if rewrite {
-        run(&mut c, &["BGREWRITEAOF"]).unwrap();
-        wait_for("aof rewrite", Duration::from_secs(20), || {
-            let info: String = redis::cmd("INFO").arg("persistence").query(&mut c).unwrap();
-            info.contains("aof_rewrite_in_progress:0") && info.contains("aof_rewrite_scheduled:0")
-        });
+        rewrite_aof(&mut c);
     }
     s.restart(false);
     let mut c = s.conn();
-    assert_eq!(state(&mut c, "k"), Some(("alice".into(), 2, fence)));
+    assert_eq!(lock_state(&mut c, "k"), Some(("alice".into(), 2, fence)));
     let pttl = int(&mut c, &["PTTL", "k"]);
     assert!(pttl > 80000 && pttl <= 90000, "pttl {pttl}");
     assert_eq!(int(&mut c, &["EXISTS", "r"]), 0);
@@ -228,11 +211,11 @@ fn dump_restore_and_copy_keep_state() {
         .arg(&dump)
         .query::<()>(&mut c)
         .unwrap();
-    assert_eq!(state(&mut c, "k2"), Some(("alice".into(), 2, fence)));
+    assert_eq!(lock_state(&mut c, "k2"), Some(("alice".into(), 2, fence)));
     let pttl = int(&mut c, &["PTTL", "k2"]);
     assert!(pttl > 20000 && pttl <= 30000);
     assert_eq!(int(&mut c, &["COPY", "k", "k3"]), 1);
-    assert_eq!(state(&mut c, "k3"), Some(("alice".into(), 2, fence)));
+    assert_eq!(lock_state(&mut c, "k3"), Some(("alice".into(), 2, fence)));
     assert!(int(&mut c, &["PTTL", "k3"]) > 50000);
     assert!(int(&mut c, &["MEMORY", "USAGE", "k"]) > 0);
     // a restored fence is never issued again, even on another server
@@ -381,7 +364,7 @@ fn hostile_inputs_are_refused_and_change_nothing() {
         assert_eq!(&err(&mut c, words), expected, "{words:?}");
     }
     assert_eq!(int(&mut c, &["EXISTS", "k"]), 0);
-    assert_eq!(state(&mut c, "held"), Some(("alice".into(), 1, fence)));
+    assert_eq!(lock_state(&mut c, "held"), Some(("alice".into(), 1, fence)));
     assert!(int(&mut c, &["PTTL", "held"]) > 50000);
     let pong: String = redis::cmd("PING").query(&mut c).unwrap();
     assert_eq!(pong, "PONG");

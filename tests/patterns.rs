@@ -7,18 +7,6 @@ use std::process::Command;
 
 use common::*;
 
-fn python() -> PathBuf {
-    if let Ok(p) = std::env::var("WARDEN_PYTHON") {
-        return PathBuf::from(p);
-    }
-    let venv = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(".venv/bin/python");
-    assert!(
-        venv.exists(),
-        "no Python venv with redis-py: run `make test`, which creates .venv"
-    );
-    venv
-}
-
 /// The ```python blocks of a markdown file, with the heading above each.
 fn python_blocks(markdown: &str) -> Vec<(String, String)> {
     let mut blocks = Vec::new();

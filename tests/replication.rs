@@ -5,18 +5,6 @@ mod common;
 use common::*;
 use redis::Connection;
 
-fn lock_state(con: &mut Connection, key: &str) -> Option<(String, i64, i64)> {
-    if is_nil(con, &["LOCK.INFO", key]) {
-        return None;
-    }
-    let f = map(con, &["LOCK.INFO", key]);
-    Some((
-        field_str(&f, "owner"),
-        field_int(&f, "holds"),
-        field_int(&f, "fence"),
-    ))
-}
-
 fn abs_expiry(con: &mut Connection, key: &str) -> i64 {
     int(con, &["PEXPIRETIME", key])
 }

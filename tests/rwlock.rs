@@ -341,11 +341,7 @@ fn persistence_keeps_holders_and_leases() {
     s.restart(false);
     let mut c = s.conn();
     assert_eq!((state(&mut c, "r"), state(&mut c, "w")), before);
-    run(&mut c, &["BGREWRITEAOF"]).unwrap();
-    wait_for("rewrite", Duration::from_secs(20), || {
-        let info: String = redis::cmd("INFO").arg("persistence").query(&mut c).unwrap();
-        info.contains("aof_rewrite_in_progress:0") && info.contains("aof_rewrite_scheduled:0")
-    });
+    rewrite_aof(&mut c);
     s.restart(false);
     let mut c = s.conn();
     assert_eq!((state(&mut c, "r"), state(&mut c, "w")), before);

@@ -12,16 +12,6 @@ use std::time::{Duration, Instant};
 
 use common::*;
 
-fn used_memory(c: &mut redis::Connection) -> i64 {
-    let info: String = redis::cmd("INFO").arg("memory").query(c).unwrap();
-    info.lines()
-        .find_map(|l| l.strip_prefix("used_memory:"))
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap()
-}
-
 fn warden_field(c: &mut redis::Connection, name: &str) -> i64 {
     let info: String = redis::cmd("INFO").arg("warden").query(c).unwrap();
     info.lines()

@@ -407,17 +407,7 @@ pub fn exercise(data: &[u8]) {
 }
 
 #[cfg(test)]
-mod regressions {
-    /// Replays every input kept in fuzz/regressions/bloom_codec.
-    #[test]
-    fn kept_fuzz_inputs_still_pass() {
-        let dir =
-            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/regressions/bloom_codec");
-        let mut n = 0;
-        for entry in std::fs::read_dir(dir).expect("fuzz/regressions/bloom_codec") {
-            super::exercise(&std::fs::read(entry.unwrap().path()).unwrap());
-            n += 1;
-        }
-        assert!(n > 0);
-    }
+#[test]
+fn kept_codec_fuzz_inputs_still_pass() {
+    crate::args::replay_kept_fuzz_inputs("bloom_codec", exercise);
 }

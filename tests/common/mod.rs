@@ -42,7 +42,11 @@ fn server_command() -> Command {
                 "--error-exitcode=0",
                 "--log-file=valgrind.%p.log",
             ]);
-            c.arg(concat!("--suppressions=", env!("CARGO_MANIFEST_DIR"), "/scripts/valgrind.supp"));
+            c.arg(concat!(
+                "--suppressions=",
+                env!("CARGO_MANIFEST_DIR"),
+                "/scripts/valgrind.supp"
+            ));
             c.arg("redis-server");
             c
         }
@@ -535,4 +539,47 @@ pub fn node_id(node: &Server) -> String {
         .arg("MYID")
         .query(&mut node.conn())
         .unwrap()
+}
+
+/// The Python with redis-py that `make test` installs into `.venv`.
+pub fn python() -> PathBuf {
+    if let Ok(p) = std::env::var("WARDEN_PYTHON") {
+        return PathBuf::from(p);
+    }
+    let venv = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(".venv/bin/python");
+    assert!(
+        venv.exists(),
+        "no Python venv with redis-py: run `make test`, which creates .venv"
+    );
+    venv
+}
+
+/// `used_memory` from INFO.
+pub fn used_memory(c: &mut Connection) -> i64 {
+    let info: String = redis::cmd("INFO").arg("memory").query(c).unwrap();
+    info.lines()
+        .find_map(|l| l.strip_prefix("used_memory:"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+/// (owner, holds, fence) of an exclusive lock, or None.
+pub fn lock_state(con: &mut Connection, key: &str) -> Option<(String, i64, i64)> {
+    let f = maybe_map(con, &["LOCK.INFO", key])?;
+    Some((
+        field_str(&f, "owner"),
+        field_int(&f, "holds"),
+        field_int(&f, "fence"),
+    ))
+}
+
+/// Starts an AOF rewrite and waits for it to finish.
+pub fn rewrite_aof(c: &mut Connection) {
+    run(c, &["BGREWRITEAOF"]).unwrap();
+    wait_for("aof rewrite", Duration::from_secs(20), || {
+        let info: String = redis::cmd("INFO").arg("persistence").query(c).unwrap();
+        info.contains("aof_rewrite_in_progress:0") && info.contains("aof_rewrite_scheduled:0")
+    });
 }
