@@ -457,8 +457,9 @@ pub fn subscribe(ctx: &Context) -> bool {
         | raw::REDISMODULE_NOTIFY_ZSET
         | raw::REDISMODULE_NOTIFY_EXPIRED
         | raw::REDISMODULE_NOTIFY_EVICTED
-        | raw::REDISMODULE_NOTIFY_STREAM
-        | raw::REDISMODULE_NOTIFY_MODULE;
+        | raw::REDISMODULE_NOTIFY_STREAM;
+    // Not the module class: warden's own events never free a key, and hearing
+    // them would cost every command a callback.
     let ok = unsafe {
         raw::RedisModule_SubscribeToKeyspaceEvents.unwrap()(
             ctx.ctx,
