@@ -275,6 +275,7 @@ async fn contention(
     server: &Server,
     kind: Contender,
     run_for: Duration,
+    think: Duration,
     release_sha: &str,
 ) -> Contention {
     server.flush();
@@ -364,6 +365,10 @@ async fn contention(
                         waits.push((true, held_at - asked));
                     } else if !censored.is_zero() {
                         waits.push((false, censored));
+                    }
+                    // Work outside the lock before asking again, as a real worker does.
+                    if !think.is_zero() {
+                        tokio::time::sleep(think).await;
                     }
                 }
                 waits
@@ -653,6 +658,36 @@ async fn run(s: &Settings, warden_so: &Path, bloom_so: &Path) -> Vec<Row> {
         )
         .absolute(),
         Row::new(
+            "contention, 1 ms work between acquisitions",
+            "hand-offs/s: WAIT vs 10 ms polling",
+            "hand-offs/s",
+            None,
+        ),
+        Row::new(
+            "contention, 1 ms work between acquisitions",
+            "hand-offs/s: WAIT vs BLPOP token",
+            "hand-offs/s",
+            None,
+        ),
+        Row::new(
+            "contention, 1 ms work between acquisitions",
+            "p99 wait: WAIT vs 10 ms polling",
+            "ms",
+            None,
+        ),
+        Row::new(
+            "contention, 1 ms work between acquisitions",
+            "p99 wait: WAIT vs BLPOP token",
+            "ms",
+            None,
+        ),
+        Row::new(
+            "contention, 1 ms work between acquisitions",
+            "fairness max/min: WAIT vs 10 ms polling",
+            "max/min",
+            None,
+        ),
+        Row::new(
             "rwlock",
             "RWLOCK.READ+UNLOCK vs Redisson-style Lua (P16)",
             "pairs/s",
@@ -856,7 +891,7 @@ async fn run(s: &Settings, warden_so: &Path, bloom_so: &Path) -> Vec<Row> {
             Contender::Spin,
             Contender::BlpopToken,
         ] {
-            let c = contention(&warden, kind, s.contention, &safe_release).await;
+            let c = contention(&warden, kind, s.contention, Duration::ZERO, &safe_release).await;
             if rep == s.reps - 1 {
                 contention_table.push((kind, c.clone()));
             }
@@ -880,6 +915,25 @@ async fn run(s: &Settings, warden_so: &Path, bloom_so: &Path) -> Vec<Row> {
         push(&mut rows, w.cpu_us_per_handoff, poll.cpu_us_per_handoff);
         push(&mut rows, w.cpu_us_per_handoff, token.cpu_us_per_handoff);
         push(&mut rows, w.p50_ms, poll.p50_ms);
+        push(&mut rows, w.p99_ms, poll.p99_ms);
+        push(&mut rows, w.p99_ms, token.p99_ms);
+        push(&mut rows, w.fairness, poll.fairness);
+        // The same with 1 ms of work outside the lock: a polling lock then idles between polls.
+        let think = Duration::from_millis(1);
+        let mut thinking = HashMap::new();
+        for kind in [Contender::Warden, Contender::Polling, Contender::BlpopToken] {
+            thinking.insert(
+                format!("{kind:?}"),
+                contention(&warden, kind, s.contention, think, &safe_release).await,
+            );
+        }
+        let (w, poll, token) = (
+            &thinking["Warden"],
+            &thinking["Polling"],
+            &thinking["BlpopToken"],
+        );
+        push(&mut rows, w.handoffs_per_s, poll.handoffs_per_s);
+        push(&mut rows, w.handoffs_per_s, token.handoffs_per_s);
         push(&mut rows, w.p99_ms, poll.p99_ms);
         push(&mut rows, w.p99_ms, token.p99_ms);
         push(&mut rows, w.fairness, poll.fairness);
@@ -1045,7 +1099,7 @@ fn report(rows: &[Row], quick: bool, dir: &Path) {
         "# warden benchmark{}\n",
         if quick { " (QUICK)" } else { "" }
     );
-    let _ = writeln!(md, "Machine: {machine}; {redis_version}; 50 clients. Each row ran {} times; the ratio is warden / comparison within one repetition, median (min–max).\n", rows.first().map_or(0, |r| r.warden.len()));
+    let _ = writeln!(md, "Machine: {machine}; {redis_version}; 50 clients (contention: back to back, and with 1 ms of work outside the lock between acquisitions). Each row ran {} times; the ratio is warden / comparison within one repetition, median (min–max).\n", rows.first().map_or(0, |r| r.warden.len()));
     let _ = writeln!(
         md,
         "| group | row | warden | comparison | unit | ratio (median, min–max) | target | |"
