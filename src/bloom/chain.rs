@@ -81,6 +81,11 @@ impl Chain {
         Ok(self.filters[newest].insert(hash))
     }
 
+    /// Whether the next new item needs a new sub-filter (and so the memory limit).
+    pub fn is_full(&self) -> bool {
+        self.newest().is_full()
+    }
+
     fn newest(&self) -> &SubFilter {
         self.filters
             .last()

@@ -113,43 +113,47 @@ fn expansion(value: &[u8], bad: &'static str, range: &'static str) -> Result<u32
     }
 }
 
-/// Adds `items` to the filter in `key`, creating it with `create` if missing.
-/// Returns the per-item results (stopping at the first error) or a whole-command error.
+/// Adds `items` to the filter in `key`, creating it with `create` if missing,
+/// and hands each item's result to `each` (stopping after the first error).
+/// A whole-command error comes back before any item is handled.
 fn add_items(
     ctx: &Context,
     name: &Arg,
     items: &[Arg],
     create: Option<Params>,
-) -> Result<Vec<Result<bool, &'static str>>, RedisError> {
+    each: &mut dyn FnMut(Result<bool, &'static str>),
+) -> Result<(), RedisError> {
     let key = Key::write(ctx, name);
-    let limit = max_bytes(ctx);
+    // The limit is only needed to create or grow a filter: ask for it then.
+    let mut limit = None;
+    let mut limit = move || *limit.get_or_insert_with(|| max_bytes(ctx));
     let created = match (chain_in(&key)?, create) {
         (Some(_), _) => None,
         (None, None) => return Err(err(error::BF_NOT_FOUND)),
         (None, Some(params)) => {
-            store(
-                &key,
-                &BLOOM_TYPE,
-                Chain::new(params, limit).map_err(|r| err(refusal(r)))?,
-            );
+            let chain = Chain::new(params, limit()).map_err(|r| err(refusal(r)))?;
+            store(&key, &BLOOM_TYPE, chain);
             Some(params)
         }
     };
     let chain = chain_in(&key)?.ok_or(err(error::INTERNAL))?;
     let before = (chain.bytes() as i64, chain.filters.len() as i64);
-    let mut results = Vec::with_capacity(items.len());
+    let mut added = false;
     for item in items {
-        match chain.add(item, limit) {
-            Ok(added) => results.push(Ok(added)),
+        let room = if chain.is_full() { limit() } else { u64::MAX };
+        match chain.add(item, room) {
+            Ok(new) => {
+                added |= new;
+                each(Ok(new));
+            }
             Err(r) => {
-                results.push(Err(refusal(r)));
+                each(Err(refusal(r)));
                 break;
             }
         }
     }
     stats::BLOOM_BYTES.add(chain.bytes() as i64 - before.0);
     stats::BLOOM_SUBFILTERS.add(chain.filters.len() as i64 - before.1);
-    let added = results.iter().any(|r| matches!(r, Ok(true)));
     match created {
         // The replica must build the same filter whatever its own defaults are.
         Some(params) => replicate_insert(ctx, name, params, items),
@@ -159,7 +163,7 @@ fn add_items(
     if added || created.is_some() {
         notify(ctx, c"bf.add", name);
     }
-    Ok(results)
+    Ok(())
 }
 
 fn replicate_insert(ctx: &Context, name: &Arg, params: Params, items: &[Arg]) {
@@ -185,11 +189,20 @@ fn replicate_insert(ctx: &Context, name: &Arg, params: Params, items: &[Arg]) {
     ctx.replicate("BF.INSERT", &words[..]);
 }
 
-fn reply_results(ctx: &Context, results: &[Result<bool, &'static str>]) -> RedisResult {
-    raw::reply_with_array(ctx.ctx, results.len() as c_long);
-    for r in results {
-        reply_one(ctx, r);
+/// Adds items and replies with the array of their results as they come.
+fn add_and_reply(ctx: &Context, name: &Arg, items: &[Arg], create: Option<Params>) -> RedisResult {
+    let mut replied = 0;
+    add_items(ctx, name, items, create, &mut |r| {
+        if replied == 0 {
+            raw::reply_with_array(ctx.ctx, raw::REDISMODULE_POSTPONED_LEN as c_long);
+        }
+        reply_one(ctx, &r);
+        replied += 1;
+    })?;
+    if replied == 0 {
+        return Ok(RedisValue::Array(Vec::new()));
     }
+    unsafe { raw::RedisModule_ReplySetArrayLength.unwrap()(ctx.ctx, replied as c_long) };
     Ok(RedisValue::NoReply)
 }
 
@@ -209,11 +222,11 @@ pub fn add(ctx: &Context, args: &[Arg]) -> RedisResult {
     if args.len() != 3 {
         return Err(RedisError::WrongArity);
     }
-    let results = add_items(ctx, &args[1], &args[2..], Some(defaults()))?;
-    match results[0] {
-        Ok(b) => Ok(RedisValue::Bool(b)),
-        Err(text) => Err(err(text)),
-    }
+    let mut result = Err(error::INTERNAL);
+    add_items(ctx, &args[1], &args[2..], Some(defaults()), &mut |r| {
+        result = r
+    })?;
+    result.map(RedisValue::Bool).map_err(err)
 }
 
 /// `BF.MADD key item [item ...]`
@@ -221,8 +234,7 @@ pub fn madd(ctx: &Context, args: &[Arg]) -> RedisResult {
     if args.len() < 3 {
         return Err(RedisError::WrongArity);
     }
-    let results = add_items(ctx, &args[1], &args[2..], Some(defaults()))?;
-    reply_results(ctx, &results)
+    add_and_reply(ctx, &args[1], &args[2..], Some(defaults()))
 }
 
 /// `BF.INSERT key [CAPACITY c] [ERROR e] [EXPANSION x] [NOCREATE] [NONSCALING] ITEMS item ...`
@@ -283,8 +295,7 @@ pub fn insert(ctx: &Context, args: &[Arg]) -> RedisResult {
         params.expansion = None;
     }
     let create = (!nocreate).then_some(params);
-    let results = add_items(ctx, &args[1], &args[items_at..], create)?;
-    reply_results(ctx, &results)
+    add_and_reply(ctx, &args[1], &args[items_at..], create)
 }
 
 /// `BF.EXISTS key item`
