@@ -189,20 +189,15 @@ fn replicate_insert(ctx: &Context, name: &Arg, params: Params, items: &[Arg]) {
     ctx.replicate("BF.INSERT", &words[..]);
 }
 
-/// Adds items and replies with the array of their results as they come.
+/// Adds items and replies with the array of their results. (Collected first:
+/// a reply array of known length is cheaper for Redis than a postponed one.)
 fn add_and_reply(ctx: &Context, name: &Arg, items: &[Arg], create: Option<Params>) -> RedisResult {
-    let mut replied = 0;
-    add_items(ctx, name, items, create, &mut |r| {
-        if replied == 0 {
-            raw::reply_with_array(ctx.ctx, raw::REDISMODULE_POSTPONED_LEN as c_long);
-        }
-        reply_one(ctx, &r);
-        replied += 1;
-    })?;
-    if replied == 0 {
-        return Ok(RedisValue::Array(Vec::new()));
+    let mut results = Vec::with_capacity(items.len());
+    add_items(ctx, name, items, create, &mut |r| results.push(r))?;
+    raw::reply_with_array(ctx.ctx, results.len() as c_long);
+    for r in &results {
+        reply_one(ctx, r);
     }
-    unsafe { raw::RedisModule_ReplySetArrayLength.unwrap()(ctx.ctx, replied as c_long) };
     Ok(RedisValue::NoReply)
 }
 
