@@ -864,3 +864,18 @@ fn the_replica_builds_the_same_filter_whatever_its_own_defaults() {
         );
     }
 }
+
+#[test]
+fn configs_can_be_given_as_module_arguments() {
+    // Words after the module path are its arguments: loadmodule <path> name value ...
+    let s = Server::start(&["bf-initial-capacity", "555", "bf-error-rate", "0.05"]);
+    let mut c = s.conn();
+    run(&mut c, &["BF.ADD", "bf", "x"]).unwrap();
+    assert_eq!(info_int(&mut c, "bf", "CAPACITY"), 555);
+    let rate: Vec<String> = redis::cmd("CONFIG")
+        .arg("GET")
+        .arg("warden.bf-error-rate")
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(rate[1], "0.05");
+}
