@@ -754,16 +754,7 @@ fn corrupt_restore_payloads_never_crash() {
     run(&mut c, &["BF.RESERVE", "bf", "0.01", "50"]).unwrap();
     fill(&mut c, "bf", "x", 30);
     let dump: Vec<u8> = redis::cmd("DUMP").arg("bf").query(&mut c).unwrap();
-    for cut in 0..dump.len() {
-        let _ = redis::cmd("RESTORE")
-            .arg("t")
-            .arg(0)
-            .arg(&dump[..cut])
-            .arg("REPLACE")
-            .query::<Value>(&mut c);
-    }
-    let pong: String = redis::cmd("PING").query(&mut c).unwrap();
-    assert_eq!(pong, "PONG");
+    restore_every_truncation(&mut c, &dump);
 }
 
 #[test]

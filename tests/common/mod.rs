@@ -583,3 +583,23 @@ pub fn rewrite_aof(c: &mut Connection) {
         info.contains("aof_rewrite_in_progress:0") && info.contains("aof_rewrite_scheduled:0")
     });
 }
+
+/// Offers `payload` to RESTORE (into key `t`, replacing); the result is ignored.
+pub fn try_restore(c: &mut Connection, payload: &[u8]) {
+    let _ = redis::cmd("RESTORE")
+        .arg("t")
+        .arg(0)
+        .arg(payload)
+        .arg("REPLACE")
+        .query::<Value>(c);
+}
+
+/// Every truncation of a DUMP payload is refused (the checksum catches them)
+/// and the server still answers.
+pub fn restore_every_truncation(c: &mut Connection, dump: &[u8]) {
+    for cut in 0..dump.len() {
+        try_restore(c, &dump[..cut]);
+    }
+    let pong: String = redis::cmd("PING").query(c).unwrap();
+    assert_eq!(pong, "PONG");
+}
