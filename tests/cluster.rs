@@ -217,11 +217,40 @@ fn failover_keeps_acknowledged_locks_and_fences_keep_rising() {
                 .any(|l| l.starts_with(&myid) && l.contains(&master_id) && l.contains("slave"))
         })
         .expect("the master's replica");
-    let _: () = redis::cmd("CLUSTER")
-        .arg("FAILOVER")
-        .query(&mut replica.conn())
-        .unwrap();
-    wait_for("promotion", Duration::from_secs(30), || is_master(replica));
+    // The master must know this node as its replica before it answers a manual failover.
+    let replica_id = node_id(replica);
+    wait_for(
+        "the master sees its replica",
+        Duration::from_secs(30),
+        || {
+            let nodes: String = redis::cmd("CLUSTER")
+                .arg("NODES")
+                .query(&mut master.conn())
+                .unwrap();
+            nodes.lines().any(|l| {
+                l.starts_with(&replica_id) && l.contains("slave") && l.contains(&master_id)
+            })
+        },
+    );
+    // A manual failover gives up after 5 s on a busy machine: ask again, and in
+    // the end without the master's handshake (still an election).
+    let promoted = (0..4).any(|attempt| {
+        let mut cmd = redis::cmd("CLUSTER");
+        cmd.arg("FAILOVER");
+        if attempt == 3 {
+            cmd.arg("FORCE");
+        }
+        let _: () = cmd.query(&mut replica.conn()).unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(8);
+        while std::time::Instant::now() < deadline {
+            if is_master(replica) {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        false
+    });
+    assert!(promoted, "the replica was not promoted:\n{}", replica.log());
     cluster.wait_ok();
     let mut con = cluster.client().get_connection().unwrap();
     let info: Vec<Value> = command(&["LOCK.INFO", "{f}:lock"]).query(&mut con).unwrap();
