@@ -52,6 +52,14 @@ pub fn timeout(bytes: &[u8]) -> Result<i64, &'static str> {
     }
 }
 
+/// Parses `owner ttl` (the arguments after the key of an EXTEND).
+pub fn owner_and_ttl<A: Deref<Target = [u8]>>(args: &[A]) -> Result<(&[u8], i64), &'static str> {
+    match args {
+        [owner_arg, ttl_arg] => Ok((owner(owner_arg)?, ttl(ttl_arg)?)),
+        _ => Err(error::SYNTAX),
+    }
+}
+
 /// Case-insensitive whole-word keyword match.
 pub fn is_keyword(arg: &[u8], keyword: &str) -> bool {
     arg.eq_ignore_ascii_case(keyword.as_bytes())

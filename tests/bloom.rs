@@ -433,7 +433,7 @@ fn every_error_text_matches_redisbloom() {
 fn oversized_filters_are_refused_before_anything_is_allocated() {
     let s = Server::start(&[]);
     let mut c = s.conn();
-    let before: i64 = info_field(&mut c, "used_memory");
+    let before: i64 = used_memory(&mut c);
     assert_eq!(
         err(&mut c, &["BF.RESERVE", "huge", "0.001", "1000000000000000"]),
         "ERR filter would exceed warden.bf-max-memory"
@@ -457,7 +457,7 @@ fn oversized_filters_are_refused_before_anything_is_allocated() {
         "ERR error rate too small: a filter needs at least 2^-64"
     );
     assert_eq!(int(&mut c, &["EXISTS", "huge", "tiny"]), 0);
-    let after: i64 = info_field(&mut c, "used_memory");
+    let after: i64 = used_memory(&mut c);
     assert!(after - before < 1 << 20, "{before} -> {after}");
     // scale-out past the limit is refused, and the filter stays as it was
     run(&mut c, &["CONFIG", "SET", "warden.bf-max-memory", "4096"]).unwrap();
@@ -466,13 +466,7 @@ fn oversized_filters_are_refused_before_anything_is_allocated() {
         &["BF.RESERVE", "small", "0.01", "100", "EXPANSION", "4"],
     )
     .unwrap();
-    let mut refused = None;
-    for i in 0..5000 {
-        if let Err(e) = run(&mut c, &["BF.ADD", "small", &format!("i{i}")]) {
-            refused = Some(error_text(&e));
-            break;
-        }
-    }
+    let refused = first_refusal(&mut c, "small", 5000);
     assert_eq!(
         refused.as_deref(),
         Some("ERR filter would exceed warden.bf-max-memory")
@@ -485,13 +479,7 @@ fn oversized_filters_are_refused_before_anything_is_allocated() {
         &["BF.RESERVE", "long", "0.5", "1", "EXPANSION", "1"],
     )
     .unwrap();
-    let mut refused = None;
-    for i in 0..1000 {
-        if let Err(e) = run(&mut c, &["BF.ADD", "long", &format!("i{i}")]) {
-            refused = Some(error_text(&e));
-            break;
-        }
-    }
+    let refused = first_refusal(&mut c, "long", 1000);
     assert_eq!(
         refused.as_deref(),
         Some("ERR error rate too small: a filter needs at least 2^-64")
@@ -500,15 +488,16 @@ fn oversized_filters_are_refused_before_anything_is_allocated() {
     assert!(info_int(&mut c, "long", "FILTERS") > 10);
 }
 
-fn info_field(c: &mut Connection, name: &str) -> i64 {
-    let info: String = redis::cmd("INFO").arg("memory").query(c).unwrap();
-    info.lines()
-        .find_map(|l| l.strip_prefix(&format!("{name}:")))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap()
+/// Adds items until an add is refused; the refusal's text, if any came.
+fn first_refusal(c: &mut Connection, key: &str, tries: usize) -> Option<String> {
+    (0..tries).find_map(|i| {
+        run(c, &["BF.ADD", key, &format!("i{i}")])
+            .err()
+            .map(|e| error_text(&e))
+    })
 }
 
-/// Adds `n` items in batches; returns how many were new.
+/// Adds `n` items in batches.
 fn fill(c: &mut Connection, key: &str, prefix: &str, n: usize) {
     for batch in (0..n).collect::<Vec<_>>().chunks(1000) {
         let mut cmd = redis::cmd("BF.MADD");

@@ -225,8 +225,7 @@ pub fn extend(ctx: &Context, args: &[Arg]) -> RedisResult {
     if args.len() != 4 {
         return Err(RedisError::WrongArity);
     }
-    let owner = args::owner(&args[2]).map_err(err)?;
-    let ttl_ms = args::ttl(&args[3]).map_err(err)?;
+    let (owner, ttl_ms) = args::owner_and_ttl(&args[2..]).map_err(err)?;
     let name = &args[1];
     let key = Key::write(ctx, &args[1]);
     let Some(lock) = rw_in(&key)? else {

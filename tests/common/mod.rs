@@ -3,7 +3,7 @@
 
 use std::io::Write;
 use std::net::TcpListener;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -156,10 +156,6 @@ impl Server {
         self.dir.path().join("redis.sock")
     }
 
-    pub fn path(&self, file: &str) -> PathBuf {
-        self.dir.path().join(file)
-    }
-
     fn try_conn(&self) -> redis::RedisResult<Connection> {
         redis::Client::open(format!("redis+unix://{}", self.socket().display()))?.get_connection()
     }
@@ -200,15 +196,6 @@ impl Server {
     pub fn restart(&mut self, graceful: bool) {
         self.stop(graceful);
         self.spawn();
-    }
-
-    /// The server process id.
-    pub fn pid(&self) -> u32 {
-        self.child.as_ref().unwrap().id()
-    }
-
-    pub fn is_alive(&mut self) -> bool {
-        matches!(self.child.as_mut().map(|c| c.try_wait()), Some(Ok(None)))
     }
 }
 
@@ -357,10 +344,6 @@ pub fn replicate(master: &Server, replica: &Server) {
 pub fn sync_replicas(master: &mut Connection, n: i64) {
     let acked: i64 = redis::cmd("WAIT").arg(n).arg(5000).query(master).unwrap();
     assert_eq!(acked, n, "replicas did not acknowledge");
-}
-
-pub fn path_exists(p: &Path) -> bool {
-    p.exists()
 }
 
 /// A reply still to come from a command blocked on its own connection.
