@@ -68,8 +68,10 @@ unsafe fn release_value<T: Tracked>(value: *mut c_void, lapsed: impl FnOnce(&T, 
     }
 }
 
-/// Encoding version of `warden-lk` values; `rdb_load` reads every version up to it.
-const LOCK_ENCVER: c_int = 1;
+/// Encoding version of `warden-lk` values; `rdb_load` reads every version up
+/// to it. 1: holds, fence, owner. 2: and the lease deadline (so that a lock
+/// evicted before any command touched it still keeps its key until then).
+const LOCK_ENCVER: c_int = 2;
 
 pub static LOCK_TYPE: RedisType = RedisType::new(
     "warden-lk",
@@ -93,7 +95,7 @@ pub static LOCK_TYPE: RedisType = RedisType::new(
         copy2: None,
         free_effort2: None,
         mem_usage2: None,
-        unlink2: None,
+        unlink2: Some(lock_unlink),
     },
 );
 
@@ -121,16 +123,24 @@ unsafe extern "C" fn lock_rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) 
         let Ok(owner) = raw::load_string_buffer(rdb) else {
             return std::ptr::null_mut();
         };
+        // The lease is the key's own expiry, which commands read when they
+        // open the key; the saved copy only serves eviction.
+        let deadline_ms = match encver {
+            1 => i64::MAX,
+            _ => match raw::load_signed(rdb) {
+                Ok(at) if at > 0 => at,
+                _ => return std::ptr::null_mut(),
+            },
+        };
         if !valid_lock(owner.as_ref(), holds, fence) {
             return std::ptr::null_mut();
         }
         FENCES.observe(fence);
-        // The lease is the key's own expiry; commands read it when they open the key.
         let lock = Lock {
             owner: owner.as_ref().to_vec(),
             holds,
             fence,
-            deadline_ms: i64::MAX,
+            deadline_ms,
         };
         boxed(lock)
     })
@@ -141,6 +151,32 @@ unsafe extern "C" fn lock_rdb_save(rdb: *mut raw::RedisModuleIO, value: *mut c_v
     raw::save_unsigned(rdb, lock.holds);
     raw::save_unsigned(rdb, lock.fence);
     raw::save_slice(rdb, &lock.owner);
+    raw::save_signed(rdb, lock.deadline_ms);
+}
+
+/// Tells the eviction guard which lock a key held as it leaves the keyspace.
+unsafe fn note_unlink(ctx: *mut raw::RedisModuleKeyOptCtx, deadline_ms: i64) {
+    if !crate::evicted::eviction_possible() {
+        return;
+    }
+    let db = raw::RedisModule_GetDbIdFromOptCtx.unwrap()(ctx);
+    let key = raw::RedisModule_GetKeyNameFromOptCtx.unwrap()(ctx);
+    let mut len = 0;
+    let ptr = raw::string_ptr_len(key.cast_mut(), &mut len);
+    crate::evicted::on_unlink(
+        db,
+        std::slice::from_raw_parts(ptr.cast::<u8>(), len),
+        deadline_ms,
+    );
+}
+
+unsafe extern "C" fn lock_unlink(ctx: *mut raw::RedisModuleKeyOptCtx, value: *const c_void) {
+    guard::callback((), || note_unlink(ctx, (*value.cast::<Lock>()).deadline_ms))
+}
+
+unsafe extern "C" fn rwlock_unlink(ctx: *mut raw::RedisModuleKeyOptCtx, value: *const c_void) {
+    let deadline = (*value.cast::<RwLock>()).deadline().unwrap_or(0);
+    guard::callback((), || note_unlink(ctx, deadline))
 }
 
 unsafe extern "C" fn lock_aof_rewrite(
@@ -345,7 +381,7 @@ pub static RWLOCK_TYPE: RedisType = RedisType::new(
         copy2: None,
         free_effort2: None,
         mem_usage2: None,
-        unlink2: None,
+        unlink2: Some(rwlock_unlink),
     },
 );
 

@@ -9,6 +9,9 @@ pub const INVALID_OWNER: &str = "ERR invalid owner";
 pub const HOLDS_OVERFLOW: &str = "ERR hold count overflow";
 pub const UPGRADE: &str = "ERR cannot upgrade a read lock to a write lock";
 pub const INVALID_EFFECT: &str = "ERR invalid replicated effect";
+pub const EFFECT_FROM_CLIENT: &str =
+    "ERR effect commands are accepted only from the master link and the AOF";
+pub const READONLY: &str = "READONLY You can't write against a read only replica.";
 
 /// `ERR unknown argument '<arg>'`, with the argument made safe for an error line.
 pub fn unknown_argument(arg: &[u8]) -> String {

@@ -8,7 +8,9 @@ use crate::{fence::FENCES, guard, stats, waiters};
 
 extern "C" fn report(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_report: c_int) {
     guard::callback((), || {
-        raw::add_info_section(ctx, Some("warden"));
+        // No name: Redis prefixes the module's name, and "warden" would print
+        // the section as `# warden_warden`.
+        raw::add_info_section(ctx, None);
         let fields = [
             ("lock_keys", stats::LOCK_KEYS.get()),
             ("rwlock_keys", stats::RWLOCK_KEYS.get()),
@@ -18,6 +20,8 @@ extern "C" fn report(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_report: c_int
             ("lease_expiries", stats::LEASE_EXPIRIES.get() as i64),
             ("wait_timeouts", stats::WAIT_TIMEOUTS.get() as i64),
             ("refused_releases", stats::REFUSED_RELEASES.get() as i64),
+            ("evicted_locks", stats::EVICTED_LOCKS.get() as i64),
+            ("evicted_keys_taken", crate::evicted::count() as i64),
             ("bloom_filters", stats::BLOOM_FILTERS.get()),
             ("bloom_bytes", stats::BLOOM_BYTES.get()),
             ("bloom_subfilters", stats::BLOOM_SUBFILTERS.get()),

@@ -11,7 +11,7 @@ use std::ptr;
 use redis_module::native_types::RedisType;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use redis_module::{raw, Context, ContextFlags};
+use redis_module::{raw, Context, ContextFlags, RedisError};
 
 use crate::command::Arg;
 
@@ -104,6 +104,32 @@ impl Drop for Key {
             unsafe { raw::RedisModule_CloseKey.unwrap()(self.inner) };
             self.inner = ptr::null_mut();
         }
+    }
+}
+
+/// Replicas never grant, extend or release: their state comes from the
+/// master's effects. Refused like any write on a replica — writable replicas
+/// included — unless the command comes from the master or the AOF.
+pub fn refuse_on_replica(ctx: &Context) -> Result<(), RedisError> {
+    let flags = ctx.get_flags();
+    if flags.contains(ContextFlags::SLAVE)
+        && !flags.intersects(ContextFlags::REPLICATED | ContextFlags::LOADING)
+    {
+        return Err(RedisError::Str(error::READONLY));
+    }
+    Ok(())
+}
+
+/// Effect commands carry state decided elsewhere; only the master link and
+/// the AOF may send them (anyone else could forge a holder or a token).
+pub fn effects_only(ctx: &Context) -> Result<(), RedisError> {
+    if ctx
+        .get_flags()
+        .intersects(ContextFlags::REPLICATED | ContextFlags::LOADING)
+    {
+        Ok(())
+    } else {
+        Err(RedisError::Str(error::EFFECT_FROM_CLIENT))
     }
 }
 

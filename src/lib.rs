@@ -9,6 +9,7 @@ mod config;
 mod datatypes;
 mod docs;
 mod error;
+mod evicted;
 mod fence;
 mod guard;
 mod info;
@@ -74,6 +75,7 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
         && config::register(ctx, args)
         && waiters::subscribe(ctx)
         && keyspace::watch_listeners(ctx)
+        && evicted::watch_policy(ctx)
         && info::register(ctx.ctx);
     if ready {
         Status::Ok

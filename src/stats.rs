@@ -54,3 +54,5 @@ pub static BLOOM_BYTES: Gauge = Gauge::new();
 pub static BLOOM_SUBFILTERS: Gauge = Gauge::new();
 /// Lock values that ended with their lease still unreleased.
 pub static LEASE_EXPIRIES: Counter = Counter::new();
+/// Held locks (either kind) that the server evicted.
+pub static EVICTED_LOCKS: Counter = Counter::new();
