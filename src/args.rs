@@ -28,6 +28,10 @@ pub fn integer(bytes: &[u8]) -> Option<i64> {
     if digits.len() > 1 && digits[0] == b'0' {
         return None;
     }
+    // Redis' own rule: "-0" is not an integer.
+    if digits == b"0" && bytes.len() == 2 {
+        return None;
+    }
     std::str::from_utf8(bytes).ok()?.parse().ok()
 }
 
@@ -115,6 +119,7 @@ mod tests {
             b"1.5",
             b"1e3",
             b"99999999999999999999",
+            b"-0",
         ] {
             assert_eq!(integer(bad), None, "{bad:?}");
         }
