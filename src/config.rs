@@ -178,7 +178,7 @@ pub struct ModuleArgs {
 /// Parses `name value ...`; `Err` says which argument is wrong and what is allowed.
 pub fn parse_module_args(args: &[&[u8]]) -> Result<ModuleArgs, String> {
     let mut parsed = ModuleArgs::default();
-    if args.len() % 2 != 0 {
+    if !args.len().is_multiple_of(2) {
         return Err(format!(
             "module arguments come in pairs (name value); '{}' has no value",
             crate::error::printable(args[args.len() - 1])
