@@ -8,7 +8,7 @@
 //! rate (f64), probes (u32), words (u64), items (u64). All little-endian.
 
 use crate::bloom::chain::{Chain, MAX_EXPANSION};
-use crate::bloom::filter::{hashes_for, words_for, SubFilter, MAX_HASHES};
+use crate::bloom::filter::{earlier, hashes_for, words_for, SubFilter, MAX_HASHES};
 
 const MAGIC: &[u8; 4] = b"WDBF";
 const VERSION: u8 = 1;
@@ -57,6 +57,7 @@ pub fn encode_header(chain: &Chain) -> Vec<u8> {
 pub struct Shape {
     pub capacity: u64,
     pub error: f64,
+    pub hashes: u32,
     pub words: usize,
     pub items: u64,
 }
@@ -80,7 +81,9 @@ impl Header {
         let filters = self
             .filters
             .iter()
-            .map(|s| SubFilter::from_words(vec![0; s.words], s.capacity, s.error, s.items))
+            .map(|s| {
+                SubFilter::from_words(vec![0; s.words], s.capacity, s.error, s.hashes, s.items)
+            })
             .collect();
         Chain {
             filters,
@@ -137,8 +140,9 @@ pub fn decode_header(bytes: &[u8], max_bytes: u64) -> Result<Header, BadData> {
             && error > 0.0
             && error < 1.0
             && hashes <= MAX_HASHES
-            && hashes == hashes_for(error)
-            && words as f64 == words_for(capacity, error)
+            && (hashes == hashes_for(error) || hashes == earlier::hashes_for(error))
+            && (words as f64 == words_for(capacity, error)
+                || words as f64 == earlier::words_for(capacity, error))
             && items <= capacity;
         if !sane {
             return Err(BadData::Malformed);
@@ -150,6 +154,7 @@ pub fn decode_header(bytes: &[u8], max_bytes: u64) -> Result<Header, BadData> {
         filters.push(Shape {
             capacity,
             error,
+            hashes,
             words: words as usize,
             items,
         });
@@ -351,6 +356,24 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn filters_sized_the_earlier_way_keep_their_sizes_and_probes() {
+        let (capacity, error) = (1000, 0.5);
+        let words = earlier::words_for(capacity, error) as usize;
+        let old = Chain {
+            filters: vec![SubFilter::from_words(
+                vec![0; words],
+                capacity,
+                error,
+                earlier::hashes_for(error),
+                0,
+            )],
+            expansion: None,
+        };
+        assert_ne!(earlier::hashes_for(error), hashes_for(error));
+        assert_eq!(round_trip(&old), old);
     }
 
     #[test]

@@ -9,9 +9,7 @@ pub mod datatype;
 pub mod debug;
 pub mod filter;
 
-use std::ffi::CString;
-
-use redis_module::{raw, Context, RedisString};
+use redis_module::{Context, RedisString, RedisValue};
 
 /// The module argument that turns the `BF.*` commands off.
 const COMMANDS_ARG: &str = "bf-commands";
@@ -42,7 +40,7 @@ pub fn commands_arg(args: &[RedisString]) -> Result<(bool, Vec<RedisString>), St
             false
         } else {
             return Err(format!(
-                "warden: invalid module argument {COMMANDS_ARG} '{}': allowed values are yes and no",
+                "invalid module argument {COMMANDS_ARG} '{}': allowed values are yes and no",
                 crate::error::printable(value)
             ));
         };
@@ -53,7 +51,7 @@ pub fn commands_arg(args: &[RedisString]) -> Result<(bool, Vec<RedisString>), St
             .is_some_and(|a| a.as_slice().eq_ignore_ascii_case(COMMANDS_ARG.as_bytes()))
     {
         return Err(format!(
-            "warden: module argument {COMMANDS_ARG} needs a value: yes or no"
+            "module argument {COMMANDS_ARG} needs a value: yes or no"
         ));
     }
     Ok((wanted, rest))
@@ -67,15 +65,25 @@ pub fn commands_arg(args: &[RedisString]) -> Result<(bool, Vec<RedisString>), St
 /// aside.
 pub fn commands_wanted(ctx: &Context, requested: bool) -> bool {
     if !requested {
-        ctx.log_notice("warden: BF.* commands not registered (module argument bf-commands no)");
+        ctx.log_notice("BF.* commands not registered (module argument bf-commands no)");
         return false;
     }
-    let name = CString::new("bf.add").expect("no NUL");
-    let taken = unsafe { !raw::RedisModule_GetCommand.unwrap()(ctx.ctx, name.as_ptr()).is_null() };
-    if taken {
+    if served_elsewhere(ctx) {
         ctx.log_notice(
-            "warden: BF.* commands not registered: another module (RedisBloom or the server's own Bloom) already serves BF.ADD; lock commands are registered",
+            "BF.* commands not registered: another module (RedisBloom, or Bloom built into the server) already serves BF.ADD; the lock commands are registered",
         );
+        return false;
     }
-    !taken
+    true
+}
+
+/// Whether the server already knows `BF.ADD`. (`RedisModule_GetCommand`
+/// answers NULL for commands of other modules, so ask `COMMAND INFO`.)
+fn served_elsewhere(ctx: &Context) -> bool {
+    match ctx.call("COMMAND", &["INFO", "bf.add"][..]) {
+        Ok(RedisValue::Array(found)) => found
+            .iter()
+            .any(|v| !matches!(v, RedisValue::Null | RedisValue::NoReply)),
+        _ => false,
+    }
 }
