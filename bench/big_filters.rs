@@ -79,7 +79,10 @@ pub fn rows(reps: usize, sizes: &[u64], warden_so: &Path, bloom_so: &Path) -> Ve
                 "big filters {label}: SCANDUMP chunks warden {}, RedisBloom {}",
                 w.chunks, b.chunks
             );
-            for (row, (x, y)) in section.iter_mut().zip(w.values().into_iter().zip(b.values())) {
+            for (row, (x, y)) in section
+                .iter_mut()
+                .zip(w.values().into_iter().zip(b.values()))
+            {
                 row.warden.push(x);
                 row.other.push(y);
             }
@@ -106,7 +109,10 @@ impl Figures {
 
 fn measure(server: &Server, items: u64) -> Figures {
     let mut c = server.sync();
-    for (name, value) in [("slowlog-log-slower-than", "0"), ("slowlog-max-len", "100000")] {
+    for (name, value) in [
+        ("slowlog-log-slower-than", "0"),
+        ("slowlog-max-len", "100000"),
+    ] {
         redis::cmd("CONFIG")
             .arg("SET")
             .arg(name)
@@ -198,7 +204,10 @@ fn measure(server: &Server, items: u64) -> Figures {
     let del_filled_ms = slowest(&mut c, "DEL");
     settle(&mut c);
     reset(&mut c);
-    redis::cmd("UNLINK").arg("copy2").query::<()>(&mut c).unwrap();
+    redis::cmd("UNLINK")
+        .arg("copy2")
+        .query::<()>(&mut c)
+        .unwrap();
     let unlink_filled_ms = slowest(&mut c, "UNLINK");
     settle(&mut c);
     Figures {
@@ -220,14 +229,12 @@ fn reset(c: &mut Connection) {
 
 /// The longest execution of `command` in the slow log, in ms.
 fn slowest(c: &mut Connection, command: &str) -> f64 {
-    let entries: Vec<Value> = redis::cmd("SLOWLOG")
-        .arg("GET")
-        .arg(-1)
-        .query(c)
-        .unwrap();
+    let entries: Vec<Value> = redis::cmd("SLOWLOG").arg("GET").arg(-1).query(c).unwrap();
     let mut worst = 1u64;
     for entry in entries {
-        let Value::Array(fields) = entry else { continue };
+        let Value::Array(fields) = entry else {
+            continue;
+        };
         let (Some(Value::Int(us)), Some(Value::Array(args))) = (fields.get(2), fields.get(3))
         else {
             continue;

@@ -124,7 +124,10 @@ impl Server {
         std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
             .ok()
             .and_then(|status| {
-                let line = status.lines().find(|l| l.starts_with("VmRSS:"))?.to_string();
+                let line = status
+                    .lines()
+                    .find(|l| l.starts_with("VmRSS:"))?
+                    .to_string();
                 let kb = line.split_whitespace().nth(1)?.parse::<u64>().ok()?;
                 Some(kb * 1024)
             })

@@ -185,7 +185,7 @@ pub fn read_bytes(words: &[u64], start: usize, end: usize) -> Vec<u8> {
         out.extend_from_slice(&w.to_le_bytes());
     }
     out.truncate(end - first * 8);
-    if start % 8 != 0 {
+    if !start.is_multiple_of(8) {
         out.drain(..start % 8);
     }
     out
@@ -197,7 +197,7 @@ fn write_bytes(words: &mut [u64], start: usize, data: &[u8]) {
     let mut at = start;
     let mut rest = data;
     // A partial first word, byte by byte.
-    while at % 8 != 0 && !rest.is_empty() {
+    while !at.is_multiple_of(8) && !rest.is_empty() {
         set_byte(words, at, rest[0]);
         at += 1;
         rest = &rest[1..];

@@ -396,7 +396,7 @@ pub fn debug(ctx: &Context, args: &[Arg]) -> RedisResult {
     Ok(RedisValue::Array(
         debug::lines(chain)
             .into_iter()
-            .map(|line| RedisValue::BulkString(line))
+            .map(RedisValue::BulkString)
             .collect(),
     ))
 }

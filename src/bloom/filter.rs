@@ -35,6 +35,7 @@ impl Hash {
 /// same constant and the same order of operations, every filter gets the
 /// same bits and probes as in RedisBloom, to the last bit (`BF.DEBUG` shows
 /// them); the exact `ln 2` differs at error rates that are powers of two.
+#[allow(clippy::approx_constant)] // deliberately RedisBloom's value, not the exact one
 const LN_2: f64 = 0.693147180559945;
 
 /// Bits per item for error rate `error`: `-ln p / ln² 2`.
