@@ -1,5 +1,5 @@
 //! The `warden-bf` type and its `extern "C"` callbacks: RDB, AOF, copy,
-//! memory, free (and how much work freeing is), defragmentation.
+//! memory, free (and how much work freeing is).
 //!
 //! RDB encodings (`rdb_load` reads both):
 //! 1. the `codec` header, then each sub-filter's bits as one string;
@@ -7,17 +7,13 @@
 //!    as (piece index, `codec::PIECE` bytes or fewer for the last). Loading
 //!    copies one piece at a time, and zero pieces cost nothing.
 
-use std::mem::ManuallyDrop;
 use std::os::raw::{c_char, c_int, c_void};
-
-use bitvec::vec::BitVec;
 
 use redis_module::native_types::RedisType;
 use redis_module::raw;
 
 use crate::bloom::chain::Chain;
 use crate::bloom::codec::{self, Header};
-use crate::bloom::filter::SubFilter;
 use crate::datatypes::{boxed, release_value, Tracked};
 use crate::guard;
 use crate::stats;
@@ -51,7 +47,11 @@ pub static BLOOM_TYPE: RedisType = RedisType::new(
         free_effort: Some(bloom_free_effort),
         unlink: None,
         copy: Some(bloom_copy),
-        defrag: Some(bloom_defrag),
+        // No active defragmentation: jemalloc only moves small blocks, never
+        // the large bit arrays that make up a filter's memory, and neither
+        // server measured here (Debian's 7.0 on the system jemalloc, the
+        // Valkey 9.1 wheel on libc malloc) can enable `activedefrag` to test it.
+        defrag: None,
         copy2: None,
         free_effort2: None,
         mem_usage2: None,
@@ -180,50 +180,4 @@ unsafe extern "C" fn bloom_copy(
     guard::callback(std::ptr::null_mut(), || {
         boxed((*value.cast::<Chain>()).clone())
     })
-}
-
-/// Active defragmentation: moves the chain, its list of sub-filters and the
-/// bits of each sub-filter to new blocks when the allocator asks for it
-/// (`RedisModule_DefragAlloc` returns NULL for blocks it leaves in place —
-/// with jemalloc, every block larger than a small size class, so big bit
-/// arrays are never copied). Each move frees the old block: the Rust values
-/// are rebuilt over the new pointers without running their destructors.
-unsafe extern "C" fn bloom_defrag(
-    ctx: *mut raw::RedisModuleDefragCtx,
-    _key: *mut raw::RedisModuleString,
-    value: *mut *mut c_void,
-) -> c_int {
-    let Some(defrag) = raw::RedisModule_DefragAlloc else {
-        return 0;
-    };
-    let moved = |ptr: *mut c_void| -> Option<*mut c_void> {
-        let new = defrag(ctx, ptr);
-        (!new.is_null()).then_some(new)
-    };
-    if let Some(new) = moved(*value) {
-        *value = new;
-    }
-    let chain = &mut *(*value).cast::<Chain>();
-    if chain.filters.capacity() > 0 {
-        if let Some(new) = moved(chain.filters.as_mut_ptr().cast()) {
-            let (len, cap) = (chain.filters.len(), chain.filters.capacity());
-            let old = std::mem::replace(
-                &mut chain.filters,
-                Vec::from_raw_parts(new.cast::<SubFilter>(), len, cap),
-            );
-            // Its block was freed by the move; its elements live in the new one.
-            std::mem::forget(old);
-        }
-    }
-    for f in &mut chain.filters {
-        let bits = std::mem::take(&mut f.bits);
-        let mut words = ManuallyDrop::new(bits.into_vec());
-        let (ptr, len, cap) = (words.as_mut_ptr(), words.len(), words.capacity());
-        let ptr = match cap {
-            0 => ptr,
-            _ => moved(ptr.cast()).map_or(ptr, |p| p.cast::<u64>()),
-        };
-        f.bits = BitVec::from_vec(Vec::from_raw_parts(ptr, len, cap));
-    }
-    0
 }
