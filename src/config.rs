@@ -33,8 +33,11 @@ pub static BF_INITIAL_CAPACITY: AtomicI64 = AtomicI64::new(100);
 pub static BF_EXPANSION: AtomicI64 = AtomicI64::new(2);
 pub static BF_MAX_MEMORY: AtomicI64 = AtomicI64::new(128 << 20);
 /// Whether warden registers the `BF.*` commands (`bf-commands yes|no`).
-#[allow(dead_code)]
-pub static BF_COMMANDS: AtomicBool = AtomicBool::new(true);
+static BF_COMMANDS: AtomicBool = AtomicBool::new(true);
+
+pub fn bf_commands() -> bool {
+    BF_COMMANDS.load(Ordering::Relaxed)
+}
 
 /// Set once redis.conf has been applied: from then on every change is checked
 /// against the other values (during loading they arrive in no fixed order).
@@ -167,6 +170,24 @@ fn valid_rate(rate: f64) -> bool {
     rate > 0.0 && rate < 1.0
 }
 
+/// What a config accepts, for error messages.
+fn allowed(name: &str) -> Option<String> {
+    let name = name.strip_prefix("warden.").unwrap_or(name);
+    if name == RATE_NAME {
+        return Some("a number between 0 and 1 (exclusive)".into());
+    }
+    if name == COMMANDS_NAME {
+        return Some("yes or no".into());
+    }
+    let n = NUMBERS.iter().find(|n| n.name == name)?;
+    let unit = if n.memory {
+        " bytes (units b, kb, mb, gb accepted)"
+    } else {
+        ""
+    };
+    Some(format!("an integer from {} to {}{unit}", n.min, n.max))
+}
+
 /// The parsed `loadmodule` arguments.
 #[derive(Debug, Default, PartialEq)]
 pub struct ModuleArgs {
@@ -175,13 +196,23 @@ pub struct ModuleArgs {
     pub bf_commands: Option<bool>,
 }
 
+fn invalid(name: &str, shown: &str) -> String {
+    format!(
+        "{name} '{shown}' is invalid: {}",
+        allowed(name).unwrap_or_default()
+    )
+}
+
 /// Parses `name value ...`; `Err` says which argument is wrong and what is allowed.
 pub fn parse_module_args(args: &[&[u8]]) -> Result<ModuleArgs, String> {
     let mut parsed = ModuleArgs::default();
     if !args.len().is_multiple_of(2) {
+        let last = args[args.len() - 1];
         return Err(format!(
-            "module arguments come in pairs (name value); '{}' has no value",
-            crate::error::printable(args[args.len() - 1])
+            "module arguments come in pairs (name value); '{}' has no value{}",
+            crate::error::printable(last),
+            allowed(&String::from_utf8_lossy(last).to_ascii_lowercase())
+                .map_or(String::new(), |a| format!(" ({a})"))
         ));
     }
     for pair in args.chunks(2) {
@@ -192,17 +223,13 @@ pub fn parse_module_args(args: &[&[u8]]) -> Result<ModuleArgs, String> {
         if name == RATE_NAME {
             match parse_float(value).filter(|r| valid_rate(*r)) {
                 Some(rate) => parsed.error_rate = Some(rate),
-                None => {
-                    return Err(format!(
-                        "{RATE_NAME} '{shown}' is invalid: a number between 0 and 1 (exclusive)"
-                    ))
-                }
+                None => return Err(invalid(name, &shown)),
             }
         } else if name == COMMANDS_NAME {
             parsed.bf_commands = Some(match &value.to_ascii_lowercase()[..] {
                 b"yes" => true,
                 b"no" => false,
-                _ => return Err(format!("{COMMANDS_NAME} '{shown}' is invalid: yes or no")),
+                _ => return Err(invalid(name, &shown)),
             });
         } else if let Some(i) = NUMBERS.iter().position(|n| n.name == name) {
             let n = &NUMBERS[i];
@@ -213,17 +240,7 @@ pub fn parse_module_args(args: &[&[u8]]) -> Result<ModuleArgs, String> {
             };
             match number.filter(|v| (n.min..=n.max).contains(v)) {
                 Some(v) => parsed.numbers[i] = Some(v),
-                None => {
-                    let unit = if n.memory {
-                        " bytes (units b, kb, mb, gb accepted)"
-                    } else {
-                        ""
-                    };
-                    return Err(format!(
-                        "{} '{shown}' is invalid: an integer from {} to {}{unit}",
-                        n.name, n.min, n.max
-                    ));
-                }
+                None => return Err(invalid(name, &shown)),
             }
         } else {
             let known: Vec<&str> = [RATE_NAME, COMMANDS_NAME]

@@ -8,6 +8,8 @@ use std::ptr;
 
 use redis_module::{raw, Context};
 
+use crate::command::Command;
+
 type ArgType = raw::RedisModuleCommandArgType;
 
 const KEY: ArgType = raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_KEY;
@@ -116,7 +118,8 @@ pub const DOCS: &[Doc] = &[
     Doc { name: "bf.mexists", summary: "Tells for each item whether it may be in a Bloom filter", complexity: "O(n * k * i)", arity: -3, writes: false, args: &[KEY_ARG, ITEMS] },
     Doc { name: "bf.info", summary: "Returns the capacity, size, sub-filters, items and expansion of a Bloom filter", complexity: "O(i)", arity: -2, writes: false, args: &[KEY_ARG, ArgDoc { name: "field", ty: ONEOF, token: None, flags: raw::REDISMODULE_CMD_ARG_OPTIONAL, sub: &[choice("CAPACITY"), choice("SIZE"), choice("FILTERS"), choice("ITEMS"), choice("EXPANSION")] }] },
     Doc { name: "bf.card", summary: "Returns the number of items added to a Bloom filter", complexity: "O(i)", arity: 2, writes: false, args: &[KEY_ARG] },
-    Doc { name: "bf.scandump", summary: "Dumps a Bloom filter in chunks of at most 16 MiB, for BF.LOADCHUNK", complexity: "O(n) where n is the chunk size", arity: 3, writes: false, args: &[KEY_ARG, arg("iterator", INTEGER)] },
+    Doc { name: "bf.debug", summary: "Describes a Bloom filter: items, then bytes, bits, hashes, capacity, items and error rate of each sub-filter", complexity: "O(i)", arity: 2, writes: false, args: &[KEY_ARG] },
+    Doc { name: "bf.scandump", summary: "Dumps a Bloom filter in chunks of at most 4 MiB, for BF.LOADCHUNK", complexity: "O(n) where n is the chunk size", arity: 3, writes: false, args: &[KEY_ARG, arg("iterator", INTEGER)] },
     Doc { name: "bf.loadchunk", summary: "Restores a Bloom filter from BF.SCANDUMP chunks, validating every byte", complexity: "O(n) where n is the chunk size", arity: 4, writes: true, args: &[KEY_ARG, arg("iterator", INTEGER), arg("data", STRING)] },
 ];
 
@@ -166,15 +169,16 @@ fn c_args(
     p
 }
 
-/// Gives Redis the documentation of every command in `DOCS`.
-pub fn register(ctx: &Context) -> bool {
+/// Gives Redis the documentation of the commands of `commands` (from `DOCS`).
+pub fn register(ctx: &Context, commands: &[Command]) -> bool {
     let version = raw::RedisModuleCommandInfoVersion {
         version: 1,
         sizeof_historyentry: std::mem::size_of::<raw::RedisModuleCommandHistoryEntry>(),
         sizeof_keyspec: std::mem::size_of::<raw::RedisModuleCommandKeySpec>(),
         sizeof_arg: std::mem::size_of::<raw::RedisModuleCommandArg>(),
     };
-    DOCS.iter().all(|doc| {
+    let registered = |doc: &&Doc| commands.iter().any(|c| c.name == doc.name);
+    DOCS.iter().filter(registered).all(|doc| {
         let mut strings = Strings(Vec::new());
         let mut arrays = Vec::new();
         let access = if doc.writes {

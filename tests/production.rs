@@ -493,7 +493,9 @@ fn try_start(module_args: &[&str]) -> (bool, String) {
         if child.try_wait().unwrap().is_some() {
             break false;
         }
-        if sock.exists() {
+        // The socket exists before modules load: wait for the ready line.
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        if text.contains("eady to accept connections") {
             break true;
         }
         assert!(
