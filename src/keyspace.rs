@@ -78,6 +78,33 @@ impl Key {
         };
     }
 
+    /// The key's string value, `None` if the key is empty, `Err(WRONGTYPE)`
+    /// if it holds anything else.
+    pub fn string(&self) -> Result<Option<&[u8]>, &'static str> {
+        if self.is_empty() {
+            return Ok(None);
+        }
+        let ty = unsafe { raw::RedisModule_KeyType.unwrap()(self.inner) };
+        if ty != raw::REDISMODULE_KEYTYPE_STRING as c_int {
+            return Err(error::WRONGTYPE);
+        }
+        let mut len = 0;
+        let ptr = unsafe {
+            raw::RedisModule_StringDMA.unwrap()(
+                self.inner,
+                &mut len,
+                raw::REDISMODULE_READ as c_int,
+            )
+        };
+        if ptr.is_null() {
+            return Ok(Some(&[]));
+        }
+        // Safety: the value lives as long as the open key and is not written through it.
+        Ok(Some(unsafe {
+            std::slice::from_raw_parts(ptr.cast::<u8>(), len)
+        }))
+    }
+
     pub fn delete(&self) {
         if !self.is_empty() {
             unsafe { raw::RedisModule_DeleteKey.unwrap()(self.inner) };

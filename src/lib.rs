@@ -5,6 +5,7 @@
 mod alloc;
 mod args;
 mod bloom;
+mod cache;
 #[macro_use]
 mod command;
 mod config;
@@ -46,7 +47,7 @@ pub mod fuzzing {
 }
 
 /// Every command: name, handler, flags. Each takes one key, its first argument.
-const LOCK_COMMANDS: &[Command] = &[
+const CORE_COMMANDS: &[Command] = &[
     command!("lock.acquire", lock::commands::acquire, "write deny-oom"),
     command!("lock.release", lock::commands::release, "write fast"),
     command!("lock.extend", lock::commands::extend, "write fast"),
@@ -58,6 +59,11 @@ const LOCK_COMMANDS: &[Command] = &[
     command!("rwlock.extend", rwlock::commands::extend, "write fast"),
     command!("rwlock.info", rwlock::commands::info, "readonly fast"),
     command!("warden.rwset", rwlock::commands::set, "write deny-oom"),
+    command!("cache.get", cache::commands::get, "write"),
+    command!("cache.fill", cache::commands::fill, "write deny-oom"),
+    command!("cache.abandon", cache::commands::abandon, "write fast"),
+    command!("cache.invalidate", cache::commands::invalidate, "write"),
+    command!("cache.info", cache::commands::info, "readonly fast"),
 ];
 
 /// The Bloom commands: left out when another module serves `BF.*`.
@@ -80,13 +86,14 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
     ctx.set_module_options(redis_module::ModuleOptions::HANDLE_IO_ERRORS);
     // Configuration first: `bf-commands` decides which commands exist.
     let ready = config::register(ctx, args)
-        && command::register(ctx, LOCK_COMMANDS)
-        && docs::register(ctx, LOCK_COMMANDS)
+        && command::register(ctx, CORE_COMMANDS)
+        && docs::register(ctx, CORE_COMMANDS)
         && (!bloom::commands_wanted(ctx, config::bf_commands())
             || command::register(ctx, BLOOM_COMMANDS) && docs::register(ctx, BLOOM_COMMANDS))
         && waiters::subscribe(ctx)
         && keyspace::watch_listeners(ctx)
         && evicted::watch_policy(ctx)
+        && cache::commands::subscribe(ctx)
         && info::register(ctx.ctx);
     if ready {
         Status::Ok

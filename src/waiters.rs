@@ -53,6 +53,12 @@ pub trait Kind: Sync {
     /// what the kind's rules allow, from the head of the queue, with [`pop_head`]
     /// and [`answer`].
     fn serve(&self, ctx: &Context, name: &Arg) -> Served;
+
+    /// What a waiter of this kind is answered when its deadline passes (or a
+    /// user's `CLIENT UNBLOCK` ends its wait).
+    fn timed_out(&self) -> Answer {
+        Answer::Nil
+    }
 }
 
 /// What serving the head of a queue did.
@@ -71,6 +77,9 @@ pub enum Mode {
     Exclusive,
     Read,
     Write,
+    /// A cache reader waiting for a fill; `Fresh`: a stale value will not do.
+    Fill,
+    FillFresh,
 }
 
 /// A blocked request: which kind, who, for how long, in which mode.
@@ -100,6 +109,11 @@ impl Waiter {
         }
     }
 
+    /// The id of the waiting client.
+    pub fn client_id(&self) -> u64 {
+        self.client_id
+    }
+
     fn is_of(&self, kind: &'static dyn Kind) -> bool {
         ptr::addr_eq(self.kind, kind)
     }
@@ -110,6 +124,8 @@ pub enum Answer {
     Integer(i64),
     Nil,
     Error(&'static str),
+    /// `[value, lease]`, each possibly nil (cache reads).
+    Pair(Option<Vec<u8>>, Option<i64>),
 }
 
 /// A key in a database.
@@ -256,6 +272,36 @@ pub fn pop_head(
     })
 }
 
+/// Takes every waiter of `kind` that `wanted` accepts off `name`'s queue,
+/// oldest first, wherever they stand. The caller answers them.
+pub fn drain(
+    ctx: &Context,
+    name: &[u8],
+    kind: &'static dyn Kind,
+    wanted: impl Fn(&Waiter) -> bool,
+) -> Vec<Waiter> {
+    if nobody_waits() {
+        return Vec::new();
+    }
+    let q = queue_key(ctx.ctx, name);
+    with(|r| {
+        let Some(queue) = r.queues.get_mut(&q) else {
+            return Vec::new();
+        };
+        let (taken, kept): (VecDeque<Waiter>, VecDeque<Waiter>) = std::mem::take(queue)
+            .into_iter()
+            .partition(|w| w.is_of(kind) && wanted(w));
+        *queue = kept;
+        for w in &taken {
+            forget(r, &q, w);
+        }
+        if r.queues.get(&q).is_some_and(VecDeque::is_empty) {
+            r.queues.remove(&q);
+        }
+        taken.into()
+    })
+}
+
 /// Removes a waiter's bookkeeping (its queue entry is already gone).
 fn forget(r: &mut Registry, q: &QueueKey, waiter: &Waiter) {
     r.blocked.remove(&(waiter.handle as usize));
@@ -317,6 +363,17 @@ fn reply(ctx: *mut raw::RedisModuleCtx, answer: &Answer) {
         Answer::Error(text) => {
             let line = std::ffi::CString::new(*text).unwrap_or_default();
             unsafe { raw::RedisModule_ReplyWithError.unwrap()(ctx, line.as_ptr()) };
+        }
+        Answer::Pair(value, lease) => {
+            raw::reply_with_array(ctx, 2);
+            match value {
+                Some(v) => raw::reply_with_string_buffer(ctx, v.as_ptr().cast::<c_char>(), v.len()),
+                None => raw::reply_with_null(ctx),
+            };
+            match lease {
+                Some(n) => raw::reply_with_long_long(ctx, *n),
+                None => raw::reply_with_null(ctx),
+            };
         }
     }
 }
@@ -430,7 +487,8 @@ fn serve_queue(ctx: &Context, q: &QueueKey, name: &Arg) {
             }
             Some(Err(late)) => {
                 stats::WAIT_TIMEOUTS.add(1);
-                deliver(ctx.ctx, late, Answer::Nil);
+                let answer = late.kind.timed_out();
+                deliver(ctx.ctx, late, answer);
             }
             Some(Ok(kind)) => match kind.serve(ctx, name) {
                 Served::Progress => {}
@@ -485,8 +543,8 @@ fn select_db(ctx: &Context, db: c_int) {
 }
 
 /// Removes a still-queued waiter (timed out by `CLIENT UNBLOCK`, or
-/// disconnected); true if it was queued.
-fn leave(ctx: *mut raw::RedisModuleCtx, handle: Handle) -> bool {
+/// disconnected); its kind if it was queued.
+fn leave(ctx: *mut raw::RedisModuleCtx, handle: Handle) -> Option<&'static dyn Kind> {
     let left = with(|r| {
         let q = r.blocked.remove(&(handle as usize))?;
         shrink(&mut r.blocked);
@@ -497,20 +555,16 @@ fn leave(ctx: *mut raw::RedisModuleCtx, handle: Handle) -> bool {
             r.queues.remove(&q);
             shrink(&mut r.queues);
         }
-        Some((q, w.timer))
+        Some((q, w.timer, w.kind))
     });
-    match left {
-        Some((q, timer)) => {
-            if let Some(id) = timer {
-                stop_timer(ctx, id);
-            }
-            drop_lease_timer(ctx, &q);
-            // The head may have changed: readers behind a departed writer may go.
-            mark_dirty(ctx, q);
-            true
-        }
-        None => false,
+    let (q, timer, kind) = left?;
+    if let Some(id) = timer {
+        stop_timer(ctx, id);
     }
+    drop_lease_timer(ctx, &q);
+    // The head may have changed: readers behind a departed writer may go.
+    mark_dirty(ctx, q);
+    Some(kind)
 }
 
 extern "C" fn on_reply(
@@ -542,12 +596,15 @@ extern "C" fn on_timeout(
         let handle = unsafe { raw::RedisModule_GetBlockedClientHandle.unwrap()(ctx) };
         match with(|r| r.answers.remove(&(handle as usize))) {
             Some(answer) => reply(ctx, &answer),
-            None => {
-                if leave(ctx, handle) {
+            None => match leave(ctx, handle) {
+                Some(kind) => {
                     stats::WAIT_TIMEOUTS.add(1);
+                    reply(ctx, &kind.timed_out());
                 }
-                raw::reply_with_null(ctx);
-            }
+                None => {
+                    raw::reply_with_null(ctx);
+                }
+            },
         }
         unsafe { raw::RedisModule_UnblockClient.unwrap()(handle, ptr::null_mut()) };
         raw::REDISMODULE_OK as c_int
@@ -556,7 +613,7 @@ extern "C" fn on_timeout(
 
 extern "C" fn on_disconnect(ctx: *mut raw::RedisModuleCtx, handle: Handle) {
     guard::callback((), || {
-        if leave(ctx, handle) {
+        if leave(ctx, handle).is_some() {
             unsafe { raw::RedisModule_UnblockClient.unwrap()(handle, ptr::null_mut()) };
         }
     })
@@ -587,7 +644,8 @@ extern "C" fn on_deadline(ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
         });
         if let Some((q, w)) = found {
             stats::WAIT_TIMEOUTS.add(1);
-            deliver(ctx, w, Answer::Nil);
+            let answer = w.kind.timed_out();
+            deliver(ctx, w, answer);
             drop_lease_timer(ctx, &q);
             // Readers behind a timed-out writer may go now.
             mark_dirty(ctx, q);
@@ -616,6 +674,7 @@ extern "C" fn on_keyspace_event(
         if !event.is_null() && unsafe { std::ffi::CStr::from_ptr(event) } == c"evicted" {
             crate::evicted::on_evicted(ctx, name);
         }
+        crate::cache::commands::on_key_event(ctx, name);
         if nobody_waits() {
             return raw::REDISMODULE_OK as c_int;
         }
@@ -642,6 +701,10 @@ extern "C" fn on_server_event(
             let info = data.cast::<raw::RedisModuleFlushInfoV1>();
             let db = unsafe { info.as_ref() }.map_or(-1, |i| i.dbnum);
             crate::evicted::forget_db(db);
+            crate::cache::commands::forget_db(ctx, db);
+        }
+        if event.id == raw::REDISMODULE_EVENT_SWAPDB {
+            crate::cache::commands::forget_db(ctx, -1);
         }
         if after_flush || after_load || event.id == raw::REDISMODULE_EVENT_SWAPDB {
             mark_all_dirty(ctx);

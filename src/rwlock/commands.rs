@@ -104,7 +104,7 @@ impl Kind for RwLockKind {
         while let Some(w) = waiters::pop_head(ctx, name, &KIND, |w| match w.mode {
             waiters::Mode::Read => lock.admits(Mode::Read, &w.owner),
             waiters::Mode::Write => lock.admits(Mode::Write, &w.owner),
-            waiters::Mode::Exclusive => false,
+            _ => false,
         }) {
             let mode = if w.mode == waiters::Mode::Write {
                 Mode::Write
