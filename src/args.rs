@@ -285,7 +285,8 @@ mod tests {
 
     #[test]
     fn cache_fill_needs_px_before_jitter() {
-        let f = cache_fill(&v(&["7", "", "PX", "100", "JITTER", "0"])).unwrap();
+        let args = v(&["7", "", "PX", "100", "JITTER", "0"]);
+        let f = cache_fill(&args).unwrap();
         assert_eq!(
             (f.lease, f.value, f.px_ms, f.jitter_ms),
             (7, &b""[..], Some(100), 0)

@@ -223,8 +223,11 @@ pub fn subscribe(ctx: &Context) -> bool {
     })
 }
 
-/// The key's string value (copied) and its remaining ttl; `Err` if it holds another type.
-fn read_value(ctx: &Context, name: &Arg) -> Result<Option<(Vec<u8>, Option<i64>)>, RedisError> {
+/// A cached value (copied) and its remaining ttl (`None`: no expiry).
+type Cached = (Vec<u8>, Option<i64>);
+
+/// The key's cached value; `Err` if it holds another type.
+fn read_value(ctx: &Context, name: &Arg) -> Result<Option<Cached>, RedisError> {
     let key = Key::read(ctx, name);
     let Some(value) = key.string().map_err(err)? else {
         return Ok(None);
