@@ -1,0 +1,426 @@
+//! Cache stampede: 48 readers on one hot key whose value expires every
+//! 500 ms, a miss costing a 50 ms database load. Five ways to get-or-load,
+//! each for the same wall time on the same server, each on a fresh key:
+//! plain cache-aside, a `SET NX` mutex with 50 ms polling, the
+//! `LOCK.ACQUIRE … WAIT` rebuild of docs/patterns.md #1, `CACHE.GET … WAIT`,
+//! and `CACHE.GET … WAIT … REFRESH` (a hot key reloaded before it expires).
+//!
+//! A read is the whole get-or-load loop until the reader has a value. Each
+//! reader has its own connection (a blocked `WAIT` occupies it) and serves a
+//! request every `THINK`, so that a miss is about 2% of its reads and the p99
+//! sees the misses.
+
+use std::cell::Cell;
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+use redis::aio::MultiplexedConnection;
+
+use crate::{cmd, Row, Server};
+
+const READERS: usize = 48;
+/// What a miss costs: one database load.
+const LOAD: Duration = Duration::from_millis(50);
+/// The TTL of every fill (`PX`), the expiry window of the loads-per-expiry figure.
+const TTL_MS: u64 = 500;
+/// Lease, lock and `WAIT` times of the strategies that have them.
+const LEASE_MS: &str = "2000";
+const REFRESH_MS: &str = "150";
+/// Time between one reader's reads: the rest of its request.
+const THINK: Duration = Duration::from_millis(10);
+/// How long a losing `SET NX` reader sleeps before it reads again.
+const POLL: Duration = Duration::from_millis(50);
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Strategy {
+    CacheAside,
+    SetNxPolling,
+    LockWait,
+    CacheWait,
+    CacheRefresh,
+}
+
+impl Strategy {
+    const ALL: [Strategy; 5] = [
+        Strategy::CacheAside,
+        Strategy::SetNxPolling,
+        Strategy::LockWait,
+        Strategy::CacheWait,
+        Strategy::CacheRefresh,
+    ];
+
+    fn label(self) -> &'static str {
+        match self {
+            Strategy::CacheAside => "plain cache-aside (GET, SET PX)",
+            Strategy::SetNxPolling => "SET NX mutex + 50 ms polling",
+            Strategy::LockWait => "LOCK.ACQUIRE WAIT (patterns #1)",
+            Strategy::CacheWait => "CACHE.GET WAIT",
+            Strategy::CacheRefresh => "CACHE.GET WAIT REFRESH 150",
+        }
+    }
+
+    /// The commands its readers send. Everything else in commandstats is the
+    /// module's own work: the `SET` inside `CACHE.FILL` and the
+    /// `CLIENT UNBLOCK` that answers a waiter.
+    fn sends(self) -> &'static [&'static str] {
+        match self {
+            Strategy::CacheAside => &["get", "set"],
+            Strategy::SetNxPolling => &["get", "set", "del"],
+            Strategy::LockWait => &["get", "set", "lock.acquire", "lock.release"],
+            Strategy::CacheWait | Strategy::CacheRefresh => &["cache.get", "cache.fill"],
+        }
+    }
+}
+
+/// One strategy's figures.
+struct Figures {
+    loads_per_expiry: f64,
+    reads_per_s: f64,
+    p50_ms: f64,
+    p99_ms: f64,
+    max_ms: f64,
+    commands_per_read: f64,
+    internal_per_read: f64,
+}
+
+/// The database behind the cache: every load takes `LOAD` and is counted.
+#[derive(Default)]
+struct Database {
+    loads: Cell<u64>,
+}
+
+impl Database {
+    async fn load(&self) -> String {
+        self.loads.set(self.loads.get() + 1);
+        tokio::time::sleep(LOAD).await;
+        format!("value {}", self.loads.get())
+    }
+}
+
+/// One reader: its connection, a second one for background refills (its
+/// first may be blocked in a `WAIT` meanwhile; the lease stays valid while
+/// the first is open), and the hot key.
+struct Reader {
+    con: MultiplexedConnection,
+    refills: MultiplexedConnection,
+    owner: String,
+    key: String,
+    db: Rc<Database>,
+    /// Background refills still running.
+    pending: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Reader {
+    async fn query<T: redis::FromRedisValue>(&mut self, words: &[&str]) -> T {
+        cmd(words).query_async(&mut self.con).await.unwrap()
+    }
+
+    /// One get-or-load, until this reader has a value.
+    async fn read(&mut self, strategy: Strategy) -> String {
+        let key = self.key.clone();
+        let lock = format!("{key}:lock");
+        let owner = self.owner.clone();
+        let ttl = TTL_MS.to_string();
+        match strategy {
+            Strategy::CacheAside => {
+                if let Some(v) = self.query::<Option<String>>(&["GET", &key]).await {
+                    return v;
+                }
+                let v = self.db.load().await;
+                self.query::<()>(&["SET", &key, &v, "PX", &ttl]).await;
+                v
+            }
+            Strategy::SetNxPolling => loop {
+                if let Some(v) = self.query::<Option<String>>(&["GET", &key]).await {
+                    return v;
+                }
+                let won: Option<String> = self
+                    .query(&["SET", &lock, &owner, "NX", "PX", LEASE_MS])
+                    .await;
+                if won.is_some() {
+                    let v = self.db.load().await;
+                    self.query::<()>(&["SET", &key, &v, "PX", &ttl]).await;
+                    self.query::<i64>(&["DEL", &lock]).await;
+                    return v;
+                }
+                tokio::time::sleep(POLL).await;
+            },
+            Strategy::LockWait => {
+                if let Some(v) = self.query::<Option<String>>(&["GET", &key]).await {
+                    return v;
+                }
+                let fence: Option<i64> = self
+                    .query(&["LOCK.ACQUIRE", &lock, &owner, LEASE_MS, "WAIT", LEASE_MS])
+                    .await;
+                if fence.is_none() {
+                    // Degraded, as in the pattern: the rebuilder is stuck.
+                    return self.db.load().await;
+                }
+                let v = match self.query::<Option<String>>(&["GET", &key]).await {
+                    Some(v) => v,
+                    None => {
+                        let v = self.db.load().await;
+                        self.query::<()>(&["SET", &key, &v, "PX", &ttl]).await;
+                        v
+                    }
+                };
+                self.query::<i64>(&["LOCK.RELEASE", &lock, &owner]).await;
+                v
+            }
+            Strategy::CacheWait | Strategy::CacheRefresh => loop {
+                let mut words = vec!["CACHE.GET", &key, LEASE_MS, "WAIT", LEASE_MS];
+                if strategy == Strategy::CacheRefresh {
+                    words.extend(["REFRESH", REFRESH_MS]);
+                }
+                let (value, lease): (Option<String>, Option<u64>) = self.query(&words).await;
+                match (value, lease) {
+                    (Some(v), None) => return v,
+                    // A refresh: serve the value, reload in the background.
+                    (Some(v), Some(token)) => {
+                        let (mut con, key, db) =
+                            (self.refills.clone(), key.clone(), self.db.clone());
+                        self.pending.push(tokio::task::spawn_local(async move {
+                            let fresh = db.load().await;
+                            fill(&mut con, &key, token, &fresh).await;
+                        }));
+                        return v;
+                    }
+                    (None, Some(token)) => {
+                        let v = self.db.load().await;
+                        fill(&mut self.con, &key, token, &v).await;
+                        return v;
+                    }
+                    // The wait timed out: ask again.
+                    (None, None) => {}
+                }
+            },
+        }
+    }
+}
+
+async fn fill(con: &mut MultiplexedConnection, key: &str, token: u64, value: &str) {
+    let _: i64 = cmd(&[
+        "CACHE.FILL",
+        key,
+        &token.to_string(),
+        value,
+        "PX",
+        &TTL_MS.to_string(),
+    ])
+    .query_async(con)
+    .await
+    .unwrap();
+}
+
+/// Calls per command since the last `CONFIG RESETSTAT` (`INFO commandstats`).
+fn command_calls(server: &Server) -> HashMap<String, u64> {
+    let info: String = cmd(&["INFO", "commandstats"])
+        .query(&mut server.sync())
+        .unwrap();
+    info.lines()
+        .filter_map(|line| {
+            let (name, stats) = line.strip_prefix("cmdstat_")?.split_once(':')?;
+            let calls = stats.split(',').find_map(|kv| kv.strip_prefix("calls="))?;
+            Some((name.to_string(), calls.parse().ok()?))
+        })
+        .collect()
+}
+
+/// Runs `strategy` for `run_for` with `READERS` readers on a fresh key.
+async fn stampede(server: &Server, strategy: Strategy, run_for: Duration) -> Figures {
+    server.flush();
+    let db = Rc::new(Database::default());
+    let key = format!("hot:{strategy:?}");
+    let mut readers = Vec::new();
+    for i in 0..READERS {
+        readers.push(Reader {
+            con: server.conn().await,
+            refills: server.conn().await,
+            owner: format!("reader-{i}"),
+            key: key.clone(),
+            db: db.clone(),
+            pending: Vec::new(),
+        });
+    }
+    cmd(&["CONFIG", "RESETSTAT"])
+        .query::<()>(&mut server.sync())
+        .unwrap();
+    let started = Instant::now();
+    let deadline = started + run_for;
+    let tasks: Vec<_> = readers
+        .into_iter()
+        .map(|mut reader| {
+            tokio::task::spawn_local(async move {
+                let mut latencies = Vec::new();
+                while Instant::now() < deadline {
+                    let asked = Instant::now();
+                    reader.read(strategy).await;
+                    latencies.push(asked.elapsed());
+                    tokio::time::sleep(THINK).await;
+                }
+                for refill in reader.pending {
+                    refill.await.unwrap();
+                }
+                latencies
+            })
+        })
+        .collect();
+    let mut latencies = Vec::new();
+    for t in tasks {
+        latencies.extend(t.await.unwrap());
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    let calls = command_calls(server);
+    let ours = ["info", "config|resetstat"];
+    let sent: u64 = strategy
+        .sends()
+        .iter()
+        .filter_map(|name| calls.get(*name))
+        .sum();
+    let internal: u64 = calls
+        .iter()
+        .filter(|(name, _)| {
+            !strategy.sends().contains(&name.as_str()) && !ours.contains(&name.as_str())
+        })
+        .map(|(_, n)| n)
+        .sum();
+    latencies.sort();
+    let reads = latencies.len().max(1) as f64;
+    let ms = |q: f64| {
+        let at = ((latencies.len() as f64 * q) as usize).min(latencies.len() - 1);
+        latencies[at].as_secs_f64() * 1e3
+    };
+    Figures {
+        loads_per_expiry: db.loads.get() as f64 / (elapsed * 1e3 / TTL_MS as f64),
+        reads_per_s: reads / elapsed,
+        p50_ms: ms(0.50),
+        p99_ms: ms(0.99),
+        max_ms: ms(1.0),
+        commands_per_read: sent as f64 / reads,
+        internal_per_read: internal as f64 / reads,
+    }
+}
+
+/// The rows of this section (compared with plain cache-aside and with the
+/// lock-based rebuild) and its table of every strategy, in markdown.
+pub async fn rows(server: &Server, run_for: Duration) -> (Vec<Row>, String) {
+    let mut figures = HashMap::new();
+    for strategy in Strategy::ALL {
+        eprintln!("stampede: {}", strategy.label());
+        figures.insert(
+            format!("{strategy:?}"),
+            stampede(server, strategy, run_for).await,
+        );
+    }
+    let f = |s: Strategy| &figures[&format!("{s:?}")];
+    let (aside, polling, lock, wait, refresh) = (
+        f(Strategy::CacheAside),
+        f(Strategy::SetNxPolling),
+        f(Strategy::LockWait),
+        f(Strategy::CacheWait),
+        f(Strategy::CacheRefresh),
+    );
+    let load_ms = LOAD.as_secs_f64() * 1e3;
+    let row = |name: &str, unit, target, w: f64, o: f64| {
+        let mut r = Row::new("stampede", name, unit, target);
+        r.warden.push(w);
+        r.other.push(o);
+        r
+    };
+    let rows = vec![
+        row(
+            "loads per expiry: CACHE.GET WAIT vs plain cache-aside (target on CACHE.GET: 1)",
+            "loads",
+            Some(("<=", 1.0)),
+            wait.loads_per_expiry,
+            aside.loads_per_expiry,
+        )
+        .absolute(),
+        row(
+            &format!("p99 read: CACHE.GET WAIT vs plain cache-aside (target on CACHE.GET: load + 15 ms)"),
+            "ms",
+            Some(("<=", load_ms + 15.0)),
+            wait.p99_ms,
+            aside.p99_ms,
+        )
+        .absolute(),
+        row(
+            "loads per expiry: CACHE.GET WAIT REFRESH vs plain cache-aside (target on REFRESH: 1.1)",
+            "loads",
+            Some(("<=", 1.1)),
+            refresh.loads_per_expiry,
+            aside.loads_per_expiry,
+        )
+        .absolute(),
+        row(
+            "p99 read: CACHE.GET WAIT REFRESH vs plain cache-aside",
+            "ms",
+            Some(("<=", 0.25)),
+            refresh.p99_ms,
+            aside.p99_ms,
+        ),
+        row(
+            "loads per expiry: CACHE.GET WAIT vs LOCK.ACQUIRE WAIT rebuild",
+            "loads",
+            None,
+            wait.loads_per_expiry,
+            lock.loads_per_expiry,
+        ),
+        row(
+            "p99 read: CACHE.GET WAIT vs LOCK.ACQUIRE WAIT rebuild",
+            "ms",
+            None,
+            wait.p99_ms,
+            lock.p99_ms,
+        ),
+        row(
+            "p99 read: CACHE.GET WAIT vs SET NX + 50 ms polling",
+            "ms",
+            None,
+            wait.p99_ms,
+            polling.p99_ms,
+        ),
+        row(
+            "commands per read: CACHE.GET WAIT vs LOCK.ACQUIRE WAIT rebuild",
+            "commands",
+            None,
+            wait.commands_per_read,
+            lock.commands_per_read,
+        ),
+        row(
+            "commands per read: CACHE.GET WAIT vs SET NX + 50 ms polling",
+            "commands",
+            None,
+            wait.commands_per_read,
+            polling.commands_per_read,
+        ),
+    ];
+    let mut md = String::new();
+    let _ = writeln!(
+        md,
+        "Stampede: {READERS} readers on one key, fills PX {TTL_MS}, a miss loads for {} ms, a read every {} ms per reader, {:.0} s per strategy. Commands per read count what the readers send (commandstats deltas); the module's own calls (the SET inside CACHE.FILL, CLIENT UNBLOCK answering a waiter) are the last column.\n",
+        LOAD.as_millis(),
+        THINK.as_millis(),
+        run_for.as_secs_f64()
+    );
+    let _ = writeln!(md, "| strategy | loads per expiry | reads/s | p50 ms | p99 ms | max ms | commands per read | module calls per read |");
+    let _ = writeln!(md, "|---|---|---|---|---|---|---|---|");
+    for strategy in Strategy::ALL {
+        let s = f(strategy);
+        let _ = writeln!(
+            md,
+            "| {} | {:.2} | {:.0} | {:.2} | {:.2} | {:.1} | {:.3} | {:.3} |",
+            strategy.label(),
+            s.loads_per_expiry,
+            s.reads_per_s,
+            s.p50_ms,
+            s.p99_ms,
+            s.max_ms,
+            s.commands_per_read,
+            s.internal_per_read
+        );
+    }
+    (rows, md)
+}
