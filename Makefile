@@ -56,13 +56,13 @@ test: deps venv $(REDISBLOOM)
 # and consistency race) or SECTION=big-filters for one section alone, into its
 # own file. Writes bench/results/.
 bench: build venv $(REDISBLOOM)
-	@$(PYTHON) -c "import matplotlib" 2>/dev/null || $(VENV)/bin/pip install -q matplotlib
 	cargo build --release --example bench
 	WARDEN_MODULE=$(CURDIR)/$(MODULE) REDISBLOOM_MODULE=$(CURDIR)/$(REDISBLOOM) \
 		./target/release/examples/bench $(if $(QUICK),--quick,) $(if $(SECTION),--$(SECTION),)
 ifeq ($(SECTION),)
 	@late=$$($(PYTHON) bench/wait_lateness.py $(CURDIR)/$(MODULE)) && echo "$$late" && \
 		printf '\n%s\n' "$$late" >> bench/results/latest.md
+	@$(PYTHON) -c "import matplotlib" 2>/dev/null || $(VENV)/bin/pip install -q matplotlib
 	$(PYTHON) bench/chart.py
 endif
 

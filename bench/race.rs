@@ -211,7 +211,10 @@ pub async fn rows(server: &Server, run_for: Duration) -> (Vec<Row>, String) {
             "| {label} | {} | {} | {} |",
             list(|r| r.stale),
             list(|r| r.writes),
-            list(|r| r.refused_fills)
+            match variant {
+                Variant::Leases => list(|r| r.refused_fills),
+                Variant::DeleteAfterWrite => "no leases".to_string(),
+            }
         );
         totals.push(rounds.iter().map(|r| r.stale).sum::<usize>() as f64);
     }
