@@ -52,13 +52,19 @@ test: deps venv $(REDISBLOOM)
 	WARDEN_MODULE=$(CURDIR)/$(MODULE) WARDEN_PYTHON=$(CURDIR)/$(PYTHON) REDISBLOOM_MODULE=$(CURDIR)/$(REDISBLOOM) \
 		cargo test --release -- --test-threads=4
 
-# Side by side in one run; QUICK=1 for a short run. Writes bench/results/.
+# Side by side in one run; QUICK=1 for a short run; SECTION=cache (stampede
+# and consistency race) or SECTION=big-filters for one section alone, into its
+# own file. Writes bench/results/.
 bench: build venv $(REDISBLOOM)
-	@$(PYTHON) -c "import matplotlib" 2>/dev/null || $(VENV)/bin/pip install -q matplotlib
 	cargo build --release --example bench
 	WARDEN_MODULE=$(CURDIR)/$(MODULE) REDISBLOOM_MODULE=$(CURDIR)/$(REDISBLOOM) \
-		./target/release/examples/bench $(if $(QUICK),--quick,)
+		./target/release/examples/bench $(if $(QUICK),--quick,) $(if $(SECTION),--$(SECTION),)
+ifeq ($(SECTION),)
+	@late=$$($(PYTHON) bench/wait_lateness.py $(CURDIR)/$(MODULE)) && echo "$$late" && \
+		printf '\n%s\n' "$$late" >> bench/results/latest.md
+	@$(PYTHON) -c "import matplotlib" 2>/dev/null || $(VENV)/bin/pip install -q matplotlib
 	$(PYTHON) bench/chart.py
+endif
 
 # A local 3-master + 3-replica cluster with the module (ports CLUSTER_PORT..+5).
 cluster: build
