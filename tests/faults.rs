@@ -1824,3 +1824,86 @@ fn faults_inside_multi() {
 fn faults_inside_eval() {
     run_state(State::Eval, 1);
 }
+
+// ---------------------------------------------------------------------------
+// Faults outside the matrix
+
+#[test]
+fn effect_commands_from_an_ordinary_client_are_refused() {
+    let s = Server::start(&[]);
+    let mut c = Wire::open(&s.socket()).unwrap();
+    let far = (c.now().unwrap() + 60_000).to_string();
+    for words in [
+        vec!["WARDEN.LOCKSET", "k", "intruder", "1", "1", &far],
+        vec!["WARDEN.RWSET", "k", "1", "W", "intruder", "1", "1", &far],
+    ] {
+        let r = c.call(&words).unwrap();
+        assert!(r.is_error(), "{words:?} from a client answered {r:?}");
+        assert_eq!(
+            c.call(&["EXISTS", "k"]).unwrap(),
+            Reply::Int(0),
+            "{words:?}"
+        );
+    }
+}
+
+/// A blocked request on `key` (WAIT 3 s) with its marker behind it.
+fn queue(s: &Server, command: &str, key: &str, owner: &'static str) -> Waiter {
+    Waiter::start(s, command, key, owner, 30_000, 3_000, None).unwrap()
+}
+
+#[test]
+fn lock_and_rwlock_waiters_on_one_name_never_strand() {
+    for (first, second) in [(Kind::Lock, Kind::RwLock), (Kind::RwLock, Kind::Lock)] {
+        let s = Server::start(&[]);
+        let mut c = Wire::open(&s.socket()).unwrap();
+        // A waiter of the first kind queues behind its holder...
+        c.int(&[first.acquire(), "k", "holder", "30000"]).unwrap();
+        let mut a = queue(&s, first.acquire(), "k", "A");
+        wait_until("A queued", || {
+            Ok(c.lock_info(first, "k")?
+                .and_then(|f| field(&f, "waiters").and_then(Reply::int))
+                == Some(1))
+        })
+        .unwrap();
+        // ...then the name becomes a lock of the other kind, and one of that kind queues.
+        c.int(&[second.acquire(), "src", "other", "30000"]).unwrap();
+        let Reply::Bulk(payload) = c.call(&["DUMP", "src"]).unwrap() else {
+            panic!("DUMP")
+        };
+        let mut restore = cmd(&["RESTORE", "k", "30000"]);
+        restore.push(payload);
+        restore.push(b"REPLACE".to_vec());
+        c.send(&[restore]).unwrap();
+        assert_eq!(c.read().unwrap(), Reply::Status("OK".into()));
+        let mut b = queue(&s, second.acquire(), "k", "B");
+        wait_until("B queued or answered", || {
+            Ok(b.answered()?
+                || c.lock_info(second, "k")?
+                    .and_then(|f| field(&f, "waiters").and_then(Reply::int))
+                    .is_some_and(|n| n >= 1))
+        })
+        .unwrap();
+        // The name is freed: whoever is at the head is served, and nobody
+        // is left waiting on a free key.
+        assert_eq!(c.call(&["DEL", "k"]).unwrap(), Reply::Int(1));
+        for w in [&mut a, &mut b] {
+            let kind = if w.owner == "A" { first } else { second };
+            let r = w
+                .replies()
+                .unwrap_or_else(|e| panic!("{first} then {second}: {e}"));
+            match r {
+                Reply::Int(_) => {
+                    // It holds: let the other one have its turn.
+                    assert_eq!(c.int(&[kind.release(), "k", w.owner]).unwrap(), 1);
+                }
+                Reply::Error(e) if e.starts_with("WRONGTYPE") => {}
+                r => panic!(
+                    "{first} then {second}: {} stranded on a free key: {r:?}",
+                    w.owner
+                ),
+            }
+        }
+        assert_eq!(c.warden("waiting_clients").unwrap(), Some(0));
+    }
+}
