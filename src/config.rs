@@ -1,18 +1,19 @@
 //! Module configuration: `warden.*` in redis.conf, `CONFIG GET/SET`, or
 //! `loadmodule <path> <name> <value> ...`.
+//!
+//! Every source takes the same values (`64mb` included) and the same ranges.
+//! A bad module argument — unknown name, unparsable or out-of-range value —
+//! refuses the load with a log line naming it; `CONFIG SET` refuses values
+//! with which implicitly created filters could not be built.
 
 use std::ffi::CString;
-use std::os::raw::{c_char, c_int, c_void};
+use std::os::raw::{c_char, c_int, c_longlong, c_void};
 use std::ptr;
-use std::sync::atomic::{AtomicI64, AtomicPtr, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicPtr, AtomicU64, Ordering};
 
-use redis_module::configuration::{
-    get_i64_default_config_value, get_string_default_config_value, register_i64_configuration,
-    ConfigurationFlags,
-};
-use redis_module::{raw, Context, RedisString};
+use redis_module::{logging, raw, Context, RedisString};
 
-use crate::bloom::chain::MAX_EXPANSION;
+use crate::bloom::chain::{Chain, Params, Refusal, MAX_EXPANSION};
 
 /// A float config (Redis has no float module configs: it travels as a string).
 pub struct ErrorRate(AtomicU64);
@@ -21,13 +22,239 @@ impl ErrorRate {
     pub fn get(&self) -> f64 {
         f64::from_bits(self.0.load(Ordering::Relaxed))
     }
+
+    fn set(&self, rate: f64) {
+        self.0.store(rate.to_bits(), Ordering::Relaxed);
+    }
 }
+
+pub static BF_ERROR_RATE: ErrorRate = ErrorRate(AtomicU64::new(0x3f847ae147ae147b)); // 0.01
+pub static BF_INITIAL_CAPACITY: AtomicI64 = AtomicI64::new(100);
+pub static BF_EXPANSION: AtomicI64 = AtomicI64::new(2);
+pub static BF_MAX_MEMORY: AtomicI64 = AtomicI64::new(128 << 20);
+/// Whether warden registers the `BF.*` commands (`bf-commands yes|no`).
+static BF_COMMANDS: AtomicBool = AtomicBool::new(true);
+
+pub fn bf_commands() -> bool {
+    BF_COMMANDS.load(Ordering::Relaxed)
+}
+
+/// Set once redis.conf has been applied: from then on every change is checked
+/// against the other values (during loading they arrive in no fixed order).
+static LOADED: AtomicBool = AtomicBool::new(false);
 
 /// Parses an error rate the way Redis parses doubles; `None` if not a number.
 pub fn parse_float(bytes: &[u8]) -> Option<f64> {
     let text = std::str::from_utf8(bytes).ok()?;
     let value: f64 = text.parse().ok()?;
     (!value.is_nan() && !text.starts_with('+')).then_some(value)
+}
+
+/// Parses a memory size as redis.conf does: digits with an optional unit
+/// `b`, `k`/`kb`, `m`/`mb`, `g`/`gb` (case-insensitive; `k` = 1000, `kb` = 1024).
+pub fn parse_memory(bytes: &[u8]) -> Option<i64> {
+    let text = std::str::from_utf8(bytes).ok()?.to_ascii_lowercase();
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    let (digits, unit) = text.split_at(split);
+    if digits.is_empty() || digits.len() > 19 {
+        return None;
+    }
+    let multiplier: i64 = match unit {
+        "" | "b" => 1,
+        "k" => 1000,
+        "kb" => 1 << 10,
+        "m" => 1000 * 1000,
+        "mb" => 1 << 20,
+        "g" => 1000 * 1000 * 1000,
+        "gb" => 1 << 30,
+        _ => return None,
+    };
+    digits.parse::<i64>().ok()?.checked_mul(multiplier)
+}
+
+/// An integer config.
+struct Number {
+    name: &'static str,
+    variable: &'static AtomicI64,
+    default: i64,
+    min: i64,
+    max: i64,
+    memory: bool,
+}
+
+const NUMBERS: [Number; 3] = [
+    Number {
+        name: "bf-initial-capacity",
+        variable: &BF_INITIAL_CAPACITY,
+        default: 100,
+        min: 1,
+        max: 1 << 40,
+        memory: false,
+    },
+    Number {
+        name: "bf-expansion",
+        variable: &BF_EXPANSION,
+        default: 2,
+        min: 1,
+        max: MAX_EXPANSION as i64,
+        memory: false,
+    },
+    Number {
+        name: "bf-max-memory",
+        variable: &BF_MAX_MEMORY,
+        default: 128 << 20,
+        min: 1 << 10,
+        max: 1 << 40,
+        memory: true,
+    },
+];
+
+const RATE_NAME: &str = "bf-error-rate";
+const COMMANDS_NAME: &str = "bf-commands";
+
+/// The values implicitly created filters are built with.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Defaults {
+    pub error_rate: f64,
+    pub capacity: i64,
+    pub expansion: i64,
+    pub max_memory: i64,
+}
+
+impl Defaults {
+    fn current() -> Self {
+        Self {
+            error_rate: BF_ERROR_RATE.get(),
+            capacity: BF_INITIAL_CAPACITY.load(Ordering::Relaxed),
+            expansion: BF_EXPANSION.load(Ordering::Relaxed),
+            max_memory: BF_MAX_MEMORY.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Why a filter created implicitly with these values would be refused.
+    pub fn problem(&self) -> Option<String> {
+        let params = Params {
+            capacity: self.capacity as u64,
+            error: self.error_rate,
+            expansion: Some(self.expansion as u32),
+        };
+        match Chain::fits(params, self.max_memory as u64) {
+            Ok(_) => None,
+            Err(Refusal::ErrorTooSmall) => Some(format!(
+                "bf-error-rate {} is too small: a filter needs an error rate of at least 2^-63",
+                self.error_rate
+            )),
+            Err(_) => Some(format!(
+                "a filter of bf-initial-capacity {} at bf-error-rate {} would exceed \
+                 bf-max-memory {} bytes",
+                self.capacity, self.error_rate, self.max_memory
+            )),
+        }
+    }
+}
+
+/// Checks a new value against the others once loading is over.
+fn refuse_if_unusable(new: Defaults) -> Result<(), String> {
+    if !LOADED.load(Ordering::Relaxed) {
+        return Ok(());
+    }
+    match new.problem() {
+        Some(why) => Err(format!("{why}; implicitly created filters would fail")),
+        None => Ok(()),
+    }
+}
+
+fn valid_rate(rate: f64) -> bool {
+    rate > 0.0 && rate < 1.0
+}
+
+/// What a config accepts, for error messages.
+fn allowed(name: &str) -> Option<String> {
+    let name = name.strip_prefix("warden.").unwrap_or(name);
+    if name == RATE_NAME {
+        return Some("a number between 0 and 1 (exclusive)".into());
+    }
+    if name == COMMANDS_NAME {
+        return Some("yes or no".into());
+    }
+    let n = NUMBERS.iter().find(|n| n.name == name)?;
+    let unit = if n.memory {
+        " bytes (units b, kb, mb, gb accepted)"
+    } else {
+        ""
+    };
+    Some(format!("an integer from {} to {}{unit}", n.min, n.max))
+}
+
+/// The parsed `loadmodule` arguments.
+#[derive(Debug, Default, PartialEq)]
+pub struct ModuleArgs {
+    pub error_rate: Option<f64>,
+    pub numbers: [Option<i64>; 3],
+    pub bf_commands: Option<bool>,
+}
+
+fn invalid(name: &str, shown: &str) -> String {
+    format!(
+        "{name} '{shown}' is invalid: {}",
+        allowed(name).unwrap_or_default()
+    )
+}
+
+/// Parses `name value ...`; `Err` says which argument is wrong and what is allowed.
+pub fn parse_module_args(args: &[&[u8]]) -> Result<ModuleArgs, String> {
+    let mut parsed = ModuleArgs::default();
+    if !args.len().is_multiple_of(2) {
+        let last = args[args.len() - 1];
+        return Err(format!(
+            "module arguments come in pairs (name value); '{}' has no value{}",
+            crate::error::printable(last),
+            allowed(&String::from_utf8_lossy(last).to_ascii_lowercase())
+                .map_or(String::new(), |a| format!(" ({a})"))
+        ));
+    }
+    for pair in args.chunks(2) {
+        let raw_name = String::from_utf8_lossy(pair[0]).to_ascii_lowercase();
+        let name = raw_name.strip_prefix("warden.").unwrap_or(&raw_name);
+        let value = pair[1];
+        let shown = crate::error::printable(value);
+        if name == RATE_NAME {
+            match parse_float(value).filter(|r| valid_rate(*r)) {
+                Some(rate) => parsed.error_rate = Some(rate),
+                None => return Err(invalid(name, &shown)),
+            }
+        } else if name == COMMANDS_NAME {
+            parsed.bf_commands = Some(match &value.to_ascii_lowercase()[..] {
+                b"yes" => true,
+                b"no" => false,
+                _ => return Err(invalid(name, &shown)),
+            });
+        } else if let Some(i) = NUMBERS.iter().position(|n| n.name == name) {
+            let n = &NUMBERS[i];
+            let number = if n.memory {
+                parse_memory(value)
+            } else {
+                crate::args::integer(value)
+            };
+            match number.filter(|v| (n.min..=n.max).contains(v)) {
+                Some(v) => parsed.numbers[i] = Some(v),
+                None => return Err(invalid(name, &shown)),
+            }
+        } else {
+            let known: Vec<&str> = [RATE_NAME, COMMANDS_NAME]
+                .into_iter()
+                .chain(NUMBERS.iter().map(|n| n.name))
+                .collect();
+            return Err(format!(
+                "unknown module argument '{}' (known: {})",
+                crate::error::printable(pair[0]),
+                known.join(", ")
+            ));
+        }
+    }
+    Ok(parsed)
 }
 
 /// The string `CONFIG GET` shows for the error rate. Redis copies what the
@@ -42,6 +269,18 @@ extern "C" fn error_rate_get(
     ERROR_RATE_TEXT.load(Ordering::Relaxed)
 }
 
+/// Hands Redis an error message for a refused `CONFIG SET` (Redis frees it).
+fn refuse(err: *mut *mut raw::RedisModuleString, message: &str) -> c_int {
+    unsafe {
+        *err = raw::RedisModule_CreateString.unwrap()(
+            ptr::null_mut(),
+            message.as_ptr().cast::<c_char>(),
+            message.len(),
+        )
+    };
+    raw::REDISMODULE_ERR as c_int
+}
+
 extern "C" fn error_rate_set(
     _name: *const c_char,
     value: *mut raw::RedisModuleString,
@@ -51,45 +290,72 @@ extern "C" fn error_rate_set(
     let mut len = 0;
     let text = raw::string_ptr_len(value, &mut len);
     let bytes = unsafe { std::slice::from_raw_parts(text.cast::<u8>(), len) };
-    match parse_float(bytes) {
-        Some(rate) if rate > 0.0 && rate < 1.0 => {
-            BF_ERROR_RATE.0.store(rate.to_bits(), Ordering::Relaxed);
-            let copy =
-                unsafe { raw::RedisModule_CreateStringFromString.unwrap()(ptr::null_mut(), value) };
-            let old = ERROR_RATE_TEXT.swap(copy, Ordering::Relaxed);
-            if !old.is_null() {
-                unsafe { raw::RedisModule_FreeString.unwrap()(ptr::null_mut(), old) };
-            }
-            raw::REDISMODULE_OK as c_int
-        }
-        _ => {
-            let msg = c"error rate must be a number between 0 and 1 (exclusive)";
-            // Redis frees the error string.
-            unsafe {
-                *err = raw::RedisModule_CreateString.unwrap()(
-                    ptr::null_mut(),
-                    msg.as_ptr(),
-                    msg.count_bytes(),
-                )
-            };
-            raw::REDISMODULE_ERR as c_int
-        }
+    let Some(rate) = parse_float(bytes).filter(|r| valid_rate(*r)) else {
+        return refuse(
+            err,
+            "error rate must be a number between 0 and 1 (exclusive)",
+        );
+    };
+    if let Err(why) = refuse_if_unusable(Defaults {
+        error_rate: rate,
+        ..Defaults::current()
+    }) {
+        return refuse(err, &why);
     }
+    BF_ERROR_RATE.set(rate);
+    let copy = unsafe { raw::RedisModule_CreateStringFromString.unwrap()(ptr::null_mut(), value) };
+    let old = ERROR_RATE_TEXT.swap(copy, Ordering::Relaxed);
+    if !old.is_null() {
+        unsafe { raw::RedisModule_FreeString.unwrap()(ptr::null_mut(), old) };
+    }
+    raw::REDISMODULE_OK as c_int
 }
 
-pub static BF_ERROR_RATE: ErrorRate = ErrorRate(AtomicU64::new(0x3f847ae147ae147b)); // 0.01
-pub static BF_INITIAL_CAPACITY: AtomicI64 = AtomicI64::new(100);
-pub static BF_EXPANSION: AtomicI64 = AtomicI64::new(2);
-pub static BF_MAX_MEMORY: AtomicI64 = AtomicI64::new(128 << 20);
+extern "C" fn number_get(_name: *const c_char, privdata: *mut c_void) -> c_longlong {
+    let n = unsafe { &*privdata.cast::<Number>() };
+    n.variable.load(Ordering::Relaxed)
+}
+
+extern "C" fn number_set(
+    _name: *const c_char,
+    value: c_longlong,
+    privdata: *mut c_void,
+    err: *mut *mut raw::RedisModuleString,
+) -> c_int {
+    let n = unsafe { &*privdata.cast::<Number>() };
+    let mut next = Defaults::current();
+    match n.name {
+        "bf-initial-capacity" => next.capacity = value,
+        "bf-expansion" => next.expansion = value,
+        _ => next.max_memory = value,
+    }
+    if let Err(why) = refuse_if_unusable(next) {
+        return refuse(err, &why);
+    }
+    n.variable.store(value, Ordering::Relaxed);
+    raw::REDISMODULE_OK as c_int
+}
+
+fn fail(why: &str) -> bool {
+    logging::log_warning(format!("warden: not loaded: {why}"));
+    false
+}
 
 /// Registers every config, taking defaults from the `loadmodule` arguments,
-/// then applies redis.conf. False if a value is invalid (the module does not load).
+/// then applies redis.conf. False (with a log line saying why) if a value is
+/// invalid: the module does not load.
 pub fn register(ctx: &Context, args: &[RedisString]) -> bool {
-    let rate = match get_string_default_config_value(args, "bf-error-rate", "0.01") {
-        Ok(v) => v.to_string(),
-        Err(_) => return false,
+    let words: Vec<&[u8]> = args.iter().map(RedisString::as_slice).collect();
+    let parsed = match parse_module_args(&words) {
+        Ok(parsed) => parsed,
+        Err(why) => return fail(&why),
     };
-    let (Ok(name), Ok(default)) = (CString::new("bf-error-rate"), CString::new(rate)) else {
+    if let Some(on) = parsed.bf_commands {
+        BF_COMMANDS.store(on, Ordering::Relaxed);
+    }
+    let rate = parsed.error_rate.unwrap_or(0.01);
+    BF_ERROR_RATE.set(rate);
+    let (Ok(name), Ok(default)) = (CString::new(RATE_NAME), CString::new(rate.to_string())) else {
         return false;
     };
     let registered = unsafe {
@@ -105,42 +371,132 @@ pub fn register(ctx: &Context, args: &[RedisString]) -> bool {
         )
     };
     if registered != raw::REDISMODULE_OK as c_int {
-        return false;
+        return fail("cannot register warden.bf-error-rate");
     }
-    let numbers: [(&str, &'static AtomicI64, i64, i64, i64, ConfigurationFlags); 3] = [
-        (
-            "bf-initial-capacity",
-            &BF_INITIAL_CAPACITY,
-            100,
-            1,
-            1 << 40,
-            ConfigurationFlags::DEFAULT,
-        ),
-        (
-            "bf-expansion",
-            &BF_EXPANSION,
-            2,
-            1,
-            i64::from(MAX_EXPANSION),
-            ConfigurationFlags::DEFAULT,
-        ),
-        (
-            "bf-max-memory",
-            &BF_MAX_MEMORY,
-            128 << 20,
-            1 << 10,
-            1 << 40,
-            ConfigurationFlags::MEMORY,
-        ),
-    ];
-    for (name, variable, default, min, max, flags) in numbers {
-        let Ok(default) = get_i64_default_config_value(args, name, default) else {
+    for (n, value) in NUMBERS.iter().zip(parsed.numbers) {
+        let default = value.unwrap_or(n.default);
+        n.variable.store(default, Ordering::Relaxed);
+        let Ok(name) = CString::new(n.name) else {
             return false;
         };
-        if !(min..=max).contains(&default) {
-            return false;
+        let flags = if n.memory {
+            raw::REDISMODULE_CONFIG_MEMORY
+        } else {
+            raw::REDISMODULE_CONFIG_DEFAULT
+        };
+        let status = unsafe {
+            raw::RedisModule_RegisterNumericConfig.unwrap()(
+                ctx.ctx,
+                name.as_ptr(),
+                default,
+                flags,
+                n.min,
+                n.max,
+                Some(number_get),
+                Some(number_set),
+                None,
+                ptr::from_ref(n).cast_mut().cast::<c_void>(),
+            )
+        };
+        if status != raw::REDISMODULE_OK as c_int {
+            return fail(&format!("cannot register warden.{}", n.name));
         }
-        register_i64_configuration(ctx, name, variable, default, min, max, flags, None);
     }
-    unsafe { raw::RedisModule_LoadConfigs.unwrap()(ctx.ctx) == raw::REDISMODULE_OK as i32 }
+    if unsafe { raw::RedisModule_LoadConfigs.unwrap()(ctx.ctx) } != raw::REDISMODULE_OK as c_int {
+        return fail("a warden.* value in the configuration file is invalid (see above)");
+    }
+    if let Some(why) = Defaults::current().problem() {
+        return fail(&format!("{why}; implicitly created filters would fail"));
+    }
+    LOADED.store(true, Ordering::Relaxed);
+    true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(words: &[&str]) -> Result<ModuleArgs, String> {
+        let v: Vec<&[u8]> = words.iter().map(|w| w.as_bytes()).collect();
+        parse_module_args(&v)
+    }
+
+    #[test]
+    fn memory_takes_the_units_redis_conf_takes() {
+        assert_eq!(parse_memory(b"64mb"), Some(64 << 20));
+        assert_eq!(parse_memory(b"2GB"), Some(2 << 30));
+        assert_eq!(parse_memory(b"16gb"), Some(16 << 30));
+        assert_eq!(parse_memory(b"1k"), Some(1000));
+        assert_eq!(parse_memory(b"1kb"), Some(1024));
+        assert_eq!(parse_memory(b"4096"), Some(4096));
+        for bad in [
+            "",
+            "mb",
+            "1tb",
+            "-1",
+            "1.5gb",
+            "1 gb",
+            "99999999999999999999gb",
+        ] {
+            assert_eq!(parse_memory(bad.as_bytes()), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn module_arguments_accept_names_with_or_without_prefix() {
+        let a = args(&["bf-max-memory", "64mb", "warden.bf-expansion", "4"]).unwrap();
+        assert_eq!(a.numbers, [None, Some(4), Some(64 << 20)]);
+        let a = args(&["bf-error-rate", "0.001", "bf-commands", "no"]).unwrap();
+        assert_eq!((a.error_rate, a.bf_commands), (Some(0.001), Some(false)));
+    }
+
+    #[test]
+    fn bad_module_arguments_name_the_argument_and_what_is_allowed() {
+        let cases = [
+            (
+                vec!["bf-eror-rate", "0.1"],
+                "unknown module argument 'bf-eror-rate'",
+            ),
+            (vec!["bf-expansion", "0"], "bf-expansion '0' is invalid"),
+            (
+                vec!["bf-max-memory", "2tb"],
+                "bf-max-memory '2tb' is invalid",
+            ),
+            (
+                vec!["bf-max-memory", "2048gb"],
+                "bf-max-memory '2048gb' is invalid",
+            ),
+            (vec!["bf-error-rate", "1"], "bf-error-rate '1' is invalid"),
+            (
+                vec!["bf-commands", "maybe"],
+                "bf-commands 'maybe' is invalid",
+            ),
+            (vec!["bf-expansion"], "has no value"),
+        ];
+        for (words, expected) in cases {
+            let why = args(&words).unwrap_err();
+            assert!(why.contains(expected), "{words:?}: {why}");
+        }
+    }
+
+    #[test]
+    fn defaults_that_implicit_filters_cannot_use_are_named() {
+        let ok = Defaults {
+            error_rate: 0.01,
+            capacity: 100,
+            expansion: 2,
+            max_memory: 128 << 20,
+        };
+        assert_eq!(ok.problem(), None);
+        let tiny = Defaults {
+            error_rate: 1e-30,
+            ..ok
+        };
+        assert!(tiny.problem().unwrap().contains("too small"));
+        let huge = Defaults {
+            capacity: 10_000_000_000,
+            ..ok
+        };
+        assert!(huge.problem().unwrap().contains("exceed"));
+    }
 }

@@ -1,6 +1,7 @@
-//! The module's data types and their `extern "C"` callbacks (RDB, AOF, copy,
-//! memory, free, aux data). Decoding validates every field: `RESTORE` hands
-//! hostile bytes to `rdb_load`, which must answer with an error, never a crash.
+//! The lock types and their `extern "C"` callbacks (RDB, AOF, copy, memory,
+//! free, aux data); the Bloom type's live in `bloom::datatype`. Decoding
+//! validates every field: `RESTORE` hands hostile bytes to `rdb_load`, which
+//! must answer with an error, never a crash.
 
 use std::os::raw::{c_char, c_int, c_void};
 
@@ -8,9 +9,6 @@ use redis_module::native_types::RedisType;
 use redis_module::raw;
 
 use crate::args::MAX_OWNER;
-use crate::bloom::chain::Chain;
-use crate::bloom::codec;
-use crate::bloom::filter::SubFilter;
 use crate::fence::{FENCES, MAX_FENCE};
 use crate::guard;
 use crate::keyspace::Key;
@@ -36,27 +34,22 @@ impl Tracked for RwLock {
     }
 }
 
-impl Tracked for Chain {
-    fn track(&self, sign: i64) {
-        stats::BLOOM_FILTERS.add(sign);
-        stats::BLOOM_BYTES.add(sign * self.bytes() as i64);
-        stats::BLOOM_SUBFILTERS.add(sign * self.filters.len() as i64);
-    }
-}
-
 /// Stores a new value in a key (replacing, and so freeing, what it held).
 pub fn store<T: Tracked>(key: &Key, ty: &RedisType, value: T) {
     value.track(1);
     key.set_value(ty, value);
 }
 
-fn boxed<T: Tracked>(value: T) -> *mut c_void {
+pub(crate) fn boxed<T: Tracked>(value: T) -> *mut c_void {
     value.track(1);
     Box::into_raw(Box::new(value)).cast::<c_void>()
 }
 
 /// Frees a value; `lapsed` says whether its lease had ended unreleased.
-unsafe fn release_value<T: Tracked>(value: *mut c_void, lapsed: impl FnOnce(&T, i64) -> bool) {
+pub(crate) unsafe fn release_value<T: Tracked>(
+    value: *mut c_void,
+    lapsed: impl FnOnce(&T, i64) -> bool,
+) {
     let value = Box::from_raw(value.cast::<T>());
     value.track(-1);
     // `free` may run on a background thread: the system clock, not Redis'.
@@ -68,8 +61,10 @@ unsafe fn release_value<T: Tracked>(value: *mut c_void, lapsed: impl FnOnce(&T, 
     }
 }
 
-/// Encoding version of `warden-lk` values; `rdb_load` reads every version up to it.
-const LOCK_ENCVER: c_int = 1;
+/// Encoding version of `warden-lk` values; `rdb_load` reads every version up
+/// to it. 1: holds, fence, owner. 2: and the lease deadline (so that a lock
+/// evicted before any command touched it still keeps its key until then).
+const LOCK_ENCVER: c_int = 2;
 
 pub static LOCK_TYPE: RedisType = RedisType::new(
     "warden-lk",
@@ -93,7 +88,7 @@ pub static LOCK_TYPE: RedisType = RedisType::new(
         copy2: None,
         free_effort2: None,
         mem_usage2: None,
-        unlink2: None,
+        unlink2: Some(lock_unlink),
     },
 );
 
@@ -121,16 +116,24 @@ unsafe extern "C" fn lock_rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) 
         let Ok(owner) = raw::load_string_buffer(rdb) else {
             return std::ptr::null_mut();
         };
+        // The lease is the key's own expiry, which commands read when they
+        // open the key; the saved copy only serves eviction.
+        let deadline_ms = match encver {
+            1 => i64::MAX,
+            _ => match raw::load_signed(rdb) {
+                Ok(at) if at > 0 => at,
+                _ => return std::ptr::null_mut(),
+            },
+        };
         if !valid_lock(owner.as_ref(), holds, fence) {
             return std::ptr::null_mut();
         }
         FENCES.observe(fence);
-        // The lease is the key's own expiry; commands read it when they open the key.
         let lock = Lock {
             owner: owner.as_ref().to_vec(),
             holds,
             fence,
-            deadline_ms: i64::MAX,
+            deadline_ms,
         };
         boxed(lock)
     })
@@ -141,6 +144,32 @@ unsafe extern "C" fn lock_rdb_save(rdb: *mut raw::RedisModuleIO, value: *mut c_v
     raw::save_unsigned(rdb, lock.holds);
     raw::save_unsigned(rdb, lock.fence);
     raw::save_slice(rdb, &lock.owner);
+    raw::save_signed(rdb, lock.deadline_ms);
+}
+
+/// Tells the eviction guard which lock a key held as it leaves the keyspace.
+unsafe fn note_unlink(ctx: *mut raw::RedisModuleKeyOptCtx, deadline_ms: i64) {
+    if !crate::evicted::eviction_possible() {
+        return;
+    }
+    let db = raw::RedisModule_GetDbIdFromOptCtx.unwrap()(ctx);
+    let key = raw::RedisModule_GetKeyNameFromOptCtx.unwrap()(ctx);
+    let mut len = 0;
+    let ptr = raw::string_ptr_len(key.cast_mut(), &mut len);
+    crate::evicted::on_unlink(
+        db,
+        std::slice::from_raw_parts(ptr.cast::<u8>(), len),
+        deadline_ms,
+    );
+}
+
+unsafe extern "C" fn lock_unlink(ctx: *mut raw::RedisModuleKeyOptCtx, value: *const c_void) {
+    guard::callback((), || note_unlink(ctx, (*value.cast::<Lock>()).deadline_ms))
+}
+
+unsafe extern "C" fn rwlock_unlink(ctx: *mut raw::RedisModuleKeyOptCtx, value: *const c_void) {
+    let deadline = (*value.cast::<RwLock>()).deadline().unwrap_or(0);
+    guard::callback((), || note_unlink(ctx, deadline))
 }
 
 unsafe extern "C" fn lock_aof_rewrite(
@@ -203,120 +232,6 @@ unsafe extern "C" fn fence_aux_load(
     }
 }
 
-/// Encoding version of `warden-bf` values.
-const BLOOM_ENCVER: c_int = 1;
-
-pub static BLOOM_TYPE: RedisType = RedisType::new(
-    "warden-bf",
-    BLOOM_ENCVER,
-    raw::RedisModuleTypeMethods {
-        version: raw::REDISMODULE_TYPE_METHOD_VERSION as u64,
-        rdb_load: Some(bloom_rdb_load),
-        rdb_save: Some(bloom_rdb_save),
-        aof_rewrite: Some(bloom_aof_rewrite),
-        mem_usage: Some(bloom_mem_usage),
-        digest: None,
-        free: Some(bloom_free),
-        aux_load: None,
-        aux_save: None,
-        aux_save2: None,
-        aux_save_triggers: 0,
-        free_effort: None,
-        unlink: None,
-        copy: Some(bloom_copy),
-        defrag: None,
-        copy2: None,
-        free_effort2: None,
-        mem_usage2: None,
-        unlink2: None,
-    },
-);
-
-unsafe extern "C" fn bloom_rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *mut c_void {
-    guard::callback(std::ptr::null_mut(), || {
-        if !(1..=BLOOM_ENCVER).contains(&encver) {
-            return std::ptr::null_mut();
-        }
-        let Ok(header) = raw::load_string_buffer(rdb) else {
-            return std::ptr::null_mut();
-        };
-        // No size limit here: every sub-filter's bits must arrive in the payload
-        // itself, and their length is checked before anything is allocated.
-        let Ok(header) = codec::decode_header(header.as_ref(), u64::MAX) else {
-            return std::ptr::null_mut();
-        };
-        let mut filters = Vec::with_capacity(header.filters.len());
-        for shape in &header.filters {
-            let Ok(bytes) = raw::load_string_buffer(rdb) else {
-                return std::ptr::null_mut();
-            };
-            let Ok(words) = codec::bytes_to_words(bytes.as_ref(), shape.words) else {
-                return std::ptr::null_mut();
-            };
-            filters.push(SubFilter::from_words(
-                words,
-                shape.capacity,
-                shape.error,
-                shape.items,
-            ));
-        }
-        let chain = Chain {
-            filters,
-            expansion: header.expansion,
-        };
-        boxed(chain)
-    })
-}
-
-unsafe extern "C" fn bloom_rdb_save(rdb: *mut raw::RedisModuleIO, value: *mut c_void) {
-    let chain = &*value.cast::<Chain>();
-    raw::save_slice(rdb, &codec::encode_header(chain));
-    for f in &chain.filters {
-        raw::save_slice(rdb, &codec::words_to_bytes(f.words()));
-    }
-}
-
-unsafe extern "C" fn bloom_aof_rewrite(
-    aof: *mut raw::RedisModuleIO,
-    key: *mut raw::RedisModuleString,
-    value: *mut c_void,
-) {
-    let chain = &*value.cast::<Chain>();
-    let emit = |iter: i64, data: &[u8]| {
-        raw::RedisModule_EmitAOF.unwrap()(
-            aof,
-            c"BF.LOADCHUNK".as_ptr(),
-            c"slb".as_ptr(),
-            key,
-            iter,
-            data.as_ptr().cast::<c_char>(),
-            data.len(),
-        );
-    };
-    emit(1, &codec::encode_header(chain));
-    let mut offset = 0u64;
-    while let Some(chunk) = codec::chunk_at(chain, offset) {
-        offset += chunk.len() as u64;
-        emit(1 + offset as i64, &chunk);
-    }
-}
-
-unsafe extern "C" fn bloom_mem_usage(value: *const c_void) -> usize {
-    (*value.cast::<Chain>()).bytes()
-}
-
-unsafe extern "C" fn bloom_free(value: *mut c_void) {
-    release_value::<Chain>(value, |_, _| false);
-}
-
-unsafe extern "C" fn bloom_copy(
-    _from: *mut raw::RedisModuleString,
-    _to: *mut raw::RedisModuleString,
-    value: *const c_void,
-) -> *mut c_void {
-    boxed((*value.cast::<Chain>()).clone())
-}
-
 /// Encoding version of `warden-rw` values.
 const RWLOCK_ENCVER: c_int = 1;
 
@@ -345,7 +260,7 @@ pub static RWLOCK_TYPE: RedisType = RedisType::new(
         copy2: None,
         free_effort2: None,
         mem_usage2: None,
-        unlink2: None,
+        unlink2: Some(rwlock_unlink),
     },
 );
 

@@ -8,6 +8,8 @@ use std::ptr;
 
 use redis_module::{raw, Context};
 
+use crate::command::Command;
+
 type ArgType = raw::RedisModuleCommandArgType;
 
 const KEY: ArgType = raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_KEY;
@@ -108,6 +110,11 @@ pub const DOCS: &[Doc] = &[
     Doc { name: "rwlock.extend", summary: "Resets every lease of the owner on a read-write lock", complexity: "O(N) where N is the number of readers", arity: 4, writes: true, args: &[KEY_ARG, OWNER, TTL] },
     Doc { name: "rwlock.info", summary: "Returns the mode, writer, readers, holds, ttl, fencing token and waiters of a read-write lock", complexity: "O(N) where N is the number of readers", arity: 2, writes: false, args: &[KEY_ARG] },
     Doc { name: "warden.rwset", summary: "Sets the whole state of a read-write lock (replication stream and AOF)", complexity: "O(N) where N is the number of holds", arity: -8, writes: true, args: &[KEY_ARG, arg("fence", INTEGER), ArgDoc { name: "hold", ty: BLOCK, token: None, flags: raw::REDISMODULE_CMD_ARG_MULTIPLE, sub: &[arg("mode", STRING), OWNER, arg("holds", INTEGER), arg("fence", INTEGER), arg("deadline", INTEGER)] }] },
+    Doc { name: "cache.get", summary: "Reads a cached string value; on a miss grants one fill lease per key, and with WAIT queues until the fill answers with the value; returns [value, lease]", complexity: "O(1)", arity: -3, writes: true, args: &[KEY_ARG, arg("lease_ms", INTEGER), WAIT, option("REFRESH", "ms", INTEGER), flag("FRESH")] },
+    Doc { name: "cache.fill", summary: "Stores a value under the key's current fill lease and answers every waiter with it; refused if the lease is not current", complexity: "O(1 + W) where W is the number of waiters", arity: -4, writes: true, args: &[KEY_ARG, arg("lease", INTEGER), arg("value", STRING), option("PX", "ms", INTEGER), option("JITTER", "ms", INTEGER)] },
+    Doc { name: "cache.abandon", summary: "Ends a fill lease unfilled; the oldest waiter gets a new lease", complexity: "O(1)", arity: 3, writes: true, args: &[KEY_ARG, arg("lease", INTEGER)] },
+    Doc { name: "cache.invalidate", summary: "Deletes a cached value (or keeps it as stale for a while) and revokes its fill lease, even for a missing key", complexity: "O(1)", arity: -2, writes: true, args: &[KEY_ARG, option("STALE", "ms", INTEGER)] },
+    Doc { name: "cache.info", summary: "Returns whether the key is a hit, stale or a miss, its ttl, its fill lease and lease ttl, and its waiters", complexity: "O(1)", arity: 2, writes: false, args: &[KEY_ARG] },
     Doc { name: "bf.reserve", summary: "Creates an empty Bloom filter for a capacity and an error rate", complexity: "O(1)", arity: -4, writes: true, args: &[KEY_ARG, arg("error_rate", DOUBLE), arg("capacity", INTEGER), option("EXPANSION", "expansion", INTEGER), flag("NONSCALING")] },
     Doc { name: "bf.add", summary: "Adds an item to a Bloom filter, creating it if needed", complexity: "O(k + i) where k is the number of probes and i the number of sub-filters", arity: 3, writes: true, args: &[KEY_ARG, ITEM] },
     Doc { name: "bf.madd", summary: "Adds items to a Bloom filter, creating it if needed", complexity: "O(n * (k + i))", arity: -3, writes: true, args: &[KEY_ARG, ITEMS] },
@@ -116,7 +123,8 @@ pub const DOCS: &[Doc] = &[
     Doc { name: "bf.mexists", summary: "Tells for each item whether it may be in a Bloom filter", complexity: "O(n * k * i)", arity: -3, writes: false, args: &[KEY_ARG, ITEMS] },
     Doc { name: "bf.info", summary: "Returns the capacity, size, sub-filters, items and expansion of a Bloom filter", complexity: "O(i)", arity: -2, writes: false, args: &[KEY_ARG, ArgDoc { name: "field", ty: ONEOF, token: None, flags: raw::REDISMODULE_CMD_ARG_OPTIONAL, sub: &[choice("CAPACITY"), choice("SIZE"), choice("FILTERS"), choice("ITEMS"), choice("EXPANSION")] }] },
     Doc { name: "bf.card", summary: "Returns the number of items added to a Bloom filter", complexity: "O(i)", arity: 2, writes: false, args: &[KEY_ARG] },
-    Doc { name: "bf.scandump", summary: "Dumps a Bloom filter in chunks of at most 16 MiB, for BF.LOADCHUNK", complexity: "O(n) where n is the chunk size", arity: 3, writes: false, args: &[KEY_ARG, arg("iterator", INTEGER)] },
+    Doc { name: "bf.debug", summary: "Describes a Bloom filter: items, then bytes, bits, hashes, capacity, items and error rate of each sub-filter", complexity: "O(i)", arity: 2, writes: false, args: &[KEY_ARG] },
+    Doc { name: "bf.scandump", summary: "Dumps a Bloom filter in chunks of at most 4 MiB, for BF.LOADCHUNK", complexity: "O(n) where n is the chunk size", arity: 3, writes: false, args: &[KEY_ARG, arg("iterator", INTEGER)] },
     Doc { name: "bf.loadchunk", summary: "Restores a Bloom filter from BF.SCANDUMP chunks, validating every byte", complexity: "O(n) where n is the chunk size", arity: 4, writes: true, args: &[KEY_ARG, arg("iterator", INTEGER), arg("data", STRING)] },
 ];
 
@@ -166,15 +174,16 @@ fn c_args(
     p
 }
 
-/// Gives Redis the documentation of every command in `DOCS`.
-pub fn register(ctx: &Context) -> bool {
+/// Gives Redis the documentation of the commands of `commands` (from `DOCS`).
+pub fn register(ctx: &Context, commands: &[Command]) -> bool {
     let version = raw::RedisModuleCommandInfoVersion {
         version: 1,
         sizeof_historyentry: std::mem::size_of::<raw::RedisModuleCommandHistoryEntry>(),
         sizeof_keyspec: std::mem::size_of::<raw::RedisModuleCommandKeySpec>(),
         sizeof_arg: std::mem::size_of::<raw::RedisModuleCommandArg>(),
     };
-    DOCS.iter().all(|doc| {
+    let registered = |doc: &&Doc| commands.iter().any(|c| c.name == doc.name);
+    DOCS.iter().filter(registered).all(|doc| {
         let mut strings = Strings(Vec::new());
         let mut arrays = Vec::new();
         let access = if doc.writes {

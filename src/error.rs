@@ -9,6 +9,16 @@ pub const INVALID_OWNER: &str = "ERR invalid owner";
 pub const HOLDS_OVERFLOW: &str = "ERR hold count overflow";
 pub const UPGRADE: &str = "ERR cannot upgrade a read lock to a write lock";
 pub const INVALID_EFFECT: &str = "ERR invalid replicated effect";
+pub const EFFECT_FROM_CLIENT: &str =
+    "ERR effect commands are accepted only from the master link and the AOF";
+pub const INVALID_LEASE: &str = "ERR invalid lease";
+pub const INVALID_LEASE_TIME: &str = "ERR invalid lease_ms";
+pub const INVALID_REFRESH: &str = "ERR invalid REFRESH";
+pub const INVALID_PX: &str = "ERR invalid PX";
+pub const INVALID_JITTER: &str = "ERR invalid JITTER";
+pub const INVALID_STALE: &str = "ERR invalid STALE";
+pub const JITTER_WITHOUT_PX: &str = "ERR JITTER needs PX";
+pub const READONLY: &str = "READONLY You can't write against a read only replica.";
 
 /// `ERR unknown argument '<arg>'`, with the argument made safe for an error line.
 pub fn unknown_argument(arg: &[u8]) -> String {

@@ -8,9 +8,10 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-/// Largest token a loaded key or replicated effect may carry: far above any
-/// clock-derived token, and leaves 2^62 more draws before a reply could overflow.
-pub const MAX_FENCE: u64 = 1 << 62;
+/// Largest token: 2^53 − 1, so every token stays exact in every client
+/// language (JavaScript numbers are doubles). Clock-derived tokens reach it in
+/// the year 2248; loaded keys, restored payloads and effects above it are refused.
+pub const MAX_FENCE: u64 = (1 << 53) - 1;
 
 /// A fencing counter; pure, so its rule is unit-tested.
 pub struct FenceCounter(AtomicU64);

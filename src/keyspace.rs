@@ -11,7 +11,7 @@ use std::ptr;
 use redis_module::native_types::RedisType;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use redis_module::{raw, Context, ContextFlags};
+use redis_module::{raw, Context, ContextFlags, RedisError};
 
 use crate::command::Arg;
 
@@ -78,6 +78,33 @@ impl Key {
         };
     }
 
+    /// The key's string value, `None` if the key is empty, `Err(WRONGTYPE)`
+    /// if it holds anything else.
+    pub fn string(&self) -> Result<Option<&[u8]>, &'static str> {
+        if self.is_empty() {
+            return Ok(None);
+        }
+        let ty = unsafe { raw::RedisModule_KeyType.unwrap()(self.inner) };
+        if ty != raw::REDISMODULE_KEYTYPE_STRING as c_int {
+            return Err(error::WRONGTYPE);
+        }
+        let mut len = 0;
+        let ptr = unsafe {
+            raw::RedisModule_StringDMA.unwrap()(
+                self.inner,
+                &mut len,
+                raw::REDISMODULE_READ as c_int,
+            )
+        };
+        if ptr.is_null() {
+            return Ok(Some(&[]));
+        }
+        // Safety: the value lives as long as the open key and is not written through it.
+        Ok(Some(unsafe {
+            std::slice::from_raw_parts(ptr.cast::<u8>(), len)
+        }))
+    }
+
     pub fn delete(&self) {
         if !self.is_empty() {
             unsafe { raw::RedisModule_DeleteKey.unwrap()(self.inner) };
@@ -104,6 +131,32 @@ impl Drop for Key {
             unsafe { raw::RedisModule_CloseKey.unwrap()(self.inner) };
             self.inner = ptr::null_mut();
         }
+    }
+}
+
+/// Replicas never grant, extend or release: their state comes from the
+/// master's effects. Refused like any write on a replica — writable replicas
+/// included — unless the command comes from the master or the AOF.
+pub fn refuse_on_replica(ctx: &Context) -> Result<(), RedisError> {
+    let flags = ctx.get_flags();
+    if flags.contains(ContextFlags::SLAVE)
+        && !flags.intersects(ContextFlags::REPLICATED | ContextFlags::LOADING)
+    {
+        return Err(RedisError::Str(error::READONLY));
+    }
+    Ok(())
+}
+
+/// Effect commands carry state decided elsewhere; only the master link and
+/// the AOF may send them (anyone else could forge a holder or a token).
+pub fn effects_only(ctx: &Context) -> Result<(), RedisError> {
+    if ctx
+        .get_flags()
+        .intersects(ContextFlags::REPLICATED | ContextFlags::LOADING)
+    {
+        Ok(())
+    } else {
+        Err(RedisError::Str(error::EFFECT_FROM_CLIENT))
     }
 }
 

@@ -1,14 +1,18 @@
 //! warden: native distributed locks, read-write locks and Bloom filters for
 //! Redis. This file is only the registration table.
 
+#[cfg(not(any(test, fuzzing)))]
+mod alloc;
 mod args;
 mod bloom;
+mod cache;
 #[macro_use]
 mod command;
 mod config;
 mod datatypes;
 mod docs;
 mod error;
+mod evicted;
 mod fence;
 mod guard;
 mod info;
@@ -21,13 +25,14 @@ mod waiters;
 
 use redis_module::{redis_module, Context, RedisString, Status};
 
+use crate::bloom::datatype::BLOOM_TYPE;
 use crate::command::Command;
-use crate::datatypes::{BLOOM_TYPE, LOCK_TYPE, RWLOCK_TYPE};
+use crate::datatypes::{LOCK_TYPE, RWLOCK_TYPE};
 
 #[cfg(not(any(test, fuzzing)))]
-type Allocator = redis_module::alloc::RedisAlloc;
+type Allocator = alloc::RedisAllocator;
 #[cfg(not(any(test, fuzzing)))]
-const ALLOCATOR: Allocator = redis_module::alloc::RedisAlloc;
+const ALLOCATOR: Allocator = alloc::RedisAllocator;
 // Unit tests and fuzzers run outside Redis: its allocator does not exist there.
 #[cfg(any(test, fuzzing))]
 type Allocator = std::alloc::System;
@@ -42,7 +47,7 @@ pub mod fuzzing {
 }
 
 /// Every command: name, handler, flags. Each takes one key, its first argument.
-const COMMANDS: &[Command] = &[
+const CORE_COMMANDS: &[Command] = &[
     command!("lock.acquire", lock::commands::acquire, "write deny-oom"),
     command!("lock.release", lock::commands::release, "write fast"),
     command!("lock.extend", lock::commands::extend, "write fast"),
@@ -54,6 +59,15 @@ const COMMANDS: &[Command] = &[
     command!("rwlock.extend", rwlock::commands::extend, "write fast"),
     command!("rwlock.info", rwlock::commands::info, "readonly fast"),
     command!("warden.rwset", rwlock::commands::set, "write deny-oom"),
+    command!("cache.get", cache::commands::get, "write"),
+    command!("cache.fill", cache::commands::fill, "write deny-oom"),
+    command!("cache.abandon", cache::commands::abandon, "write fast"),
+    command!("cache.invalidate", cache::commands::invalidate, "write"),
+    command!("cache.info", cache::commands::info, "readonly fast"),
+];
+
+/// The Bloom commands: left out when another module serves `BF.*`.
+const BLOOM_COMMANDS: &[Command] = &[
     command!("bf.reserve", bloom::commands::reserve, "write deny-oom"),
     command!("bf.add", bloom::commands::add, "write deny-oom"),
     command!("bf.madd", bloom::commands::madd, "write deny-oom"),
@@ -62,6 +76,7 @@ const COMMANDS: &[Command] = &[
     command!("bf.mexists", bloom::commands::mexists, "readonly fast"),
     command!("bf.info", bloom::commands::info, "readonly fast"),
     command!("bf.card", bloom::commands::card, "readonly fast"),
+    command!("bf.debug", bloom::commands::debug, "readonly fast"),
     command!("bf.scandump", bloom::commands::scandump, "readonly"),
     command!("bf.loadchunk", bloom::commands::loadchunk, "write deny-oom"),
 ];
@@ -69,11 +84,16 @@ const COMMANDS: &[Command] = &[
 fn init(ctx: &Context, args: &[RedisString]) -> Status {
     guard::install_panic_hook();
     ctx.set_module_options(redis_module::ModuleOptions::HANDLE_IO_ERRORS);
-    let ready = command::register(ctx, COMMANDS)
-        && docs::register(ctx)
-        && config::register(ctx, args)
+    // Configuration first: `bf-commands` decides which commands exist.
+    let ready = config::register(ctx, args)
+        && command::register(ctx, CORE_COMMANDS)
+        && docs::register(ctx, CORE_COMMANDS)
+        && (!bloom::commands_wanted(ctx, config::bf_commands())
+            || command::register(ctx, BLOOM_COMMANDS) && docs::register(ctx, BLOOM_COMMANDS))
         && waiters::subscribe(ctx)
         && keyspace::watch_listeners(ctx)
+        && evicted::watch_policy(ctx)
+        && cache::commands::subscribe(ctx)
         && info::register(ctx.ctx);
     if ready {
         Status::Ok

@@ -54,3 +54,24 @@ pub static BLOOM_BYTES: Gauge = Gauge::new();
 pub static BLOOM_SUBFILTERS: Gauge = Gauge::new();
 /// Lock values that ended with their lease still unreleased.
 pub static LEASE_EXPIRIES: Counter = Counter::new();
+/// Held locks (either kind) that the server evicted.
+pub static EVICTED_LOCKS: Counter = Counter::new();
+
+/// Cache reads that found a value (fresh or stale).
+pub static CACHE_HITS: Counter = Counter::new();
+/// Cache reads that found none.
+pub static CACHE_MISSES: Counter = Counter::new();
+/// Fill leases granted (at once, by hand-off, refresh-ahead or stale refresh).
+pub static CACHE_LEASES: Counter = Counter::new();
+/// Fills stored, and fills refused (lease not current).
+pub static CACHE_FILLS: Counter = Counter::new();
+pub static CACHE_FILLS_REFUSED: Counter = Counter::new();
+/// Leases revoked by an invalidation or another write.
+pub static CACHE_REVOKED: Counter = Counter::new();
+/// Waiters answered with a value, and waiters whose wait timed out.
+pub static CACHE_WOKEN: Counter = Counter::new();
+pub static CACHE_WAIT_TIMEOUTS: Counter = Counter::new();
+/// Leases handed to a reader of a value about to expire (`REFRESH`).
+pub static CACHE_REFRESHES: Counter = Counter::new();
+/// Stale values served (after `INVALIDATE ... STALE`).
+pub static CACHE_STALE_SERVED: Counter = Counter::new();

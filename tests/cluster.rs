@@ -84,16 +84,9 @@ fn every_command_routes_like_a_builtin_and_survives_resharding() {
 
     // Reshard the slot holding a lock, a read-write lock and a filter.
     let keys = ["{mv}:lock", "{mv}:rw", "{mv}:bf"];
-    let high_fence = 1u64 << 57;
-    con.req_command(&command(&[
-        "WARDEN.LOCKSET",
-        "{mv}:lock",
-        "alice",
-        "2",
-        &high_fence.to_string(),
-        "0",
-    ]))
-    .unwrap();
+    let high_fence = 1u64 << 52;
+    let planted = plant_fence(&mut cluster.master_of("{mv}:lock").conn(), high_fence);
+    assert_eq!(planted, high_fence);
     let _: () = con.pexpire("{mv}:lock", 60_000).unwrap();
     con.req_command(&command(&["RWLOCK.READ", "{mv}:rw", "r1", "60000"]))
         .unwrap();
@@ -271,4 +264,30 @@ fn failover_keeps_acknowledged_locks_and_fences_keep_rising() {
     }
     let found: Vec<i64> = probe.query(&mut con).unwrap();
     assert!(found.iter().all(|&f| f == 1));
+}
+
+/// Makes `{mv}:lock` a lock of alice (2 holds) whose token is `fence`, through
+/// a re-signed DUMP payload (clients cannot send effect commands).
+fn plant_fence(c: &mut redis::Connection, fence: u64) -> u64 {
+    let old: u64 = redis::cmd("LOCK.ACQUIRE")
+        .arg("{mv}:lock")
+        .arg("alice")
+        .arg(60_000)
+        .query(c)
+        .unwrap();
+    let _: u64 = redis::cmd("LOCK.ACQUIRE")
+        .arg("{mv}:lock")
+        .arg("alice")
+        .arg(60_000)
+        .query(c)
+        .unwrap();
+    let dump: Vec<u8> = redis::cmd("DUMP").arg("{mv}:lock").query(c).unwrap();
+    let _: () = redis::cmd("RESTORE")
+        .arg("{mv}:lock")
+        .arg(60_000)
+        .arg(dump_with_fence(&dump, old, fence))
+        .arg("REPLACE")
+        .query(c)
+        .unwrap();
+    lock_state(c, "{mv}:lock").unwrap().2 as u64
 }

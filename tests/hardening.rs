@@ -244,32 +244,6 @@ fn thousands_of_random_argument_vectors_never_hurt_the_server() {
     );
 }
 
-/// Redis' CRC-64 (Jones, reflected), as used by DUMP payloads.
-fn crc64(data: &[u8]) -> u64 {
-    let mut crc = 0u64;
-    for &b in data {
-        crc ^= u64::from(b);
-        for _ in 0..8 {
-            crc = if crc & 1 == 1 {
-                (crc >> 1) ^ 0x95ac9329ac4bc9b5
-            } else {
-                crc >> 1
-            };
-        }
-    }
-    crc
-}
-
-/// A DUMP payload with `body` changed and the checksum fixed, so that it reaches the module.
-fn resign(dump: &[u8], body: Vec<u8>) -> Vec<u8> {
-    let trailer = &dump[dump.len() - 10..dump.len() - 8]; // RDB version
-    let mut out = body;
-    out.extend_from_slice(trailer);
-    let crc = crc64(&out);
-    out.extend_from_slice(&crc.to_le_bytes());
-    out
-}
-
 #[test]
 fn restore_payloads_with_valid_checksums_but_hostile_bytes_are_refused() {
     let s = Server::start(&[]);

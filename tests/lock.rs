@@ -342,12 +342,8 @@ fn hostile_inputs_are_refused_and_change_nothing() {
             "ERR invalid owner",
         ),
         (
-            vec!["WARDEN.LOCKSET", "held", "x", "0", "1", "0"],
-            "ERR invalid replicated effect",
-        ),
-        (
-            vec!["WARDEN.LOCKSET", "held", "x", "1", "-1", "0"],
-            "ERR invalid replicated effect",
+            vec!["WARDEN.LOCKSET", "held", "x", "1", "1", "0"],
+            "ERR effect commands are accepted only from the master link and the AOF",
         ),
     ];
     for (words, expected) in &cases {

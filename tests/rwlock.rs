@@ -286,8 +286,8 @@ fn hostile_inputs_are_refused_and_change_nothing() {
         (&["RWLOCK.EXTEND", "held", "a", "0"], "ERR invalid ttl"),
         (&["RWLOCK.UNLOCK", "held", ""], "ERR invalid owner"),
         (
-            &["WARDEN.RWSET", "held", "5", "X", "a", "1", "1", "1"],
-            "ERR invalid replicated effect",
+            &["WARDEN.RWSET", "held", "5", "W", "a", "1", "1", "1"],
+            "ERR effect commands are accepted only from the master link and the AOF",
         ),
     ];
     for (words, expected) in cases {

@@ -37,6 +37,16 @@ pub struct Chain {
 impl Chain {
     /// An empty filter, refused before allocation if it would pass `max_bytes`.
     pub fn new(params: Params, max_bytes: u64) -> Result<Self, Refusal> {
+        let error = Self::fits(params, max_bytes)?;
+        Ok(Self {
+            filters: vec![SubFilter::new(params.capacity, error)],
+            expansion: params.expansion,
+        })
+    }
+
+    /// Whether a filter of these parameters can be created under `max_bytes`
+    /// (nothing is allocated); its first sub-filter's error rate if so.
+    pub fn fits(params: Params, max_bytes: u64) -> Result<f64, Refusal> {
         // A scaling chain starts at p/2 so that p/2 + p/4 + ... stays below p.
         let error = match params.expansion {
             Some(_) => params.error / 2.0,
@@ -48,10 +58,7 @@ impl Chain {
             std::mem::size_of::<Self>() as u64,
             max_bytes,
         )?;
-        Ok(Self {
-            filters: vec![SubFilter::new(params.capacity, error)],
-            expansion: params.expansion,
-        })
+        Ok(error)
     }
 
     pub fn contains(&self, item: &[u8]) -> bool {

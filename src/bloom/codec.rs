@@ -8,7 +8,7 @@
 //! rate (f64), probes (u32), words (u64), items (u64). All little-endian.
 
 use crate::bloom::chain::{Chain, MAX_EXPANSION};
-use crate::bloom::filter::{hashes_for, words_for, SubFilter, MAX_HASHES};
+use crate::bloom::filter::{earlier, hashes_for, words_for, SubFilter, MAX_HASHES};
 
 const MAGIC: &[u8; 4] = b"WDBF";
 const VERSION: u8 = 1;
@@ -16,8 +16,11 @@ const FIXED: usize = 4 + 1 + 1 + 4 + 4;
 const PER_FILTER: usize = 8 + 8 + 4 + 8 + 8;
 const NON_SCALING: u8 = 1;
 
-/// Largest chunk `SCANDUMP` hands out.
-pub const MAX_CHUNK: usize = 16 << 20;
+/// Largest chunk `SCANDUMP` and the AOF hand out: small enough that copying
+/// one never stalls the server for long (clients loop on the iterator).
+/// `LOADCHUNK` takes chunks of any size, so dumps made with larger chunks
+/// still load.
+pub const MAX_CHUNK: usize = 4 << 20;
 
 /// Why bytes were refused.
 #[derive(Debug, PartialEq, Eq)]
@@ -54,6 +57,7 @@ pub fn encode_header(chain: &Chain) -> Vec<u8> {
 pub struct Shape {
     pub capacity: u64,
     pub error: f64,
+    pub hashes: u32,
     pub words: usize,
     pub items: u64,
 }
@@ -77,7 +81,9 @@ impl Header {
         let filters = self
             .filters
             .iter()
-            .map(|s| SubFilter::from_words(vec![0; s.words], s.capacity, s.error, s.items))
+            .map(|s| {
+                SubFilter::from_words(vec![0; s.words], s.capacity, s.error, s.hashes, s.items)
+            })
             .collect();
         Chain {
             filters,
@@ -134,8 +140,9 @@ pub fn decode_header(bytes: &[u8], max_bytes: u64) -> Result<Header, BadData> {
             && error > 0.0
             && error < 1.0
             && hashes <= MAX_HASHES
-            && hashes == hashes_for(error)
-            && words as f64 == words_for(capacity, error)
+            && (hashes == hashes_for(error) || hashes == earlier::hashes_for(error))
+            && (words as f64 == words_for(capacity, error)
+                || words as f64 == earlier::words_for(capacity, error))
             && items <= capacity;
         if !sane {
             return Err(BadData::Malformed);
@@ -147,6 +154,7 @@ pub fn decode_header(bytes: &[u8], max_bytes: u64) -> Result<Header, BadData> {
         filters.push(Shape {
             capacity,
             error,
+            hashes,
             words: words as usize,
             items,
         });
@@ -162,16 +170,53 @@ pub fn chunk_at(chain: &Chain, offset: u64) -> Option<Vec<u8>> {
         let len = f.words().len() as u64 * 8;
         if start < len {
             let end = (start + MAX_CHUNK as u64).min(len);
-            let mut out = Vec::with_capacity((end - start) as usize);
-            for byte in start..end {
-                let word = f.words()[(byte / 8) as usize];
-                out.push(word.to_le_bytes()[(byte % 8) as usize]);
-            }
-            return Some(out);
+            return Some(read_bytes(f.words(), start as usize, end as usize));
         }
         start -= len;
     }
     None
+}
+
+/// Bytes `start..end` of the little-endian image of `words`.
+pub fn read_bytes(words: &[u64], start: usize, end: usize) -> Vec<u8> {
+    let (first, last) = (start / 8, end.div_ceil(8));
+    let mut out = Vec::with_capacity((last - first) * 8);
+    for w in &words[first..last] {
+        out.extend_from_slice(&w.to_le_bytes());
+    }
+    out.truncate(end - first * 8);
+    if !start.is_multiple_of(8) {
+        out.drain(..start % 8);
+    }
+    out
+}
+
+/// Writes `data` at byte `start` of the little-endian image of `words`;
+/// the caller checked that it fits.
+fn write_bytes(words: &mut [u64], start: usize, data: &[u8]) {
+    let mut at = start;
+    let mut rest = data;
+    // A partial first word, byte by byte.
+    while !at.is_multiple_of(8) && !rest.is_empty() {
+        set_byte(words, at, rest[0]);
+        at += 1;
+        rest = &rest[1..];
+    }
+    let whole = rest.chunks_exact(8);
+    let tail = whole.remainder();
+    for (w, bytes) in words[at / 8..].iter_mut().zip(whole) {
+        *w = u64::from_le_bytes(bytes.try_into().expect("8 bytes"));
+    }
+    at += rest.len() - tail.len();
+    for (i, &b) in tail.iter().enumerate() {
+        set_byte(words, at + i, b);
+    }
+}
+
+fn set_byte(words: &mut [u64], at: usize, b: u8) {
+    let mut bytes = words[at / 8].to_le_bytes();
+    bytes[at % 8] = b;
+    words[at / 8] = u64::from_le_bytes(bytes);
 }
 
 /// Writes `data` at byte `offset` of the chain's bit data; the chunk must lie
@@ -187,13 +232,7 @@ pub fn load_chunk(chain: &mut Chain, offset: u64, data: &[u8]) -> Result<(), Bad
             if data.is_empty() || end > len {
                 return Err(BadData::Malformed);
             }
-            let words = f.words_mut();
-            for (i, &b) in data.iter().enumerate() {
-                let byte = start as usize + i;
-                let mut bytes = words[byte / 8].to_le_bytes();
-                bytes[byte % 8] = b;
-                words[byte / 8] = u64::from_le_bytes(bytes);
-            }
+            write_bytes(f.words_mut(), start as usize, data);
             return Ok(());
         }
         start -= len;
@@ -201,20 +240,52 @@ pub fn load_chunk(chain: &mut Chain, offset: u64, data: &[u8]) -> Result<(), Bad
     Err(BadData::Malformed)
 }
 
-/// Little-endian bytes of a sub-filter's words (RDB).
-pub fn words_to_bytes(words: &[u64]) -> Vec<u8> {
-    words.iter().flat_map(|w| w.to_le_bytes()).collect()
+/// Bytes of bits per RDB piece. A sub-filter's bits are saved as pieces so
+/// that loading copies them a little at a time (Redis serves events between
+/// reads while it loads), and pieces that are all zero are not saved at all.
+pub const PIECE: usize = 1 << 20;
+
+/// Pieces of a sub-filter of `words` words.
+pub fn pieces(words: usize) -> usize {
+    (words * 8).div_ceil(PIECE)
 }
 
-/// Words from little-endian bytes; the length must be exactly `words * 8`.
-pub fn bytes_to_words(bytes: &[u8], words: usize) -> Result<Vec<u64>, BadData> {
-    if bytes.len() != words.checked_mul(8).ok_or(BadData::Malformed)? {
+/// The words of piece `index`.
+fn piece_words(words: usize, index: usize) -> std::ops::Range<usize> {
+    let per = PIECE / 8;
+    let start = (index * per).min(words);
+    start..(start + per).min(words)
+}
+
+/// Piece `index` of `words` as little-endian bytes, `None` if all its bits
+/// are zero (or past the end).
+pub fn piece(words: &[u64], index: usize) -> Option<Vec<u8>> {
+    let range = piece_words(words.len(), index);
+    let part = &words[range.clone()];
+    if part.iter().all(|w| *w == 0) {
+        return None;
+    }
+    Some(read_bytes(words, range.start * 8, range.end * 8))
+}
+
+/// Writes piece `index` into `words`; its length must be exactly the piece's.
+pub fn load_piece(words: &mut [u64], index: usize, bytes: &[u8]) -> Result<(), BadData> {
+    let range = piece_words(words.len(), index);
+    if index >= pieces(words.len()) || bytes.len() != range.len() * 8 {
         return Err(BadData::Malformed);
     }
-    Ok(bytes
-        .chunks_exact(8)
-        .map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes")))
-        .collect())
+    write_bytes(words, range.start * 8, bytes);
+    Ok(())
+}
+
+/// Fills `words` from little-endian bytes; the length must be exactly
+/// `words.len() * 8` (the first RDB encoding: one string per sub-filter).
+pub fn load_whole(words: &mut [u64], bytes: &[u8]) -> Result<(), BadData> {
+    if bytes.len() != words.len() * 8 {
+        return Err(BadData::Malformed);
+    }
+    write_bytes(words, 0, bytes);
+    Ok(())
 }
 
 #[cfg(test)]
@@ -288,6 +359,24 @@ mod tests {
     }
 
     #[test]
+    fn filters_sized_the_earlier_way_keep_their_sizes_and_probes() {
+        let (capacity, error) = (1000, 0.5);
+        let words = earlier::words_for(capacity, error) as usize;
+        let old = Chain {
+            filters: vec![SubFilter::from_words(
+                vec![0; words],
+                capacity,
+                error,
+                earlier::hashes_for(error),
+                0,
+            )],
+            expansion: None,
+        };
+        assert_ne!(earlier::hashes_for(error), hashes_for(error));
+        assert_eq!(round_trip(&old), old);
+    }
+
+    #[test]
     fn headers_announcing_huge_filters_are_refused() {
         let c = Chain::new(
             Params {
@@ -315,9 +404,54 @@ mod tests {
 
     #[test]
     fn word_bytes_must_match_exactly() {
-        assert_eq!(bytes_to_words(&[0; 16], 2).unwrap(), vec![0, 0]);
-        assert!(bytes_to_words(&[0; 15], 2).is_err());
-        assert!(bytes_to_words(&[0; 8], usize::MAX).is_err());
+        let mut words = [0u64; 2];
+        load_whole(
+            &mut words,
+            &[1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 2],
+        )
+        .unwrap();
+        assert_eq!(words, [1, 2 << 56]);
+        assert!(load_whole(&mut words, &[0; 15]).is_err());
+        assert!(load_whole(&mut words, &[0; 24]).is_err());
+    }
+
+    #[test]
+    fn chunks_at_any_offset_read_and_write_the_same_bytes() {
+        let words: Vec<u64> = (0..9u64)
+            .map(|i| i.wrapping_mul(0x0123_4567_89ab_cdef))
+            .collect();
+        let image: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+        for start in 0..image.len() {
+            for end in start..=image.len() {
+                assert_eq!(read_bytes(&words, start, end), &image[start..end]);
+                let mut copy = vec![0u64; words.len()];
+                write_bytes(&mut copy, start, &image[start..end]);
+                let written: Vec<u8> = copy.iter().flat_map(|w| w.to_le_bytes()).collect();
+                assert_eq!(&written[start..end], &image[start..end]);
+                assert!(written[..start]
+                    .iter()
+                    .chain(&written[end..])
+                    .all(|b| *b == 0));
+            }
+        }
+    }
+
+    #[test]
+    fn pieces_cover_the_bits_and_skip_zeros() {
+        let per = PIECE / 8;
+        let mut words = vec![0u64; per * 2 + 3];
+        assert_eq!(pieces(words.len()), 3);
+        words[per * 2 + 2] = 7;
+        assert_eq!(piece(&words, 0), None);
+        assert_eq!(piece(&words, 1), None);
+        let last = piece(&words, 2).unwrap();
+        assert_eq!(last.len(), 24);
+        let mut copy = vec![0u64; words.len()];
+        load_piece(&mut copy, 2, &last).unwrap();
+        assert_eq!(copy, words);
+        assert!(load_piece(&mut copy, 3, &last).is_err());
+        assert!(load_piece(&mut copy, 1, &last).is_err());
+        assert!(load_piece(&mut copy, 2, &last[..16]).is_err());
     }
 
     #[test]
@@ -380,8 +514,10 @@ mod properties {
         }
 
         #[test]
-        fn words_from_any_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..64), words in 0usize..16) {
-            let _ = bytes_to_words(&bytes, words);
+        fn words_from_any_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..64), words in 0usize..16, index in 0usize..4) {
+            let mut w = vec![0u64; words];
+            let _ = load_whole(&mut w, &bytes);
+            let _ = load_piece(&mut w, index, &bytes);
         }
     }
 }
@@ -393,7 +529,7 @@ pub fn exercise(data: &[u8]) {
     let split = data.first().map_or(0, |&b| usize::from(b)).min(data.len());
     let (header, rest) = data.split_at(split);
     let header = header.get(1..).unwrap_or_default();
-    let _ = bytes_to_words(rest, rest.len() / 8);
+    let _ = load_whole(&mut vec![0u64; rest.len() / 8], rest);
     if let Ok(h) = decode_header(header, 1 << 20) {
         let mut chain = h.empty_chain();
         let offset = rest

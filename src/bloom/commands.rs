@@ -10,8 +10,10 @@ use crate::command::Arg;
 use crate::args::{integer, is_keyword};
 use crate::bloom::chain::{Chain, Params, Refusal, MAX_EXPANSION};
 use crate::bloom::codec::{self, BadData};
+use crate::bloom::datatype::BLOOM_TYPE;
+use crate::bloom::debug;
 use crate::config::{parse_float, BF_ERROR_RATE, BF_EXPANSION, BF_INITIAL_CAPACITY, BF_MAX_MEMORY};
-use crate::datatypes::{store, BLOOM_TYPE};
+use crate::datatypes::store;
 use crate::error;
 use crate::keyspace::{effects_needed, notify, Key};
 use crate::stats;
@@ -382,6 +384,21 @@ pub fn info(ctx: &Context, args: &[Arg]) -> RedisResult {
         };
     }
     Ok(RedisValue::NoReply)
+}
+
+/// `BF.DEBUG key`: `size:<items>`, then one line per sub-filter (RedisBloom's format).
+pub fn debug(ctx: &Context, args: &[Arg]) -> RedisResult {
+    if args.len() != 2 {
+        return Err(RedisError::WrongArity);
+    }
+    let key = Key::read(ctx, &args[1]);
+    let chain = chain_in(&key)?.ok_or(err(error::BF_NOT_FOUND))?;
+    Ok(RedisValue::Array(
+        debug::lines(chain)
+            .into_iter()
+            .map(RedisValue::BulkString)
+            .collect(),
+    ))
 }
 
 /// `BF.SCANDUMP key iterator`

@@ -31,19 +31,46 @@ impl Hash {
     }
 }
 
-/// Probes for error rate `error`: `ceil(-log2 error)`.
-pub fn hashes_for(error: f64) -> u32 {
-    (-error.log2()).ceil().max(1.0) as u32
+/// ln 2 as RedisBloom's sizing writes it (15 significant digits). With the
+/// same constant and the same order of operations, every filter gets the
+/// same bits and probes as in RedisBloom, to the last bit (`BF.DEBUG` shows
+/// them); the exact `ln 2` differs at error rates that are powers of two.
+#[allow(clippy::approx_constant)] // deliberately RedisBloom's value, not the exact one
+const LN_2: f64 = 0.693147180559945;
+
+/// Bits per item for error rate `error`: `-ln p / ln² 2`.
+fn bits_per_item(error: f64) -> f64 {
+    -(error.ln() / (LN_2 * LN_2))
 }
 
-/// 64-bit words for `capacity` items at `error`: `ceil(-n ln p / ln² 2)` bits,
-/// rounded up to whole words. A float, so absurd sizes can be refused before
-/// anything is allocated.
+/// Probes for error rate `error`: `ceil(ln 2 · bits per item)`, about
+/// `ceil(-log2 error)`.
+pub fn hashes_for(error: f64) -> u32 {
+    (LN_2 * bits_per_item(error)).ceil().max(1.0) as u32
+}
+
+/// 64-bit words for `capacity` items at `error`: `n · bits per item` bits
+/// (whole bits), rounded up to whole words. A float, so absurd sizes can be
+/// refused before anything is allocated.
 pub fn words_for(capacity: u64, error: f64) -> f64 {
-    let bits = (-(capacity as f64) * error.ln()
-        / (std::f64::consts::LN_2 * std::f64::consts::LN_2))
-        .ceil();
+    let bits = (capacity as f64 * bits_per_item(error)).trunc();
     (bits / 64.0).ceil().max(1.0)
+}
+
+/// How filters were sized before they matched RedisBloom's: `ceil(-log2 p)`
+/// probes and `ceil(-n ln p / ln² 2)` bits. Filters saved then keep their
+/// sizes and probes when they are loaded.
+pub mod earlier {
+    use std::f64::consts::LN_2;
+
+    pub fn hashes_for(error: f64) -> u32 {
+        (-error.log2()).ceil().max(1.0) as u32
+    }
+
+    pub fn words_for(capacity: u64, error: f64) -> f64 {
+        let bits = (-(capacity as f64) * error.ln() / (LN_2 * LN_2)).ceil();
+        (bits / 64.0).ceil().max(1.0)
+    }
 }
 
 /// Bytes a sub-filter of these parameters needs (bits plus bookkeeping).
@@ -66,16 +93,18 @@ impl SubFilter {
     /// An empty filter; the caller has checked `bytes_for` against its limit.
     pub fn new(capacity: u64, error: f64) -> Self {
         let words = words_for(capacity, error) as usize;
-        Self::from_words(vec![0; words], capacity, error, 0)
+        // Zeroed memory straight from the allocator (calloc inside Redis):
+        // no page is touched until a bit is set.
+        Self::from_words(vec![0; words], capacity, error, hashes_for(error), 0)
     }
 
-    /// A filter over existing words (decoding).
-    pub fn from_words(words: Vec<u64>, capacity: u64, error: f64, items: u64) -> Self {
+    /// A filter over existing words (decoding), with the probes it was built with.
+    pub fn from_words(words: Vec<u64>, capacity: u64, error: f64, hashes: u32, items: u64) -> Self {
         Self {
             bits: BitVec::from_vec(words),
             capacity,
             error,
-            hashes: hashes_for(error),
+            hashes,
             items,
         }
     }
@@ -130,8 +159,21 @@ mod tests {
         assert_eq!(words_for(1000, 0.01), 150.0);
         assert_eq!(hashes_for(0.01), 7);
         assert_eq!(hashes_for(0.001), 10);
-        assert_eq!(hashes_for(0.5), 1);
+        assert_eq!(hashes_for(0.5), 2);
+        assert_eq!(hashes_for(0.25), 3);
         assert_eq!(words_for(1, 0.5), 1.0);
+        // RedisBloom keeps whole bits: 128.78 bits are 2 words, not 3.
+        assert_eq!(words_for(1000, 0.94), 2.0);
+        assert_eq!(words_for(50000, 0.0005), 12360.0);
+        assert_eq!(hashes_for(0.0005), 11);
+    }
+
+    #[test]
+    fn earlier_sizing_differs_only_at_the_edges() {
+        assert_eq!(earlier::hashes_for(0.5), 1);
+        assert_eq!(earlier::words_for(1000, 0.94), 3.0);
+        assert_eq!(earlier::hashes_for(0.01), hashes_for(0.01));
+        assert_eq!(earlier::words_for(1000, 0.01), words_for(1000, 0.01));
     }
 
     #[test]

@@ -7,12 +7,15 @@ use crate::command::Arg;
 use crate::args;
 use crate::datatypes::{store, valid_lock, LOCK_EFFECT, LOCK_TYPE};
 use crate::error;
+use crate::evicted;
 use crate::fence::FENCES;
-use crate::keyspace::{notify, now_ms, replicate_del, replicate_key_bytes_3, Key};
+use crate::keyspace::{
+    effects_only, notify, now_ms, refuse_on_replica, replicate_del, replicate_key_bytes_3, Key,
+};
 use crate::lock::state::{Entry, Lock, Release};
 use crate::reply::{self, Field};
 use crate::stats;
-use crate::waiters::{self, Mode, Waiter};
+use crate::waiters::{self, Answer, Kind, Mode, Served, Waiter};
 
 fn err(text: &'static str) -> RedisError {
     RedisError::Str(text)
@@ -47,24 +50,55 @@ fn grant(ctx: &Context, name: &Arg, key: &Key, owner: &[u8], ttl_ms: i64) -> u64
     fence
 }
 
-/// The key is free: the oldest live waiter becomes the holder. Returns whether one did.
-fn hand_off(ctx: &Context, name: &Arg, key: &Key) -> bool {
-    match waiters::pop_if(ctx, name, |w| w.mode == Mode::Exclusive) {
-        Some(waiter) => {
-            let fence = grant(ctx, name, key, &waiter.owner, waiter.ttl_ms);
-            notify(ctx, c"lock.handoff", name);
-            waiters::answer_grant(ctx, waiter, name, fence);
-            true
+/// The exclusive lock as a kind of waiter: the oldest waiter is granted a free key.
+pub struct LockKind;
+pub static KIND: LockKind = LockKind;
+
+impl Kind for LockKind {
+    fn serve(&self, ctx: &Context, name: &Arg) -> Served {
+        let key = Key::write(ctx, name);
+        match lock_in(&key) {
+            Err(_) => Served::WrongType,
+            Ok(Some(lock)) => Served::Wait(Some(lock.deadline_ms)),
+            Ok(None) => {
+                if let Some(until) = evicted::taken_until(ctx, name) {
+                    return Served::Wait(Some(until));
+                }
+                let Some(waiter) = waiters::pop_head(ctx, name, &KIND, |_| true) else {
+                    return Served::Wait(None);
+                };
+                let fence = grant(ctx, name, &key, &waiter.owner, waiter.ttl_ms);
+                notify(ctx, c"lock.handoff", name);
+                drop(key);
+                waiters::answer(ctx, waiter, Answer::Integer(fence as i64));
+                Served::Progress
+            }
         }
-        None => false,
     }
 }
 
-/// Frees the key: hand it to the next waiter, or delete it.
-fn free(ctx: &Context, name: &Arg, key: &Key) {
-    if !hand_off(ctx, name, key) {
-        key.delete();
-        replicate_del(ctx, name);
+/// Serves the waiters of a key that may be free: they go before any new request.
+fn serve_first(ctx: &Context, name: &Arg) -> Result<(), RedisError> {
+    if waiters::queued(ctx, name) == 0 {
+        return Ok(());
+    }
+    if lock_in(&Key::write(ctx, name))?.is_none() {
+        waiters::serve(ctx, name);
+    }
+    Ok(())
+}
+
+/// A busy request: block until served (with `WAIT`, where blocking is
+/// allowed), else nil at once. `until`: when the key may free itself.
+fn busy(ctx: &Context, name: &Arg, req: &args::LockRequest, until: i64) -> RedisResult {
+    match req.wait_ms {
+        Some(timeout_ms) if waiters::can_block(ctx) => {
+            let waiter = Waiter::new(&KIND, req.owner, req.ttl_ms, Mode::Exclusive);
+            waiters::block(ctx, name, waiter, timeout_ms);
+            waiters::watch_lease(ctx, name, until);
+            Ok(RedisValue::NoReply)
+        }
+        _ => Ok(RedisValue::Null),
     }
 }
 
@@ -74,17 +108,21 @@ pub fn acquire(ctx: &Context, args: &[Arg]) -> RedisResult {
         return Err(RedisError::WrongArity);
     }
     let req = args::lock_request(&args[2..]).map_err(RedisError::String)?;
+    refuse_on_replica(ctx)?;
     let name = &args[1];
-    let key = Key::write(ctx, &args[1]);
+    serve_first(ctx, name)?;
+    let key = Key::write(ctx, name);
     let now = now_ms();
-    let lock = match lock_in(&key)? {
-        None if !hand_off(ctx, name, &key) => {
-            let fence = grant(ctx, name, &key, req.owner, req.ttl_ms);
-            notify(ctx, c"lock.acquire", name);
-            return Ok(RedisValue::Integer(fence as i64));
+    let Some(lock) = lock_in(&key)? else {
+        let taken = evicted::taken_until(ctx, name)
+            .or_else(|| (waiters::queued(ctx, name) > 0).then_some(i64::MAX));
+        if let Some(until) = taken {
+            drop(key);
+            return busy(ctx, name, &req, until);
         }
-        None => lock_in(&key)?.ok_or_else(|| err(error::INTERNAL))?,
-        Some(lock) => lock,
+        let fence = grant(ctx, name, &key, req.owner, req.ttl_ms);
+        notify(ctx, c"lock.acquire", name);
+        return Ok(RedisValue::Integer(fence as i64));
     };
     match lock.enter(req.owner, now, req.ttl_ms) {
         Entry::Reentered { fence } => {
@@ -93,15 +131,11 @@ pub fn acquire(ctx: &Context, args: &[Arg]) -> RedisResult {
             Ok(RedisValue::Integer(fence as i64))
         }
         Entry::Overflow => Err(err(error::HOLDS_OVERFLOW)),
-        Entry::Busy => match req.wait_ms {
-            Some(timeout_ms) if waiters::can_block(ctx) => {
-                let waiter = Waiter::new(req.owner, req.ttl_ms, Mode::Exclusive);
-                waiters::block(ctx, name, waiter, timeout_ms);
-                waiters::watch_lease(ctx, name, lock.deadline_ms);
-                Ok(RedisValue::NoReply)
-            }
-            _ => Ok(RedisValue::Null),
-        },
+        Entry::Busy => {
+            let until = lock.deadline_ms;
+            drop(key);
+            busy(ctx, name, &req, until)
+        }
     }
 }
 
@@ -111,6 +145,7 @@ pub fn release(ctx: &Context, args: &[Arg]) -> RedisResult {
         return Err(RedisError::WrongArity);
     }
     let owner = args::owner(&args[2]).map_err(err)?;
+    refuse_on_replica(ctx)?;
     let name = &args[1];
     let key = Key::write(ctx, &args[1]);
     let Some(lock) = lock_in(&key)? else {
@@ -129,7 +164,12 @@ pub fn release(ctx: &Context, args: &[Arg]) -> RedisResult {
         }
         Release::Freed => {
             notify(ctx, c"lock.release", name);
-            free(ctx, name, &key);
+            key.delete();
+            replicate_del(ctx, name);
+            drop(key);
+            if waiters::queued(ctx, name) > 0 {
+                waiters::serve(ctx, name);
+            }
             Ok(RedisValue::Integer(1))
         }
     }
@@ -141,6 +181,7 @@ pub fn extend(ctx: &Context, args: &[Arg]) -> RedisResult {
         return Err(RedisError::WrongArity);
     }
     let (owner, ttl_ms) = args::owner_and_ttl(&args[2..]).map_err(err)?;
+    refuse_on_replica(ctx)?;
     let name = &args[1];
     let key = Key::write(ctx, &args[1]);
     let Some(lock) = lock_in(&key)? else {
@@ -187,6 +228,7 @@ pub fn set(ctx: &Context, args: &[Arg]) -> RedisResult {
     if args.len() != 6 {
         return Err(RedisError::WrongArity);
     }
+    effects_only(ctx)?;
     let parsed = (
         args::integer(&args[3]).and_then(|n| u64::try_from(n).ok()),
         args::integer(&args[4]).and_then(|n| u64::try_from(n).ok()),
@@ -199,45 +241,26 @@ pub fn set(ctx: &Context, args: &[Arg]) -> RedisResult {
     if !valid_lock(owner, holds, fence) {
         return Err(err(error::INVALID_EFFECT));
     }
-    FENCES.observe(fence);
     let key = Key::write(ctx, &args[1]);
+    let existing = key.value::<Lock>(&LOCK_TYPE).map_err(err)?;
+    FENCES.observe(fence);
     let lock = Lock {
         owner: owner.to_vec(),
         holds,
         fence,
-        deadline_ms,
+        deadline_ms: if deadline_ms > 0 {
+            deadline_ms
+        } else {
+            i64::MAX
+        },
     };
-    match key.value::<Lock>(&LOCK_TYPE) {
-        Ok(Some(existing)) => *existing = lock,
-        _ => store(&key, &LOCK_TYPE, lock),
+    match existing {
+        Some(existing) => *existing = lock,
+        None => store(&key, &LOCK_TYPE, lock),
     }
     if deadline_ms > 0 {
         key.set_expire_at(deadline_ms);
     }
     ctx.replicate_verbatim();
     Ok(RedisValue::SimpleStringStatic("OK"))
-}
-
-/// Takes back a grant whose client died before it was answered.
-pub fn revoke(ctx: &Context, name: &Arg, owner: &[u8], fence: u64) {
-    let key = Key::write(ctx, name);
-    if let Ok(Some(lock)) = lock_in(&key) {
-        if lock.owner == owner && lock.fence == fence {
-            free(ctx, name, &key);
-        }
-    }
-}
-
-/// Called for a key with waiters when something may have freed it (lease end,
-/// `DEL`, flush, overwrite): hand it off, or fail the waiters if the key now
-/// holds another type, or watch the new lease.
-pub fn serve_waiters(ctx: &Context, name: &Arg) {
-    let key = Key::write(ctx, name);
-    match lock_in(&key) {
-        Err(_) => waiters::fail_all(ctx, name, error::WRONGTYPE),
-        Ok(None) => {
-            hand_off(ctx, name, &key);
-        }
-        Ok(Some(lock)) => waiters::watch_lease(ctx, name, lock.deadline_ms),
-    }
 }

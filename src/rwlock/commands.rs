@@ -7,12 +7,15 @@ use crate::command::Arg;
 use crate::args;
 use crate::datatypes::{store, valid_lock, RWLOCK_EFFECT, RWLOCK_TYPE};
 use crate::error;
+use crate::evicted;
 use crate::fence::FENCES;
-use crate::keyspace::{effects_needed, notify, now_ms, replicate_del, Key};
+use crate::keyspace::{
+    effects_needed, effects_only, notify, now_ms, refuse_on_replica, replicate_del, Key,
+};
 use crate::reply::{self, Field};
 use crate::rwlock::state::{Hold, Mode, Outcome, RwLock, Unlock};
 use crate::stats;
-use crate::waiters::{self, Waiter};
+use crate::waiters::{self, Answer, Kind, Served, Waiter};
 
 fn err(text: &'static str) -> RedisError {
     RedisError::Str(text)
@@ -75,46 +78,66 @@ fn publish(ctx: &Context, name: &Arg, key: &Key, lock: &RwLock) {
     ctx.replicate(RWLOCK_EFFECT, &words[..]);
 }
 
-/// Grants every waiter at the head of the queue that fits the holders (a
-/// writer alone, or a run of readers together), then watches the next lease end.
-fn hand_off(ctx: &Context, name: &Arg, key: &Key) -> Result<(), RedisError> {
-    let now = now_ms();
-    let mut fresh = RwLock::default();
-    let existing = rw_in(key)?;
-    let is_new = existing.is_none();
-    let lock = existing.unwrap_or(&mut fresh);
-    lock.prune(now);
-    let mut granted = Vec::new();
-    while let Some(w) = waiters::pop_if(ctx, name, |w| match w.mode {
-        waiters::Mode::Read => lock.admits(Mode::Read, &w.owner),
-        waiters::Mode::Write => lock.admits(Mode::Write, &w.owner),
-        waiters::Mode::Exclusive => false,
-    }) {
-        let mode = if w.mode == waiters::Mode::Write {
-            Mode::Write
-        } else {
-            Mode::Read
+/// The read-write lock as a kind of waiter: grants every waiter at the head
+/// of the queue that fits the holders (a writer alone, or a run of readers).
+pub struct RwLockKind;
+pub static KIND: RwLockKind = RwLockKind;
+
+impl Kind for RwLockKind {
+    fn serve(&self, ctx: &Context, name: &Arg) -> Served {
+        let key = Key::write(ctx, name);
+        let existing = match rw_in(&key) {
+            Err(_) => return Served::WrongType,
+            Ok(existing) => existing,
         };
-        let fence = lock.grant(mode, &w.owner, now, w.ttl_ms, FENCES.draw(now));
-        stats::GRANTS.add(1);
-        granted.push((w, fence));
-    }
-    if !granted.is_empty() {
-        if is_new {
-            store(key, &RWLOCK_TYPE, fresh);
+        if existing.is_none() {
+            if let Some(until) = evicted::taken_until(ctx, name) {
+                return Served::Wait(Some(until));
+            }
         }
-        if let Some(lock) = rw_in(key)? {
-            publish(ctx, name, key, lock);
+        let now = now_ms();
+        let mut fresh = RwLock::default();
+        let is_new = existing.is_none();
+        let lock = existing.unwrap_or(&mut fresh);
+        lock.prune(now);
+        let mut granted = Vec::new();
+        while let Some(w) = waiters::pop_head(ctx, name, &KIND, |w| match w.mode {
+            waiters::Mode::Read => lock.admits(Mode::Read, &w.owner),
+            waiters::Mode::Write => lock.admits(Mode::Write, &w.owner),
+            _ => false,
+        }) {
+            let mode = if w.mode == waiters::Mode::Write {
+                Mode::Write
+            } else {
+                Mode::Read
+            };
+            let fence = lock.grant(mode, &w.owner, now, w.ttl_ms, FENCES.draw(now));
+            stats::GRANTS.add(1);
+            granted.push((w, fence));
+        }
+        if granted.is_empty() {
+            return Served::Wait(lock.next_lease_end());
+        }
+        if is_new {
+            store(&key, &RWLOCK_TYPE, fresh);
+        }
+        if let Ok(Some(lock)) = rw_in(&key) {
+            publish(ctx, name, &key, lock);
         }
         notify(ctx, c"rwlock.handoff", name);
+        drop(key);
         for (w, fence) in granted {
-            waiters::answer_grant(ctx, w, name, fence);
+            waiters::answer(ctx, w, Answer::Integer(fence as i64));
         }
+        Served::Progress
     }
-    if let Some(lock) = rw_in(key)? {
-        if let Some(at) = lock.next_lease_end() {
-            waiters::watch_lease(ctx, name, at);
-        }
+}
+
+/// Serves the waiters of a key first: they go before any new request.
+fn serve_first(ctx: &Context, name: &Arg) -> Result<(), RedisError> {
+    if waiters::queued(ctx, name) > 0 {
+        rw_in(&Key::write(ctx, name))?;
+        waiters::serve(ctx, name);
     }
     Ok(())
 }
@@ -124,21 +147,27 @@ fn request(ctx: &Context, args: &[Arg], mode: Mode) -> RedisResult {
         return Err(RedisError::WrongArity);
     }
     let req = args::lock_request(&args[2..]).map_err(RedisError::String)?;
+    refuse_on_replica(ctx)?;
     let name = &args[1];
-    let key = Key::write(ctx, &args[1]);
-    rw_in(&key)?;
-    if waiters::queued(ctx, name) > 0 {
-        hand_off(ctx, name, &key)?;
-    }
+    serve_first(ctx, name)?;
     let queued = waiters::queued(ctx, name) > 0;
+    let key = Key::write(ctx, &args[1]);
     let now = now_ms();
     let mut fresh = RwLock::default();
     let existing = rw_in(&key)?;
     let is_new = existing.is_none();
+    let taken = if is_new {
+        evicted::taken_until(ctx, name)
+    } else {
+        None
+    };
     let lock = existing.unwrap_or(&mut fresh);
-    let outcome = lock.request(mode, req.owner, now, req.ttl_ms, queued, &mut || {
-        FENCES.draw(now)
-    });
+    let outcome = match taken {
+        Some(_) => Outcome::Busy,
+        None => lock.request(mode, req.owner, now, req.ttl_ms, queued, &mut || {
+            FENCES.draw(now)
+        }),
+    };
     let fence = match outcome {
         Outcome::Granted { fence } => {
             stats::GRANTS.add(1);
@@ -150,11 +179,12 @@ fn request(ctx: &Context, args: &[Arg], mode: Mode) -> RedisResult {
         Outcome::Busy => {
             return match req.wait_ms {
                 Some(timeout_ms) if waiters::can_block(ctx) => {
-                    let next = lock.next_lease_end();
+                    let next = taken.or(lock.next_lease_end());
+                    drop(key);
                     waiters::block(
                         ctx,
                         name,
-                        Waiter::new(req.owner, req.ttl_ms, waiter_mode(mode)),
+                        Waiter::new(&KIND, req.owner, req.ttl_ms, waiter_mode(mode)),
                         timeout_ms,
                     );
                     if let Some(at) = next {
@@ -200,6 +230,7 @@ pub fn unlock(ctx: &Context, args: &[Arg]) -> RedisResult {
         return Err(RedisError::WrongArity);
     }
     let owner = args::owner(&args[2]).map_err(err)?;
+    refuse_on_replica(ctx)?;
     let name = &args[1];
     let key = Key::write(ctx, &args[1]);
     let Some(lock) = rw_in(&key)? else {
@@ -216,7 +247,10 @@ pub fn unlock(ctx: &Context, args: &[Arg]) -> RedisResult {
     };
     publish(ctx, name, &key, lock);
     notify(ctx, c"rwlock.unlock", name);
-    hand_off(ctx, name, &key)?;
+    drop(key);
+    if waiters::queued(ctx, name) > 0 {
+        waiters::serve(ctx, name);
+    }
     Ok(RedisValue::Integer(reply))
 }
 
@@ -226,6 +260,7 @@ pub fn extend(ctx: &Context, args: &[Arg]) -> RedisResult {
         return Err(RedisError::WrongArity);
     }
     let (owner, ttl_ms) = args::owner_and_ttl(&args[2..]).map_err(err)?;
+    refuse_on_replica(ctx)?;
     let name = &args[1];
     let key = Key::write(ctx, &args[1]);
     let Some(lock) = rw_in(&key)? else {
@@ -290,6 +325,7 @@ pub fn set(ctx: &Context, args: &[Arg]) -> RedisResult {
     if args.len() < 8 || !(args.len() - 3).is_multiple_of(5) {
         return Err(RedisError::WrongArity);
     }
+    effects_only(ctx)?;
     let invalid = || err(error::INVALID_EFFECT);
     let fence = args::integer(&args[2])
         .and_then(|n| u64::try_from(n).ok())
@@ -322,35 +358,17 @@ pub fn set(ctx: &Context, args: &[Arg]) -> RedisResult {
     if !crate::datatypes::valid_rwlock(&lock) {
         return Err(invalid());
     }
-    FENCES.observe(fence);
     let key = Key::write(ctx, &args[1]);
+    let existing = key.value::<RwLock>(&RWLOCK_TYPE).map_err(err)?;
+    FENCES.observe(fence);
     let deadline = lock.deadline();
-    match key.value::<RwLock>(&RWLOCK_TYPE) {
-        Ok(Some(existing)) => *existing = lock,
-        _ => store(&key, &RWLOCK_TYPE, lock),
+    match existing {
+        Some(existing) => *existing = lock,
+        None => store(&key, &RWLOCK_TYPE, lock),
     }
     if let Some(at) = deadline {
         key.set_expire_at(at);
     }
     ctx.replicate_verbatim();
     Ok(RedisValue::SimpleStringStatic("OK"))
-}
-
-/// Serves the queue of a key that may have been freed (timer, keyspace event).
-pub fn serve_waiters(ctx: &Context, name: &Arg) {
-    let key = Key::write(ctx, name);
-    if hand_off(ctx, name, &key).is_err() {
-        waiters::fail_all(ctx, name, error::WRONGTYPE);
-    }
-}
-
-/// Takes back a grant whose client died before it was answered.
-pub fn revoke(ctx: &Context, name: &Arg, owner: &[u8], fence: u64) {
-    let key = Key::write(ctx, name);
-    if let Ok(Some(lock)) = rw_in(&key) {
-        if lock.revoke(owner, fence) {
-            publish(ctx, name, &key, lock);
-            let _ = hand_off(ctx, name, &key);
-        }
-    }
 }

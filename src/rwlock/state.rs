@@ -180,22 +180,6 @@ impl RwLock {
         found
     }
 
-    /// Takes back the hold granted with `fence` (its client died unanswered).
-    pub fn revoke(&mut self, owner: &[u8], fence: u64) -> bool {
-        if self
-            .writer
-            .as_ref()
-            .is_some_and(|w| w.owner == owner && w.fence == fence)
-        {
-            self.writer = None;
-            return true;
-        }
-        let before = self.readers.len();
-        self.readers
-            .retain(|r| !(r.owner == owner && r.fence == fence));
-        before != self.readers.len()
-    }
-
     fn holds_iter(&self) -> impl Iterator<Item = &Hold> {
         self.writer.iter().chain(self.readers.iter())
     }
@@ -393,17 +377,5 @@ mod tests {
             Outcome::Granted { .. }
         ));
         assert_eq!(l.unlock(b"w", 11), Unlock::NotHeld);
-    }
-
-    #[test]
-    fn revoke_removes_only_the_matching_grant() {
-        let mut t = tokens();
-        let mut l = RwLock::default();
-        let Outcome::Granted { fence } = req(&mut l, Mode::Read, "r", 0, &mut t) else {
-            panic!()
-        };
-        assert!(!l.revoke(b"r", fence + 1));
-        assert!(l.revoke(b"r", fence));
-        assert!(l.is_free());
     }
 }

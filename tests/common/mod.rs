@@ -615,3 +615,44 @@ pub fn restore_every_truncation(c: &mut Connection, dump: &[u8]) {
     let pong: String = redis::cmd("PING").query(c).unwrap();
     assert_eq!(pong, "PONG");
 }
+
+/// Redis' CRC-64 (Jones, reflected), as used by DUMP payloads.
+pub fn crc64(data: &[u8]) -> u64 {
+    let mut crc = 0u64;
+    for &b in data {
+        crc ^= u64::from(b);
+        for _ in 0..8 {
+            crc = if crc & 1 == 1 {
+                (crc >> 1) ^ 0x95ac9329ac4bc9b5
+            } else {
+                crc >> 1
+            };
+        }
+    }
+    crc
+}
+
+/// A DUMP payload with `body` changed and the checksum fixed, so that it reaches the module.
+pub fn resign(dump: &[u8], body: Vec<u8>) -> Vec<u8> {
+    let trailer = &dump[dump.len() - 10..dump.len() - 8]; // RDB version
+    let mut out = body;
+    out.extend_from_slice(trailer);
+    let crc = crc64(&out);
+    out.extend_from_slice(&crc.to_le_bytes());
+    out
+}
+
+/// A lock's DUMP payload carrying `fence` instead of the token it was dumped
+/// with (tokens are saved as 8 big-endian bytes): how a test plants a token
+/// far above the server's counter, now that effects cannot be sent by clients.
+pub fn dump_with_fence(dump: &[u8], old: u64, fence: u64) -> Vec<u8> {
+    let body = &dump[..dump.len() - 10];
+    let needle = old.to_be_bytes();
+    let at = body
+        .windows(8)
+        .position(|w| w == needle)
+        .expect("the token in the payload");
+    let mut patched = body.to_vec();
+    patched[at..at + 8].copy_from_slice(&fence.to_be_bytes());
+    resign(dump, patched)
+}

@@ -1,0 +1,183 @@
+//! The `warden-bf` type and its `extern "C"` callbacks: RDB, AOF, copy,
+//! memory, free (and how much work freeing is).
+//!
+//! RDB encodings (`rdb_load` reads both):
+//! 1. the `codec` header, then each sub-filter's bits as one string;
+//! 2. the header, then per sub-filter the count of non-zero pieces and each
+//!    as (piece index, `codec::PIECE` bytes or fewer for the last). Loading
+//!    copies one piece at a time, and zero pieces cost nothing.
+
+use std::os::raw::{c_char, c_int, c_void};
+
+use redis_module::native_types::RedisType;
+use redis_module::raw;
+
+use crate::bloom::chain::Chain;
+use crate::bloom::codec::{self, Header};
+use crate::datatypes::{boxed, release_value, Tracked};
+use crate::guard;
+use crate::stats;
+
+impl Tracked for Chain {
+    fn track(&self, sign: i64) {
+        stats::BLOOM_FILTERS.add(sign);
+        stats::BLOOM_BYTES.add(sign * self.bytes() as i64);
+        stats::BLOOM_SUBFILTERS.add(sign * self.filters.len() as i64);
+    }
+}
+
+/// Encoding version of `warden-bf` values.
+const BLOOM_ENCVER: c_int = 2;
+
+pub static BLOOM_TYPE: RedisType = RedisType::new(
+    "warden-bf",
+    BLOOM_ENCVER,
+    raw::RedisModuleTypeMethods {
+        version: raw::REDISMODULE_TYPE_METHOD_VERSION as u64,
+        rdb_load: Some(bloom_rdb_load),
+        rdb_save: Some(bloom_rdb_save),
+        aof_rewrite: Some(bloom_aof_rewrite),
+        mem_usage: Some(bloom_mem_usage),
+        digest: None,
+        free: Some(bloom_free),
+        aux_load: None,
+        aux_save: None,
+        aux_save2: None,
+        aux_save_triggers: 0,
+        free_effort: Some(bloom_free_effort),
+        unlink: None,
+        copy: Some(bloom_copy),
+        // No active defragmentation: jemalloc only moves small blocks, never
+        // the large bit arrays that make up a filter's memory, and neither
+        // server measured here (Debian's 7.0 on the system jemalloc, the
+        // Valkey 9.1 wheel on libc malloc) can enable `activedefrag` to test it.
+        defrag: None,
+        copy2: None,
+        free_effort2: None,
+        mem_usage2: None,
+        unlink2: None,
+    },
+);
+
+/// Reads one encoded filter; `None` on any error or inconsistency.
+fn load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> Option<Chain> {
+    if !(1..=BLOOM_ENCVER).contains(&encver) {
+        return None;
+    }
+    let header = raw::load_string_buffer(rdb).ok()?;
+    // No size limit here: the values come from this server's own RDB, a
+    // master, or RESTORE — and each sub-filter's bits must actually be in the
+    // payload (v1) or its zeroed pages cost nothing until written (v2).
+    let header: Header = codec::decode_header(header.as_ref(), u64::MAX).ok()?;
+    let mut chain = header.empty_chain();
+    for f in &mut chain.filters {
+        let words = f.words_mut();
+        if encver == 1 {
+            let bytes = raw::load_string_buffer(rdb).ok()?;
+            codec::load_whole(words, bytes.as_ref()).ok()?;
+            continue;
+        }
+        let count = raw::load_unsigned(rdb).ok()?;
+        let pieces = codec::pieces(words.len());
+        if count > pieces as u64 {
+            return None;
+        }
+        let mut next = 0;
+        for _ in 0..count {
+            let index = raw::load_unsigned(rdb).ok()?;
+            if index < next || index >= pieces as u64 {
+                return None;
+            }
+            let bytes = raw::load_string_buffer(rdb).ok()?;
+            codec::load_piece(words, index as usize, bytes.as_ref()).ok()?;
+            next = index + 1;
+        }
+    }
+    Some(chain)
+}
+
+unsafe extern "C" fn bloom_rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *mut c_void {
+    guard::callback(std::ptr::null_mut(), || match load(rdb, encver) {
+        Some(chain) => boxed(chain),
+        None => std::ptr::null_mut(),
+    })
+}
+
+unsafe extern "C" fn bloom_rdb_save(rdb: *mut raw::RedisModuleIO, value: *mut c_void) {
+    guard::callback((), || {
+        let chain = &*value.cast::<Chain>();
+        raw::save_slice(rdb, &codec::encode_header(chain));
+        for f in &chain.filters {
+            let words = f.words();
+            let filled: Vec<(usize, Vec<u8>)> = (0..codec::pieces(words.len()))
+                .filter_map(|i| codec::piece(words, i).map(|bytes| (i, bytes)))
+                .collect();
+            raw::save_unsigned(rdb, filled.len() as u64);
+            for (index, bytes) in &filled {
+                raw::save_unsigned(rdb, *index as u64);
+                raw::save_slice(rdb, bytes);
+            }
+        }
+    })
+}
+
+unsafe extern "C" fn bloom_aof_rewrite(
+    aof: *mut raw::RedisModuleIO,
+    key: *mut raw::RedisModuleString,
+    value: *mut c_void,
+) {
+    guard::callback((), || {
+        let chain = &*value.cast::<Chain>();
+        let emit = |iter: i64, data: &[u8]| {
+            raw::RedisModule_EmitAOF.unwrap()(
+                aof,
+                c"BF.LOADCHUNK".as_ptr(),
+                c"slb".as_ptr(),
+                key,
+                iter,
+                data.as_ptr().cast::<c_char>(),
+                data.len(),
+            );
+        };
+        emit(1, &codec::encode_header(chain));
+        let mut offset = 0u64;
+        while let Some(chunk) = codec::chunk_at(chain, offset) {
+            offset += chunk.len() as u64;
+            // The header made every bit zero: zero chunks need no command.
+            if chunk.iter().any(|b| *b != 0) {
+                emit(1 + offset as i64, &chunk);
+            }
+        }
+    })
+}
+
+unsafe extern "C" fn bloom_mem_usage(value: *const c_void) -> usize {
+    (*value.cast::<Chain>()).bytes()
+}
+
+unsafe extern "C" fn bloom_free(value: *mut c_void) {
+    release_value::<Chain>(value, |_, _| false);
+}
+
+/// Bytes of bits that count as one allocation of free effort: Redis frees a
+/// value on its background thread (`UNLINK`, `FLUSHALL ASYNC`, `lazyfree-*`)
+/// when the effort passes 64, so filters above 4 MiB go there.
+const EFFORT_UNIT: usize = 64 << 10;
+
+unsafe extern "C" fn bloom_free_effort(
+    _key: *mut raw::RedisModuleString,
+    value: *const c_void,
+) -> usize {
+    let chain = &*value.cast::<Chain>();
+    chain.filters.len() + chain.bytes() / EFFORT_UNIT
+}
+
+unsafe extern "C" fn bloom_copy(
+    _from: *mut raw::RedisModuleString,
+    _to: *mut raw::RedisModuleString,
+    value: *const c_void,
+) -> *mut c_void {
+    guard::callback(std::ptr::null_mut(), || {
+        boxed((*value.cast::<Chain>()).clone())
+    })
+}

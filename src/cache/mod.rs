@@ -1,0 +1,5 @@
+//! Cache leases: one load per miss, waiters answered with the value, stale
+//! fills refused. The rules (`state`) and the Redis side (`commands`).
+
+pub mod commands;
+pub mod state;

@@ -1,0 +1,177 @@
+//! Held locks that the server evicted anyway.
+//!
+//! Invariant — at most one holder, even under eviction: when a held lock or
+//! read-write lock is evicted, its key stays taken in module memory until the
+//! evicted lease's deadline, so nobody else is granted it before the old
+//! holder's lease would have ended (the old holder's `RELEASE`/`EXTEND` answer
+//! that it no longer holds it, as for any lost lock). Lock keys belong on a
+//! server that does not evict: the log warns at load and when a config change
+//! makes eviction possible.
+//!
+//! The `evicted` keyspace event comes after the value is gone, so the type's
+//! `unlink` callback remembers the last lock unlinked (only while eviction is
+//! possible) and the event turns it into a tombstone.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::os::raw::{c_int, c_void};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use redis_module::{logging, raw, Context, RedisValue};
+
+use crate::guard;
+use crate::keyspace::now_ms;
+use crate::stats;
+use crate::waiters::{self, QueueKey};
+
+/// Whether the server may evict keys now (a limit and a policy that evicts).
+static EVICTION_POSSIBLE: AtomicBool = AtomicBool::new(false);
+
+struct Tombstone {
+    deadline_ms: i64,
+}
+
+thread_local! {
+    /// The last lock unlinked from the keyspace: key and lease deadline.
+    static LAST_UNLINKED: RefCell<Option<(QueueKey, i64)>> = const { RefCell::new(None) };
+    static TOMBSTONES: RefCell<HashMap<QueueKey, Tombstone>> = RefCell::new(HashMap::new());
+}
+
+pub fn eviction_possible() -> bool {
+    EVICTION_POSSIBLE.load(Ordering::Relaxed)
+}
+
+/// From a lock type's `unlink` callback: remember what may be about to be
+/// reported as evicted.
+pub fn on_unlink(db: c_int, name: &[u8], deadline_ms: i64) {
+    if EVICTION_POSSIBLE.load(Ordering::Relaxed) {
+        let q = QueueKey {
+            db,
+            name: name.to_vec(),
+        };
+        LAST_UNLINKED.with(|l| *l.borrow_mut() = Some((q, deadline_ms)));
+    }
+}
+
+/// From the `evicted` keyspace event (the selected db is the key's).
+pub fn on_evicted(ctx: *mut raw::RedisModuleCtx, name: &[u8]) {
+    let q = waiters::queue_key(ctx, name);
+    let Some((_, deadline_ms)) = LAST_UNLINKED.with(|l| l.borrow_mut().take_if(|(k, _)| *k == q))
+    else {
+        return;
+    };
+    stats::EVICTED_LOCKS.add(1);
+    if deadline_ms <= now_ms() {
+        return;
+    }
+    logging::log_warning(format!(
+        "warden: a held lock was evicted; its key stays taken until its lease ends in {} ms \
+         (set maxmemory-policy noeviction on lock servers)",
+        if deadline_ms == i64::MAX {
+            -1
+        } else {
+            deadline_ms - now_ms()
+        }
+    ));
+    TOMBSTONES.with(|t| t.borrow_mut().insert(q.clone(), Tombstone { deadline_ms }));
+    if deadline_ms != i64::MAX {
+        let data = Box::into_raw(Box::new((q, deadline_ms))).cast::<c_void>();
+        let delay = (deadline_ms + 1 - now_ms()).max(0);
+        unsafe { raw::RedisModule_CreateTimer.unwrap()(ctx, delay, Some(on_tombstone_end), data) };
+    }
+}
+
+extern "C" fn on_tombstone_end(ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
+    guard::callback((), || {
+        let (q, deadline_ms) = *unsafe { Box::from_raw(data.cast::<(QueueKey, i64)>()) };
+        let ended = TOMBSTONES.with(|t| {
+            let mut t = t.borrow_mut();
+            let ended = t.get(&q).is_some_and(|s| s.deadline_ms == deadline_ms);
+            if ended {
+                t.remove(&q);
+                if t.capacity() > 64 && t.len() * 4 < t.capacity() {
+                    t.shrink_to_fit();
+                }
+            }
+            ended
+        });
+        if ended {
+            waiters::mark_dirty(ctx, q);
+        }
+    })
+}
+
+/// Until when `name` (in the selected db) stays taken by an evicted lock.
+pub fn taken_until(ctx: &Context, name: &[u8]) -> Option<i64> {
+    if TOMBSTONES.with(|t| t.borrow().is_empty()) {
+        return None;
+    }
+    let q = waiters::queue_key(ctx.ctx, name);
+    let now = now_ms();
+    TOMBSTONES.with(|t| {
+        t.borrow()
+            .get(&q)
+            .map(|s| s.deadline_ms)
+            .filter(|&d| d > now)
+    })
+}
+
+/// A flush of `db` (-1: all) forgets its evicted locks, as it frees held ones.
+pub fn forget_db(db: c_int) {
+    TOMBSTONES.with(|t| t.borrow_mut().retain(|q, _| db != -1 && q.db != db));
+}
+
+/// Evicted locks still keeping their keys taken.
+pub fn count() -> usize {
+    TOMBSTONES.with(|t| t.borrow().len())
+}
+
+fn config(ctx: &Context, name: &str) -> String {
+    match ctx.call("CONFIG", &["GET", name]) {
+        Ok(RedisValue::Array(v)) => match v.get(1) {
+            Some(RedisValue::SimpleString(s)) => s.clone(),
+            Some(RedisValue::BulkString(s)) => s.clone(),
+            Some(RedisValue::BulkRedisString(s)) => s.to_string_lossy(),
+            Some(RedisValue::StringBuffer(b)) => String::from_utf8_lossy(b).into_owned(),
+            _ => String::new(),
+        },
+        _ => String::new(),
+    }
+}
+
+/// Reads the eviction settings; warns when lock keys could be evicted.
+fn check_policy(ctx: &Context) {
+    let policy = config(ctx, "maxmemory-policy");
+    let limit = config(ctx, "maxmemory");
+    let possible = policy != "noeviction" && !policy.is_empty() && limit != "0";
+    let was = EVICTION_POSSIBLE.swap(possible, Ordering::Relaxed);
+    if possible && !was {
+        logging::log_warning(format!(
+            "warden: maxmemory-policy {policy} with maxmemory {limit} can evict lock keys; \
+             keep locks on a server with maxmemory-policy noeviction (an evicted lock keeps \
+             its key taken until its lease ends)"
+        ));
+    }
+}
+
+extern "C" fn on_config_change(
+    ctx: *mut raw::RedisModuleCtx,
+    _event: raw::RedisModuleEvent,
+    _subevent: u64,
+    _data: *mut c_void,
+) {
+    guard::callback((), || check_policy(&Context::new(ctx)))
+}
+
+/// Checks the eviction policy now and on every config change.
+pub fn watch_policy(ctx: &Context) -> bool {
+    check_policy(ctx);
+    let event = raw::RedisModuleEvent {
+        id: raw::REDISMODULE_EVENT_CONFIG,
+        dataver: 1,
+    };
+    let status = unsafe {
+        raw::RedisModule_SubscribeToServerEvent.unwrap()(ctx.ctx, event, Some(on_config_change))
+    };
+    status == raw::REDISMODULE_OK as c_int
+}
