@@ -50,16 +50,6 @@ fn waiters(c: &mut Connection, key: &str) -> i64 {
     field_int(&cache_info(c, key), "waiters")
 }
 
-fn warden_stat(c: &mut Connection, name: &str) -> i64 {
-    let info: String = redis::cmd("INFO").arg("warden").query(c).unwrap();
-    info.lines()
-        .find_map(|l| l.strip_prefix(&format!("warden_{name}:")))
-        .unwrap_or_else(|| panic!("{name}"))
-        .trim()
-        .parse()
-        .unwrap()
-}
-
 /// A blocked `CACHE.GET ... WAIT` on its own connection, which stays open
 /// after the answer (a lease ends when its holder's connection closes).
 type Waiting = std::thread::JoinHandle<(Value, Connection)>;

@@ -110,18 +110,8 @@ fn got(w: Waiter, case: &str) -> Got {
     }
 }
 
-fn stat(c: &mut Connection, name: &str) -> i64 {
-    let info: String = redis::cmd("INFO").arg("warden").query(c).unwrap();
-    info.lines()
-        .find_map(|l| l.strip_prefix(&format!("warden_{name}:")))
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap()
-}
-
 fn waiting(c: &mut Connection) -> i64 {
-    stat(c, "waiting_clients")
+    warden_stat(c, "waiting_clients")
 }
 
 fn run_case(end: End, state: State, behaviour: Behaviour) {
@@ -235,7 +225,7 @@ fn run_case(end: End, state: State, behaviour: Behaviour) {
     });
     drop(holder);
     wait_for("an empty lease table", Duration::from_secs(10), || {
-        stat(&mut c, "cache_entries") == 0
+        warden_stat(&mut c, "cache_entries") == 0
     });
     let pong: String = redis::cmd("PING").query(&mut c).unwrap();
     assert_eq!(pong, "PONG", "{case}");

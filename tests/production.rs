@@ -12,18 +12,8 @@ use std::time::{Duration, Instant};
 use common::*;
 use redis::{Connection, ConnectionLike, Value};
 
-fn info_field(c: &mut Connection, section: &str, field: &str) -> i64 {
-    let info: String = redis::cmd("INFO").arg(section).query(c).unwrap();
-    info.lines()
-        .find_map(|l| l.strip_prefix(&format!("{field}:")))
-        .unwrap_or_else(|| panic!("{field} in INFO {section}"))
-        .trim()
-        .parse()
-        .unwrap()
-}
-
 fn waiting(c: &mut Connection) -> i64 {
-    info_field(c, "warden", "warden_waiting_clients")
+    info_int(c, "warden", "warden_waiting_clients")
 }
 
 /// The server's clock, in ms.
@@ -212,7 +202,7 @@ fn pipelined_commands_behind_a_timed_out_waiter_get_their_own_replies() {
         assert_eq!(first, Value::Nil, "{words:?}");
         assert_eq!(second, Value::BulkString(b"marker".to_vec()));
     }
-    assert_eq!(info_field(&mut c, "warden", "warden_wait_timeouts"), 3);
+    assert_eq!(info_int(&mut c, "warden", "warden_wait_timeouts"), 3);
 }
 
 // --- 3. Eviction --------------------------------------------------------
@@ -247,7 +237,7 @@ fn an_evicted_lock_keeps_its_key_taken_until_its_lease_ends() {
             i += 1;
             assert!(i < 100_000, "the lock was never evicted");
         }
-        assert_eq!(info_field(&mut c, "warden", "warden_evicted_locks"), 1);
+        assert_eq!(info_int(&mut c, "warden", "warden_evicted_locks"), 1);
         // Until the evicted lease ends nobody else gets the key.
         if server_ms(&mut c) < start + lease - 500 {
             assert_eq!(
@@ -307,7 +297,7 @@ fn an_evicted_lock_stays_taken_across_swapdb_reload_and_restart() {
     s.restart(true);
     let mut c = s.conn();
     assert_eq!(run(&mut c, &thief).unwrap(), Value::Nil, "after a restart");
-    assert_eq!(info_field(&mut c, "warden", "warden_evicted_keys_taken"), 1);
+    assert_eq!(info_int(&mut c, "warden", "warden_evicted_keys_taken"), 1);
     assert_healthy(&s);
 }
 
