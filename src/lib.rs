@@ -44,6 +44,7 @@ const ALLOCATOR: Allocator = std::alloc::System;
 pub mod fuzzing {
     pub use crate::args::exercise as arguments;
     pub use crate::bloom::codec::exercise as bloom_codec;
+    pub use crate::bloom::redisbloom::exercise as redisbloom_codec;
 }
 
 /// Every command: name, handler, flags. Each takes one key, its first argument.

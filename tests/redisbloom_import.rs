@@ -279,10 +279,11 @@ fn scandump_chunks_load_with_identical_answers() {
     assert_adds_alike(&mut c, &mut r, &built);
 }
 
-/// Filters without RedisBloom's 64-bit option hash with its 32-bit
-/// MurmurHash2: RedisBloom still loads them, and so does warden.
+/// Filters with RedisBloom's older options — 32-bit MurmurHash2 without
+/// `FORCE64`, power-of-two links without `NOROUND` — still load into
+/// RedisBloom, and answer and grow the same in warden.
 #[test]
-fn filters_with_32_bit_hashes_answer_identically() {
+fn filters_with_older_options_answer_and_grow_identically() {
     let rb = redisbloom_server();
     let mut r = rb.conn();
     run(&mut r, &["BF.RESERVE", "f", "0.01", "300"]).unwrap();
@@ -291,29 +292,30 @@ fn filters_with_32_bit_hashes_answer_identically() {
     // items 0, links 1, options NOROUND|FORCE64 (5), growth 2 as RDB unsigneds.
     let fields = [2, 0, 2, 1, 2, 5, 2, 2];
     let at = body.windows(8).position(|w| w == fields).unwrap();
-    let mut patched = body.to_vec();
-    patched[at + 5] = 1;
-    let payload = resign(&dump, patched);
     let w = Server::start(&[]);
     let mut c = w.conn();
-    for conn in [&mut r, &mut c] {
-        redis::cmd("RESTORE")
-            .arg("f32")
-            .arg(0)
-            .arg(&payload)
-            .query::<()>(conn)
-            .unwrap();
+    for options in [0u8, 1, 4] {
+        let mut patched = body.to_vec();
+        patched[at + 5] = options;
+        let payload = resign(&dump, patched);
+        let key = format!("f{options}");
+        for conn in [&mut r, &mut c] {
+            redis::cmd("RESTORE")
+                .arg(&key)
+                .arg(0)
+                .arg(&payload)
+                .query::<()>(conn)
+                .unwrap();
+        }
+        let key: &'static str = Box::leak(key.into_boxed_str());
+        let f = Built { key, items: 3000 };
+        assert_eq!(
+            add_items(&mut c, key, 0..3000),
+            add_items(&mut r, key, 0..3000)
+        );
+        assert!(answers(&mut c, &f) == answers(&mut r, &f), "{key}");
+        assert_eq!(info(&mut c, key), info(&mut r, key));
     }
-    let f = Built {
-        key: "f32",
-        items: 1000,
-    };
-    assert_eq!(
-        add_items(&mut c, "f32", 0..1000),
-        add_items(&mut r, "f32", 0..1000)
-    );
-    assert!(answers(&mut c, &f) == answers(&mut r, &f));
-    assert_eq!(info(&mut c, "f32"), info(&mut r, "f32"));
 }
 
 #[test]

@@ -299,3 +299,238 @@ pub fn decode_header(bytes: &[u8], max_bytes: u64) -> Result<Chain, BadData> {
         .collect::<Result<Vec<_>, _>>()?;
     chain(&c, filters)
 }
+
+/// A filter's fields as the RDB loader reads them, taken from `r` as
+/// little-endian numbers: how the fuzz target reaches the RDB checks.
+#[cfg(any(test, fuzzing))]
+fn chain_from_fields(r: &mut Reader) -> Result<Chain, BadData> {
+    let c = ChainFields {
+        items: r.u64()?,
+        links: r.u64()?,
+        options: r.u64()?,
+        growth: r.u64()?,
+    };
+    check_chain(&c)?;
+    let mut filters = Vec::new();
+    for _ in 0..c.links {
+        let l = LinkFields {
+            capacity: r.u64()?,
+            error: r.f64()?,
+            hashes: r.u64()?,
+            bits: r.u64()?,
+            n2: r.u64()?,
+        };
+        let words = check_link(&l)?;
+        // Like the RDB: the bits must be there before anything is allocated.
+        if r.0.len() / 8 < words {
+            return Err(BadData::Malformed);
+        }
+        let mut bits = vec![0u64; words];
+        for w in &mut bits {
+            *w = r.u64()?;
+        }
+        filters.push(link(&l, bits, r.u64()?)?);
+    }
+    chain(&c, filters)
+}
+
+/// What the `redisbloom_codec` fuzz target runs on each input (and the unit
+/// tests on every kept input): a `SCANDUMP` header (its length in the first
+/// byte) with a chunk written into its filter, and the whole input read as
+/// RDB fields; each filter that loads is then used.
+#[cfg(any(test, fuzzing))]
+pub fn exercise(data: &[u8]) {
+    use crate::bloom::codec::load_chunk;
+    let use_it = |mut chain: Chain| {
+        if chain.add(b"item", 1 << 20).is_ok() {
+            assert!(chain.contains(b"item"));
+        }
+        let again = decode_header(&encode_header(&chain), u64::MAX).expect("own header");
+        assert_eq!(again.filters.len(), chain.filters.len());
+    };
+    let split = data.first().map_or(0, |&b| usize::from(b)).min(data.len());
+    let (header, rest) = data.split_at(split);
+    if let Ok(mut chain) = decode_header(header.get(1..).unwrap_or_default(), 1 << 20) {
+        let offset = rest
+            .get(..8)
+            .map_or(0, |b| u64::from_le_bytes(b.try_into().expect("8 bytes")));
+        let _ = load_chunk(&mut chain, offset, rest.get(8..).unwrap_or_default());
+        use_it(chain);
+    }
+    if let Ok(chain) = chain_from_fields(&mut Reader(data)) {
+        use_it(chain);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `BF.RESERVE a 0.01 10` and `BF.ADD a x` in RedisBloom 2.8.2: its
+    /// `SCANDUMP` header and its one chunk.
+    const HEADER: [u8; 73] = [
+        1, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 5, 0, 0, 0, 2, 0, 0, 0, 16, 0, 0, 0, 0, 0, 0, 0, 128,
+        0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0x7b, 0x14, 0xae, 0x47, 0xe1, 0x7a, 0x74,
+        0x3f, 0xe9, 0x86, 0x2f, 0xb2, 0x35, 0x0e, 0x26, 0x40, 8, 0, 0, 0, 10, 0, 0, 0, 0, 0, 0, 0,
+        0,
+    ];
+    const CHUNK: [u8; 16] = [
+        0x40, 0x40, 0x40, 0, 0, 0x40, 0x40, 0x40, 0, 0, 0, 0x40, 0x40, 0, 0, 0,
+    ];
+
+    fn real() -> Chain {
+        let mut chain = decode_header(&HEADER, 1 << 20).unwrap();
+        crate::bloom::codec::load_chunk(&mut chain, 0, &CHUNK).unwrap();
+        chain
+    }
+
+    #[test]
+    fn a_real_header_decodes_and_encodes_back_byte_for_byte() {
+        let chain = real();
+        assert_eq!(chain.scheme, Scheme::RedisBloom { options: 5 });
+        assert_eq!(chain.expansion, Some(2));
+        assert_eq!((chain.capacity(), chain.items()), (10, 1));
+        assert_eq!(chain.filters[0].hashes, 8);
+        assert_eq!(chain.filters[0].error, 0.005);
+        assert_eq!(encode_header(&chain), HEADER);
+        assert!(chain.contains(b"x"));
+    }
+
+    #[test]
+    fn links_are_sized_as_redisbloom_sizes_them() {
+        // BF.DEBUG of RedisBloom 2.8.2 for chains of 0.01/100 and 0.05/50 EXPANSION 1.
+        let cases = [
+            (100, 0.005, 18, 8),
+            (200, 0.0025, 39, 9),
+            (800, 0.000625, 192, 11),
+            (50, 0.025, 6, 6),
+            (50, 4.8828125e-05, 17, 15),
+            (10, 0.005, 2, 8),
+        ];
+        for (capacity, error, words, hashes) in cases {
+            let shape = sized(capacity, error, DEFAULT_OPTIONS).unwrap();
+            assert_eq!((shape.words, shape.hashes), (words, hashes), "{error}");
+            assert_eq!((shape.capacity, shape.n2), (capacity, 0));
+        }
+        // Without NOROUND: the next power of two, the spare bits as capacity.
+        let shape = sized(100, 0.01, FORCE64).unwrap();
+        assert_eq!((shape.n2, shape.words), (10, 16));
+        assert_eq!(shape.capacity, 106);
+    }
+
+    #[test]
+    fn every_truncation_and_bit_flip_of_a_header_is_refused_or_consistent() {
+        for cut in 0..HEADER.len() {
+            assert!(decode_header(&HEADER[..cut], 1 << 20).is_err());
+        }
+        for i in 0..HEADER.len() {
+            for bit in 0..8 {
+                let mut bad = HEADER;
+                bad[i] ^= 1 << bit;
+                if let Ok(c) = decode_header(&bad, 1 << 20) {
+                    assert!(c.filters.iter().all(|f| f.items <= f.capacity));
+                    assert!(c.bytes() <= 1 << 20);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn headers_announcing_huge_links_are_refused_before_allocating() {
+        let mut huge = HEADER;
+        huge[20..28].copy_from_slice(&(1u64 << 40).to_le_bytes());
+        huge[28..36].copy_from_slice(&(1u64 << 43).to_le_bytes());
+        assert_eq!(decode_header(&huge, 1 << 20), Err(BadData::TooLarge));
+    }
+
+    #[test]
+    fn inconsistent_fields_are_refused() {
+        let whole = ChainFields {
+            items: 1,
+            links: 1,
+            options: 5,
+            growth: 2,
+        };
+        assert!(check_chain(&whole).is_ok());
+        for bad in [
+            ChainFields { links: 0, ..whole },
+            ChainFields {
+                links: 1001,
+                ..whole
+            },
+            ChainFields {
+                options: 16,
+                ..whole
+            },
+            ChainFields { growth: 0, ..whole },
+            ChainFields {
+                growth: 1 << 32,
+                ..whole
+            },
+            ChainFields {
+                options: 13,
+                links: 2,
+                ..whole
+            },
+        ] {
+            assert!(check_chain(&bad).is_err(), "{bad:?}");
+        }
+        let one = LinkFields {
+            capacity: 10,
+            error: 0.005,
+            hashes: 8,
+            bits: 128,
+            n2: 0,
+        };
+        assert_eq!(check_link(&one), Ok(2));
+        for bad in [
+            LinkFields { capacity: 0, ..one },
+            LinkFields { error: 0.0, ..one },
+            LinkFields { error: 1.0, ..one },
+            LinkFields {
+                error: f64::NAN,
+                ..one
+            },
+            LinkFields { hashes: 0, ..one },
+            LinkFields {
+                hashes: 5000,
+                ..one
+            },
+            LinkFields { bits: 0, ..one },
+            LinkFields { bits: 100, ..one },
+            LinkFields { n2: 8, ..one },
+            LinkFields { n2: 64, ..one },
+        ] {
+            assert!(check_link(&bad).is_err(), "{bad:?}");
+        }
+        assert!(check_link(&LinkFields { n2: 7, ..one }).is_ok());
+        assert!(link(&one, vec![0; 2], 11).is_err());
+        assert!(link(&one, vec![0; 3], 1).is_err());
+        let f = link(&one, vec![0; 2], 2).unwrap();
+        assert!(chain(&whole, vec![f.clone()]).is_err(), "items must add up");
+        assert!(chain(&ChainFields { items: 2, ..whole }, vec![f]).is_ok());
+    }
+
+    #[test]
+    fn decoding_arbitrary_bytes_never_panics() {
+        let mut state = 0x9e3779b97f4a7c15u64;
+        let mut next = || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        for len in 0..300 {
+            let bytes: Vec<u8> = (0..len).map(|_| next() as u8).collect();
+            exercise(&bytes);
+            let mut prefixed = HEADER.to_vec();
+            prefixed.extend_from_slice(&bytes);
+            exercise(&prefixed);
+        }
+    }
+
+    #[test]
+    fn kept_fuzz_inputs_still_pass() {
+        crate::args::replay_kept_fuzz_inputs("redisbloom_codec", exercise);
+    }
+}
