@@ -260,7 +260,7 @@ fn scandump_chunks_load_with_identical_answers() {
     let mut r = rb.conn();
     let built = build(&mut r, false);
     let want = expected(&mut r, &built);
-    let w = Server::start(&[]);
+    let mut w = Server::start(&["--appendonly", "yes"]);
     let mut c = w.conn();
     for f in &built {
         for (iter, data) in scandump(&mut r, f.key) {
@@ -268,6 +268,14 @@ fn scandump_chunks_load_with_identical_answers() {
         }
     }
     assert_same(&mut c, &built, &want);
+    // The AOF rewrites imported filters as RedisBloom-format chunks.
+    rewrite_aof(&mut c);
+    drop(c);
+    w.restart(true);
+    let mut c = w.conn();
+    assert_same(&mut c, &built, &want);
+    let t: String = redis::cmd("TYPE").arg("scaling").query(&mut c).unwrap();
+    assert_eq!(t, "MBbloom--");
     // warden dumps imported filters in RedisBloom's format: they load back.
     for f in &built {
         run(&mut r, &["DEL", f.key]).unwrap();
