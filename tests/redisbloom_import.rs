@@ -323,6 +323,10 @@ fn filters_with_older_options_answer_and_grow_identically() {
         );
         assert!(answers(&mut c, &f) == answers(&mut r, &f), "{key}");
         assert_eq!(info(&mut c, key), info(&mut r, key));
+        let debug = |c: &mut Connection| -> Vec<String> {
+            redis::cmd("BF.DEBUG").arg(key).query(c).unwrap()
+        };
+        assert_eq!(debug(&mut c), debug(&mut r), "{key}");
     }
 }
 
