@@ -105,12 +105,12 @@ cluster: build $(SERVER_DEPS)
 cluster-stop:
 	scripts/cluster.sh stop $(CLUSTER_PORT)
 
-# Coverage-guided fuzzing of the Bloom codec and the argument parsers
+# Coverage-guided fuzzing of the Bloom codecs (warden's and RedisBloom's) and the argument parsers
 # (FUZZ_SECONDS each). Crashes land in fuzz/artifacts; keep them in
 # fuzz/regressions/<target>/, which the unit tests replay.
 fuzz: deps
 	@command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz
-	for t in bloom_codec arguments; do \
+	for t in bloom_codec redisbloom_codec arguments; do \
 		mkdir -p fuzz/corpus/$$t && cp -n fuzz/regressions/$$t/* fuzz/corpus/$$t/ 2>/dev/null; \
 		RUSTC_BOOTSTRAP=1 cargo fuzz run $$t fuzz/corpus/$$t -- -max_total_time=$(FUZZ_SECONDS) || exit 1; \
 	done
