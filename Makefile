@@ -1,4 +1,5 @@
-# warden — make run: start redis-server with the module; make test: run every test.
+# warden — make run: start redis-server with the module; make test: run every test
+# (the module's and the Rust client's, warden-client/).
 SHELL := /bin/bash
 PORT ?= 6379
 MODULE := target/release/libwarden.so
@@ -50,7 +51,7 @@ venv: deps
 test: deps venv $(REDISBLOOM)
 	cargo build --release
 	WARDEN_MODULE=$(CURDIR)/$(MODULE) WARDEN_PYTHON=$(CURDIR)/$(PYTHON) REDISBLOOM_MODULE=$(CURDIR)/$(REDISBLOOM) \
-		cargo test --release -- --test-threads=4
+		cargo test --release --workspace -- --test-threads=4
 
 # Side by side in one run; QUICK=1 for a short run; SECTION=cache (stampede
 # and consistency race) or SECTION=big-filters for one section alone, into its
@@ -95,7 +96,7 @@ valgrind: deps venv
 
 check:
 	cargo fmt --check
-	cargo clippy --all-targets -- -D warnings
+	cargo clippy --all-targets --workspace -- -D warnings
 
 clean:
 	cargo clean
