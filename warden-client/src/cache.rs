@@ -90,7 +90,12 @@ impl Cache {
     /// abandoned, which hands it to the oldest waiter, and its error is
     /// returned as [`Error::Loader`]. A refresh-ahead lease runs the loader in
     /// a background task (hence `Send + 'static`).
-    pub async fn get_or_load<V, F, Fut, E>(&self, key: &str, lease: Duration, loader: F) -> Result<V>
+    pub async fn get_or_load<V, F, Fut, E>(
+        &self,
+        key: &str,
+        lease: Duration,
+        loader: F,
+    ) -> Result<V>
     where
         V: FromRedisValue + ToRedisArgs + Send + 'static,
         F: FnOnce() -> Fut + Send + 'static,
@@ -135,7 +140,13 @@ impl Cache {
 
     /// Runs the loader under lease `token`, then fills or abandons on `link`,
     /// the connection the lease belongs to.
-    async fn load_and_fill<V, F, Fut, E>(&self, key: &str, token: i64, link: Link, loader: F) -> Result<V>
+    async fn load_and_fill<V, F, Fut, E>(
+        &self,
+        key: &str,
+        token: i64,
+        link: Link,
+        loader: F,
+    ) -> Result<V>
     where
         V: FromRedisValue + ToRedisArgs,
         F: FnOnce() -> Fut,

@@ -225,7 +225,8 @@ impl Warden {
             Ok(v) => Ok((v, link)),
             Err(e) if pooled && e.breaks_connection() => {
                 drop(link);
-                let link = Link::open(&self.inner.client, self.inner.config.connect_timeout).await?;
+                let link =
+                    Link::open(&self.inner.client, self.inner.config.connect_timeout).await?;
                 let v = link.query(cmd, limit).await?;
                 Ok((v, link))
             }

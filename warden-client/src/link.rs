@@ -26,10 +26,12 @@ impl Drop for Link {
 
 impl Link {
     pub(crate) async fn open(client: &redis::Client, connect_timeout: Duration) -> Result<Link> {
-        let (conn, driver) =
-            tokio::time::timeout(connect_timeout, client.create_multiplexed_tokio_connection())
-                .await
-                .map_err(|_| Error::Timeout)??;
+        let (conn, driver) = tokio::time::timeout(
+            connect_timeout,
+            client.create_multiplexed_tokio_connection(),
+        )
+        .await
+        .map_err(|_| Error::Timeout)??;
         Ok(Link {
             conn,
             driver: tokio::spawn(driver),

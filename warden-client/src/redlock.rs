@@ -47,7 +47,11 @@ struct Server {
 }
 
 impl Server {
-    async fn query<T: redis::FromRedisValue>(&self, cmd: &redis::Cmd, limit: Duration) -> Result<T> {
+    async fn query<T: redis::FromRedisValue>(
+        &self,
+        cmd: &redis::Cmd,
+        limit: Duration,
+    ) -> Result<T> {
         let attempt = async {
             let link = self.shared.get(&self.client, limit).await?;
             let reply = link.query(cmd, None).await;
@@ -85,9 +89,8 @@ impl Redlock {
 
     /// The bound on each server's answer, connecting included.
     pub fn server_timeout(self, timeout: Duration) -> Self {
-        let inner = Arc::try_unwrap(self.inner).unwrap_or_else(|_| {
-            panic!("set the server timeout before cloning the Redlock")
-        });
+        let inner = Arc::try_unwrap(self.inner)
+            .unwrap_or_else(|_| panic!("set the server timeout before cloning the Redlock"));
         Redlock {
             inner: Arc::new(Inner {
                 server_timeout: timeout,
@@ -112,7 +115,10 @@ impl Redlock {
         )
         .await;
         let elapsed = start.elapsed();
-        let tokens: Vec<i64> = replies.into_iter().filter_map(|r| r.ok().flatten()).collect();
+        let tokens: Vec<i64> = replies
+            .into_iter()
+            .filter_map(|r| r.ok().flatten())
+            .collect();
         let quorum = self.inner.servers.len() / 2 + 1;
         let drift = ttl / 100 + Duration::from_millis(2);
         match ttl.checked_sub(elapsed + drift) {

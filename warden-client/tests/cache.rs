@@ -77,7 +77,9 @@ async fn a_failed_load_hands_the_lease_to_a_waiter() {
     })
     .await;
     let second = cache
-        .get_or_load("k", lease, || async { Ok::<_, std::io::Error>("loaded".to_string()) })
+        .get_or_load("k", lease, || async {
+            Ok::<_, std::io::Error>("loaded".to_string())
+        })
         .await
         .unwrap();
     assert_eq!(second, "loaded");
@@ -102,7 +104,10 @@ async fn a_dropped_loader_ends_its_lease() {
         })
     };
     let mut c = s.conn();
-    eventually("the lease", LONG, || cache_field(&mut c, "k", "lease") != redis::Value::Nil).await;
+    eventually("the lease", LONG, || {
+        cache_field(&mut c, "k", "lease") != redis::Value::Nil
+    })
+    .await;
     stuck.abort();
     let v = tokio::time::timeout(
         LONG,

@@ -19,8 +19,14 @@ async fn release_frees_the_lock_the_guard_held() {
     let guard = w.lock("k").acquire().await.unwrap().expect("free lock");
     assert!(guard.token() > 0);
     let (owner, holds, fence) = lock_state(&mut c, "k").expect("held");
-    assert_eq!((owner.as_str(), holds, fence), (guard.owner(), 1, guard.token()));
-    assert!(guard.owner().starts_with(&w.owner()[..36]), "owner is <uuid>:<task>");
+    assert_eq!(
+        (owner.as_str(), holds, fence),
+        (guard.owner(), 1, guard.token())
+    );
+    assert!(
+        guard.owner().starts_with(&w.owner()[..36]),
+        "owner is <uuid>:<task>"
+    );
     assert_eq!(guard.release().await.unwrap(), Release::Released);
     assert!(lock_state(&mut c, "k").is_none());
 }
@@ -32,7 +38,10 @@ async fn dropping_a_guard_releases_in_the_background() {
     let mut c = s.conn();
     let guard = w.lock("k").acquire().await.unwrap().expect("free lock");
     drop(guard);
-    eventually("release after drop", LONG, || lock_state(&mut c, "k").is_none()).await;
+    eventually("release after drop", LONG, || {
+        lock_state(&mut c, "k").is_none()
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -57,8 +66,7 @@ async fn other_owners_are_refused_or_wait_for_the_hand_off() {
         .unwrap();
     assert!(busy.is_none(), "another task is another owner");
     let other = w.clone();
-    let waiter =
-        tokio::spawn(async move { other.lock("k").wait(LONG).acquire().await.unwrap() });
+    let waiter = tokio::spawn(async move { other.lock("k").wait(LONG).acquire().await.unwrap() });
     let mut c = s.conn();
     wait_queued(&mut c, "LOCK.INFO", "k", 1);
     let first = holder.token();
@@ -85,11 +93,14 @@ async fn a_waiting_acquire_does_not_block_other_commands() {
     wait_queued(&mut c, "LOCK.INFO", "k", 2);
     // ...and the same client's other commands still answer at once.
     for i in 0..20 {
-        let g = timeout(Duration::from_secs(2), w.lock(format!("other:{i}")).acquire())
-            .await
-            .expect("not stuck behind a WAIT")
-            .unwrap()
-            .unwrap();
+        let g = timeout(
+            Duration::from_secs(2),
+            w.lock(format!("other:{i}")).acquire(),
+        )
+        .await
+        .expect("not stuck behind a WAIT")
+        .unwrap()
+        .unwrap();
         g.release().await.unwrap();
     }
     held.release().await.unwrap();
@@ -121,9 +132,19 @@ async fn the_watchdog_keeps_the_lock_past_several_leases_and_stops_at_release() 
     let mut c = s.conn();
     let ttl = Duration::from_millis(300);
     let started = Instant::now();
-    let guard = w.lock("k").ttl(ttl).watchdog(true).acquire().await.unwrap().unwrap();
+    let guard = w
+        .lock("k")
+        .ttl(ttl)
+        .watchdog(true)
+        .acquire()
+        .await
+        .unwrap()
+        .unwrap();
     // Renewals every ttl/3: wait for enough of them to span four leases.
-    eventually("twelve renewals", LONG, || calls(&mut c, "lock.extend") >= 12).await;
+    eventually("twelve renewals", LONG, || {
+        calls(&mut c, "lock.extend") >= 12
+    })
+    .await;
     assert!(started.elapsed() > ttl * 3);
     let (owner, _, fence) = lock_state(&mut c, "k").expect("still held");
     assert_eq!((owner.as_str(), fence), (guard.owner(), guard.token()));
@@ -142,10 +163,20 @@ async fn dropping_a_watched_guard_stops_renewing() {
     let w = warden(&s);
     let mut c = s.conn();
     let ttl = Duration::from_millis(300);
-    let guard = w.lock("k").ttl(ttl).watchdog(true).acquire().await.unwrap().unwrap();
+    let guard = w
+        .lock("k")
+        .ttl(ttl)
+        .watchdog(true)
+        .acquire()
+        .await
+        .unwrap()
+        .unwrap();
     eventually("a renewal", LONG, || calls(&mut c, "lock.extend") >= 1).await;
     drop(guard);
-    eventually("release after drop", LONG, || lock_state(&mut c, "k").is_none()).await;
+    eventually("release after drop", LONG, || {
+        lock_state(&mut c, "k").is_none()
+    })
+    .await;
     let after_release = calls(&mut c, "lock.extend");
     tokio::time::sleep(ttl).await;
     assert_eq!(calls(&mut c, "lock.extend"), after_release);
@@ -176,7 +207,14 @@ async fn a_paused_server_makes_the_guard_report_loss_within_the_lease() {
     let s = Server::start(&[]);
     let w = warden(&s);
     let ttl = Duration::from_millis(500);
-    let guard = w.lock("k").ttl(ttl).watchdog(true).acquire().await.unwrap().unwrap();
+    let guard = w
+        .lock("k")
+        .ttl(ttl)
+        .watchdog(true)
+        .acquire()
+        .await
+        .unwrap()
+        .unwrap();
     let mut c = s.conn();
     eventually("a renewal", LONG, || calls(&mut c, "lock.extend") >= 1).await;
     // The server stops answering for 5 s, ten leases.
@@ -186,7 +224,10 @@ async fn a_paused_server_makes_the_guard_report_loss_within_the_lease() {
         !sleeper.is_finished(),
         "the loss is reported while the server is still paused"
     );
-    assert!(Instant::now() >= guard.lease_end(), "not before the lease could end");
+    assert!(
+        Instant::now() >= guard.lease_end(),
+        "not before the lease could end"
+    );
     sleeper.join().unwrap().unwrap();
     drop(guard);
 }
@@ -196,7 +237,14 @@ async fn a_killed_server_makes_the_guard_report_loss() {
     let mut s = Server::start(&[]);
     let w = warden(&s);
     let ttl = Duration::from_millis(500);
-    let guard = w.lock("k").ttl(ttl).watchdog(true).acquire().await.unwrap().unwrap();
+    let guard = w
+        .lock("k")
+        .ttl(ttl)
+        .watchdog(true)
+        .acquire()
+        .await
+        .unwrap()
+        .unwrap();
     s.stop(false);
     timeout(LONG, guard.lost()).await.expect("loss reported");
     assert!(matches!(guard.release().await, Err(_)));
@@ -206,7 +254,14 @@ async fn a_killed_server_makes_the_guard_report_loss() {
 async fn the_client_reconnects_after_a_restart() {
     let mut s = Server::start(&[]);
     let w = warden(&s);
-    w.lock("k").acquire().await.unwrap().unwrap().release().await.unwrap();
+    w.lock("k")
+        .acquire()
+        .await
+        .unwrap()
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
     s.restart(false);
     let mut ok = false;
     for _ in 0..3 {
@@ -265,7 +320,10 @@ async fn an_upgrade_is_refused_and_a_read_lease_is_watched() {
         Err(Error::Redis(e)) => assert!(e.to_string().contains("upgrade"), "{e}"),
         other => panic!("expected the upgrade error, got {other:?}"),
     }
-    eventually("read renewals", LONG, || calls(&mut c, "rwlock.extend") >= 6).await;
+    eventually("read renewals", LONG, || {
+        calls(&mut c, "rwlock.extend") >= 6
+    })
+    .await;
     assert!(maybe_map(&mut c, &["RWLOCK.INFO", "rw"]).is_some());
     read.release().await.unwrap();
     assert!(maybe_map(&mut c, &["RWLOCK.INFO", "rw"]).is_none());
@@ -302,7 +360,10 @@ async fn redlock_needs_a_majority_and_survives_two_servers_down() {
     drop(held);
     for s in &servers[2..] {
         let mut c = s.conn();
-        eventually("released everywhere", LONG, || lock_state(&mut c, "k").is_none()).await;
+        eventually("released everywhere", LONG, || {
+            lock_state(&mut c, "k").is_none()
+        })
+        .await;
     }
 
     servers[2].stop(false);
@@ -351,7 +412,13 @@ async fn measure_pairs_per_second() {
     let client_rate = n as f64 / started.elapsed().as_secs_f64();
     let started = Instant::now();
     for _ in 0..n {
-        let g = w.lock("client").watchdog(true).acquire().await.unwrap().unwrap();
+        let g = w
+            .lock("client")
+            .watchdog(true)
+            .acquire()
+            .await
+            .unwrap()
+            .unwrap();
         g.release().await.unwrap();
     }
     let watched_rate = n as f64 / started.elapsed().as_secs_f64();

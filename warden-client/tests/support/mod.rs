@@ -1,7 +1,7 @@
 //! Shared by the client's test files: servers come from the module's harness.
 #![allow(dead_code)]
 
-#[path = "../../tests/common/mod.rs"]
+#[path = "../../../tests/common/mod.rs"]
 pub mod common;
 
 use std::time::Duration;
@@ -34,7 +34,5 @@ pub fn calls(c: &mut redis::Connection, command: &str) -> i64 {
     let prefix = format!("cmdstat_{command}:calls=");
     info.lines()
         .find_map(|l| l.strip_prefix(prefix.as_str()))
-        .map_or(0, |rest| {
-            rest.split(',').next().unwrap().parse().unwrap()
-        })
+        .map_or(0, |rest| rest.split(',').next().unwrap().parse().unwrap())
 }
