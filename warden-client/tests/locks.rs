@@ -431,3 +431,40 @@ async fn measure_pairs_per_second() {
         watched / raw
     );
 }
+
+#[test]
+fn the_quickstart_example_runs() {
+    let s = Server::start(&[]);
+    // cargo test builds the package's examples beside the test binaries.
+    let exe = std::env::current_exe().unwrap();
+    let example = exe
+        .parent()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .join("examples/quickstart");
+    let out = std::process::Command::new(&example)
+        .env("WARDEN_URL", url(&s))
+        .output()
+        .unwrap_or_else(|e| {
+            panic!(
+                "{}: {e} (plain `cargo test` builds it; `--test locks` alone does not)",
+                example.display()
+            )
+        });
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("user:42:name = Ada"), "{stdout}");
+    let mut c = s.conn();
+    assert_eq!(
+        redis::cmd("GET")
+            .arg("user:42:name")
+            .query::<String>(&mut c)
+            .unwrap(),
+        "Ada"
+    );
+}
