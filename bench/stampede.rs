@@ -27,7 +27,7 @@ const LOAD: Duration = Duration::from_millis(50);
 const TTL_MS: u64 = 500;
 /// Lease, lock and `WAIT` times of the strategies that have them.
 const LEASE_MS: &str = "2000";
-const REFRESH_MS: &str = "150";
+const REFRESH_MS: &str = "75";
 /// Time between one reader's reads: the rest of its request.
 const THINK: Duration = Duration::from_millis(10);
 /// How long a losing `SET NX` reader sleeps before it reads again.
@@ -57,7 +57,7 @@ impl Strategy {
             Strategy::SetNxPolling => "SET NX mutex + 50 ms polling",
             Strategy::LockWait => "LOCK.ACQUIRE WAIT (patterns #1)",
             Strategy::CacheWait => "CACHE.GET WAIT",
-            Strategy::CacheRefresh => "CACHE.GET WAIT REFRESH 150",
+            Strategy::CacheRefresh => "CACHE.GET WAIT REFRESH 75",
         }
     }
 

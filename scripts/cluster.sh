@@ -8,6 +8,7 @@ action=${1:-start}
 base=${2:-7000}
 module=$PWD/target/release/libwarden.so
 ports=$(seq "$base" $((base + 5)))
+server=${WARDEN_SERVER:-redis-server}   # make cluster SERVER=valkey sets it
 
 case "$action" in
 start)
@@ -18,7 +19,7 @@ start)
     done
     for p in $ports; do
         mkdir -p "cluster-data/$p"
-        redis-server --port "$p" --bind 127.0.0.1 --dir "$PWD/cluster-data/$p" \
+        "$server" --port "$p" --bind 127.0.0.1 --dir "$PWD/cluster-data/$p" \
             --cluster-enabled yes --cluster-config-file nodes.conf --cluster-node-timeout 5000 \
             --appendonly yes --daemonize yes --logfile redis.log --loadmodule "$module"
     done

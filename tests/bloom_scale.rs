@@ -321,7 +321,7 @@ struct Plain {
 impl Plain {
     fn start(modules: &[Vec<String>]) -> Self {
         let dir = tempfile::tempdir().unwrap();
-        let mut cmd = Command::new("redis-server");
+        let mut cmd = Command::new(common::server_binary());
         cmd.current_dir(dir.path()).args([
             "--port",
             "0",

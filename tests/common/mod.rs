@@ -31,9 +31,20 @@ fn valgrind_dir() -> Option<PathBuf> {
     std::env::var("WARDEN_VALGRIND_DIR").ok().map(PathBuf::from)
 }
 
+/// The server binary the tests start: `WARDEN_SERVER` (`make test SERVER=valkey`
+/// sets it to Valkey's), or `redis-server` from `PATH`.
+pub fn server_binary() -> String {
+    std::env::var("WARDEN_SERVER").unwrap_or_else(|_| "redis-server".to_string())
+}
+
+/// Whether the tests run against Valkey rather than Redis.
+pub fn is_valkey() -> bool {
+    server_binary().contains("valkey")
+}
+
 fn server_command() -> Command {
     match valgrind_dir() {
-        None => Command::new("redis-server"),
+        None => Command::new(server_binary()),
         Some(_) => {
             let mut c = Command::new("valgrind");
             c.args([
@@ -47,7 +58,7 @@ fn server_command() -> Command {
                 env!("CARGO_MANIFEST_DIR"),
                 "/scripts/valgrind.supp"
             ));
-            c.arg("redis-server");
+            c.arg(server_binary());
             c
         }
     }
@@ -131,7 +142,12 @@ impl Server {
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
-            .expect("redis-server must be installed (make test installs it)");
+            .unwrap_or_else(|e| {
+                panic!(
+                    "cannot start {} ({e}): make test installs it",
+                    server_binary()
+                )
+            });
         self.child = Some(child);
         let started = Instant::now();
         loop {
@@ -149,6 +165,19 @@ impl Server {
                 self.log()
             );
             std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// The server's process id (while it runs).
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// Whether the server process has exited (crashed, or stopped).
+    pub fn exited(&mut self) -> bool {
+        match self.child.as_mut() {
+            Some(child) => !matches!(child.try_wait(), Ok(None)),
+            None => true,
         }
     }
 

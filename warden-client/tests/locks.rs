@@ -446,12 +446,7 @@ fn the_quickstart_example_runs() {
     let out = std::process::Command::new(&example)
         .env("WARDEN_URL", url(&s))
         .output()
-        .unwrap_or_else(|e| {
-            panic!(
-                "{}: {e} (plain `cargo test` builds it; `--test locks` alone does not)",
-                example.display()
-            )
-        });
+        .unwrap_or_else(|e| panic!("{}: {e}", example.display()));
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),
