@@ -1,5 +1,6 @@
 # warden — make run: start redis-server with the module; make test: run every test
-# (make test SERVER=valkey: the integration tests on Valkey 9.1).
+# (the module's and the Rust client's, warden-client/; make test SERVER=valkey:
+# the integration tests on Valkey 9.1).
 SHELL := /bin/bash
 PORT ?= 6379
 MODULE := target/release/libwarden.so
@@ -82,7 +83,7 @@ test: deps venv $(REDISBLOOM) $(SERVER_DEPS)
 	cargo build --release
 	WARDEN_SERVER=$(SERVER_BIN) WARDEN_MODULE=$(CURDIR)/$(MODULE) WARDEN_PYTHON=$(CURDIR)/$(PYTHON) \
 		REDISBLOOM_MODULE=$(CURDIR)/$(REDISBLOOM) \
-		cargo test --release --no-fail-fast $(TEST_TARGETS) -- --test-threads=4
+		cargo test --release --workspace --no-fail-fast $(TEST_TARGETS) -- --test-threads=4
 
 # Side by side in one run; QUICK=1 for a short run; SECTION=cache (stampede
 # and consistency race) or SECTION=big-filters for one section alone, into its
@@ -127,7 +128,7 @@ valgrind: deps venv $(SERVER_DEPS)
 
 check:
 	cargo fmt --check
-	cargo clippy --all-targets -- -D warnings
+	cargo clippy --all-targets --workspace -- -D warnings
 
 clean:
 	cargo clean
