@@ -258,8 +258,9 @@ fn cmd(words: &[&str]) -> redis::Cmd {
     c
 }
 
-/// Server-side counters from INFO: total command calls (INFO itself left
-/// out) and CPU seconds.
+/// Server-side counters from INFO: the commands clients sent (INFO itself
+/// left out, and `CLIENT UNBLOCK`, which no client here sends: it is how the
+/// module answers a waiter, through `RedisModule_Call`) and CPU seconds.
 fn server_counters(server: &Server) -> (u64, f64) {
     let info: String = redis::cmd("INFO")
         .arg("everything")
@@ -270,7 +271,7 @@ fn server_counters(server: &Server) -> (u64, f64) {
     for line in info.lines() {
         if let Some(rest) = line.strip_prefix("cmdstat_") {
             let (name, stats) = rest.split_once(':').unwrap();
-            if name != "info" {
+            if name != "info" && name != "client|unblock" {
                 let n = stats
                     .split(',')
                     .find_map(|kv| kv.strip_prefix("calls="))
