@@ -78,8 +78,11 @@ $(VALKEY): | venv
 
 # The Bloom tests compare BF.DEBUG with RedisBloom's and run beside it.
 # WARDEN_SOAK_SECONDS (default 300) shortens tests/soak.rs.
+# The module is built by the test build (one feature set with the
+# dev-dependencies): a separate cargo build would make each later cargo test
+# rebuild the module and relink every test binary.
 test: deps venv $(REDISBLOOM) $(SERVER_DEPS)
-	cargo build --release
+	cargo test --release --no-run
 	WARDEN_SERVER=$(SERVER_BIN) WARDEN_MODULE=$(CURDIR)/$(MODULE) WARDEN_PYTHON=$(CURDIR)/$(PYTHON) \
 		REDISBLOOM_MODULE=$(CURDIR)/$(REDISBLOOM) \
 		cargo test --release --no-fail-fast $(TEST_TARGETS) -- --test-threads=4
