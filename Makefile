@@ -1,5 +1,6 @@
 # warden — make run: start redis-server with the module; make test: run every test
-# (make test SERVER=valkey: the integration tests on Valkey 9.1).
+# (the module's and the Rust client's, warden-client/; make test SERVER=valkey:
+# the integration tests on Valkey 9.1).
 SHELL := /bin/bash
 PORT ?= 6379
 MODULE := target/release/libwarden.so
@@ -85,15 +86,21 @@ test: deps venv $(REDISBLOOM) $(SERVER_DEPS)
 	cargo test --release --no-run
 	WARDEN_SERVER=$(SERVER_BIN) WARDEN_MODULE=$(CURDIR)/$(MODULE) WARDEN_PYTHON=$(CURDIR)/$(PYTHON) \
 		REDISBLOOM_MODULE=$(CURDIR)/$(REDISBLOOM) \
-		cargo test --release --no-fail-fast $(TEST_TARGETS) -- --test-threads=4
+		cargo test --release --workspace --no-fail-fast $(TEST_TARGETS) -- --test-threads=4
 
-# Side by side in one run; QUICK=1 for a short run. Writes bench/results/.
+# Side by side in one run; QUICK=1 for a short run; SECTION=cache (stampede
+# and consistency race) or SECTION=big-filters for one section alone, into its
+# own file. Writes bench/results/.
 bench: build venv $(REDISBLOOM)
-	@$(PYTHON) -c "import matplotlib" 2>/dev/null || $(VENV)/bin/pip install -q matplotlib
 	cargo build --release --example bench
 	WARDEN_MODULE=$(CURDIR)/$(MODULE) REDISBLOOM_MODULE=$(CURDIR)/$(REDISBLOOM) \
-		./target/release/examples/bench $(if $(QUICK),--quick,)
+		./target/release/examples/bench $(if $(QUICK),--quick,) $(if $(SECTION),--$(SECTION),)
+ifeq ($(SECTION),)
+	@late=$$($(PYTHON) bench/wait_lateness.py $(CURDIR)/$(MODULE)) && echo "$$late" && \
+		printf '\n%s\n' "$$late" >> bench/results/latest.md
+	@$(PYTHON) -c "import matplotlib" 2>/dev/null || $(VENV)/bin/pip install -q matplotlib
 	$(PYTHON) bench/chart.py
+endif
 
 # A local 3-master + 3-replica cluster with the module (ports CLUSTER_PORT..+5).
 cluster: build $(SERVER_DEPS)
@@ -102,12 +109,12 @@ cluster: build $(SERVER_DEPS)
 cluster-stop:
 	scripts/cluster.sh stop $(CLUSTER_PORT)
 
-# Coverage-guided fuzzing of the Bloom codec and the argument parsers
+# Coverage-guided fuzzing of the Bloom codecs (warden's and RedisBloom's) and the argument parsers
 # (FUZZ_SECONDS each). Crashes land in fuzz/artifacts; keep them in
 # fuzz/regressions/<target>/, which the unit tests replay.
 fuzz: deps
 	@command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz
-	for t in bloom_codec arguments; do \
+	for t in bloom_codec redisbloom_codec arguments; do \
 		mkdir -p fuzz/corpus/$$t && cp -n fuzz/regressions/$$t/* fuzz/corpus/$$t/ 2>/dev/null; \
 		RUSTC_BOOTSTRAP=1 cargo fuzz run $$t fuzz/corpus/$$t -- -max_total_time=$(FUZZ_SECONDS) || exit 1; \
 	done
@@ -124,7 +131,7 @@ valgrind: deps venv $(SERVER_DEPS)
 
 check:
 	cargo fmt --check
-	cargo clippy --all-targets -- -D warnings
+	cargo clippy --all-targets --workspace -- -D warnings
 
 clean:
 	cargo clean

@@ -7,7 +7,9 @@
 //! `latest.json` (the chart is drawn from it by `bench/chart.py`).
 
 mod big_filters;
+mod race;
 mod scripts;
+mod stampede;
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
@@ -30,6 +32,10 @@ struct Settings {
     bloom_items: usize,
     /// Filter sizes (items) of the big-filter section.
     big_filters: &'static [u64],
+    /// Wall time of each cache stampede strategy.
+    stampede: Duration,
+    /// Wall time of each consistency race round.
+    race: Duration,
 }
 
 impl Settings {
@@ -43,6 +49,8 @@ impl Settings {
                 contention: Duration::from_secs(2),
                 bloom_items: 100_000,
                 big_filters: &[100_000_000],
+                stampede: Duration::from_secs(3),
+                race: Duration::from_secs(1),
             }
         } else {
             Self {
@@ -53,6 +61,8 @@ impl Settings {
                 contention: Duration::from_secs(5),
                 bloom_items: 1_000_000,
                 big_filters: &[100_000_000, 1_000_000_000],
+                stampede: Duration::from_secs(10),
+                race: Duration::from_secs(3),
             }
         }
     }
@@ -248,8 +258,9 @@ fn cmd(words: &[&str]) -> redis::Cmd {
     c
 }
 
-/// Server-side counters from INFO: total command calls (INFO itself left
-/// out) and CPU seconds.
+/// Server-side counters from INFO: the commands clients sent (INFO itself
+/// left out, and `CLIENT UNBLOCK`, which no client here sends: it is how the
+/// module answers a waiter, through `RedisModule_Call`) and CPU seconds.
 fn server_counters(server: &Server) -> (u64, f64) {
     let info: String = redis::cmd("INFO")
         .arg("everything")
@@ -260,7 +271,7 @@ fn server_counters(server: &Server) -> (u64, f64) {
     for line in info.lines() {
         if let Some(rest) = line.strip_prefix("cmdstat_") {
             let (name, stats) = rest.split_once(':').unwrap();
-            if name != "info" {
+            if name != "info" && name != "client|unblock" {
                 let n = stats
                     .split(',')
                     .find_map(|kv| kv.strip_prefix("calls="))
@@ -581,13 +592,34 @@ fn main() {
     if std::env::args().any(|a| a == "--big-filters") {
         let mut rows = Vec::new();
         big(&mut rows);
-        report(&rows, quick, &dir, "big-filters");
+        report(&rows, "", quick, &dir, "big-filters");
         return;
     }
     let local = tokio::task::LocalSet::new();
+    let cache = || local.block_on(&runtime, cache_sections(&settings, &warden_so));
+    // `--cache`: the stampede and consistency race sections alone.
+    if std::env::args().any(|a| a == "--cache") {
+        let (rows, notes) = cache();
+        report(&rows, &notes, quick, &dir, "cache");
+        return;
+    }
     let mut rows = local.block_on(&runtime, run(&settings, &warden_so, &bloom_so));
+    let (cache_rows, notes) = cache();
+    rows.extend(cache_rows);
     big(&mut rows);
-    report(&rows, quick, &dir, "latest");
+    report(&rows, &notes, quick, &dir, "latest");
+}
+
+/// The cache stampede and the consistency race, on a server of their own:
+/// their rows and their tables (markdown).
+async fn cache_sections(s: &Settings, warden_so: &Path) -> (Vec<Row>, String) {
+    let warden = Server::start(warden_so);
+    let (mut rows, mut notes) = stampede::rows(&warden, s.stampede).await;
+    let (race_rows, race_notes) = race::rows(&warden, s.race).await;
+    rows.extend(race_rows);
+    notes.push('\n');
+    notes.push_str(&race_notes);
+    (rows, notes)
 }
 
 async fn run(s: &Settings, warden_so: &Path, bloom_so: &Path) -> Vec<Row> {
@@ -1111,8 +1143,9 @@ async fn run(s: &Settings, warden_so: &Path, bloom_so: &Path) -> Vec<Row> {
     rows
 }
 
-/// Writes `<stem>.md` and `<stem>.json` into `dir`.
-fn report(rows: &[Row], quick: bool, dir: &Path, stem: &str) {
+/// Writes `<stem>.md` and `<stem>.json` into `dir`; `notes` (markdown)
+/// follow the table.
+fn report(rows: &[Row], notes: &str, quick: bool, dir: &Path, stem: &str) {
     let machine = format!(
         "{} cores, {}",
         std::thread::available_parallelism().map_or(0, |n| n.get()),
@@ -1198,6 +1231,9 @@ fn report(rows: &[Row], quick: bool, dir: &Path, stem: &str) {
         for line in details.lines() {
             let _ = writeln!(md, "- {line}");
         }
+    }
+    if !notes.is_empty() {
+        let _ = writeln!(md, "\n{notes}");
     }
     print!("{md}");
     std::fs::create_dir_all(dir).unwrap();

@@ -9,7 +9,7 @@ use redis_module::native_types::RedisType;
 use redis_module::raw;
 
 use crate::args::MAX_OWNER;
-use crate::fence::{FENCES, MAX_FENCE};
+use crate::fence::{self, FENCES};
 use crate::guard;
 use crate::keyspace::Key;
 use crate::lock::state::{Lock, MAX_HOLDS};
@@ -99,7 +99,7 @@ pub const LOCK_EFFECT: &std::ffi::CStr = c"WARDEN.LOCKSET";
 pub fn valid_lock(owner: &[u8], holds: u64, fence: u64) -> bool {
     (1..=MAX_OWNER).contains(&owner.len())
         && (1..=MAX_HOLDS).contains(&holds)
-        && (1..=MAX_FENCE).contains(&fence)
+        && fence::acceptable(fence)
 }
 
 unsafe extern "C" fn lock_rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *mut c_void {
@@ -209,27 +209,58 @@ unsafe extern "C" fn lock_copy(
     boxed((*value.cast::<Lock>()).clone())
 }
 
+/// Aux data, before the keys: the token counter; from encoding 2 on, also
+/// the evicted locks still keeping their keys (db, key, deadline).
 unsafe extern "C" fn fence_aux_save(rdb: *mut raw::RedisModuleIO, when: c_int) {
     if when == raw::REDISMODULE_AUX_BEFORE_RDB as c_int {
         raw::save_unsigned(rdb, FENCES.last());
+        let taken = crate::evicted::snapshot();
+        raw::save_unsigned(rdb, taken.len() as u64);
+        for (db, name, deadline) in taken {
+            raw::save_signed(rdb, i64::from(db));
+            raw::save_slice(rdb, &name);
+            raw::save_signed(rdb, deadline);
+        }
     }
 }
 
 unsafe extern "C" fn fence_aux_load(
     rdb: *mut raw::RedisModuleIO,
-    _encver: c_int,
+    encver: c_int,
     when: c_int,
 ) -> c_int {
+    let ok = raw::REDISMODULE_OK as c_int;
     if when != raw::REDISMODULE_AUX_BEFORE_RDB as c_int {
-        return raw::REDISMODULE_OK as c_int;
+        return ok;
     }
     match raw::load_unsigned(rdb) {
-        Ok(last) if last <= MAX_FENCE => {
-            FENCES.observe(last);
-            raw::REDISMODULE_OK as c_int
-        }
-        _ => raw::REDISMODULE_ERR as c_int,
+        Ok(last) if fence::acceptable(last) || last == 0 => FENCES.observe(last),
+        _ => return raw::REDISMODULE_ERR as c_int,
     }
+    if encver < 2 {
+        return ok;
+    }
+    let Ok(count) = raw::load_unsigned(rdb) else {
+        return raw::REDISMODULE_ERR as c_int;
+    };
+    for _ in 0..count {
+        let entry = (
+            raw::load_signed(rdb),
+            raw::load_string_buffer(rdb),
+            raw::load_signed(rdb),
+        );
+        let (Ok(db), Ok(name), Ok(deadline)) = entry else {
+            return raw::REDISMODULE_ERR as c_int;
+        };
+        let Ok(db) = c_int::try_from(db) else {
+            return raw::REDISMODULE_ERR as c_int;
+        };
+        if db < 0 || name.as_ref().len() > 1 << 29 {
+            return raw::REDISMODULE_ERR as c_int;
+        }
+        crate::evicted::restore(db, name.as_ref(), deadline);
+    }
+    ok
 }
 
 /// Encoding version of `warden-rw` values.
@@ -273,9 +304,19 @@ pub fn valid_rwlock(lock: &RwLock) -> bool {
         .iter()
         .enumerate()
         .all(|(i, r)| lock.readers[..i].iter().all(|o| o.owner != r.owner));
+    // Readers beside a writer are only its own (a downgrade in progress).
+    let exclusive = lock
+        .writer
+        .as_ref()
+        .is_none_or(|w| lock.readers.iter().all(|r| r.owner == w.owner));
+    let total = holds
+        .iter()
+        .try_fold(0u64, |total, h| total.checked_add(h.holds));
     !holds.is_empty()
         && distinct
-        && lock.fence <= MAX_FENCE
+        && exclusive
+        && total.is_some_and(|t| t <= MAX_HOLDS)
+        && fence::acceptable(lock.fence)
         && holds.iter().all(|h| {
             valid_lock(&h.owner, h.holds, h.fence) && h.fence <= lock.fence && h.deadline_ms >= 0
         })

@@ -10,7 +10,9 @@
 //!
 //! The `evicted` keyspace event comes after the value is gone, so the type's
 //! `unlink` callback remembers the last lock unlinked (only while eviction is
-//! possible) and the event turns it into a tombstone.
+//! possible) and the event turns it into a tombstone. Tombstones outlive
+//! flushes (`DEBUG RELOAD` flushes too), move with `SWAPDB`, and are saved in
+//! the RDB's aux data, so a reload or a restart keeps them.
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -29,6 +31,8 @@ static EVICTION_POSSIBLE: AtomicBool = AtomicBool::new(false);
 
 struct Tombstone {
     deadline_ms: i64,
+    /// Whether a timer ends it (entries loaded from an RDB get one once loading ends).
+    armed: bool,
 }
 
 thread_local! {
@@ -73,12 +77,75 @@ pub fn on_evicted(ctx: *mut raw::RedisModuleCtx, name: &[u8]) {
             deadline_ms - now_ms()
         }
     ));
-    TOMBSTONES.with(|t| t.borrow_mut().insert(q.clone(), Tombstone { deadline_ms }));
-    if deadline_ms != i64::MAX {
+    TOMBSTONES.with(|t| {
+        t.borrow_mut().insert(
+            q.clone(),
+            Tombstone {
+                deadline_ms,
+                armed: false,
+            },
+        )
+    });
+    arm(ctx);
+}
+
+/// Gives every tombstone without one a timer that ends it at its deadline.
+pub fn arm(ctx: *mut raw::RedisModuleCtx) {
+    let unarmed: Vec<(QueueKey, i64)> = TOMBSTONES.with(|t| {
+        t.borrow_mut()
+            .iter_mut()
+            .filter(|(_, s)| !s.armed && s.deadline_ms != i64::MAX)
+            .map(|(q, s)| {
+                s.armed = true;
+                (q.clone(), s.deadline_ms)
+            })
+            .collect()
+    });
+    for (q, deadline_ms) in unarmed {
         let data = Box::into_raw(Box::new((q, deadline_ms))).cast::<c_void>();
         let delay = (deadline_ms + 1 - now_ms()).max(0);
         unsafe { raw::RedisModule_CreateTimer.unwrap()(ctx, delay, Some(on_tombstone_end), data) };
     }
+}
+
+/// What the RDB keeps: (db, key, deadline) of every evicted lock still taking its key.
+pub fn snapshot() -> Vec<(c_int, Vec<u8>, i64)> {
+    TOMBSTONES.with(|t| {
+        t.borrow()
+            .iter()
+            .map(|(q, s)| (q.db, q.name.clone(), s.deadline_ms))
+            .collect()
+    })
+}
+
+/// An entry read back from the RDB (armed once loading ends).
+pub fn restore(db: c_int, name: &[u8], deadline_ms: i64) {
+    let q = QueueKey {
+        db,
+        name: name.to_vec(),
+    };
+    TOMBSTONES.with(|t| {
+        t.borrow_mut().entry(q).or_insert(Tombstone {
+            deadline_ms,
+            armed: false,
+        });
+    });
+}
+
+/// `SWAPDB`: evicted locks move with their database, as held ones do.
+pub fn swap_dbs(a: c_int, b: c_int) {
+    TOMBSTONES.with(|t| {
+        let mut t = t.borrow_mut();
+        let moved: Vec<(QueueKey, Tombstone)> = t.drain().collect();
+        for (mut q, s) in moved {
+            if q.db == a {
+                q.db = b;
+            } else if q.db == b {
+                q.db = a;
+            }
+            t.insert(q, s);
+        }
+    });
 }
 
 extern "C" fn on_tombstone_end(ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
@@ -114,11 +181,6 @@ pub fn taken_until(ctx: &Context, name: &[u8]) -> Option<i64> {
             .map(|s| s.deadline_ms)
             .filter(|&d| d > now)
     })
-}
-
-/// A flush of `db` (-1: all) forgets its evicted locks, as it frees held ones.
-pub fn forget_db(db: c_int) {
-    TOMBSTONES.with(|t| t.borrow_mut().retain(|q, _| db != -1 && q.db != db));
 }
 
 /// Evicted locks still keeping their keys taken.

@@ -58,15 +58,21 @@ impl Key {
     /// `Err(WRONGTYPE)` if it holds anything else.
     #[allow(clippy::mut_from_ref)]
     pub fn value<T>(&self, ty: &RedisType) -> Result<Option<&mut T>, &'static str> {
+        self.value_of_any(&[ty])
+    }
+
+    /// The value if the key holds one of `types` (all of which hold a `T`).
+    #[allow(clippy::mut_from_ref)]
+    pub fn value_of_any<T>(&self, types: &[&RedisType]) -> Result<Option<&mut T>, &'static str> {
         if self.is_empty() {
             return Ok(None);
         }
         let actual = unsafe { raw::RedisModule_ModuleTypeGetType.unwrap()(self.inner) };
-        if actual.is_null() || actual != *ty.raw_type.borrow() {
+        if actual.is_null() || !types.iter().any(|ty| actual == *ty.raw_type.borrow()) {
             return Err(error::WRONGTYPE);
         }
         let value = unsafe { raw::RedisModule_ModuleTypeGetValue.unwrap()(self.inner) }.cast::<T>();
-        // Safety: a key of type `ty` always holds a boxed `T` (set only by `set_value`).
+        // Safety: a key of these types always holds a boxed `T` (set only by `set_value`).
         Ok(unsafe { value.as_mut() })
     }
 

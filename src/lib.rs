@@ -25,7 +25,7 @@ mod waiters;
 
 use redis_module::{redis_module, Context, RedisString, Status};
 
-use crate::bloom::datatype::BLOOM_TYPE;
+use crate::bloom::datatype::{BLOOM_TYPE, REDISBLOOM_TYPE};
 use crate::command::Command;
 use crate::datatypes::{LOCK_TYPE, RWLOCK_TYPE};
 
@@ -44,6 +44,7 @@ const ALLOCATOR: Allocator = std::alloc::System;
 pub mod fuzzing {
     pub use crate::args::exercise as arguments;
     pub use crate::bloom::codec::exercise as bloom_codec;
+    pub use crate::bloom::redisbloom::exercise as redisbloom_codec;
 }
 
 /// Every command: name, handler, flags. Each takes one key, its first argument.
@@ -89,7 +90,9 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
         && command::register(ctx, CORE_COMMANDS)
         && docs::register(ctx, CORE_COMMANDS)
         && (!bloom::commands_wanted(ctx, config::bf_commands())
-            || command::register(ctx, BLOOM_COMMANDS) && docs::register(ctx, BLOOM_COMMANDS))
+            || REDISBLOOM_TYPE.create_data_type(ctx.ctx).is_ok()
+                && command::register(ctx, BLOOM_COMMANDS)
+                && docs::register(ctx, BLOOM_COMMANDS))
         && waiters::subscribe(ctx)
         && keyspace::watch_listeners(ctx)
         && evicted::watch_policy(ctx)
@@ -102,6 +105,8 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
     }
 }
 
+// `MBbloom--` (RedisBloom's type, for its filters) is registered in `init`,
+// and only when warden serves `BF.*`: with RedisBloom loaded, it is its own.
 redis_module! {
     name: "warden",
     version: 1,

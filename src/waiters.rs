@@ -700,11 +700,17 @@ extern "C" fn on_server_event(
         if after_flush {
             let info = data.cast::<raw::RedisModuleFlushInfoV1>();
             let db = unsafe { info.as_ref() }.map_or(-1, |i| i.dbnum);
-            crate::evicted::forget_db(db);
             crate::cache::commands::forget_db(ctx, db);
         }
         if event.id == raw::REDISMODULE_EVENT_SWAPDB {
+            let info = data.cast::<raw::RedisModuleSwapDbInfo>();
+            if let Some(info) = unsafe { info.as_ref() } {
+                crate::evicted::swap_dbs(info.dbnum_first, info.dbnum_second);
+            }
             crate::cache::commands::forget_db(ctx, -1);
+        }
+        if after_load {
+            crate::evicted::arm(ctx);
         }
         if after_flush || after_load || event.id == raw::REDISMODULE_EVENT_SWAPDB {
             mark_all_dirty(ctx);

@@ -26,20 +26,9 @@ fn redisbloom() -> PathBuf {
     path
 }
 
-/// A field of `INFO` (any section) as an integer.
-fn info_field(c: &mut Connection, name: &str) -> i64 {
-    let info: String = redis::cmd("INFO").arg("everything").query(c).unwrap();
-    info.lines()
-        .find_map(|l| l.strip_prefix(&format!("{name}:")))
-        .unwrap_or_else(|| panic!("no {name} in INFO"))
-        .trim()
-        .parse()
-        .unwrap()
-}
-
 /// The server's resident memory now, in bytes (from /proc, not INFO's sample).
 fn rss(c: &mut Connection) -> i64 {
-    let pid = info_field(c, "process_id");
+    let pid = info_int(c, "everything", "process_id");
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
     let kb: i64 = status
         .lines()
@@ -89,17 +78,17 @@ fn unlink_frees_a_big_filter_in_the_background_and_a_small_one_at_once() {
     let mut c = s.conn();
     run(&mut c, &["BF.RESERVE", "small", "0.01", "1000"]).unwrap();
     run(&mut c, &["BF.RESERVE", "big", "0.01", "10000000"]).unwrap();
-    let freed = info_field(&mut c, "lazyfreed_objects");
+    let freed = info_int(&mut c, "everything", "lazyfreed_objects");
     assert_eq!(int(&mut c, &["UNLINK", "small"]), 1);
-    assert_eq!(info_field(&mut c, "lazyfreed_objects"), freed);
+    assert_eq!(info_int(&mut c, "everything", "lazyfreed_objects"), freed);
     assert_eq!(int(&mut c, &["UNLINK", "big"]), 1);
     wait_for("the background free", Duration::from_secs(10), || {
-        info_field(&mut c, "lazyfreed_objects") == freed + 1
+        info_int(&mut c, "everything", "lazyfreed_objects") == freed + 1
     });
     wait_for("the filter count", Duration::from_secs(10), || {
-        info_field(&mut c, "warden_bloom_filters") == 0
+        info_int(&mut c, "everything", "warden_bloom_filters") == 0
     });
-    assert_eq!(info_field(&mut c, "warden_bloom_bytes"), 0);
+    assert_eq!(info_int(&mut c, "everything", "warden_bloom_bytes"), 0);
 }
 
 #[test]
@@ -107,10 +96,10 @@ fn del_frees_in_the_background_when_lazyfree_user_del_is_on() {
     let s = Server::start(&["--lazyfree-lazy-user-del", "yes"]);
     let mut c = s.conn();
     run(&mut c, &["BF.RESERVE", "big", "0.01", "10000000"]).unwrap();
-    let freed = info_field(&mut c, "lazyfreed_objects");
+    let freed = info_int(&mut c, "everything", "lazyfreed_objects");
     assert_eq!(int(&mut c, &["DEL", "big"]), 1);
     wait_for("the background free", Duration::from_secs(10), || {
-        info_field(&mut c, "lazyfreed_objects") == freed + 1
+        info_int(&mut c, "everything", "lazyfreed_objects") == freed + 1
     });
 }
 

@@ -84,9 +84,9 @@ fn every_command_routes_like_a_builtin_and_survives_resharding() {
 
     // Reshard the slot holding a lock, a read-write lock and a filter.
     let keys = ["{mv}:lock", "{mv}:rw", "{mv}:bf"];
-    let high_fence = 1u64 << 52;
-    let planted = plant_fence(&mut cluster.master_of("{mv}:lock").conn(), high_fence);
-    assert_eq!(planted, high_fence);
+    // Far above the other masters' counters (about a year of clock ahead).
+    let planted = plant_fence(&mut cluster.master_of("{mv}:lock").conn(), 1 << 38);
+    let high_fence = planted;
     let _: () = con.pexpire("{mv}:lock", 60_000).unwrap();
     con.req_command(&command(&["RWLOCK.READ", "{mv}:rw", "r1", "60000"]))
         .unwrap();
@@ -266,9 +266,10 @@ fn failover_keeps_acknowledged_locks_and_fences_keep_rising() {
     assert!(found.iter().all(|&f| f == 1));
 }
 
-/// Makes `{mv}:lock` a lock of alice (2 holds) whose token is `fence`, through
-/// a re-signed DUMP payload (clients cannot send effect commands).
-fn plant_fence(c: &mut redis::Connection, fence: u64) -> u64 {
+/// Makes `{mv}:lock` a lock of alice (2 holds) whose token is `lead` above
+/// the one it was granted, through a re-signed DUMP payload (clients cannot
+/// send effect commands); returns the planted token.
+fn plant_fence(c: &mut redis::Connection, lead: u64) -> u64 {
     let old: u64 = redis::cmd("LOCK.ACQUIRE")
         .arg("{mv}:lock")
         .arg("alice")
@@ -285,7 +286,7 @@ fn plant_fence(c: &mut redis::Connection, fence: u64) -> u64 {
     let _: () = redis::cmd("RESTORE")
         .arg("{mv}:lock")
         .arg(60_000)
-        .arg(dump_with_fence(&dump, old, fence))
+        .arg(dump_with_fence(&dump, old, old + lead))
         .arg("REPLACE")
         .query(c)
         .unwrap();

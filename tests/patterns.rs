@@ -36,7 +36,7 @@ fn every_pattern_in_the_guide_runs_as_written() {
         std::fs::read_to_string(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("docs/patterns.md"))
             .unwrap();
     let blocks = python_blocks(&doc);
-    assert_eq!(blocks.len(), 6, "one runnable example per pattern");
+    assert_eq!(blocks.len(), 7, "one runnable example per pattern");
     for (heading, code) in blocks {
         let s = Server::start(&[]);
         let out = Command::new(python())

@@ -12,18 +12,8 @@ use std::time::{Duration, Instant};
 use common::*;
 use redis::{Connection, ConnectionLike, Value};
 
-fn info_field(c: &mut Connection, section: &str, field: &str) -> i64 {
-    let info: String = redis::cmd("INFO").arg(section).query(c).unwrap();
-    info.lines()
-        .find_map(|l| l.strip_prefix(&format!("{field}:")))
-        .unwrap_or_else(|| panic!("{field} in INFO {section}"))
-        .trim()
-        .parse()
-        .unwrap()
-}
-
 fn waiting(c: &mut Connection) -> i64 {
-    info_field(c, "warden", "warden_waiting_clients")
+    info_int(c, "warden", "warden_waiting_clients")
 }
 
 /// The server's clock, in ms.
@@ -212,7 +202,7 @@ fn pipelined_commands_behind_a_timed_out_waiter_get_their_own_replies() {
         assert_eq!(first, Value::Nil, "{words:?}");
         assert_eq!(second, Value::BulkString(b"marker".to_vec()));
     }
-    assert_eq!(info_field(&mut c, "warden", "warden_wait_timeouts"), 3);
+    assert_eq!(info_int(&mut c, "warden", "warden_wait_timeouts"), 3);
 }
 
 // --- 3. Eviction --------------------------------------------------------
@@ -247,7 +237,7 @@ fn an_evicted_lock_keeps_its_key_taken_until_its_lease_ends() {
             i += 1;
             assert!(i < 100_000, "the lock was never evicted");
         }
-        assert_eq!(info_field(&mut c, "warden", "warden_evicted_locks"), 1);
+        assert_eq!(info_int(&mut c, "warden", "warden_evicted_locks"), 1);
         // Until the evicted lease ends nobody else gets the key.
         if server_ms(&mut c) < start + lease - 500 {
             assert_eq!(
@@ -271,6 +261,44 @@ fn an_evicted_lock_keeps_its_key_taken_until_its_lease_ends() {
         let _ = info;
         assert_healthy(&s);
     }
+}
+
+#[test]
+fn an_evicted_lock_stays_taken_across_swapdb_reload_and_restart() {
+    let mut s = Server::start(&["--maxmemory", "4mb", "--maxmemory-policy", "allkeys-random"]);
+    let mut c = s.conn();
+    int(&mut c, &["LOCK.ACQUIRE", "lock", "old", "60000"]);
+    let filler = "x".repeat(1000);
+    let mut i = 0;
+    while int(&mut c, &["EXISTS", "lock"]) == 1 {
+        let _ = run(&mut c, &["SET", &format!("fill{i}"), &filler]);
+        i += 1;
+        assert!(i < 100_000, "the lock was never evicted");
+    }
+    run(&mut c, &["CONFIG", "SET", "maxmemory", "0"]).unwrap();
+    run(&mut c, &["FLUSHALL"]).unwrap();
+    let thief = ["LOCK.ACQUIRE", "lock", "thief", "1000"];
+    assert_eq!(run(&mut c, &thief).unwrap(), Value::Nil, "after FLUSHALL");
+    // SWAPDB moves it with its database.
+    run(&mut c, &["SWAPDB", "0", "1"]).unwrap();
+    assert!(int(&mut c, &thief) > 0, "db 0 now holds the other dataset");
+    run(&mut c, &["DEL", "lock"]).unwrap();
+    run(&mut c, &["SELECT", "1"]).unwrap();
+    assert_eq!(run(&mut c, &thief).unwrap(), Value::Nil, "moved to db 1");
+    run(&mut c, &["SWAPDB", "0", "1"]).unwrap();
+    run(&mut c, &["SELECT", "0"]).unwrap();
+    run(&mut c, &["DEBUG", "RELOAD"]).unwrap();
+    assert_eq!(
+        run(&mut c, &thief).unwrap(),
+        Value::Nil,
+        "after DEBUG RELOAD"
+    );
+    run(&mut c, &["SAVE"]).unwrap();
+    s.restart(true);
+    let mut c = s.conn();
+    assert_eq!(run(&mut c, &thief).unwrap(), Value::Nil, "after a restart");
+    assert_eq!(info_int(&mut c, "warden", "warden_evicted_keys_taken"), 1);
+    assert_healthy(&s);
 }
 
 // --- 4. Forged effects ---------------------------------------------------
@@ -317,30 +345,80 @@ fn clients_cannot_send_effect_commands() {
 }
 
 #[test]
-fn tokens_above_two_pow_53_are_refused_in_restore() {
+fn tokens_near_two_pow_53_or_far_ahead_of_the_clock_are_refused_in_restore() {
     let s = Server::start(&[]);
     let mut c = s.conn();
     let fence = int(&mut c, &["LOCK.ACQUIRE", "k", "alice", "60000"]) as u64;
     let dump: Vec<u8> = redis::cmd("DUMP").arg("k").query(&mut c).unwrap();
-    let fits = dump_with_fence(&dump, fence, (1 << 53) - 1);
     run(&mut c, &["DEL", "k"]).unwrap();
+    // A token somewhat ahead (a master's clock a little ahead) is fine...
+    let ahead = fence + (1 << 30);
     let ok: Value = redis::cmd("RESTORE")
         .arg("k")
         .arg(0)
-        .arg(&fits)
+        .arg(dump_with_fence(&dump, fence, ahead))
         .query(&mut c)
         .unwrap();
     assert_eq!(ok, Value::Okay);
-    assert_eq!(lock_state(&mut c, "k").unwrap().2, (1 << 53) - 1);
+    assert_eq!(lock_state(&mut c, "k").unwrap().2 as u64, ahead);
     run(&mut c, &["DEL", "k"]).unwrap();
-    let too_big = dump_with_fence(&dump, fence, 1 << 53);
+    // ...one that would leave no room below 2^53 is not.
+    for bad in [(1u64 << 53) - 1, 1 << 53, fence + (1 << 41)] {
+        let refused = redis::cmd("RESTORE")
+            .arg("k")
+            .arg(0)
+            .arg(dump_with_fence(&dump, fence, bad))
+            .query::<Value>(&mut c);
+        assert!(refused.is_err(), "{bad}");
+        assert_eq!(int(&mut c, &["EXISTS", "k"]), 0);
+    }
+    let next = int(&mut c, &["LOCK.ACQUIRE", "y", "me", "1000"]) as u64;
+    assert!(next > ahead && next < 1 << 53);
+    run(&mut c, &["DEBUG", "RELOAD"]).unwrap();
+}
+
+#[test]
+fn an_owner_granted_twice_from_the_queue_is_one_reader_and_the_rdb_reloads() {
+    let s = Server::start(&[]);
+    let mut c = s.conn();
+    run(&mut c, &["SET", "unrelated", "precious"]).unwrap();
+    int(&mut c, &["RWLOCK.WRITE", "k", "writer", "100000"]);
+    let (_, a) = spawn_command(&s, &["RWLOCK.READ", "k", "same", "100000", "WAIT", "0"]);
+    let (_, b) = spawn_command(&s, &["RWLOCK.READ", "k", "same", "100000", "WAIT", "0"]);
+    wait_for("two waiters", Duration::from_secs(10), || {
+        waiting(&mut c) == 2
+    });
+    assert_eq!(int(&mut c, &["RWLOCK.UNLOCK", "k", "writer"]), 1);
+    assert_eq!(granted(a), granted(b), "one entry: the same token");
+    let f = map(&mut c, &["RWLOCK.INFO", "k"]);
+    assert_eq!((field_int(&f, "readers"), field_int(&f, "holds")), (1, 2));
+    run(&mut c, &["DEBUG", "RELOAD"]).unwrap();
+    let v: String = redis::cmd("GET").arg("unrelated").query(&mut c).unwrap();
+    assert_eq!(v, "precious");
+    assert_eq!(field_int(&map(&mut c, &["RWLOCK.INFO", "k"]), "holds"), 2);
+}
+
+#[test]
+fn restored_read_write_locks_with_impossible_holders_are_refused() {
+    let s = Server::start(&[]);
+    let mut c = s.conn();
+    // A writer that also reads (a downgrade): its DUMP, with the reader's owner
+    // changed to someone else, would be a writer beside another reader.
+    int(&mut c, &["RWLOCK.WRITE", "k", "ww", "100000"]);
+    int(&mut c, &["RWLOCK.READ", "k", "ww", "100000"]);
+    let dump: Vec<u8> = redis::cmd("DUMP").arg("k").query(&mut c).unwrap();
+    let body = &dump[..dump.len() - 10];
+    let at = body.windows(2).rposition(|w| w == b"ww").unwrap();
+    let mut other = body.to_vec();
+    other[at..at + 2].copy_from_slice(b"xx");
     let refused = redis::cmd("RESTORE")
-        .arg("k")
+        .arg("t")
         .arg(0)
-        .arg(&too_big)
+        .arg(resign(&dump, other))
         .query::<Value>(&mut c);
-    assert!(refused.is_err());
-    assert_eq!(int(&mut c, &["EXISTS", "k"]), 0);
+    assert!(refused.is_err(), "a writer beside another reader");
+    assert_eq!(int(&mut c, &["EXISTS", "t"]), 0);
+    run(&mut c, &["DEBUG", "RELOAD"]).unwrap();
 }
 
 // --- 5. State goes with its lock ------------------------------------------

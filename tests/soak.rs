@@ -12,16 +12,6 @@ use std::time::{Duration, Instant};
 
 use common::*;
 
-fn warden_field(c: &mut redis::Connection, name: &str) -> i64 {
-    let info: String = redis::cmd("INFO").arg("warden").query(c).unwrap();
-    info.lines()
-        .find_map(|l| l.strip_prefix(&format!("warden_{name}:")))
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap()
-}
-
 #[test]
 fn waiting_timing_out_disconnecting_and_killed_clients_leak_nothing() {
     let seconds: u64 = std::env::var("WARDEN_SOAK_SECONDS")
@@ -133,7 +123,7 @@ fn waiting_timing_out_disconnecting_and_killed_clients_leak_nothing() {
             .arg("yes")
             .query(&mut c)
             .unwrap_or(redis::Value::Nil);
-        assert!(warden_field(&mut c, "waiting_clients") <= 100);
+        assert!(warden_stat(&mut c, "waiting_clients") <= 100);
     }
     stop.store(true, Ordering::Relaxed);
     for w in workers {
@@ -141,7 +131,7 @@ fn waiting_timing_out_disconnecting_and_killed_clients_leak_nothing() {
     }
     assert!(rounds.load(Ordering::Relaxed) > 1000, "the soak did work");
     wait_for("queues drained", Duration::from_secs(10), || {
-        warden_field(&mut c, "waiting_clients") == 0
+        warden_stat(&mut c, "waiting_clients") == 0
     });
     // let every lease end, then compare memory with the baseline
     wait_for("leases ended", Duration::from_secs(10), || {
@@ -153,6 +143,6 @@ fn waiting_timing_out_disconnecting_and_killed_clients_leak_nothing() {
         after < baseline + (2 << 20),
         "used_memory {baseline} -> {after}"
     );
-    assert_eq!(warden_field(&mut c, "lock_keys"), 0);
-    assert_eq!(warden_field(&mut c, "rwlock_keys"), 0);
+    assert_eq!(warden_stat(&mut c, "lock_keys"), 0);
+    assert_eq!(warden_stat(&mut c, "rwlock_keys"), 0);
 }

@@ -2,7 +2,8 @@
 //! full, the next gets `capacity × expansion` and half the error rate, so the
 //! chain's overall rate stays below the requested one.
 
-use crate::bloom::filter::{bytes_for, hashes_for, Hash, SubFilter, MAX_HASHES};
+use crate::bloom::filter::{bytes_for, hashes_for, Hash, Hashing, SubFilter, MAX_HASHES};
+use crate::bloom::redisbloom;
 
 /// Largest expansion accepted.
 pub const MAX_EXPANSION: u32 = 32768;
@@ -27,11 +28,22 @@ pub enum Refusal {
     Full,
 }
 
+/// Whose hashing and sizing a chain follows, for good.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Scheme {
+    /// warden's own (every filter created here).
+    Warden,
+    /// Imported from RedisBloom: its option bits, which say the hash width
+    /// and whether new sub-filters are rounded to a power of two.
+    RedisBloom { options: u32 },
+}
+
 #[derive(Clone, Debug, PartialEq)]
 pub struct Chain {
     pub filters: Vec<SubFilter>,
     /// `None`: non-scaling.
     pub expansion: Option<u32>,
+    pub scheme: Scheme,
 }
 
 impl Chain {
@@ -41,6 +53,7 @@ impl Chain {
         Ok(Self {
             filters: vec![SubFilter::new(params.capacity, error)],
             expansion: params.expansion,
+            scheme: Scheme::Warden,
         })
     }
 
@@ -53,22 +66,30 @@ impl Chain {
             None => params.error,
         };
         check(
-            params.capacity,
             error,
+            hashes_for(error),
+            bytes_for(params.capacity, error),
             std::mem::size_of::<Self>() as u64,
             max_bytes,
         )?;
         Ok(error)
     }
 
+    pub fn hashing(&self) -> Hashing {
+        match self.scheme {
+            Scheme::Warden => Hashing::Xxh3,
+            Scheme::RedisBloom { options } => redisbloom::hashing(options),
+        }
+    }
+
     pub fn contains(&self, item: &[u8]) -> bool {
-        let hash = Hash::of(item);
+        let hash = Hash::with(self.hashing(), item);
         self.filters.iter().any(|f| f.contains(hash))
     }
 
     /// Adds an item: `Ok(true)` if new, `Ok(false)` if it may have existed.
     pub fn add(&mut self, item: &[u8], max_bytes: u64) -> Result<bool, Refusal> {
-        let hash = Hash::of(item);
+        let hash = Hash::with(self.hashing(), item);
         let (newest, older) = self
             .filters
             .split_last_mut()
@@ -107,8 +128,21 @@ impl Chain {
             .checked_mul(u64::from(expansion))
             .ok_or(Refusal::TooLarge)?;
         let error = last.error / 2.0;
-        check(capacity, error, self.bytes() as u64, max_bytes)?;
-        self.filters.push(SubFilter::new(capacity, error));
+        let used = self.bytes() as u64;
+        let next = match self.scheme {
+            Scheme::Warden => {
+                let bytes = bytes_for(capacity, error);
+                check(error, hashes_for(error), bytes, used, max_bytes)?;
+                SubFilter::new(capacity, error)
+            }
+            Scheme::RedisBloom { options } => {
+                let shape = redisbloom::sized(capacity, error, options).ok_or(Refusal::TooLarge)?;
+                let bytes = shape.words as f64 * 8.0 + std::mem::size_of::<SubFilter>() as f64;
+                check(error, shape.hashes, bytes, used, max_bytes)?;
+                shape.empty()
+            }
+        };
+        self.filters.push(next);
         Ok(())
     }
 
@@ -128,12 +162,13 @@ impl Chain {
     }
 }
 
-/// Refuses a sub-filter whose probes or size would be out of bounds.
-fn check(capacity: u64, error: f64, used: u64, max_bytes: u64) -> Result<(), Refusal> {
-    if error.is_nan() || error <= 0.0 || hashes_for(error) > MAX_HASHES {
+/// Refuses a sub-filter (of `bytes`, with `hashes` probes) whose probes or
+/// size would be out of bounds.
+fn check(error: f64, hashes: u32, bytes: f64, used: u64, max_bytes: u64) -> Result<(), Refusal> {
+    if error.is_nan() || error <= 0.0 || hashes > MAX_HASHES {
         return Err(Refusal::ErrorTooSmall);
     }
-    let total = used as f64 + bytes_for(capacity, error);
+    let total = used as f64 + bytes;
     if total > max_bytes as f64 {
         return Err(Refusal::TooLarge);
     }

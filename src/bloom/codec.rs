@@ -7,7 +7,7 @@
 //! (u32), sub-filter count (u32), then per sub-filter capacity (u64), error
 //! rate (f64), probes (u32), words (u64), items (u64). All little-endian.
 
-use crate::bloom::chain::{Chain, MAX_EXPANSION};
+use crate::bloom::chain::{Chain, Scheme, MAX_EXPANSION};
 use crate::bloom::filter::{earlier, hashes_for, words_for, SubFilter, MAX_HASHES};
 
 const MAGIC: &[u8; 4] = b"WDBF";
@@ -88,11 +88,13 @@ impl Header {
         Chain {
             filters,
             expansion: self.expansion,
+            scheme: Scheme::Warden,
         }
     }
 }
 
-struct Reader<'a>(&'a [u8]);
+/// Little-endian fields off the front of a byte string.
+pub struct Reader<'a>(pub &'a [u8]);
 
 impl Reader<'_> {
     fn take<const N: usize>(&mut self) -> Result<[u8; N], BadData> {
@@ -100,16 +102,16 @@ impl Reader<'_> {
         self.0 = rest;
         Ok(*head)
     }
-    fn u8(&mut self) -> Result<u8, BadData> {
+    pub fn u8(&mut self) -> Result<u8, BadData> {
         Ok(self.take::<1>()?[0])
     }
-    fn u32(&mut self) -> Result<u32, BadData> {
+    pub fn u32(&mut self) -> Result<u32, BadData> {
         Ok(u32::from_le_bytes(self.take()?))
     }
-    fn u64(&mut self) -> Result<u64, BadData> {
+    pub fn u64(&mut self) -> Result<u64, BadData> {
         Ok(u64::from_le_bytes(self.take()?))
     }
-    fn f64(&mut self) -> Result<f64, BadData> {
+    pub fn f64(&mut self) -> Result<f64, BadData> {
         Ok(f64::from_le_bytes(self.take()?))
     }
 }
@@ -371,6 +373,7 @@ mod tests {
                 0,
             )],
             expansion: None,
+            scheme: Scheme::Warden,
         };
         assert_ne!(earlier::hashes_for(error), hashes_for(error));
         assert_eq!(round_trip(&old), old);

@@ -8,10 +8,11 @@ use redis_module::{raw, Context, ContextFlags, RedisError, RedisResult, RedisVal
 use crate::command::Arg;
 
 use crate::args::{integer, is_keyword};
-use crate::bloom::chain::{Chain, Params, Refusal, MAX_EXPANSION};
+use crate::bloom::chain::{Chain, Params, Refusal, Scheme, MAX_EXPANSION};
 use crate::bloom::codec::{self, BadData};
-use crate::bloom::datatype::BLOOM_TYPE;
+use crate::bloom::datatype::{type_of, BLOOM_TYPE, REDISBLOOM_TYPE};
 use crate::bloom::debug;
+use crate::bloom::redisbloom;
 use crate::config::{parse_float, BF_ERROR_RATE, BF_EXPANSION, BF_INITIAL_CAPACITY, BF_MAX_MEMORY};
 use crate::datatypes::store;
 use crate::error;
@@ -52,7 +53,8 @@ fn defaults() -> Params {
 }
 
 fn chain_in(key: &Key) -> Result<Option<&mut Chain>, RedisError> {
-    key.value::<Chain>(&BLOOM_TYPE).map_err(err)
+    key.value_of_any::<Chain>(&[&BLOOM_TYPE, &REDISBLOOM_TYPE])
+        .map_err(err)
 }
 
 /// `BF.RESERVE key error_rate capacity [EXPANSION expansion] [NONSCALING]`
@@ -410,7 +412,7 @@ pub fn scandump(ctx: &Context, args: &[Arg]) -> RedisResult {
     let chain = chain_in(&key)?.ok_or(err(error::BF_NOT_FOUND))?;
     let iter = integer(&args[2]).ok_or(err(error::BF_SCANDUMP_ITERATOR))?;
     let (next, data) = match iter {
-        0 => (1, codec::encode_header(chain)),
+        0 => (1, header_of(chain)),
         i if i > 0 => match codec::chunk_at(chain, (i - 1) as u64) {
             Some(chunk) => (i + chunk.len() as i64, chunk),
             None => (0, Vec::new()),
@@ -421,6 +423,28 @@ pub fn scandump(ctx: &Context, args: &[Arg]) -> RedisResult {
     raw::reply_with_long_long(ctx.ctx, next);
     raw::reply_with_string_buffer(ctx.ctx, data.as_ptr().cast::<c_char>(), data.len());
     Ok(RedisValue::NoReply)
+}
+
+/// The `SCANDUMP` header: imported filters keep RedisBloom's format.
+fn header_of(chain: &Chain) -> Vec<u8> {
+    match chain.scheme {
+        Scheme::Warden => codec::encode_header(chain),
+        Scheme::RedisBloom { .. } => redisbloom::encode_header(chain),
+    }
+}
+
+/// A chain from the first `LOADCHUNK`: warden's header, or RedisBloom's.
+fn chain_from_header(data: &[u8], max_bytes: u64) -> Result<Chain, BadData> {
+    match codec::decode_header(data, max_bytes) {
+        Ok(header) => Ok(header.empty_chain()),
+        Err(ours) => redisbloom::decode_header(data, max_bytes).map_err(|theirs| {
+            if ours == BadData::TooLarge || theirs == BadData::TooLarge {
+                BadData::TooLarge
+            } else {
+                BadData::Malformed
+            }
+        }),
+    }
 }
 
 /// `BF.LOADCHUNK key iterator data`
@@ -437,8 +461,8 @@ pub fn loadchunk(ctx: &Context, args: &[Arg]) -> RedisResult {
     };
     match chain_in(&key)? {
         None if iter == 1 => {
-            let header = codec::decode_header(data, max_bytes(ctx)).map_err(bad)?;
-            store(&key, &BLOOM_TYPE, header.empty_chain());
+            let chain = chain_from_header(data, max_bytes(ctx)).map_err(bad)?;
+            store(&key, type_of(&chain), chain);
         }
         None => return Err(err(error::BF_NOT_FOUND)),
         Some(chain) => {

@@ -1,5 +1,7 @@
 //! The `warden-bf` type and its `extern "C"` callbacks: RDB, AOF, copy,
-//! memory, free (and how much work freeing is).
+//! memory, free (and how much work freeing is); and `MBbloom--`, the type
+//! that holds filters imported from RedisBloom (same values, RedisBloom's
+//! RDB and `SCANDUMP` formats).
 //!
 //! RDB encodings (`rdb_load` reads both):
 //! 1. the `codec` header, then each sub-filter's bits as one string;
@@ -12,8 +14,9 @@ use std::os::raw::{c_char, c_int, c_void};
 use redis_module::native_types::RedisType;
 use redis_module::raw;
 
-use crate::bloom::chain::Chain;
+use crate::bloom::chain::{Chain, Scheme};
 use crate::bloom::codec::{self, Header};
+use crate::bloom::redisbloom::{self, ChainFields, LinkFields};
 use crate::datatypes::{boxed, release_value, Tracked};
 use crate::guard;
 use crate::stats;
@@ -126,6 +129,17 @@ unsafe extern "C" fn bloom_aof_rewrite(
     key: *mut raw::RedisModuleString,
     value: *mut c_void,
 ) {
+    rewrite_as_chunks(aof, key, value, codec::encode_header);
+}
+
+/// `BF.LOADCHUNK` commands that rebuild the filter: its header (from
+/// `header`), then every chunk that is not all zeros.
+unsafe fn rewrite_as_chunks(
+    aof: *mut raw::RedisModuleIO,
+    key: *mut raw::RedisModuleString,
+    value: *mut c_void,
+    header: fn(&Chain) -> Vec<u8>,
+) {
     guard::callback((), || {
         let chain = &*value.cast::<Chain>();
         let emit = |iter: i64, data: &[u8]| {
@@ -139,7 +153,7 @@ unsafe extern "C" fn bloom_aof_rewrite(
                 data.len(),
             );
         };
-        emit(1, &codec::encode_header(chain));
+        emit(1, &header(chain));
         let mut offset = 0u64;
         while let Some(chunk) = codec::chunk_at(chain, offset) {
             offset += chunk.len() as u64;
@@ -180,4 +194,133 @@ unsafe extern "C" fn bloom_copy(
     guard::callback(std::ptr::null_mut(), || {
         boxed((*value.cast::<Chain>()).clone())
     })
+}
+
+/// The type of filters imported from RedisBloom: its name, so that its RDB
+/// files and `DUMP` payloads load, and its encoding version, so that what
+/// warden saves loads back into RedisBloom too. Registered only when warden
+/// serves `BF.*` (`lib.rs`).
+pub static REDISBLOOM_TYPE: RedisType = RedisType::new(
+    "MBbloom--",
+    redisbloom::ENCVER,
+    raw::RedisModuleTypeMethods {
+        version: raw::REDISMODULE_TYPE_METHOD_VERSION as u64,
+        rdb_load: Some(redisbloom_rdb_load),
+        rdb_save: Some(redisbloom_rdb_save),
+        aof_rewrite: Some(redisbloom_aof_rewrite),
+        mem_usage: Some(bloom_mem_usage),
+        digest: None,
+        free: Some(bloom_free),
+        aux_load: None,
+        aux_save: None,
+        aux_save2: None,
+        aux_save_triggers: 0,
+        free_effort: Some(bloom_free_effort),
+        unlink: None,
+        copy: Some(bloom_copy),
+        defrag: None,
+        copy2: None,
+        free_effort2: None,
+        mem_usage2: None,
+        unlink2: None,
+    },
+);
+
+/// The type a chain is stored as: imported filters stay `MBbloom--`.
+pub fn type_of(chain: &Chain) -> &'static RedisType {
+    match chain.scheme {
+        Scheme::Warden => &BLOOM_TYPE,
+        Scheme::RedisBloom { .. } => &REDISBLOOM_TYPE,
+    }
+}
+
+/// Reads a filter in RedisBloom's RDB encoding (layout in `redisbloom`);
+/// `None` on any error or inconsistency. Each link's bits must be in the
+/// payload before anything is allocated for them.
+fn load_redisbloom(rdb: *mut raw::RedisModuleIO, encver: c_int) -> Option<Chain> {
+    if !(redisbloom::OLDEST_ENCVER..=redisbloom::ENCVER).contains(&encver) {
+        return None;
+    }
+    let fields = ChainFields {
+        items: raw::load_unsigned(rdb).ok()?,
+        links: raw::load_unsigned(rdb).ok()?,
+        options: if encver >= 2 {
+            raw::load_unsigned(rdb).ok()?
+        } else {
+            0
+        },
+        growth: if encver >= 4 {
+            raw::load_unsigned(rdb).ok()?
+        } else {
+            2
+        },
+    };
+    redisbloom::check_chain(&fields).ok()?;
+    let mut filters = Vec::new();
+    for _ in 0..fields.links {
+        let capacity = raw::load_unsigned(rdb).ok()?;
+        let error = raw::load_double(rdb).ok()?;
+        let hashes = raw::load_unsigned(rdb).ok()?;
+        let _bits_per_entry = raw::load_double(rdb).ok()?;
+        let link = LinkFields {
+            capacity,
+            error,
+            hashes,
+            bits: raw::load_unsigned(rdb).ok()?,
+            n2: raw::load_unsigned(rdb).ok()?,
+        };
+        let words = redisbloom::check_link(&link).ok()?;
+        let bytes = raw::load_string_buffer(rdb).ok()?;
+        if bytes.as_ref().len() != words * 8 {
+            return None;
+        }
+        let mut bits = vec![0u64; words];
+        codec::load_whole(&mut bits, bytes.as_ref()).ok()?;
+        drop(bytes);
+        let items = raw::load_unsigned(rdb).ok()?;
+        filters.push(redisbloom::link(&link, bits, items).ok()?);
+    }
+    redisbloom::chain(&fields, filters).ok()
+}
+
+unsafe extern "C" fn redisbloom_rdb_load(
+    rdb: *mut raw::RedisModuleIO,
+    encver: c_int,
+) -> *mut c_void {
+    guard::callback(std::ptr::null_mut(), || {
+        match load_redisbloom(rdb, encver) {
+            Some(chain) => boxed(chain),
+            None => std::ptr::null_mut(),
+        }
+    })
+}
+
+unsafe extern "C" fn redisbloom_rdb_save(rdb: *mut raw::RedisModuleIO, value: *mut c_void) {
+    guard::callback((), || {
+        let chain = &*value.cast::<Chain>();
+        raw::save_unsigned(rdb, chain.items());
+        raw::save_unsigned(rdb, chain.filters.len() as u64);
+        raw::save_unsigned(rdb, u64::from(redisbloom::options(chain)));
+        raw::save_unsigned(rdb, u64::from(redisbloom::growth(chain)));
+        for f in &chain.filters {
+            let link = redisbloom::fields(f);
+            raw::save_unsigned(rdb, link.capacity);
+            raw::save_double(rdb, link.error);
+            raw::save_unsigned(rdb, link.hashes);
+            raw::save_double(rdb, redisbloom::bits_per_entry(link.error));
+            raw::save_unsigned(rdb, link.bits);
+            raw::save_unsigned(rdb, link.n2);
+            let words = f.words();
+            raw::save_slice(rdb, &codec::read_bytes(words, 0, words.len() * 8));
+            raw::save_unsigned(rdb, f.items);
+        }
+    })
+}
+
+unsafe extern "C" fn redisbloom_aof_rewrite(
+    aof: *mut raw::RedisModuleIO,
+    key: *mut raw::RedisModuleString,
+    value: *mut c_void,
+) {
+    rewrite_as_chunks(aof, key, value, redisbloom::encode_header);
 }

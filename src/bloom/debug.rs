@@ -1,15 +1,21 @@
 //! `BF.DEBUG`: RedisBloom's description of a filter, one line per sub-filter.
 
 use crate::bloom::chain::Chain;
+use crate::bloom::filter::Hashing;
 
 /// `size:<items>`, then per sub-filter `bytes:.. bits:.. hashes:..
-/// hashwidth:64 capacity:.. size:.. ratio:..` with the ratio as C's `%g`.
+/// hashwidth:64 capacity:.. size:.. ratio:..` with the ratio as C's `%g`
+/// (`hashwidth:32` for filters imported with RedisBloom's 32-bit hashes).
 pub fn lines(chain: &Chain) -> Vec<String> {
     let mut out = vec![format!("size:{}", chain.items())];
+    let width = match chain.hashing() {
+        Hashing::Murmur32 => 32,
+        Hashing::Xxh3 | Hashing::Murmur64 => 64,
+    };
     for f in &chain.filters {
         let bytes = f.words().len() * 8;
         out.push(format!(
-            "bytes:{bytes} bits:{} hashes:{} hashwidth:64 capacity:{} size:{} ratio:{}",
+            "bytes:{bytes} bits:{} hashes:{} hashwidth:{width} capacity:{} size:{} ratio:{}",
             bytes * 8,
             f.hashes,
             f.capacity,

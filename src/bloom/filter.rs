@@ -1,33 +1,80 @@
 //! One Bloom filter: a bit array sized for a capacity and an error rate,
-//! probed k times by double hashing of one 128-bit xxh3 hash.
+//! probed k times by double hashing of one 128-bit xxh3 hash (or, for
+//! filters imported from RedisBloom, of its MurmurHash pair).
 
 use bitvec::prelude::*;
 use xxhash_rust::xxh3::xxh3_128;
 
+use crate::bloom::murmur;
+
 /// Most probes a sub-filter may use: an error rate of 2^-64 (about 5e-20).
 pub const MAX_HASHES: u32 = 64;
+
+/// How a filter turns an item into probes. Recorded per filter: an imported
+/// filter keeps RedisBloom's scheme for good, so its answers never change.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Hashing {
+    /// warden's own: xxh3-128, reduced by multiply-shift.
+    Xxh3,
+    /// RedisBloom's 64-bit scheme: MurmurHash64A, probes `(a + i·b) mod m`.
+    Murmur64,
+    /// RedisBloom's older 32-bit scheme: MurmurHash2, the same probes.
+    Murmur32,
+}
 
 /// The two 64-bit halves of an item's hash.
 #[derive(Clone, Copy, Debug)]
 pub struct Hash {
     h1: u64,
     h2: u64,
+    modulo: bool,
 }
 
 impl Hash {
+    #[cfg(test)]
     pub fn of(item: &[u8]) -> Self {
-        let h = xxh3_128(item);
-        Self {
-            h1: h as u64,
-            h2: (h >> 64) as u64 | 1,
+        Self::with(Hashing::Xxh3, item)
+    }
+
+    pub fn with(hashing: Hashing, item: &[u8]) -> Self {
+        match hashing {
+            Hashing::Xxh3 => {
+                let h = xxh3_128(item);
+                Self {
+                    h1: h as u64,
+                    h2: (h >> 64) as u64 | 1,
+                    modulo: false,
+                }
+            }
+            Hashing::Murmur64 => {
+                let (h1, h2) = murmur::pair64(item);
+                Self {
+                    h1,
+                    h2,
+                    modulo: true,
+                }
+            }
+            Hashing::Murmur32 => {
+                let (h1, h2) = murmur::pair32(item);
+                Self {
+                    h1,
+                    h2,
+                    modulo: true,
+                }
+            }
         }
     }
 
-    /// The i-th probe in `[0, bits)`: double hashing, reduced by a
-    /// multiply-shift instead of a modulo (no division, no modulo bias).
-    fn probe(self, i: u32, bits: u64) -> usize {
+    /// The i-th probe in `[0, m)`: double hashing, reduced by a
+    /// multiply-shift instead of a modulo (no division, no modulo bias) —
+    /// or by RedisBloom's plain modulo for its schemes.
+    fn probe(self, i: u32, m: u64) -> usize {
         let x = self.h1.wrapping_add(u64::from(i).wrapping_mul(self.h2));
-        ((u128::from(x) * u128::from(bits)) >> 64) as usize
+        if self.modulo {
+            (x % m) as usize
+        } else {
+            ((u128::from(x) * u128::from(m)) >> 64) as usize
+        }
     }
 }
 
@@ -87,6 +134,9 @@ pub struct SubFilter {
     pub hashes: u32,
     /// Items added (counted only when an add set a new bit).
     pub items: u64,
+    /// Probes go modulo `2^n2` when non-zero (RedisBloom's power-of-two
+    /// filters), else modulo the bit count.
+    pub n2: u8,
 }
 
 impl SubFilter {
@@ -106,6 +156,15 @@ impl SubFilter {
             error,
             hashes,
             items,
+            n2: 0,
+        }
+    }
+
+    /// What probes are reduced modulo.
+    fn modulus(&self) -> u64 {
+        match self.n2 {
+            0 => self.bits.len() as u64,
+            n => 1 << n,
         }
     }
 
@@ -126,13 +185,13 @@ impl SubFilter {
     }
 
     pub fn contains(&self, hash: Hash) -> bool {
-        let m = self.bits.len() as u64;
+        let m = self.modulus();
         (0..self.hashes).all(|i| self.bits[hash.probe(i, m)])
     }
 
     /// Sets the item's bits; true if any was newly set (the item is new).
     pub fn insert(&mut self, hash: Hash) -> bool {
-        let m = self.bits.len() as u64;
+        let m = self.modulus();
         let mut fresh = false;
         for i in 0..self.hashes {
             let mut bit = self

@@ -1,6 +1,8 @@
 //! Bloom filters: bits and hashing (`filter`), scaling (`chain`), the byte
 //! format of `SCANDUMP`/RDB (`codec`), `BF.DEBUG`'s lines (`debug`), the type
 //! and its callbacks (`datatype`), and the Redis side (`commands`).
+//! `redisbloom` and `murmur` read, write and answer like RedisBloom's own
+//! filters, so that they move over unchanged.
 
 pub mod chain;
 pub mod codec;
@@ -8,6 +10,8 @@ pub mod commands;
 pub mod datatype;
 pub mod debug;
 pub mod filter;
+pub mod murmur;
+pub mod redisbloom;
 
 use redis_module::{Context, RedisValue};
 

@@ -81,27 +81,43 @@ fn grant(ctx: &Context, q: &QueueKey, holder: u64, lease_ms: i64) -> u64 {
     let now = now_ms();
     let token = FENCES.draw(now);
     let deadline_ms = now.saturating_add(lease_ms);
+    let data = Box::into_raw(Box::new((q.clone(), token))).cast::<c_void>();
+    let delay = (deadline_ms + 1 - now).max(0);
+    let timer =
+        unsafe { raw::RedisModule_CreateTimer.unwrap()(ctx.ctx, delay, Some(on_lease_end), data) };
     let mut e = entry(q);
     e.lease = Some(Lease {
         token,
         deadline_ms,
         holder,
+        timer,
     });
     put(q, e);
     HOLDERS.with(|h| h.borrow_mut().entry(holder).or_default().push(q.clone()));
-    let data = Box::into_raw(Box::new((q.clone(), token))).cast::<c_void>();
-    let delay = (deadline_ms + 1 - now).max(0);
-    unsafe { raw::RedisModule_CreateTimer.unwrap()(ctx.ctx, delay, Some(on_lease_end), data) };
     stats::CACHE_LEASES.add(1);
     token
 }
 
-/// Ends the lease of `q` if it is `token` (any token if `None`); whether one ended.
-fn end_lease(q: &QueueKey, token: Option<u64>) -> bool {
-    let mut e = entry(q);
-    let Some(lease) = e.lease.take_if(|l| token.is_none_or(|t| l.token == t)) else {
+/// Ends the lease of `q` if it is `token` (any token if `None`); whether one
+/// ended. Its timer goes with it.
+fn end_lease(ctx: *mut raw::RedisModuleCtx, q: &QueueKey, token: Option<u64>) -> bool {
+    let Some(lease) = take_lease(q, token) else {
         return false;
     };
+    let mut data: *mut c_void = std::ptr::null_mut();
+    if unsafe { raw::RedisModule_StopTimer.unwrap()(ctx, lease.timer, &mut data) }
+        == raw::REDISMODULE_OK as c_int
+        && !data.is_null()
+    {
+        drop(unsafe { Box::from_raw(data.cast::<(QueueKey, u64)>()) });
+    }
+    true
+}
+
+/// Removes the lease of `q` (if it is `token`) from the table and its holder's list.
+fn take_lease(q: &QueueKey, token: Option<u64>) -> Option<Lease> {
+    let mut e = entry(q);
+    let lease = e.lease.take_if(|l| token.is_none_or(|t| l.token == t))?;
     put(q, e);
     HOLDERS.with(|h| {
         let mut h = h.borrow_mut();
@@ -115,7 +131,7 @@ fn end_lease(q: &QueueKey, token: Option<u64>) -> bool {
             }
         }
     });
-    true
+    Some(lease)
 }
 
 /// A lease ended unfilled: the oldest waiter, if any, gets a new one.
@@ -126,7 +142,8 @@ fn lease_ended(ctx: *mut raw::RedisModuleCtx, q: QueueKey) {
 extern "C" fn on_lease_end(ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
     guard::callback((), || {
         let (q, token) = *unsafe { Box::from_raw(data.cast::<(QueueKey, u64)>()) };
-        if end_lease(&q, Some(token)) {
+        // Not `end_lease`: Redis frees this timer itself once it returns.
+        if take_lease(&q, Some(token)).is_some() {
             lease_ended(ctx, q);
         }
     })
@@ -145,7 +162,7 @@ pub fn on_key_event(ctx: *mut raw::RedisModuleCtx, name: &[u8]) {
     }
     e.stale_until = None;
     put(&q, e);
-    if end_lease(&q, None) {
+    if end_lease(ctx, &q, None) {
         stats::CACHE_REVOKED.add(1);
     }
     lease_ended(ctx, q);
@@ -162,7 +179,7 @@ pub fn forget_db(ctx: *mut raw::RedisModuleCtx, db: c_int) {
             .collect()
     });
     for q in keys {
-        end_lease(&q, None);
+        end_lease(ctx, &q, None);
         put(&q, Entry::default());
         lease_ended(ctx, q);
     }
@@ -172,7 +189,7 @@ pub fn forget_db(ctx: *mut raw::RedisModuleCtx, db: c_int) {
 fn holder_left(ctx: *mut raw::RedisModuleCtx, client: u64) {
     let keys = HOLDERS.with(|h| h.borrow().get(&client).cloned().unwrap_or_default());
     for q in keys {
-        if entry(&q).lease.is_some_and(|l| l.holder == client) && end_lease(&q, None) {
+        if entry(&q).lease.is_some_and(|l| l.holder == client) && end_lease(ctx, &q, None) {
             lease_ended(ctx, q);
         }
     }
@@ -203,7 +220,12 @@ extern "C" fn on_role_change(
     _subevent: u64,
     _data: *mut c_void,
 ) {
-    guard::callback((), || forget_db(ctx, -1))
+    guard::callback((), || {
+        // Leases are not replicated: a promoted replica must not hand out a
+        // token its old master drew in this same millisecond.
+        FENCES.skip_past(now_ms());
+        forget_db(ctx, -1)
+    })
 }
 
 /// Ends leases with their holders' connections and with a change of role.
@@ -387,11 +409,11 @@ pub fn fill(ctx: &Context, args: &[Arg]) -> RedisResult {
     }
     if Key::read(ctx, name).string().is_err() {
         // Something else took the key meanwhile: it is not a cache value.
-        end_lease(&q, None);
+        end_lease(ctx.ctx, &q, None);
         lease_ended(ctx.ctx, q);
         return Err(err(error::WRONGTYPE));
     }
-    end_lease(&q, None);
+    end_lease(ctx.ctx, &q, None);
     // The entry's stale mark goes with the old value.
     put(&q, Entry::default());
     match req.px_ms {
@@ -430,7 +452,7 @@ pub fn abandon(ctx: &Context, args: &[Arg]) -> RedisResult {
     let live = entry(&q)
         .live_lease(now_ms())
         .is_some_and(|l| l.token == token);
-    if !live || !end_lease(&q, Some(token)) {
+    if !live || !end_lease(ctx.ctx, &q, Some(token)) {
         return Ok(RedisValue::Integer(0));
     }
     if waiters::queued(ctx, &args[1]) > 0 {
@@ -450,7 +472,7 @@ pub fn invalidate(ctx: &Context, args: &[Arg]) -> RedisResult {
     let q = waiters::queue_key(ctx.ctx, name);
     // The lease goes first, even for a key that does not exist: a reader that
     // loaded before this can never write its value back.
-    if end_lease(&q, None) {
+    if end_lease(ctx.ctx, &q, None) {
         stats::CACHE_REVOKED.add(1);
     }
     put(&q, Entry::default());

@@ -8,6 +8,8 @@ pub struct Lease {
     pub deadline_ms: i64,
     /// The holder's client id: the lease ends when that client disconnects.
     pub holder: u64,
+    /// The module timer that ends the lease at its deadline.
+    pub timer: u64,
 }
 
 /// The lease table's entry for one key: it exists only while a lease or a
@@ -188,6 +190,7 @@ mod tests {
                 token: 7,
                 deadline_ms: 100,
                 holder: 1,
+                timer: 0,
             }),
             stale_until: None,
         };

@@ -134,8 +134,17 @@ impl RwLock {
         }
     }
 
-    /// Records a new hold (the caller checked `admits`).
+    /// Records a new hold (the caller checked `admits`). An owner already
+    /// reading that is granted a read again (two of its requests waited
+    /// together) gets one more hold on its existing entry: one entry per owner.
     pub fn grant(&mut self, mode: Mode, owner: &[u8], now_ms: i64, ttl_ms: i64, fence: u64) -> u64 {
+        if mode == Mode::Read {
+            if let Some(hold) = self.reader_mut(owner) {
+                hold.holds = hold.holds.saturating_add(1).min(MAX_HOLDS);
+                hold.deadline_ms = hold.deadline_ms.max(now_ms.saturating_add(ttl_ms));
+                return hold.fence;
+            }
+        }
         let hold = Hold::new(owner, fence, now_ms, ttl_ms);
         match mode {
             Mode::Read => self.readers.push(hold),
@@ -196,7 +205,8 @@ impl RwLock {
 
     /// Holds in both modes.
     pub fn holds(&self) -> u64 {
-        self.holds_iter().map(|h| h.holds).sum()
+        self.holds_iter()
+            .fold(0u64, |total, h| total.saturating_add(h.holds))
     }
 
     pub fn memory(&self) -> usize {
@@ -377,5 +387,16 @@ mod tests {
             Outcome::Granted { .. }
         ));
         assert_eq!(l.unlock(b"w", 11), Unlock::NotHeld);
+    }
+
+    #[test]
+    fn one_owner_granted_twice_from_the_queue_has_one_entry() {
+        let mut l = RwLock::default();
+        let a = l.grant(Mode::Read, b"same", 0, 100, 7);
+        let b = l.grant(Mode::Read, b"same", 0, 200, 8);
+        assert_eq!((a, b), (7, 7));
+        assert_eq!(l.readers.len(), 1);
+        assert_eq!(l.holds(), 2);
+        assert_eq!(l.deadline(), Some(200));
     }
 }

@@ -656,3 +656,19 @@ pub fn dump_with_fence(dump: &[u8], old: u64, fence: u64) -> Vec<u8> {
     patched[at..at + 8].copy_from_slice(&fence.to_be_bytes());
     resign(dump, patched)
 }
+
+/// A field of `INFO <section>` as an integer (`warden_` fields with section "warden").
+pub fn info_int(c: &mut Connection, section: &str, field: &str) -> i64 {
+    let info: String = redis::cmd("INFO").arg(section).query(c).unwrap();
+    info.lines()
+        .find_map(|l| l.strip_prefix(&format!("{field}:")))
+        .unwrap_or_else(|| panic!("no {field} in INFO {section}"))
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+/// A `warden_<name>` field of `INFO warden`.
+pub fn warden_stat(c: &mut Connection, name: &str) -> i64 {
+    info_int(c, "warden", &format!("warden_{name}"))
+}

@@ -1,0 +1,465 @@
+//! Lock and read-write lock guards, the watchdog, waiting and Redlock,
+//! against real redis-servers with the module.
+
+mod support;
+
+use std::time::Duration;
+
+use support::*;
+use tokio::time::{timeout, Instant};
+use warden_client::{Error, Redlock, Release};
+
+const LONG: Duration = Duration::from_secs(10);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn release_frees_the_lock_the_guard_held() {
+    let s = Server::start(&[]);
+    let w = warden(&s);
+    let mut c = s.conn();
+    let guard = w.lock("k").acquire().await.unwrap().expect("free lock");
+    assert!(guard.token() > 0);
+    let (owner, holds, fence) = lock_state(&mut c, "k").expect("held");
+    assert_eq!(
+        (owner.as_str(), holds, fence),
+        (guard.owner(), 1, guard.token())
+    );
+    assert!(
+        guard.owner().starts_with(&w.owner()[..36]),
+        "owner is <uuid>:<task>"
+    );
+    assert_eq!(guard.release().await.unwrap(), Release::Released);
+    assert!(lock_state(&mut c, "k").is_none());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropping_a_guard_releases_in_the_background() {
+    let s = Server::start(&[]);
+    let w = warden(&s);
+    let mut c = s.conn();
+    let guard = w.lock("k").acquire().await.unwrap().expect("free lock");
+    drop(guard);
+    eventually("release after drop", LONG, || {
+        lock_state(&mut c, "k").is_none()
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_same_task_reenters_its_lock() {
+    let s = Server::start(&[]);
+    let w = warden(&s);
+    let first = w.lock("k").acquire().await.unwrap().unwrap();
+    let second = w.lock("k").acquire().await.unwrap().expect("re-entrant");
+    assert_eq!(first.token(), second.token());
+    assert_eq!(second.release().await.unwrap(), Release::HoldsRemain);
+    assert_eq!(first.release().await.unwrap(), Release::Released);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn other_owners_are_refused_or_wait_for_the_hand_off() {
+    let s = Server::start(&[]);
+    let w = warden(&s);
+    let holder = w.lock("k").acquire().await.unwrap().unwrap();
+    let other = w.clone();
+    let busy = tokio::spawn(async move { other.lock("k").acquire().await.unwrap() })
+        .await
+        .unwrap();
+    assert!(busy.is_none(), "another task is another owner");
+    let other = w.clone();
+    let waiter = tokio::spawn(async move { other.lock("k").wait(LONG).acquire().await.unwrap() });
+    let mut c = s.conn();
+    wait_queued(&mut c, "LOCK.INFO", "k", 1);
+    let first = holder.token();
+    holder.release().await.unwrap();
+    let next = waiter.await.unwrap().expect("handed off");
+    assert!(next.token() > first);
+    next.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_acquire_does_not_block_other_commands() {
+    let s = Server::start(&[]);
+    let holder = warden(&s);
+    let w = warden(&s);
+    let held = holder.lock("k").acquire().await.unwrap().unwrap();
+    // Two waits in flight on the same client...
+    let waiters: Vec<_> = (0..2)
+        .map(|_| {
+            let w = w.clone();
+            tokio::spawn(async move { w.lock("k").wait(LONG).acquire().await.unwrap() })
+        })
+        .collect();
+    let mut c = s.conn();
+    wait_queued(&mut c, "LOCK.INFO", "k", 2);
+    // ...and the same client's other commands still answer at once.
+    for i in 0..20 {
+        let g = timeout(
+            Duration::from_secs(2),
+            w.lock(format!("other:{i}")).acquire(),
+        )
+        .await
+        .expect("not stuck behind a WAIT")
+        .unwrap()
+        .unwrap();
+        g.release().await.unwrap();
+    }
+    held.release().await.unwrap();
+    for waiter in waiters {
+        let g = waiter.await.unwrap().expect("granted in turn");
+        g.release().await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_wait_leaves_the_queue() {
+    let s = Server::start(&[]);
+    let w = warden(&s);
+    let held = w.lock("k").acquire().await.unwrap().unwrap();
+    let other = w.clone();
+    let waiter = tokio::spawn(async move { other.lock("k").wait(LONG).acquire().await });
+    let mut c = s.conn();
+    wait_queued(&mut c, "LOCK.INFO", "k", 1);
+    waiter.abort();
+    wait_queued(&mut c, "LOCK.INFO", "k", 0);
+    held.release().await.unwrap();
+    assert!(lock_state(&mut c, "k").is_none(), "nobody was granted");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_watchdog_keeps_the_lock_past_several_leases_and_stops_at_release() {
+    let s = Server::start(&[]);
+    let w = warden(&s);
+    let mut c = s.conn();
+    let ttl = Duration::from_millis(300);
+    let started = Instant::now();
+    let guard = w
+        .lock("k")
+        .ttl(ttl)
+        .watchdog(true)
+        .acquire()
+        .await
+        .unwrap()
+        .unwrap();
+    // Renewals every ttl/3: wait for enough of them to span four leases.
+    eventually("twelve renewals", LONG, || {
+        calls(&mut c, "lock.extend") >= 12
+    })
+    .await;
+    assert!(started.elapsed() > ttl * 3);
+    let (owner, _, fence) = lock_state(&mut c, "k").expect("still held");
+    assert_eq!((owner.as_str(), fence), (guard.owner(), guard.token()));
+    assert!(!guard.is_lost());
+    assert_eq!(guard.release().await.unwrap(), Release::Released);
+    let after_release = calls(&mut c, "lock.extend");
+    // Two more renewal periods without a single LOCK.EXTEND.
+    tokio::time::sleep(ttl).await;
+    assert_eq!(calls(&mut c, "lock.extend"), after_release);
+    assert!(lock_state(&mut c, "k").is_none());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropping_a_watched_guard_stops_renewing() {
+    let s = Server::start(&[]);
+    let w = warden(&s);
+    let mut c = s.conn();
+    let ttl = Duration::from_millis(300);
+    let guard = w
+        .lock("k")
+        .ttl(ttl)
+        .watchdog(true)
+        .acquire()
+        .await
+        .unwrap()
+        .unwrap();
+    eventually("a renewal", LONG, || calls(&mut c, "lock.extend") >= 1).await;
+    drop(guard);
+    eventually("release after drop", LONG, || {
+        lock_state(&mut c, "k").is_none()
+    })
+    .await;
+    let after_release = calls(&mut c, "lock.extend");
+    tokio::time::sleep(ttl).await;
+    assert_eq!(calls(&mut c, "lock.extend"), after_release);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_watchdog_reports_a_lock_taken_away() {
+    let s = Server::start(&[]);
+    let w = warden(&s);
+    let mut c = s.conn();
+    let guard = w
+        .lock("k")
+        .ttl(Duration::from_millis(300))
+        .watchdog(true)
+        .acquire()
+        .await
+        .unwrap()
+        .unwrap();
+    let mut lost = guard.lost_watch();
+    run(&mut c, &["DEL", "k"]).unwrap();
+    timeout(LONG, guard.lost()).await.expect("loss reported");
+    assert!(guard.is_lost() && *lost.borrow_and_update());
+    assert_eq!(guard.release().await.unwrap(), Release::NotHeld);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_server_makes_the_guard_report_loss_within_the_lease() {
+    let s = Server::start(&[]);
+    let w = warden(&s);
+    let ttl = Duration::from_millis(500);
+    let guard = w
+        .lock("k")
+        .ttl(ttl)
+        .watchdog(true)
+        .acquire()
+        .await
+        .unwrap()
+        .unwrap();
+    let mut c = s.conn();
+    eventually("a renewal", LONG, || calls(&mut c, "lock.extend") >= 1).await;
+    // The server stops answering for 5 s, ten leases.
+    let sleeper = std::thread::spawn(move || run(&mut c, &["DEBUG", "SLEEP", "5"]));
+    timeout(LONG, guard.lost()).await.expect("loss reported");
+    assert!(
+        !sleeper.is_finished(),
+        "the loss is reported while the server is still paused"
+    );
+    assert!(
+        Instant::now() >= guard.lease_end(),
+        "not before the lease could end"
+    );
+    sleeper.join().unwrap().unwrap();
+    drop(guard);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_server_makes_the_guard_report_loss() {
+    let mut s = Server::start(&[]);
+    let w = warden(&s);
+    let ttl = Duration::from_millis(500);
+    let guard = w
+        .lock("k")
+        .ttl(ttl)
+        .watchdog(true)
+        .acquire()
+        .await
+        .unwrap()
+        .unwrap();
+    s.stop(false);
+    timeout(LONG, guard.lost()).await.expect("loss reported");
+    assert!(guard.release().await.is_err());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_client_reconnects_after_a_restart() {
+    let mut s = Server::start(&[]);
+    let w = warden(&s);
+    w.lock("k")
+        .acquire()
+        .await
+        .unwrap()
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
+    s.restart(false);
+    let mut ok = false;
+    for _ in 0..3 {
+        if let Ok(Some(g)) = w.lock("k").acquire().await {
+            g.release().await.unwrap();
+            ok = true;
+            break;
+        }
+    }
+    assert!(ok, "a broken shared connection is replaced");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readers_share_a_writer_waits_for_them() {
+    let s = Server::start(&[]);
+    let w = warden(&s);
+    let readers: Vec<_> = (0..2)
+        .map(|_| {
+            let w = w.clone();
+            tokio::spawn(async move { w.read_lock("rw").acquire().await.unwrap().unwrap() })
+        })
+        .collect();
+    let mut guards = Vec::new();
+    for r in readers {
+        guards.push(r.await.unwrap());
+    }
+    let other = w.clone();
+    let writer =
+        tokio::spawn(async move { other.write_lock("rw").wait(LONG).acquire().await.unwrap() });
+    let mut c = s.conn();
+    wait_queued(&mut c, "RWLOCK.INFO", "rw", 1);
+    for g in guards {
+        assert_eq!(g.release().await.unwrap(), Release::Released);
+    }
+    let writer = writer.await.unwrap().expect("granted after the readers");
+    let f = map(&mut c, &["RWLOCK.INFO", "rw"]);
+    assert_eq!(field_str(&f, "mode"), "write");
+    assert_eq!(field_str(&f, "writer"), writer.owner());
+    writer.release().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upgrade_is_refused_and_a_read_lease_is_watched() {
+    let s = Server::start(&[]);
+    let w = warden(&s);
+    let mut c = s.conn();
+    let read = w
+        .read_lock("rw")
+        .ttl(Duration::from_millis(300))
+        .watchdog(true)
+        .acquire()
+        .await
+        .unwrap()
+        .unwrap();
+    match w.write_lock("rw").acquire().await {
+        Err(Error::Redis(e)) => assert!(e.to_string().contains("upgrade"), "{e}"),
+        other => panic!("expected the upgrade error, got {other:?}"),
+    }
+    eventually("read renewals", LONG, || {
+        calls(&mut c, "rwlock.extend") >= 6
+    })
+    .await;
+    assert!(maybe_map(&mut c, &["RWLOCK.INFO", "rw"]).is_some());
+    read.release().await.unwrap();
+    assert!(maybe_map(&mut c, &["RWLOCK.INFO", "rw"]).is_none());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redlock_needs_a_majority_and_survives_two_servers_down() {
+    let mut servers: Vec<Server> = (0..5).map(|_| Server::start(&[])).collect();
+    let clients = || {
+        servers
+            .iter()
+            .map(|s| redis::Client::open(url(s)).unwrap())
+            .collect::<Vec<_>>()
+    };
+    let ttl = Duration::from_secs(5);
+    let a = Redlock::new(clients()).server_timeout(Duration::from_millis(200));
+    let b = Redlock::new(clients()).server_timeout(Duration::from_millis(200));
+    let held = a.acquire("k", ttl).await.unwrap().expect("all five grant");
+    assert_eq!(held.granted(), 5);
+    assert!(held.validity() > Duration::ZERO && held.validity() < ttl);
+    let tokens: Vec<i64> = servers
+        .iter()
+        .map(|s| lock_state(&mut s.conn(), "k").unwrap().2)
+        .collect();
+    assert_eq!(held.token(), *tokens.iter().max().unwrap());
+    assert!(b.acquire("k", ttl).await.unwrap().is_none(), "exclusive");
+    assert_eq!(held.release().await, 5);
+
+    servers[0].stop(false);
+    servers[1].stop(false);
+    let held = b.acquire("k", ttl).await.unwrap().expect("three of five");
+    assert_eq!(held.granted(), 3);
+    assert!(a.acquire("k", ttl).await.unwrap().is_none());
+    drop(held);
+    for s in &servers[2..] {
+        let mut c = s.conn();
+        eventually("released everywhere", LONG, || {
+            lock_state(&mut c, "k").is_none()
+        })
+        .await;
+    }
+
+    servers[2].stop(false);
+    assert!(a.acquire("k", ttl).await.unwrap().is_none(), "two of five");
+    for s in &servers[3..] {
+        assert!(
+            lock_state(&mut s.conn(), "k").is_none(),
+            "a failed attempt releases what it got"
+        );
+    }
+}
+
+/// Acquire+release pairs per second through the client against raw commands
+/// on one connection, in alternating rounds (medians, so that other load on
+/// the machine hits all three alike); run with `--ignored --nocapture`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore]
+async fn measure_pairs_per_second() {
+    let s = Server::start(&[]);
+    let w = warden(&s);
+    let client = redis::Client::open(url(&s)).unwrap();
+    let mut raw = client.get_multiplexed_async_connection().await.unwrap();
+    let n = 2_000;
+    let mut rates: [Vec<f64>; 3] = Default::default();
+    for _ in 0..9 {
+        let started = Instant::now();
+        for _ in 0..n {
+            let _: Option<i64> = redis::cmd("LOCK.ACQUIRE")
+                .arg("raw")
+                .arg("raw:1")
+                .arg(30_000)
+                .query_async(&mut raw)
+                .await
+                .unwrap();
+            let _: i64 = redis::cmd("LOCK.RELEASE")
+                .arg("raw")
+                .arg("raw:1")
+                .query_async(&mut raw)
+                .await
+                .unwrap();
+        }
+        rates[0].push(n as f64 / started.elapsed().as_secs_f64());
+        for (watchdog, rate) in [(false, 1), (true, 2)] {
+            let started = Instant::now();
+            for _ in 0..n {
+                let g = w
+                    .lock("client")
+                    .watchdog(watchdog)
+                    .acquire()
+                    .await
+                    .unwrap()
+                    .unwrap();
+                g.release().await.unwrap();
+            }
+            rates[rate].push(n as f64 / started.elapsed().as_secs_f64());
+        }
+    }
+    let [raw, plain, watched] = rates.map(|mut r| {
+        r.sort_by(f64::total_cmp);
+        r[r.len() / 2]
+    });
+    println!(
+        "pairs/s (median of 9 rounds): raw {raw:.0}, client {plain:.0} ({:.2}x), client with watchdog {watched:.0} ({:.2}x)",
+        plain / raw,
+        watched / raw
+    );
+}
+
+#[test]
+fn the_quickstart_example_runs() {
+    let s = Server::start(&[]);
+    // cargo test builds the package's examples beside the test binaries.
+    let exe = std::env::current_exe().unwrap();
+    let example = exe
+        .parent()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .join("examples/quickstart");
+    let out = std::process::Command::new(&example)
+        .env("WARDEN_URL", url(&s))
+        .output()
+        .unwrap_or_else(|e| panic!("{}: {e}", example.display()));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("user:42:name = Ada"), "{stdout}");
+    let mut c = s.conn();
+    assert_eq!(
+        redis::cmd("GET")
+            .arg("user:42:name")
+            .query::<String>(&mut c)
+            .unwrap(),
+        "Ada"
+    );
+}
