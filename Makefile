@@ -83,7 +83,7 @@ $(VALKEY): | venv
 # dev-dependencies): a separate cargo build would make each later cargo test
 # rebuild the module and relink every test binary.
 test: deps venv $(REDISBLOOM) $(SERVER_DEPS)
-	cargo test --release --no-run
+	cargo test --release --workspace --no-run
 	WARDEN_SERVER=$(SERVER_BIN) WARDEN_MODULE=$(CURDIR)/$(MODULE) WARDEN_PYTHON=$(CURDIR)/$(PYTHON) \
 		REDISBLOOM_MODULE=$(CURDIR)/$(REDISBLOOM) \
 		cargo test --release --workspace --no-fail-fast $(TEST_TARGETS) -- --test-threads=4
