@@ -79,9 +79,13 @@ $(VALKEY): | venv
 
 # The Bloom tests compare BF.DEBUG with RedisBloom's and run beside it.
 # WARDEN_SOAK_SECONDS (default 300) shortens tests/soak.rs.
+# The tests load the module their own build made (target/release/deps, one
+# feature set with the dev-dependencies): a separate cargo build would make
+# each later cargo test rebuild the module and relink every test binary.
+TEST_MODULE := target/release/deps/libwarden.so
 test: deps venv $(REDISBLOOM) $(SERVER_DEPS)
-	cargo build --release
-	WARDEN_SERVER=$(SERVER_BIN) WARDEN_MODULE=$(CURDIR)/$(MODULE) WARDEN_PYTHON=$(CURDIR)/$(PYTHON) \
+	cargo test --release --workspace --no-run
+	WARDEN_SERVER=$(SERVER_BIN) WARDEN_MODULE=$(CURDIR)/$(TEST_MODULE) WARDEN_PYTHON=$(CURDIR)/$(PYTHON) \
 		REDISBLOOM_MODULE=$(CURDIR)/$(REDISBLOOM) \
 		cargo test --release --workspace --no-fail-fast $(TEST_TARGETS) -- --test-threads=4
 

@@ -1701,7 +1701,7 @@ fn run_chunk(state: State, chunk: Vec<(usize, Case)>) -> Vec<String> {
     let mut failures = Vec::new();
     let mut env = Env::new(state);
     for (n, case) in chunk {
-        if !only_one_case_is_quiet() {
+        if naming_cases() {
             eprintln!("case {n}: {case}");
         }
         let outcome =
@@ -1746,8 +1746,8 @@ fn run_chunk(state: State, chunk: Vec<(usize, Case)>) -> Vec<String> {
 }
 
 /// With WARDEN_FAULT_CASE set, each case is named as it starts.
-fn only_one_case_is_quiet() -> bool {
-    std::env::var("WARDEN_FAULT_CASE").is_err()
+fn naming_cases() -> bool {
+    std::env::var("WARDEN_FAULT_CASE").is_ok()
 }
 
 #[test]
