@@ -12,20 +12,6 @@ use std::time::{Duration, Instant};
 use common::*;
 use redis::{Connection, Value};
 
-/// RedisBloom's module, which `make test` fetches (`REDISBLOOM_MODULE`).
-fn redisbloom() -> PathBuf {
-    let path = std::env::var("REDISBLOOM_MODULE").map_or_else(
-        |_| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/bench/redisbloom.so"),
-        PathBuf::from,
-    );
-    assert!(
-        path.exists(),
-        "RedisBloom not found at {}: run `make test`, which fetches it",
-        path.display()
-    );
-    path
-}
-
 /// The server's resident memory now, in bytes (from /proc, not INFO's sample).
 fn rss(c: &mut Connection) -> i64 {
     let pid = info_int(c, "everything", "process_id");

@@ -587,10 +587,6 @@ fn try_start(module_args: &[&str]) -> (bool, String) {
     (runs, std::fs::read_to_string(&log).unwrap_or_default())
 }
 
-fn server_binary() -> String {
-    std::env::var("WARDEN_SERVER").unwrap_or_else(|_| "redis-server".into())
-}
-
 #[test]
 fn bad_module_arguments_refuse_the_load_and_say_why() {
     let cases: &[(&[&str], &str)] = &[

@@ -5,23 +5,8 @@
 
 mod common;
 
-use std::path::PathBuf;
-
 use common::*;
 use redis::{Connection, Value};
-
-fn redisbloom() -> PathBuf {
-    let path = std::env::var("REDISBLOOM_MODULE").map_or_else(
-        |_| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/bench/redisbloom.so"),
-        PathBuf::from,
-    );
-    assert!(
-        path.exists(),
-        "RedisBloom not found at {}: run `make test`, which fetches it",
-        path.display()
-    );
-    path
-}
 
 /// A server where RedisBloom serves `BF.*` (warden is loaded beside it,
 /// standing aside, and must not claim RedisBloom's type).

@@ -672,3 +672,17 @@ pub fn info_int(c: &mut Connection, section: &str, field: &str) -> i64 {
 pub fn warden_stat(c: &mut Connection, name: &str) -> i64 {
     info_int(c, "warden", &format!("warden_{name}"))
 }
+
+/// RedisBloom's module, which `make test` fetches (`REDISBLOOM_MODULE`).
+pub fn redisbloom() -> PathBuf {
+    let path = std::env::var("REDISBLOOM_MODULE").map_or_else(
+        |_| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/bench/redisbloom.so"),
+        PathBuf::from,
+    );
+    assert!(
+        path.exists(),
+        "RedisBloom not found at {}: run `make test`, which fetches it",
+        path.display()
+    );
+    path
+}
