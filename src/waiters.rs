@@ -30,7 +30,7 @@
 
 use std::cell::RefCell;
 use std::collections::{HashMap, HashSet, VecDeque};
-use std::os::raw::{c_char, c_int, c_void};
+use std::os::raw::{c_char, c_int, c_longlong, c_void};
 use std::ptr;
 
 use redis_module::{raw, Context, ContextFlags, RedisString};
@@ -335,7 +335,7 @@ fn deliver(ctx: *mut raw::RedisModuleCtx, waiter: Waiter, answer: Answer) {
             c"CLIENT".as_ptr(),
             c"cl".as_ptr(),
             c"UNBLOCK".as_ptr(),
-            waiter.client_id as libc_long,
+            waiter.client_id as c_longlong,
         )
     };
     if !reply.is_null() {
@@ -347,9 +347,6 @@ fn deliver(ctx: *mut raw::RedisModuleCtx, waiter: Waiter, answer: Answer) {
         unsafe { raw::RedisModule_UnblockClient.unwrap()(handle, boxed) };
     }
 }
-
-#[allow(non_camel_case_types)]
-type libc_long = std::os::raw::c_longlong;
 
 /// Writes an answer to the client of the running callback.
 fn reply(ctx: *mut raw::RedisModuleCtx, answer: &Answer) {

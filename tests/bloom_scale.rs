@@ -5,9 +5,7 @@
 
 mod common;
 
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::*;
 use redis::{Connection, Value};
@@ -87,24 +85,6 @@ fn del_frees_in_the_background_when_lazyfree_user_del_is_on() {
     wait_for("the background free", Duration::from_secs(10), || {
         info_int(&mut c, "everything", "lazyfreed_objects") == freed + 1
     });
-}
-
-/// Every `(iterator, data)` pair of a full `SCANDUMP`.
-fn scandump(c: &mut Connection, key: &str) -> Vec<(i64, Vec<u8>)> {
-    let mut chunks = Vec::new();
-    let mut iter = 0;
-    loop {
-        let (next, data): (i64, Vec<u8>) = redis::cmd("BF.SCANDUMP")
-            .arg(key)
-            .arg(iter)
-            .query(c)
-            .unwrap();
-        if next == 0 {
-            return chunks;
-        }
-        chunks.push((next, data));
-        iter = next;
-    }
 }
 
 fn loadchunk(c: &mut Connection, key: &str, iter: i64, data: &[u8]) {
@@ -285,92 +265,6 @@ fn debug_lines_equal_redisbloom_for_the_same_filters() {
     }
     let t: String = redis::cmd("TYPE").arg("scaled").query(&mut b).unwrap();
     assert_eq!(t, "MBbloom--");
-}
-
-/// A redis-server with the given `--loadmodule` lines, in order.
-struct Plain {
-    dir: tempfile::TempDir,
-    child: Child,
-}
-
-impl Plain {
-    fn start(modules: &[Vec<String>]) -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        let mut cmd = Command::new(common::server_binary());
-        cmd.current_dir(dir.path()).args([
-            "--port",
-            "0",
-            "--save",
-            "",
-            "--unixsocket",
-            &dir.path().join("redis.sock").display().to_string(),
-            "--logfile",
-            &dir.path().join("redis.log").display().to_string(),
-        ]);
-        for m in modules {
-            cmd.arg("--loadmodule").args(m);
-        }
-        let child = cmd
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("redis-server");
-        Self { dir, child }
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(self.dir.path().join("redis.log")).unwrap_or_default()
-    }
-
-    /// A connection once the server answers.
-    fn conn(&mut self) -> Connection {
-        let url = format!(
-            "redis+unix://{}",
-            self.dir.path().join("redis.sock").display()
-        );
-        let started = Instant::now();
-        loop {
-            if let Ok(mut c) = redis::Client::open(url.as_str()).and_then(|c| c.get_connection()) {
-                if redis::cmd("PING").query::<String>(&mut c).is_ok() {
-                    return c;
-                }
-            }
-            if let Some(status) = self.child.try_wait().unwrap() {
-                panic!("redis-server exited ({status}):\n{}", self.log());
-            }
-            assert!(
-                started.elapsed() < Duration::from_secs(20),
-                "{}",
-                self.log()
-            );
-            std::thread::sleep(Duration::from_millis(10));
-        }
-    }
-
-    /// Waits for the server to exit on its own.
-    fn exited(&mut self) -> bool {
-        let started = Instant::now();
-        while started.elapsed() < Duration::from_secs(20) {
-            if self.child.try_wait().unwrap().is_some() {
-                return true;
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        false
-    }
-}
-
-impl Drop for Plain {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn module(path: PathBuf, args: &[&str]) -> Vec<String> {
-    let mut line = vec![path.display().to_string()];
-    line.extend(args.iter().map(|a| a.to_string()));
-    line
 }
 
 #[test]

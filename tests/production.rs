@@ -6,8 +6,7 @@
 
 mod common;
 
-use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::*;
 use redis::{Connection, ConnectionLike, Value};
@@ -550,41 +549,12 @@ fn a_waiter_never_strands_on_a_free_key_when_kinds_mix() {
 
 // --- 8. Arguments ---------------------------------------------------------
 
-/// Starts redis-server with `args` after the module path and waits for it to
-/// exit or answer; returns (whether it runs, its log).
+/// Starts the server with the module and `module_args`; returns (whether it
+/// runs, its log).
 fn try_start(module_args: &[&str]) -> (bool, String) {
-    let dir = tempfile::tempdir().unwrap();
-    let sock = dir.path().join("s.sock");
-    let log = dir.path().join("log");
-    let mut child = Command::new(server_binary())
-        .args(["--port", "0", "--save", "", "--unixsocket"])
-        .arg(&sock)
-        .arg("--logfile")
-        .arg(&log)
-        .arg("--loadmodule")
-        .arg(module_path())
-        .args(module_args)
-        .spawn()
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let runs = loop {
-        if child.try_wait().unwrap().is_some() {
-            break false;
-        }
-        // The socket exists before modules load: wait for the ready line.
-        let text = std::fs::read_to_string(&log).unwrap_or_default();
-        if text.contains("eady to accept connections") {
-            break true;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "server neither started nor exited"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    };
-    let _ = child.kill();
-    let _ = child.wait();
-    (runs, std::fs::read_to_string(&log).unwrap_or_default())
+    let mut s = Plain::start(&[module(module_path(), module_args)]);
+    let runs = s.runs();
+    (runs, s.log())
 }
 
 #[test]

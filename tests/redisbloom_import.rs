@@ -214,23 +214,6 @@ fn dump_payloads_restore_both_ways_with_identical_answers() {
     }
 }
 
-fn scandump(c: &mut Connection, key: &str) -> Vec<(i64, Vec<u8>)> {
-    let mut chunks = Vec::new();
-    let mut iter = 0i64;
-    loop {
-        let (next, data): (i64, Vec<u8>) = redis::cmd("BF.SCANDUMP")
-            .arg(key)
-            .arg(iter)
-            .query(c)
-            .unwrap();
-        if next == 0 {
-            return chunks;
-        }
-        chunks.push((next, data));
-        iter = next;
-    }
-}
-
 fn loadchunk(c: &mut Connection, key: &str, iter: i64, data: &[u8]) -> redis::RedisResult<()> {
     redis::cmd("BF.LOADCHUNK")
         .arg(key)

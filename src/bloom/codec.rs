@@ -461,13 +461,7 @@ mod tests {
     fn decoding_arbitrary_bytes_never_panics() {
         // A cheap deterministic generator: every prefix of a pseudo-random stream,
         // and random streams behind a valid magic and version.
-        let mut state = 0x9e3779b97f4a7c15u64;
-        let mut next = || {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state
-        };
+        let mut next = xorshift();
         for len in 0..400 {
             let mut bytes: Vec<u8> = (0..len).map(|_| next() as u8).collect();
             let _ = decode_header(&bytes, MAX);
@@ -549,4 +543,16 @@ pub fn exercise(data: &[u8]) {
 #[test]
 fn kept_codec_fuzz_inputs_still_pass() {
     crate::args::replay_kept_fuzz_inputs("bloom_codec", exercise);
+}
+
+/// A cheap deterministic byte stream for the decoders' never-panic tests.
+#[cfg(test)]
+pub(crate) fn xorshift() -> impl FnMut() -> u64 {
+    let mut state = 0x9e3779b97f4a7c15u64;
+    move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    }
 }

@@ -513,13 +513,7 @@ mod tests {
 
     #[test]
     fn decoding_arbitrary_bytes_never_panics() {
-        let mut state = 0x9e3779b97f4a7c15u64;
-        let mut next = || {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state
-        };
+        let mut next = crate::bloom::codec::xorshift();
         for len in 0..300 {
             let bytes: Vec<u8> = (0..len).map(|_| next() as u8).collect();
             exercise(&bytes);

@@ -469,20 +469,23 @@ pub fn invalidate(ctx: &Context, args: &[Arg]) -> RedisResult {
     let stale_ms = args::stale_option(&args[2..]).map_err(RedisError::String)?;
     refuse_on_replica(ctx)?;
     let name = &args[1];
+    // One look at the key, before anything changes (another type: WRONGTYPE).
+    let key = Key::read(ctx, name);
+    let exists = !key.is_empty();
+    let is_string = key.string().map_err(err)?.is_some();
+    let expires = key.expire_at();
+    drop(key);
     let q = waiters::queue_key(ctx.ctx, name);
-    // The lease goes first, even for a key that does not exist: a reader that
+    // The lease goes, even for a key that does not exist: a reader that
     // loaded before this can never write its value back.
     if end_lease(ctx.ctx, &q, None) {
         stats::CACHE_REVOKED.add(1);
     }
     put(&q, Entry::default());
-    let exists = !Key::read(ctx, name).is_empty();
-    let is_string = Key::read(ctx, name).string().map_err(err)?.is_some();
     let changed = match (stale_ms, is_string) {
         (Some(ms), true) => {
             let now = now_ms();
             let until = now.saturating_add(ms);
-            let expires = Key::read(ctx, name).expire_at();
             if expires.is_none_or(|at| at > until) {
                 let at = until.to_string();
                 call_replicated(ctx, "PEXPIREAT", &[name, at.as_bytes()])?;

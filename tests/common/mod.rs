@@ -686,3 +686,128 @@ pub fn redisbloom() -> PathBuf {
     );
     path
 }
+
+/// Every `(iterator, data)` pair of a full `BF.SCANDUMP`.
+pub fn scandump(c: &mut Connection, key: &str) -> Vec<(i64, Vec<u8>)> {
+    let mut chunks = Vec::new();
+    let mut iter = 0;
+    loop {
+        let (next, data): (i64, Vec<u8>) = redis::cmd("BF.SCANDUMP")
+            .arg(key)
+            .arg(iter)
+            .query(c)
+            .unwrap();
+        if next == 0 {
+            return chunks;
+        }
+        chunks.push((next, data));
+        iter = next;
+    }
+}
+
+/// A redis-server with the given `--loadmodule` lines, in order.
+pub struct Plain {
+    pub dir: tempfile::TempDir,
+    child: Child,
+}
+
+impl Plain {
+    pub fn start(modules: &[Vec<String>]) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let mut cmd = Command::new(server_binary());
+        cmd.current_dir(dir.path()).args([
+            "--port",
+            "0",
+            "--save",
+            "",
+            "--unixsocket",
+            &dir.path().join("redis.sock").display().to_string(),
+            "--logfile",
+            &dir.path().join("redis.log").display().to_string(),
+        ]);
+        for m in modules {
+            cmd.arg("--loadmodule").args(m);
+        }
+        let child = cmd
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("redis-server");
+        Self { dir, child }
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("redis.log")).unwrap_or_default()
+    }
+
+    /// A connection once the server answers.
+    pub fn conn(&mut self) -> Connection {
+        let url = format!(
+            "redis+unix://{}",
+            self.dir.path().join("redis.sock").display()
+        );
+        let started = Instant::now();
+        loop {
+            if let Ok(mut c) = redis::Client::open(url.as_str()).and_then(|c| c.get_connection()) {
+                if redis::cmd("PING").query::<String>(&mut c).is_ok() {
+                    return c;
+                }
+            }
+            if let Some(status) = self.child.try_wait().unwrap() {
+                panic!("redis-server exited ({status}):\n{}", self.log());
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(20),
+                "{}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// Waits for the server to exit on its own.
+    pub fn exited(&mut self) -> bool {
+        let started = Instant::now();
+        while started.elapsed() < Duration::from_secs(20) {
+            if self.child.try_wait().unwrap().is_some() {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        false
+    }
+
+    /// Waits until the server is ready (true) or has exited (false). The
+    /// socket exists before modules load, so readiness is the log's line.
+    pub fn runs(&mut self) -> bool {
+        let started = Instant::now();
+        loop {
+            if self.child.try_wait().unwrap().is_some() {
+                return false;
+            }
+            if self.log().contains("eady to accept connections") {
+                return true;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(20),
+                "server neither started nor exited:\n{}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+}
+
+impl Drop for Plain {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A `--loadmodule` line: the module's path and its arguments.
+pub fn module(path: PathBuf, args: &[&str]) -> Vec<String> {
+    let mut line = vec![path.display().to_string()];
+    line.extend(args.iter().map(|a| a.to_string()));
+    line
+}
