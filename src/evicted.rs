@@ -21,6 +21,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use redis_module::{logging, raw, Context, RedisValue};
 
+use crate::events::{Listener, Server};
 use crate::guard;
 use crate::keyspace::now_ms;
 use crate::stats;
@@ -224,6 +225,26 @@ extern "C" fn on_config_change(
 ) {
     guard::callback((), || check_policy(&Context::new(ctx)))
 }
+
+fn on_key(ctx: *mut raw::RedisModuleCtx, name: &[u8], event: &std::ffi::CStr) {
+    if event == c"evicted" {
+        on_evicted(ctx, name);
+    }
+}
+
+fn on_server(ctx: *mut raw::RedisModuleCtx, event: &Server) {
+    match event {
+        Server::Swapped { first, second } => swap_dbs(*first, *second),
+        Server::Loaded => arm(ctx),
+        _ => {}
+    }
+}
+
+/// What eviction tombstones hear: evictions, `SWAPDB`, the end of a load.
+pub static EVENTS: Listener = Listener {
+    key: on_key,
+    server: on_server,
+};
 
 /// Checks the eviction policy now and on every config change.
 pub fn watch_policy(ctx: &Context) -> bool {

@@ -16,6 +16,7 @@ use redis_module::{raw, Context, ContextFlags, RedisError};
 use crate::command::Arg;
 
 use crate::error;
+use crate::events::{self, Listener, Server};
 
 /// Absolute unix time in milliseconds, as Redis' clock reads it.
 pub fn now_ms() -> i64 {
@@ -198,9 +199,9 @@ pub fn watch_listeners(ctx: &Context) -> bool {
     if replicating {
         LISTENERS.store(true, Ordering::Relaxed);
     }
+    // A role change reaches `EVENTS` (through `events`, its one subscriber).
     let events = [
         raw::REDISMODULE_EVENT_FORK_CHILD,
-        raw::REDISMODULE_EVENT_REPLICATION_ROLE_CHANGED,
         raw::REDISMODULE_EVENT_REPLICA_CHANGE,
     ];
     events.iter().all(|&id| {
@@ -215,6 +216,18 @@ pub fn watch_listeners(ctx: &Context) -> bool {
         status == raw::REDISMODULE_OK as c_int
     })
 }
+
+fn on_server(_ctx: *mut raw::RedisModuleCtx, event: &Server) {
+    if let Server::Role { .. } = event {
+        LISTENERS.store(true, Ordering::Relaxed);
+    }
+}
+
+/// A role change may add listeners to the effect stream.
+pub static EVENTS: Listener = Listener {
+    key: events::ignore_key,
+    server: on_server,
+};
 
 /// Sends `DEL key` to replicas and the AOF.
 pub fn replicate_del(ctx: &Context, key: &Arg) {

@@ -12,6 +12,7 @@ mod config;
 mod datatypes;
 mod docs;
 mod error;
+mod events;
 mod evicted;
 mod fence;
 mod guard;
@@ -82,6 +83,15 @@ const BLOOM_COMMANDS: &[Command] = &[
     command!("bf.loadchunk", bloom::commands::loadchunk, "write deny-oom"),
 ];
 
+/// Who hears keyspace and server events, in this order: eviction tombstones
+/// are recorded, and cache leases revoked, before waiters are served.
+const LISTENERS: &[&events::Listener] = &[
+    &evicted::EVENTS,
+    &cache::commands::EVENTS,
+    &keyspace::EVENTS,
+    &waiters::EVENTS,
+];
+
 fn init(ctx: &Context, args: &[RedisString]) -> Status {
     guard::install_panic_hook();
     ctx.set_module_options(redis_module::ModuleOptions::HANDLE_IO_ERRORS);
@@ -93,10 +103,10 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
             || REDISBLOOM_TYPE.create_data_type(ctx.ctx).is_ok()
                 && command::register(ctx, BLOOM_COMMANDS)
                 && docs::register(ctx, BLOOM_COMMANDS))
-        && waiters::subscribe(ctx)
+        && waiters::init()
+        && events::subscribe(ctx, LISTENERS)
         && keyspace::watch_listeners(ctx)
         && evicted::watch_policy(ctx)
-        && cache::commands::subscribe(ctx)
         && info::register(ctx.ctx);
     if ready {
         Status::Ok

@@ -3,23 +3,30 @@
 //! blocking FFI.
 //!
 //! Invariant — exactly one reply per blocked request:
-//! - a waiter's reply is decided by warden alone: its grant, nil at its
-//!   deadline (a module timer per waiter, never Redis' cron), or an error;
-//! - the decided answer is written at once, in the same call: `deliver` runs
-//!   `CLIENT UNBLOCK <id>` through `RedisModule_Call`, which calls
-//!   `on_timeout` synchronously (it writes the answer) and clears the
-//!   client's blocked state before returning. So there is no window in which
-//!   Redis' own timeout, a user's `CLIENT UNBLOCK [ERROR]` or a kill could see
-//!   the client still blocked with an answer already decided;
-//! - a user's `CLIENT UNBLOCK` reaches `on_timeout` with no decided answer:
-//!   the waiter leaves its queue and is answered nil; a disconnect reaches
-//!   `on_disconnect`: the waiter leaves its queue and is never answered;
-//! - every handle is released with `RedisModule_UnblockClient` exactly once:
-//!   in `on_timeout`, in `on_disconnect`, or (fallback) in `deliver`;
-//! - nothing is granted to a waiter whose deadline has passed: `serve` answers
-//!   such heads nil before asking the kind;
+//! - a client is blocked with `RedisModule_BlockClient`, Redis' own timeout 0
+//!   and, where Redis' timeout path could drop a decided reply (before 7.4),
+//!   no timeout callback: then nothing in Redis answers a waiter on its own,
+//!   and `CLIENT UNBLOCK` of a waiter answers 0;
+//! - warden alone decides each answer (a grant, nil at the deadline — a
+//!   module timer per waiter —, an error) and hands it to
+//!   `RedisModule_UnblockClient` exactly once, in [`answer`]; Redis writes it
+//!   from `on_reply` and clears the blocked state in the same step;
+//! - between that decision and the reply, the only ways out of the block
+//!   (a disconnect, `CLIENT KILL`, a cluster redirect, `REPLICAOF`, and on
+//!   7.4+ `CLIENT UNBLOCK … ERROR`) write their own reply and drop ours:
+//!   Redis then calls `on_disconnect` with the decided answer, and a grant in
+//!   it is revoked on the next tick by key and token — never a second reply;
+//! - a queued waiter leaves its queue exactly once: answered, at its
+//!   deadline, by `CLIENT UNBLOCK` (7.4+), or gone; every handle is passed to
+//!   `RedisModule_UnblockClient` exactly once on each of those paths;
+//! - nothing is granted to a waiter whose deadline has passed: [`pop_head`]
+//!   answers such heads nil before the kind sees them;
 //! - no `RefCell` borrow is held while Redis is called (opening a key or
-//!   running a command can come back here).
+//!   unblocking a client can come back here).
+//!
+//! Queues hold handles in arrival order; a waiter that leaves from the
+//! middle (deadline, disconnect) is dropped from the table at once and its
+//! slot skipped when it reaches the head, so no exit is linear in the queue.
 //!
 //! Anything that may free a key with waiters (a lease ending, `DEL`, a flush,
 //! an overwrite, a waiter leaving the head) marks the key dirty; a timer then
@@ -29,20 +36,25 @@
 //! replica.
 
 use std::cell::RefCell;
-use std::collections::{HashMap, HashSet, VecDeque};
-use std::os::raw::{c_char, c_int, c_longlong, c_void};
+use std::collections::VecDeque;
+use std::ffi::CStr;
+use std::os::raw::{c_char, c_int, c_void};
 use std::ptr;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use redis_module::{raw, Context, ContextFlags, RedisString};
+use rustc_hash::{FxHashMap, FxHashSet};
 
 use crate::command::Arg;
 use crate::error;
+use crate::events::{Listener, Server};
 use crate::guard;
 use crate::keyspace::now_ms;
 use crate::stats;
 
 type Handle = *mut raw::RedisModuleBlockedClient;
 type TimerId = raw::RedisModuleTimerID;
+type Ctx = *mut raw::RedisModuleCtx;
 
 /// How long to wait before trying again while the server avoids writes.
 const PAUSED_RETRY_MS: i64 = 10;
@@ -59,6 +71,10 @@ pub trait Kind: Sync {
     fn timed_out(&self) -> Answer {
         Answer::Nil
     }
+
+    /// A grant this kind made under `token` never reached its client (it
+    /// left first): undo it, if the key still holds that grant.
+    fn revoke(&self, ctx: &Context, name: &Arg, token: i64);
 }
 
 /// What serving the head of a queue did.
@@ -93,6 +109,10 @@ pub struct Waiter {
     handle: Handle,
     client_id: u64,
     timer: Option<TimerId>,
+    /// Where it waits.
+    key: QueueKey,
+    /// Tells this waiter's slot from an older one of a reused handle.
+    seq: u64,
 }
 
 impl Waiter {
@@ -106,6 +126,11 @@ impl Waiter {
             handle: ptr::null_mut(),
             client_id: 0,
             timer: None,
+            key: QueueKey {
+                db: 0,
+                name: Vec::new(),
+            },
+            seq: 0,
         }
     }
 
@@ -128,6 +153,16 @@ pub enum Answer {
     Pair(Option<Vec<u8>>, Option<i64>),
 }
 
+impl Answer {
+    /// The token this answer grants, if it grants one.
+    fn token(&self) -> Option<i64> {
+        match self {
+            Answer::Integer(t) | Answer::Pair(_, Some(t)) => Some(*t),
+            _ => None,
+        }
+    }
+}
+
 /// A key in a database.
 #[derive(Clone, Debug, Hash, PartialEq, Eq)]
 pub struct QueueKey {
@@ -135,15 +170,33 @@ pub struct QueueKey {
     pub name: Vec<u8>,
 }
 
+/// A decided answer on its way to the client (the blocked client's private
+/// data until Redis writes it or drops it).
+struct InFlight {
+    answer: Answer,
+    /// For a grant: who made it and where, to revoke it if it is dropped.
+    grant: Option<(&'static dyn Kind, QueueKey, i64)>,
+}
+
+/// One key's waiters in arrival order: (handle, seq) slots, some of them
+/// left behind by waiters that went away (skipped at the head).
+#[derive(Default)]
+struct Queue {
+    slots: VecDeque<(usize, u64)>,
+    live: usize,
+}
+
 #[derive(Default)]
 struct Registry {
-    queues: HashMap<QueueKey, VecDeque<Waiter>>,
-    /// Queued handles and their key.
-    blocked: HashMap<usize, QueueKey>,
-    /// Answers decided and being written by `on_timeout`.
-    answers: HashMap<usize, Answer>,
-    lease_timers: HashMap<QueueKey, (TimerId, i64)>,
-    dirty: HashSet<QueueKey>,
+    /// Per database, per key name: the queue.
+    queues: FxHashMap<c_int, FxHashMap<Vec<u8>, Queue>>,
+    /// Every queued waiter by handle.
+    waiting: FxHashMap<usize, Waiter>,
+    next_seq: u64,
+    lease_timers: FxHashMap<QueueKey, (TimerId, i64)>,
+    dirty: FxHashSet<QueueKey>,
+    /// Grants dropped on their way to a client that left.
+    revokes: Vec<(&'static dyn Kind, QueueKey, i64)>,
     tick: Option<TimerId>,
 }
 
@@ -157,7 +210,7 @@ fn with<T>(f: impl FnOnce(&mut Registry) -> T) -> T {
 
 /// Gives memory back once a map has emptied out (a burst of 100k waiters must
 /// not keep its tables forever).
-fn shrink<K, V>(map: &mut HashMap<K, V>)
+fn shrink<K, V>(map: &mut FxHashMap<K, V>)
 where
     K: std::hash::Hash + Eq,
 {
@@ -166,17 +219,93 @@ where
     }
 }
 
-pub fn queue_key(ctx: *mut raw::RedisModuleCtx, name: &[u8]) -> QueueKey {
-    let db = unsafe { raw::RedisModule_GetSelectedDb.unwrap()(ctx) };
+fn selected_db(ctx: Ctx) -> c_int {
+    unsafe { raw::RedisModule_GetSelectedDb.unwrap()(ctx) }
+}
+
+pub fn queue_key(ctx: Ctx, name: &[u8]) -> QueueKey {
     QueueKey {
-        db,
+        db: selected_db(ctx),
         name: name.to_vec(),
     }
 }
 
-/// The common case, answered without building a queue key.
+impl Registry {
+    fn queue(&self, db: c_int, name: &[u8]) -> Option<&Queue> {
+        self.queues.get(&db)?.get(name)
+    }
+
+    fn queue_mut(&mut self, db: c_int, name: &[u8]) -> Option<&mut Queue> {
+        self.queues.get_mut(&db)?.get_mut(name)
+    }
+
+    /// The live waiter at the head of a queue, dropping slots of waiters gone.
+    fn head(&mut self, db: c_int, name: &[u8]) -> Option<&Waiter> {
+        let queue = self.queues.get_mut(&db)?.get_mut(name)?;
+        loop {
+            let &(handle, seq) = queue.slots.front()?;
+            match self.waiting.get(&handle) {
+                Some(w) if w.seq == seq => break,
+                _ => {
+                    queue.slots.pop_front();
+                }
+            }
+        }
+        let &(handle, _) = queue.slots.front()?;
+        self.waiting.get(&handle)
+    }
+
+    /// Takes the head (found by [`Registry::head`]) off its queue.
+    fn pop_head(&mut self, db: c_int, name: &[u8]) -> Option<Waiter> {
+        let queue = self.queue_mut(db, name)?;
+        let (handle, _) = queue.slots.pop_front()?;
+        queue.live -= 1;
+        let w = self.waiting.remove(&handle)?;
+        self.dropped(db, name);
+        Some(w)
+    }
+
+    /// Takes a waiter out wherever it stands (its slot is skipped later).
+    fn take(&mut self, handle: Handle) -> Option<Waiter> {
+        let w = self.waiting.remove(&(handle as usize))?;
+        let waiting = &self.waiting;
+        let queue = self
+            .queues
+            .get_mut(&w.key.db)
+            .and_then(|q| q.get_mut(&w.key.name[..]));
+        if let Some(queue) = queue {
+            queue.live -= 1;
+            // Leftover slots stay bounded by the live ones (amortised O(1)).
+            if queue.slots.len() > 2 * queue.live + 32 {
+                queue
+                    .slots
+                    .retain(|(h, s)| waiting.get(h).is_some_and(|x| x.seq == *s));
+                queue.slots.shrink_to_fit();
+            }
+        }
+        self.dropped(w.key.db, &w.key.name);
+        Some(w)
+    }
+
+    /// Forgets a queue with nobody left in it; gives memory back.
+    fn dropped(&mut self, db: c_int, name: &[u8]) {
+        shrink(&mut self.waiting);
+        let Some(queues) = self.queues.get_mut(&db) else {
+            return;
+        };
+        if queues.get(name).is_some_and(|q| q.live == 0) {
+            queues.remove(name);
+            shrink(queues);
+            if queues.is_empty() {
+                self.queues.remove(&db);
+            }
+        }
+    }
+}
+
+/// The common case, answered without looking a key up.
 fn nobody_waits() -> bool {
-    with(|r| r.queues.is_empty())
+    with(|r| r.waiting.is_empty())
 }
 
 /// Whether this client may block now (not inside MULTI, a script, the
@@ -206,34 +335,46 @@ pub fn queued(ctx: &Context, name: &[u8]) -> usize {
     if nobody_waits() {
         return 0;
     }
-    let q = queue_key(ctx.ctx, name);
-    with(|r| r.queues.get(&q).map_or(0, VecDeque::len))
+    let db = selected_db(ctx.ctx);
+    with(|r| r.queue(db, name).map_or(0, |q| q.live))
 }
 
 /// All clients waiting, on every key.
 pub fn total_waiting() -> usize {
-    with(|r| r.blocked.len())
+    with(|r| r.waiting.len())
+}
+
+/// Whether `CLIENT UNBLOCK` may end a wait: only where Redis' timeout path
+/// never drops a reply already handed over (Redis 7.4+, Valkey 8+); set at load.
+static UNBLOCK_ENDS_WAIT: AtomicBool = AtomicBool::new(false);
+
+pub fn unblock_ends_wait() -> bool {
+    UNBLOCK_ENDS_WAIT.load(Ordering::Relaxed)
 }
 
 /// Blocks the calling client at the tail of `name`'s queue (timeout 0:
 /// forever); it will be answered when served, at its deadline, or never if
 /// it disconnects.
 pub fn block(ctx: &Context, name: &[u8], mut waiter: Waiter, timeout_ms: i64) {
-    // Timeout 0 for Redis: the deadline is ours (a module timer), so Redis'
-    // cron never answers behind our back. The timeout callback stays, for
-    // `CLIENT UNBLOCK`.
+    // Redis' timeout 0: the deadline is ours (a module timer).
+    let timeout_cb: raw::RedisModuleCmdFunc = if unblock_ends_wait() {
+        Some(on_timeout)
+    } else {
+        None
+    };
     let handle = unsafe {
         raw::RedisModule_BlockClient.unwrap()(
             ctx.ctx,
             Some(on_reply),
-            Some(on_timeout),
-            Some(free_answer),
+            timeout_cb,
+            Some(free_in_flight),
             0,
         )
     };
     unsafe { raw::RedisModule_SetDisconnectCallback.unwrap()(handle, Some(on_disconnect)) };
     waiter.handle = handle;
     waiter.client_id = unsafe { raw::RedisModule_GetClientId.unwrap()(ctx.ctx) };
+    waiter.key = queue_key(ctx.ctx, name);
     if timeout_ms > 0 {
         waiter.deadline_ms = now_ms().saturating_add(timeout_ms);
         let data = handle.cast::<c_void>();
@@ -241,35 +382,54 @@ pub fn block(ctx: &Context, name: &[u8], mut waiter: Waiter, timeout_ms: i64) {
             raw::RedisModule_CreateTimer.unwrap()(ctx.ctx, timeout_ms, Some(on_deadline), data)
         });
     }
-    let q = queue_key(ctx.ctx, name);
     with(|r| {
-        r.blocked.insert(handle as usize, q.clone());
-        r.queues.entry(q).or_default().push_back(waiter);
+        r.next_seq += 1;
+        waiter.seq = r.next_seq;
+        let slot = (handle as usize, waiter.seq);
+        let queues = r.queues.entry(waiter.key.db).or_default();
+        if let Some(queue) = queues.get_mut(name) {
+            queue.slots.push_back(slot);
+            queue.live += 1;
+        } else {
+            let mut queue = Queue::default();
+            queue.slots.push_back(slot);
+            queue.live = 1;
+            queues.insert(name.to_vec(), queue);
+        }
+        r.waiting.insert(handle as usize, waiter);
     });
 }
 
 /// Takes the oldest waiter off `name`'s queue if it is of `kind` and `fits`
-/// accepts it. The caller answers it with [`answer`].
+/// accepts it. Heads whose deadline passed are answered nil first. The caller
+/// answers the waiter with [`answer`].
 pub fn pop_head(
     ctx: &Context,
     name: &[u8],
     kind: &'static dyn Kind,
-    fits: impl FnOnce(&Waiter) -> bool,
+    fits: impl Fn(&Waiter) -> bool,
 ) -> Option<Waiter> {
     if nobody_waits() {
         return None;
     }
-    let q = queue_key(ctx.ctx, name);
-    with(|r| {
-        let queue = r.queues.get_mut(&q)?;
-        let head = queue.front()?;
-        if !head.is_of(kind) || !fits(head) {
-            return None;
+    let db = selected_db(ctx.ctx);
+    loop {
+        let now = now_ms();
+        let found = with(|r| {
+            let head = r.head(db, name)?;
+            if head.deadline_ms <= now {
+                return r.pop_head(db, name).map(Err);
+            }
+            if !head.is_of(kind) || !fits(head) {
+                return None;
+            }
+            r.pop_head(db, name).map(Ok)
+        });
+        match found? {
+            Ok(w) => return Some(w),
+            Err(late) => time_out(ctx.ctx, late),
         }
-        let waiter = queue.pop_front()?;
-        forget(r, &q, &waiter);
-        Some(waiter)
-    })
+    }
 }
 
 /// Takes every waiter of `kind` that `wanted` accepts off `name`'s queue,
@@ -283,37 +443,30 @@ pub fn drain(
     if nobody_waits() {
         return Vec::new();
     }
-    let q = queue_key(ctx.ctx, name);
+    let db = selected_db(ctx.ctx);
     with(|r| {
-        let Some(queue) = r.queues.get_mut(&q) else {
+        let Some(queue) = r.queue(db, name) else {
             return Vec::new();
         };
-        let (taken, kept): (VecDeque<Waiter>, VecDeque<Waiter>) = std::mem::take(queue)
+        let chosen: Vec<usize> = queue
+            .slots
+            .iter()
+            .filter(|(h, s)| {
+                r.waiting
+                    .get(h)
+                    .is_some_and(|w| w.seq == *s && w.is_of(kind) && wanted(w))
+            })
+            .map(|&(h, _)| h)
+            .collect();
+        chosen
             .into_iter()
-            .partition(|w| w.is_of(kind) && wanted(w));
-        *queue = kept;
-        for w in &taken {
-            forget(r, &q, w);
-        }
-        if r.queues.get(&q).is_some_and(VecDeque::is_empty) {
-            r.queues.remove(&q);
-        }
-        taken.into()
+            .filter_map(|h| r.take(h as Handle))
+            .collect()
     })
 }
 
-/// Removes a waiter's bookkeeping (its queue entry is already gone).
-fn forget(r: &mut Registry, q: &QueueKey, waiter: &Waiter) {
-    r.blocked.remove(&(waiter.handle as usize));
-    shrink(&mut r.blocked);
-    if r.queues.get(q).is_some_and(VecDeque::is_empty) {
-        r.queues.remove(q);
-        shrink(&mut r.queues);
-    }
-}
-
-/// Answers a waiter taken off its queue (a grant, nil or an error): written
-/// to the client before this returns.
+/// Answers a waiter taken off its queue (a grant, nil or an error). Redis
+/// writes it before the client runs anything else.
 pub fn answer(ctx: &Context, waiter: Waiter, answer: Answer) {
     if matches!(answer, Answer::Integer(_)) {
         stats::HANDOFFS.add(1);
@@ -321,35 +474,25 @@ pub fn answer(ctx: &Context, waiter: Waiter, answer: Answer) {
     deliver(ctx.ctx, waiter, answer);
 }
 
-fn deliver(ctx: *mut raw::RedisModuleCtx, waiter: Waiter, answer: Answer) {
+/// The one place a decided answer leaves: exactly one `UnblockClient` per handle.
+fn deliver(ctx: Ctx, waiter: Waiter, answer: Answer) {
     if let Some(id) = waiter.timer {
         stop_timer(ctx, id);
     }
-    let handle = waiter.handle;
-    with(|r| r.answers.insert(handle as usize, answer));
-    // `CLIENT UNBLOCK` calls `on_timeout` synchronously, which writes the
-    // answer, then unblocks the client at once (see the invariant above).
-    let reply = unsafe {
-        raw::RedisModule_Call.unwrap()(
-            ctx,
-            c"CLIENT".as_ptr(),
-            c"cl".as_ptr(),
-            c"UNBLOCK".as_ptr(),
-            waiter.client_id as c_longlong,
-        )
-    };
-    if !reply.is_null() {
-        unsafe { raw::RedisModule_FreeCallReply.unwrap()(reply) };
-    }
-    if let Some(answer) = with(|r| r.answers.remove(&(handle as usize))) {
-        // Not reached through CLIENT UNBLOCK: answer from the reply callback.
-        let boxed = Box::into_raw(Box::new(answer)).cast::<c_void>();
-        unsafe { raw::RedisModule_UnblockClient.unwrap()(handle, boxed) };
-    }
+    let grant = answer.token().map(|t| (waiter.kind, waiter.key, t));
+    let in_flight = Box::into_raw(Box::new(InFlight { answer, grant }));
+    unsafe { raw::RedisModule_UnblockClient.unwrap()(waiter.handle, in_flight.cast::<c_void>()) };
+}
+
+/// A waiter whose deadline passed (taken off its queue): its kind's nil.
+fn time_out(ctx: Ctx, waiter: Waiter) {
+    stats::WAIT_TIMEOUTS.add(1);
+    let answer = waiter.kind.timed_out();
+    deliver(ctx, waiter, answer);
 }
 
 /// Writes an answer to the client of the running callback.
-fn reply(ctx: *mut raw::RedisModuleCtx, answer: &Answer) {
+fn reply(ctx: Ctx, answer: &Answer) {
     match answer {
         Answer::Integer(n) => {
             raw::reply_with_long_long(ctx, *n);
@@ -381,12 +524,14 @@ pub fn watch_lease(ctx: &Context, name: &[u8], deadline_ms: i64) {
     if deadline_ms == i64::MAX || nobody_waits() {
         return;
     }
-    let q = queue_key(ctx.ctx, name);
+    let db = selected_db(ctx.ctx);
     let fire_at = deadline_ms.saturating_add(1);
+    let q = QueueKey {
+        db,
+        name: name.to_vec(),
+    };
     let stale = with(|r| {
-        if !r.queues.contains_key(&q) {
-            return None;
-        }
+        r.queue(db, name)?;
         match r.lease_timers.get(&q) {
             Some(&(_, at)) if at <= fire_at => None,
             Some(&(id, _)) => Some(Some(id)),
@@ -405,12 +550,12 @@ pub fn watch_lease(ctx: &Context, name: &[u8], deadline_ms: i64) {
 }
 
 /// Stops a waiter's deadline timer (its data is the handle, nothing to free).
-fn stop_timer(ctx: *mut raw::RedisModuleCtx, id: TimerId) {
+fn stop_timer(ctx: Ctx, id: TimerId) {
     unsafe { raw::RedisModule_StopTimer.unwrap()(ctx, id, ptr::null_mut()) };
 }
 
 /// Stops a lease timer and frees the key it carried.
-fn stop_lease_timer(ctx: *mut raw::RedisModuleCtx, id: TimerId) {
+fn stop_lease_timer(ctx: Ctx, id: TimerId) {
     let mut data: *mut c_void = ptr::null_mut();
     let stopped = unsafe { raw::RedisModule_StopTimer.unwrap()(ctx, id, &mut data) };
     if stopped == raw::REDISMODULE_OK as c_int && !data.is_null() {
@@ -419,9 +564,9 @@ fn stop_lease_timer(ctx: *mut raw::RedisModuleCtx, id: TimerId) {
 }
 
 /// Drops a key's lease timer once nobody waits on it any more.
-fn drop_lease_timer(ctx: *mut raw::RedisModuleCtx, q: &QueueKey) {
+fn drop_lease_timer(ctx: Ctx, q: &QueueKey) {
     let timer = with(|r| {
-        if r.queues.contains_key(q) {
+        if r.queue(q.db, &q.name).is_some() {
             return None;
         }
         let t = r.lease_timers.remove(q).map(|(id, _)| id);
@@ -434,12 +579,12 @@ fn drop_lease_timer(ctx: *mut raw::RedisModuleCtx, q: &QueueKey) {
 }
 
 /// Marks a key to be served on the next tick.
-pub fn mark_dirty(ctx: *mut raw::RedisModuleCtx, q: QueueKey) {
+pub fn mark_dirty(ctx: Ctx, q: QueueKey) {
     with(|r| r.dirty.insert(q));
     arm_tick(ctx, 0);
 }
 
-fn arm_tick(ctx: *mut raw::RedisModuleCtx, delay_ms: i64) {
+fn arm_tick(ctx: Ctx, delay_ms: i64) {
     if with(|r| r.tick.is_some()) {
         return;
     }
@@ -449,9 +594,20 @@ fn arm_tick(ctx: *mut raw::RedisModuleCtx, delay_ms: i64) {
     with(|r| r.tick = Some(id));
 }
 
-/// Marks every key with waiters (after a flush, `SWAPDB` or a reload).
-fn mark_all_dirty(ctx: *mut raw::RedisModuleCtx) {
-    let keys: Vec<QueueKey> = with(|r| r.queues.keys().cloned().collect());
+/// Marks every key with waiters (after a flush, `SWAPDB`, a reload, or the
+/// end of a window in which nothing was granted).
+pub fn mark_all_dirty(ctx: Ctx) {
+    let keys: Vec<QueueKey> = with(|r| {
+        r.queues
+            .iter()
+            .flat_map(|(&db, names)| {
+                names.keys().map(move |name| QueueKey {
+                    db,
+                    name: name.clone(),
+                })
+            })
+            .collect()
+    });
     for q in keys {
         mark_dirty(ctx, q);
     }
@@ -460,6 +616,9 @@ fn mark_all_dirty(ctx: *mut raw::RedisModuleCtx) {
 /// Serves the queue of `name`: answers nil to heads whose deadline passed,
 /// then lets the head's kind grant what it can, until the head must wait.
 pub fn serve(ctx: &Context, name: &Arg) {
+    if nobody_waits() {
+        return;
+    }
     let q = queue_key(ctx.ctx, name);
     serve_queue(ctx, &q, name);
 }
@@ -468,12 +627,9 @@ fn serve_queue(ctx: &Context, q: &QueueKey, name: &Arg) {
     loop {
         let now = now_ms();
         let head = with(|r| {
-            let queue = r.queues.get_mut(q)?;
-            let head = queue.front()?;
+            let head = r.head(q.db, &q.name)?;
             if head.deadline_ms <= now {
-                let w = queue.pop_front()?;
-                forget(r, q, &w);
-                return Some(Err(w));
+                return r.pop_head(q.db, &q.name).map(Err);
             }
             Some(Ok(head.kind))
         });
@@ -482,11 +638,7 @@ fn serve_queue(ctx: &Context, q: &QueueKey, name: &Arg) {
                 drop_lease_timer(ctx.ctx, q);
                 return;
             }
-            Some(Err(late)) => {
-                stats::WAIT_TIMEOUTS.add(1);
-                let answer = late.kind.timed_out();
-                deliver(ctx.ctx, late, answer);
-            }
+            Some(Err(late)) => time_out(ctx.ctx, late),
             Some(Ok(kind)) => match kind.serve(ctx, name) {
                 Served::Progress => {}
                 Served::Wait(until) => {
@@ -496,12 +648,7 @@ fn serve_queue(ctx: &Context, q: &QueueKey, name: &Arg) {
                     return;
                 }
                 Served::WrongType => {
-                    let w = with(|r| {
-                        let w = r.queues.get_mut(q)?.pop_front()?;
-                        forget(r, q, &w);
-                        Some(w)
-                    });
-                    if let Some(w) = w {
+                    if let Some(w) = with(|r| r.pop_head(q.db, &q.name)) {
                         deliver(ctx.ctx, w, Answer::Error(error::WRONGTYPE));
                     }
                 }
@@ -510,18 +657,29 @@ fn serve_queue(ctx: &Context, q: &QueueKey, name: &Arg) {
     }
 }
 
-/// Serves dirty keys, unless writes must wait (then it tries again shortly).
+/// Revokes dropped grants, then serves dirty keys — unless writes must wait
+/// (then it tries again shortly).
 fn tick(ctx: &Context) {
     with(|r| r.tick = None);
     if !may_write(ctx) {
         let replica = ctx.get_flags().contains(ContextFlags::SLAVE);
         if replica {
-            // Replicas never grant: the master's effects decide.
-            with(|r| r.dirty.clear());
-        } else if with(|r| !r.dirty.is_empty()) {
+            // Replicas never grant or revoke: the master's effects decide.
+            with(|r| {
+                r.dirty.clear();
+                r.revokes.clear();
+            });
+        } else if with(|r| !r.dirty.is_empty() || !r.revokes.is_empty()) {
             arm_tick(ctx.ctx, PAUSED_RETRY_MS);
         }
         return;
+    }
+    let revokes = with(|r| std::mem::take(&mut r.revokes));
+    for (kind, q, token) in revokes {
+        select_db(ctx, q.db);
+        let name = RedisString::create_from_slice(ctx.ctx, &q.name);
+        kind.revoke(ctx, Arg::of(&name), token);
+        with(|r| r.dirty.insert(q));
     }
     let dirty = with(|r| {
         let d = std::mem::take(&mut r.dirty);
@@ -539,41 +697,50 @@ fn select_db(ctx: &Context, db: c_int) {
     unsafe { raw::RedisModule_SelectDb.unwrap()(ctx.ctx, db) };
 }
 
-/// Removes a still-queued waiter (timed out by `CLIENT UNBLOCK`, or
-/// disconnected); its kind if it was queued.
-fn leave(ctx: *mut raw::RedisModuleCtx, handle: Handle) -> Option<&'static dyn Kind> {
-    let left = with(|r| {
-        let q = r.blocked.remove(&(handle as usize))?;
-        shrink(&mut r.blocked);
-        let queue = r.queues.get_mut(&q)?;
-        let at = queue.iter().position(|w| w.handle == handle)?;
-        let w = queue.remove(at)?;
-        if queue.is_empty() {
-            r.queues.remove(&q);
-            shrink(&mut r.queues);
-        }
-        Some((q, w.timer, w.kind))
-    });
-    let (q, timer, kind) = left?;
-    if let Some(id) = timer {
+/// Removes a still-queued waiter (`CLIENT UNBLOCK`, a disconnect): the waiter,
+/// if it was queued.
+fn leave(ctx: Ctx, handle: Handle) -> Option<Waiter> {
+    let mut w = with(|r| r.take(handle))?;
+    if let Some(id) = w.timer.take() {
         stop_timer(ctx, id);
     }
-    drop_lease_timer(ctx, &q);
+    drop_lease_timer(ctx, &w.key);
     // The head may have changed: readers behind a departed writer may go.
-    mark_dirty(ctx, q);
-    Some(kind)
+    mark_dirty(ctx, w.key.clone());
+    Some(w)
+}
+
+/// Answers every queued waiter with `answer_of(kind)` (this server stops
+/// granting: it became a replica).
+fn answer_everyone(ctx: Ctx, answer_of: impl Fn(&'static dyn Kind) -> Answer) {
+    let all: Vec<Waiter> = with(|r| {
+        r.queues.clear();
+        r.dirty.clear();
+        r.revokes.clear();
+        let all = r.waiting.drain().map(|(_, w)| w).collect();
+        r.waiting.shrink_to_fit();
+        all
+    });
+    for w in all {
+        let answer = answer_of(w.kind);
+        deliver(ctx, w, answer);
+    }
+    let timers: Vec<TimerId> = with(|r| r.lease_timers.drain().map(|(_, (id, _))| id).collect());
+    for id in timers {
+        stop_lease_timer(ctx, id);
+    }
 }
 
 extern "C" fn on_reply(
-    ctx: *mut raw::RedisModuleCtx,
+    ctx: Ctx,
     _argv: *mut *mut raw::RedisModuleString,
     _argc: c_int,
 ) -> c_int {
     guard::callback(raw::REDISMODULE_OK as c_int, || {
-        let answer =
-            unsafe { raw::RedisModule_GetBlockedClientPrivateData.unwrap()(ctx) }.cast::<Answer>();
-        match unsafe { answer.as_ref() } {
-            Some(answer) => reply(ctx, answer),
+        let in_flight = unsafe { raw::RedisModule_GetBlockedClientPrivateData.unwrap()(ctx) }
+            .cast::<InFlight>();
+        match unsafe { in_flight.as_ref() } {
+            Some(f) => reply(ctx, &f.answer),
             None => {
                 raw::reply_with_null(ctx);
             }
@@ -582,75 +749,77 @@ extern "C" fn on_reply(
     })
 }
 
-/// Called synchronously by `CLIENT UNBLOCK`: ours (from `deliver`, with a
-/// decided answer) or a user's (no answer: the waiter leaves, nil).
+/// Registered only where `CLIENT UNBLOCK` cannot reach a handed-over answer
+/// (Redis 7.4+, Valkey 8+): a user's `CLIENT UNBLOCK` of a queued waiter.
 extern "C" fn on_timeout(
-    ctx: *mut raw::RedisModuleCtx,
+    ctx: Ctx,
     _argv: *mut *mut raw::RedisModuleString,
     _argc: c_int,
 ) -> c_int {
     guard::callback(raw::REDISMODULE_OK as c_int, || {
         let handle = unsafe { raw::RedisModule_GetBlockedClientHandle.unwrap()(ctx) };
-        match with(|r| r.answers.remove(&(handle as usize))) {
-            Some(answer) => reply(ctx, &answer),
-            None => match leave(ctx, handle) {
-                Some(kind) => {
-                    stats::WAIT_TIMEOUTS.add(1);
-                    reply(ctx, &kind.timed_out());
-                }
-                None => {
-                    raw::reply_with_null(ctx);
-                }
-            },
+        match leave(ctx, handle) {
+            Some(w) => {
+                stats::WAIT_TIMEOUTS.add(1);
+                reply(ctx, &w.kind.timed_out());
+                // Redis unblocks the client; the handle still needs its one UnblockClient.
+                unsafe { raw::RedisModule_UnblockClient.unwrap()(handle, ptr::null_mut()) };
+            }
+            None => {
+                raw::reply_with_null(ctx);
+            }
         }
-        unsafe { raw::RedisModule_UnblockClient.unwrap()(handle, ptr::null_mut()) };
         raw::REDISMODULE_OK as c_int
     })
 }
 
-extern "C" fn on_disconnect(ctx: *mut raw::RedisModuleCtx, handle: Handle) {
+/// The client left while blocked: a queued waiter leaves its queue; an answer
+/// already handed over is dropped by Redis, and a grant in it is revoked.
+extern "C" fn on_disconnect(ctx: Ctx, handle: Handle) {
     guard::callback((), || {
         if leave(ctx, handle).is_some() {
             unsafe { raw::RedisModule_UnblockClient.unwrap()(handle, ptr::null_mut()) };
+            return;
+        }
+        let in_flight = unsafe { raw::RedisModule_GetBlockedClientPrivateData.unwrap()(ctx) }
+            .cast::<InFlight>();
+        // Safety: ours, alive until Redis calls `free_in_flight`.
+        if let Some(f) = unsafe { in_flight.as_mut() } {
+            if let Some(grant) = f.grant.take() {
+                with(|r| r.revokes.push(grant));
+                arm_tick(ctx, 0);
+            }
         }
     })
 }
 
-extern "C" fn free_answer(_ctx: *mut raw::RedisModuleCtx, answer: *mut c_void) {
-    if !answer.is_null() {
-        drop(unsafe { Box::from_raw(answer.cast::<Answer>()) });
+extern "C" fn free_in_flight(_ctx: Ctx, data: *mut c_void) {
+    if !data.is_null() {
+        drop(unsafe { Box::from_raw(data.cast::<InFlight>()) });
     }
 }
 
-extern "C" fn on_tick(ctx: *mut raw::RedisModuleCtx, _data: *mut c_void) {
+extern "C" fn on_tick(ctx: Ctx, _data: *mut c_void) {
     guard::callback((), || tick(&Context::new(ctx)))
 }
 
 /// A waiter's deadline: answered nil, whatever the state of the key.
-extern "C" fn on_deadline(ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
+extern "C" fn on_deadline(ctx: Ctx, data: *mut c_void) {
     guard::callback((), || {
         let handle = data.cast::<raw::RedisModuleBlockedClient>();
-        let found = with(|r| {
-            let q = r.blocked.get(&(handle as usize))?.clone();
-            let queue = r.queues.get_mut(&q)?;
-            let at = queue.iter().position(|w| w.handle == handle)?;
-            let mut w = queue.remove(at)?;
-            w.timer = None; // this timer has fired
-            forget(r, &q, &w);
-            Some((q, w))
-        });
-        if let Some((q, w)) = found {
-            stats::WAIT_TIMEOUTS.add(1);
-            let answer = w.kind.timed_out();
-            deliver(ctx, w, answer);
-            drop_lease_timer(ctx, &q);
-            // Readers behind a timed-out writer may go now.
-            mark_dirty(ctx, q);
-        }
+        let Some(mut w) = with(|r| r.take(handle)) else {
+            return;
+        };
+        w.timer = None; // this timer has fired
+        let q = w.key.clone();
+        time_out(ctx, w);
+        drop_lease_timer(ctx, &q);
+        // Readers behind a timed-out writer may go now.
+        mark_dirty(ctx, q);
     })
 }
 
-extern "C" fn on_lease_end(ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
+extern "C" fn on_lease_end(ctx: Ctx, data: *mut c_void) {
     guard::callback((), || {
         let q = *unsafe { Box::from_raw(data.cast::<QueueKey>()) };
         with(|r| r.lease_timers.remove(&q));
@@ -658,93 +827,41 @@ extern "C" fn on_lease_end(ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
     })
 }
 
-extern "C" fn on_keyspace_event(
-    ctx: *mut raw::RedisModuleCtx,
-    _type: c_int,
-    event: *const c_char,
-    key: *mut raw::RedisModuleString,
-) -> c_int {
-    guard::callback(raw::REDISMODULE_OK as c_int, || {
-        let mut len = 0;
-        let ptr = raw::string_ptr_len(key, &mut len);
-        let name = unsafe { std::slice::from_raw_parts(ptr.cast::<u8>(), len) };
-        if !event.is_null() && unsafe { std::ffi::CStr::from_ptr(event) } == c"evicted" {
-            crate::evicted::on_evicted(ctx, name);
-        }
-        crate::cache::commands::on_key_event(ctx, name);
-        if nobody_waits() {
-            return raw::REDISMODULE_OK as c_int;
-        }
-        let q = queue_key(ctx, name);
-        if with(|r| r.queues.contains_key(&q)) {
-            mark_dirty(ctx, q);
-        }
-        raw::REDISMODULE_OK as c_int
-    })
+fn on_key(ctx: Ctx, name: &[u8], _event: &CStr) {
+    if nobody_waits() {
+        return;
+    }
+    let db = selected_db(ctx);
+    if with(|r| r.queue(db, name).is_some()) {
+        mark_dirty(
+            ctx,
+            QueueKey {
+                db,
+                name: name.to_vec(),
+            },
+        );
+    }
 }
 
-extern "C" fn on_server_event(
-    ctx: *mut raw::RedisModuleCtx,
-    event: raw::RedisModuleEvent,
-    subevent: u64,
-    data: *mut c_void,
-) {
-    guard::callback((), || {
-        let after_flush = event.id == raw::REDISMODULE_EVENT_FLUSHDB
-            && subevent == raw::REDISMODULE_SUBEVENT_FLUSHDB_END;
-        let after_load = event.id == raw::REDISMODULE_EVENT_LOADING
-            && subevent == raw::REDISMODULE_SUBEVENT_LOADING_ENDED;
-        if after_flush {
-            let info = data.cast::<raw::RedisModuleFlushInfoV1>();
-            let db = unsafe { info.as_ref() }.map_or(-1, |i| i.dbnum);
-            crate::cache::commands::forget_db(ctx, db);
-        }
-        if event.id == raw::REDISMODULE_EVENT_SWAPDB {
-            let info = data.cast::<raw::RedisModuleSwapDbInfo>();
-            if let Some(info) = unsafe { info.as_ref() } {
-                crate::evicted::swap_dbs(info.dbnum_first, info.dbnum_second);
-            }
-            crate::cache::commands::forget_db(ctx, -1);
-        }
-        if after_load {
-            crate::evicted::arm(ctx);
-        }
-        if after_flush || after_load || event.id == raw::REDISMODULE_EVENT_SWAPDB {
-            mark_all_dirty(ctx);
-        }
-    })
+fn on_server(ctx: Ctx, event: &Server) {
+    match event {
+        Server::Flushed { .. } | Server::Swapped { .. } | Server::Loaded => mark_all_dirty(ctx),
+        // A replica never grants: its waiters learn at once (Valkey 9 leaves
+        // module waiters blocked across a role change).
+        Server::Role { master: false } => answer_everyone(ctx, |_| Answer::Error(error::READONLY)),
+        Server::Role { master: true } | Server::ClientGone { .. } => {}
+    }
 }
 
-/// Subscribes to what may free a key with waiters: keyspace events, flushes,
-/// `SWAPDB` and the end of a reload.
-pub fn subscribe(ctx: &Context) -> bool {
-    let events = raw::REDISMODULE_NOTIFY_GENERIC
-        | raw::REDISMODULE_NOTIFY_STRING
-        | raw::REDISMODULE_NOTIFY_LIST
-        | raw::REDISMODULE_NOTIFY_SET
-        | raw::REDISMODULE_NOTIFY_HASH
-        | raw::REDISMODULE_NOTIFY_ZSET
-        | raw::REDISMODULE_NOTIFY_EXPIRED
-        | raw::REDISMODULE_NOTIFY_EVICTED
-        | raw::REDISMODULE_NOTIFY_STREAM;
-    // Not the module class: warden's own events never free a key, and hearing
-    // them would cost every command a callback.
-    let ok = unsafe {
-        raw::RedisModule_SubscribeToKeyspaceEvents.unwrap()(
-            ctx.ctx,
-            events as c_int,
-            Some(on_keyspace_event),
-        )
-    } == raw::REDISMODULE_OK as c_int;
-    let server_events = [
-        raw::REDISMODULE_EVENT_FLUSHDB,
-        raw::REDISMODULE_EVENT_SWAPDB,
-        raw::REDISMODULE_EVENT_LOADING,
-    ];
-    server_events.iter().fold(ok, |ok, &id| {
-        let event = raw::RedisModuleEvent { id, dataver: 1 };
-        ok && unsafe {
-            raw::RedisModule_SubscribeToServerEvent.unwrap()(ctx.ctx, event, Some(on_server_event))
-        } == raw::REDISMODULE_OK as c_int
-    })
+/// What the waiting core hears: anything that may free a key with waiters.
+pub static EVENTS: Listener = Listener {
+    key: on_key,
+    server: on_server,
+};
+
+/// Decides at load whether `CLIENT UNBLOCK` may end a wait on this server.
+pub fn init() -> bool {
+    let version = unsafe { raw::RedisModule_GetServerVersion.map_or(0, |f| f()) };
+    UNBLOCK_ENDS_WAIT.store(version >= 0x0007_0400, Ordering::Relaxed);
+    true
 }

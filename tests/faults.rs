@@ -1456,7 +1456,8 @@ impl Run<'_> {
             }
             Reply::Error(e) => {
                 let expected = (free == Free::OverwriteBySet && e.starts_with("WRONGTYPE"))
-                    || (state == State::Demoted && e.starts_with("UNBLOCKED"));
+                    || (state == State::Demoted
+                        && (e.starts_with("UNBLOCKED") || e.starts_with("READONLY")));
                 if !expected {
                     return Err(format!("the waiter got an error: {e}"));
                 }

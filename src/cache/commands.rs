@@ -15,6 +15,7 @@
 
 use std::cell::RefCell;
 use std::collections::HashMap;
+use std::ffi::CStr;
 use std::os::raw::{c_int, c_void};
 
 use redis_module::{
@@ -26,6 +27,7 @@ use crate::cache::state::{self, Entry, Lease, Options, Read, Seen};
 use crate::command::Arg;
 use crate::error;
 use crate::fence::FENCES;
+use crate::events::{Listener, Server};
 use crate::guard;
 // A replica has no lease table: every `CACHE.*` command is the master's.
 use crate::keyspace::{notify, now_ms, refuse_on_replica, Key};
@@ -151,7 +153,7 @@ extern "C" fn on_lease_end(ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
 
 /// From the keyspace events: any other write to `name` (set, del, expiry,
 /// eviction, rename, move, restore...) revokes its lease and its stale mark.
-pub fn on_key_event(ctx: *mut raw::RedisModuleCtx, name: &[u8]) {
+fn on_key_event(ctx: *mut raw::RedisModuleCtx, name: &[u8], _event: &CStr) {
     if TABLE.with(|t| t.borrow().is_empty()) {
         return;
     }
@@ -195,55 +197,31 @@ fn holder_left(ctx: *mut raw::RedisModuleCtx, client: u64) {
     }
 }
 
-extern "C" fn on_client_change(
-    ctx: *mut raw::RedisModuleCtx,
-    _event: raw::RedisModuleEvent,
-    subevent: u64,
-    data: *mut c_void,
-) {
-    guard::callback((), || {
-        if subevent != raw::REDISMODULE_SUBEVENT_CLIENT_CHANGE_DISCONNECTED
-            || HOLDERS.with(|h| h.borrow().is_empty())
-        {
-            return;
+fn on_server(ctx: *mut raw::RedisModuleCtx, event: &Server) {
+    match event {
+        Server::ClientGone { id } => {
+            if HOLDERS.with(|h| !h.borrow().is_empty()) {
+                holder_left(ctx, *id);
+            }
         }
-        let info = data.cast::<raw::RedisModuleClientInfo>();
-        if let Some(info) = unsafe { info.as_ref() } {
-            holder_left(ctx, info.id);
+        Server::Role { .. } => {
+            // Leases are not replicated: a promoted replica must not hand out a
+            // token its old master drew in this same millisecond.
+            FENCES.skip_past(now_ms());
+            forget_db(ctx, -1);
         }
-    })
+        Server::Flushed { db } => forget_db(ctx, *db),
+        Server::Swapped { .. } => forget_db(ctx, -1),
+        Server::Loaded => {}
+    }
 }
 
-extern "C" fn on_role_change(
-    ctx: *mut raw::RedisModuleCtx,
-    _event: raw::RedisModuleEvent,
-    _subevent: u64,
-    _data: *mut c_void,
-) {
-    guard::callback((), || {
-        // Leases are not replicated: a promoted replica must not hand out a
-        // token its old master drew in this same millisecond.
-        FENCES.skip_past(now_ms());
-        forget_db(ctx, -1)
-    })
-}
-
-/// Ends leases with their holders' connections and with a change of role.
-pub fn subscribe(ctx: &Context) -> bool {
-    let events: [(u64, raw::RedisModuleEventCallback); 2] = [
-        (raw::REDISMODULE_EVENT_CLIENT_CHANGE, Some(on_client_change)),
-        (
-            raw::REDISMODULE_EVENT_REPLICATION_ROLE_CHANGED,
-            Some(on_role_change),
-        ),
-    ];
-    events.iter().all(|&(id, callback)| {
-        let event = raw::RedisModuleEvent { id, dataver: 1 };
-        let status =
-            unsafe { raw::RedisModule_SubscribeToServerEvent.unwrap()(ctx.ctx, event, callback) };
-        status == raw::REDISMODULE_OK as c_int
-    })
-}
+/// Leases end with any other write to their key, with their holders'
+/// connections, with flushes and `SWAPDB`, and with a change of role.
+pub static EVENTS: Listener = Listener {
+    key: on_key_event,
+    server: on_server,
+};
 
 /// A cached value (copied) and its remaining ttl (`None`: no expiry).
 type Cached = (Vec<u8>, Option<i64>);
@@ -296,6 +274,14 @@ impl Kind for CacheKind {
     fn timed_out(&self) -> Answer {
         stats::CACHE_WAIT_TIMEOUTS.add(1);
         Answer::Pair(None, None)
+    }
+
+    /// A lease handed to a waiter that left before the answer reached it ends.
+    fn revoke(&self, ctx: &Context, name: &Arg, token: i64) {
+        let q = waiters::queue_key(ctx.ctx, name);
+        if end_lease(ctx.ctx, &q, Some(token as u64)) {
+            lease_ended(ctx.ctx, q);
+        }
     }
 }
 

@@ -50,6 +50,42 @@ fn grant(ctx: &Context, name: &Arg, key: &Key, owner: &[u8], ttl_ms: i64) -> u64
     fence
 }
 
+/// Gives the oldest waiter the lock in `key`, which is free (`lock` None: the
+/// key is empty; `Some`: its last hold was just released, and the value is
+/// handed over in place). Whether a waiter was granted; the key is left as it
+/// was if not.
+fn hand_off(ctx: &Context, name: &Arg, key: &Key, lock: Option<&mut Lock>) -> bool {
+    let Some(mut waiter) = waiters::pop_head(ctx, name, &KIND, |_| true) else {
+        return false;
+    };
+    let now = now_ms();
+    let fence = FENCES.draw(now);
+    let deadline_ms = now.saturating_add(waiter.ttl_ms);
+    stats::GRANTS.add(1);
+    match lock {
+        Some(lock) => {
+            // One value, one expiry, one effect: no delete and re-create.
+            lock.owner = std::mem::take(&mut waiter.owner);
+            lock.holds = 1;
+            lock.fence = fence;
+            lock.deadline_ms = deadline_ms;
+            publish(ctx, name, key, lock);
+        }
+        None => {
+            store(key, &LOCK_TYPE, Lock::grant(&waiter.owner, fence, now, waiter.ttl_ms));
+            if let Ok(Some(lock)) = key.value::<Lock>(&LOCK_TYPE) {
+                publish(ctx, name, key, lock);
+            }
+        }
+    }
+    notify(ctx, c"lock.handoff", name);
+    if waiters::queued(ctx, name) > 0 {
+        waiters::watch_lease(ctx, name, deadline_ms);
+    }
+    waiters::answer(ctx, waiter, Answer::Integer(fence as i64));
+    true
+}
+
 /// The exclusive lock as a kind of waiter: the oldest waiter is granted a free key.
 pub struct LockKind;
 pub static KIND: LockKind = LockKind;
@@ -64,28 +100,38 @@ impl Kind for LockKind {
                 if let Some(until) = evicted::taken_until(ctx, name) {
                     return Served::Wait(Some(until));
                 }
-                let Some(waiter) = waiters::pop_head(ctx, name, &KIND, |_| true) else {
-                    return Served::Wait(None);
-                };
-                let fence = grant(ctx, name, &key, &waiter.owner, waiter.ttl_ms);
-                notify(ctx, c"lock.handoff", name);
-                drop(key);
-                waiters::answer(ctx, waiter, Answer::Integer(fence as i64));
-                Served::Progress
+                if hand_off(ctx, name, &key, None) {
+                    // Held now: `hand_off` watches its lease for the next head.
+                    Served::Wait(None)
+                } else {
+                    // The head (if any) is of another kind.
+                    Served::Progress
+                }
             }
         }
     }
-}
 
-/// Serves the waiters of a key that may be free: they go before any new request.
-fn serve_first(ctx: &Context, name: &Arg) -> Result<(), RedisError> {
-    if waiters::queued(ctx, name) == 0 {
-        return Ok(());
+    /// Releases the one hold the undelivered grant `token` made, if the key
+    /// still holds it (a re-entry by the same owner keeps its own hold).
+    fn revoke(&self, ctx: &Context, name: &Arg, token: i64) {
+        let key = Key::write(ctx, name);
+        let Ok(Some(lock)) = lock_in(&key) else {
+            return;
+        };
+        if lock.fence as i64 != token {
+            return;
+        }
+        let owner = lock.owner.clone();
+        if let Release::StillHeld = lock.release(&owner, now_ms()) {
+            publish(ctx, name, &key, lock);
+            return;
+        }
+        notify(ctx, c"lock.release", name);
+        if !hand_off(ctx, name, &key, Some(lock)) {
+            key.delete();
+            replicate_del(ctx, name);
+        }
     }
-    if lock_in(&Key::write(ctx, name))?.is_none() {
-        waiters::serve(ctx, name);
-    }
-    Ok(())
 }
 
 /// A busy request: block until served (with `WAIT`, where blocking is
@@ -110,15 +156,21 @@ pub fn acquire(ctx: &Context, args: &[Arg]) -> RedisResult {
     let req = args::lock_request(&args[2..]).map_err(RedisError::String)?;
     refuse_on_replica(ctx)?;
     let name = &args[1];
-    serve_first(ctx, name)?;
     let key = Key::write(ctx, name);
     let now = now_ms();
     let Some(lock) = lock_in(&key)? else {
-        let taken = evicted::taken_until(ctx, name)
-            .or_else(|| (waiters::queued(ctx, name) > 0).then_some(i64::MAX));
-        if let Some(until) = taken {
+        if let Some(until) = evicted::taken_until(ctx, name) {
             drop(key);
             return busy(ctx, name, &req, until);
+        }
+        if waiters::queued(ctx, name) > 0 {
+            // Waiters go first: the oldest takes the free key, this request
+            // queues behind the rest.
+            if !hand_off(ctx, name, &key, None) {
+                drop(key);
+                waiters::serve(ctx, name);
+            }
+            return busy(ctx, name, &req, i64::MAX);
         }
         let fence = grant(ctx, name, &key, req.owner, req.ttl_ms);
         notify(ctx, c"lock.acquire", name);
@@ -147,7 +199,7 @@ pub fn release(ctx: &Context, args: &[Arg]) -> RedisResult {
     let owner = args::owner(&args[2]).map_err(err)?;
     refuse_on_replica(ctx)?;
     let name = &args[1];
-    let key = Key::write(ctx, &args[1]);
+    let key = Key::write(ctx, name);
     let Some(lock) = lock_in(&key)? else {
         stats::REFUSED_RELEASES.add(1);
         return Ok(RedisValue::Integer(-1));
@@ -164,12 +216,14 @@ pub fn release(ctx: &Context, args: &[Arg]) -> RedisResult {
         }
         Release::Freed => {
             notify(ctx, c"lock.release", name);
+            if hand_off(ctx, name, &key, Some(lock)) {
+                return Ok(RedisValue::Integer(1));
+            }
             key.delete();
             replicate_del(ctx, name);
             drop(key);
-            if waiters::queued(ctx, name) > 0 {
-                waiters::serve(ctx, name);
-            }
+            // Waiters of another kind at the head (the key was re-typed).
+            waiters::serve(ctx, name);
             Ok(RedisValue::Integer(1))
         }
     }

@@ -78,6 +78,80 @@ fn publish(ctx: &Context, name: &Arg, key: &Key, lock: &RwLock) {
     ctx.replicate(RWLOCK_EFFECT, &words[..]);
 }
 
+/// Takes the waiters at the head of the queue that fit `lock` — a writer
+/// alone, or the run of readers — and records their holds in it. The caller
+/// publishes the lock, then answers each with its token.
+fn grant_waiting(ctx: &Context, name: &Arg, lock: &mut RwLock, now: i64) -> Vec<(Waiter, u64)> {
+    let mut granted = Vec::new();
+    let mut readers: Vec<Waiter> = Vec::new();
+    while let Some(w) = waiters::pop_head(ctx, name, &KIND, |w| match w.mode {
+        waiters::Mode::Read => lock.admits(Mode::Read, &w.owner),
+        // Not while readers of this pass are still to be recorded.
+        waiters::Mode::Write => readers.is_empty() && lock.admits(Mode::Write, &w.owner),
+        _ => false,
+    }) {
+        if w.mode == waiters::Mode::Write {
+            let fence = lock.grant(Mode::Write, &w.owner, now, w.ttl_ms, FENCES.draw(now));
+            stats::GRANTS.add(1);
+            granted.push((w, fence));
+        } else {
+            readers.push(w);
+        }
+    }
+    if !readers.is_empty() {
+        let requests: Vec<(&[u8], i64)> =
+            readers.iter().map(|w| (&w.owner[..], w.ttl_ms)).collect();
+        let fences = lock.grant_reads(&requests, now, &mut || FENCES.draw(now));
+        stats::GRANTS.add(readers.len() as u64);
+        granted.extend(readers.into_iter().zip(fences));
+    }
+    granted
+}
+
+fn answer_granted(ctx: &Context, granted: Vec<(Waiter, u64)>) {
+    for (w, fence) in granted {
+        waiters::answer(ctx, w, Answer::Integer(fence as i64));
+    }
+}
+
+/// Serves the queue with the key already open: grants what fits, publishes,
+/// answers.
+fn serve_open(ctx: &Context, name: &Arg, key: &Key) -> Served {
+    let existing = match rw_in(key) {
+        Err(_) => return Served::WrongType,
+        Ok(existing) => existing,
+    };
+    if existing.is_none() {
+        if let Some(until) = evicted::taken_until(ctx, name) {
+            return Served::Wait(Some(until));
+        }
+    }
+    let now = now_ms();
+    let mut fresh = RwLock::default();
+    let is_new = existing.is_none();
+    let lock = existing.unwrap_or(&mut fresh);
+    lock.prune(now);
+    let granted = grant_waiting(ctx, name, lock, now);
+    if granted.is_empty() {
+        return match lock.next_lease_end() {
+            // Free, and the head is of another kind: let it be served.
+            None if waiters::queued(ctx, name) > 0 && lock.is_free() => Served::Progress,
+            next => Served::Wait(next),
+        };
+    }
+    let next = lock.next_lease_end();
+    if is_new {
+        store(key, &RWLOCK_TYPE, fresh);
+    }
+    if let Ok(Some(lock)) = rw_in(key) {
+        publish(ctx, name, key, lock);
+    }
+    notify(ctx, c"rwlock.handoff", name);
+    answer_granted(ctx, granted);
+    // Later heads wait for a lease to end: one watch.
+    Served::Wait(next)
+}
+
 /// The read-write lock as a kind of waiter: grants every waiter at the head
 /// of the queue that fits the holders (a writer alone, or a run of readers).
 pub struct RwLockKind;
@@ -85,61 +159,23 @@ pub static KIND: RwLockKind = RwLockKind;
 
 impl Kind for RwLockKind {
     fn serve(&self, ctx: &Context, name: &Arg) -> Served {
-        let key = Key::write(ctx, name);
-        let existing = match rw_in(&key) {
-            Err(_) => return Served::WrongType,
-            Ok(existing) => existing,
-        };
-        if existing.is_none() {
-            if let Some(until) = evicted::taken_until(ctx, name) {
-                return Served::Wait(Some(until));
-            }
-        }
-        let now = now_ms();
-        let mut fresh = RwLock::default();
-        let is_new = existing.is_none();
-        let lock = existing.unwrap_or(&mut fresh);
-        lock.prune(now);
-        let mut granted = Vec::new();
-        while let Some(w) = waiters::pop_head(ctx, name, &KIND, |w| match w.mode {
-            waiters::Mode::Read => lock.admits(Mode::Read, &w.owner),
-            waiters::Mode::Write => lock.admits(Mode::Write, &w.owner),
-            _ => false,
-        }) {
-            let mode = if w.mode == waiters::Mode::Write {
-                Mode::Write
-            } else {
-                Mode::Read
-            };
-            let fence = lock.grant(mode, &w.owner, now, w.ttl_ms, FENCES.draw(now));
-            stats::GRANTS.add(1);
-            granted.push((w, fence));
-        }
-        if granted.is_empty() {
-            return Served::Wait(lock.next_lease_end());
-        }
-        if is_new {
-            store(&key, &RWLOCK_TYPE, fresh);
-        }
-        if let Ok(Some(lock)) = rw_in(&key) {
-            publish(ctx, name, &key, lock);
-        }
-        notify(ctx, c"rwlock.handoff", name);
-        drop(key);
-        for (w, fence) in granted {
-            waiters::answer(ctx, w, Answer::Integer(fence as i64));
-        }
-        Served::Progress
+        serve_open(ctx, name, &Key::write(ctx, name))
     }
-}
 
-/// Serves the waiters of a key first: they go before any new request.
-fn serve_first(ctx: &Context, name: &Arg) -> Result<(), RedisError> {
-    if waiters::queued(ctx, name) > 0 {
-        rw_in(&Key::write(ctx, name))?;
+    /// Drops the one hold the undelivered grant `token` made, if it is still there.
+    fn revoke(&self, ctx: &Context, name: &Arg, token: i64) {
+        let key = Key::write(ctx, name);
+        let Ok(Some(lock)) = rw_in(&key) else {
+            return;
+        };
+        if !lock.revoke(token as u64, now_ms()) {
+            return;
+        }
+        publish(ctx, name, &key, lock);
+        notify(ctx, c"rwlock.unlock", name);
+        drop(key);
         waiters::serve(ctx, name);
     }
-    Ok(())
 }
 
 fn request(ctx: &Context, args: &[Arg], mode: Mode) -> RedisResult {
@@ -149,9 +185,18 @@ fn request(ctx: &Context, args: &[Arg], mode: Mode) -> RedisResult {
     let req = args::lock_request(&args[2..]).map_err(RedisError::String)?;
     refuse_on_replica(ctx)?;
     let name = &args[1];
-    serve_first(ctx, name)?;
+    let mut key = Key::write(ctx, name);
+    rw_in(&key)?;
+    if waiters::queued(ctx, name) > 0 {
+        // Waiters are served first: they go before any new request.
+        if let Served::Progress = serve_open(ctx, name, &key) {
+            // A head of another kind: served with the key closed here.
+            drop(key);
+            waiters::serve(ctx, name);
+            key = Key::write(ctx, name);
+        }
+    }
     let queued = waiters::queued(ctx, name) > 0;
-    let key = Key::write(ctx, &args[1]);
     let now = now_ms();
     let mut fresh = RwLock::default();
     let existing = rw_in(&key)?;
@@ -237,7 +282,8 @@ pub fn unlock(ctx: &Context, args: &[Arg]) -> RedisResult {
         stats::REFUSED_RELEASES.add(1);
         return Ok(RedisValue::Integer(-1));
     };
-    let reply = match lock.unlock(owner, now_ms()) {
+    let now = now_ms();
+    let reply = match lock.unlock(owner, now) {
         Unlock::NotHeld => {
             stats::REFUSED_RELEASES.add(1);
             return Ok(RedisValue::Integer(-1));
@@ -245,10 +291,25 @@ pub fn unlock(ctx: &Context, args: &[Arg]) -> RedisResult {
         Unlock::Remaining => 0,
         Unlock::Gone => 1,
     };
+    // Hand-off in place: the waiters that now fit join the holders in this
+    // same value, published once.
+    let granted = if reply == 1 && waiters::queued(ctx, name) > 0 {
+        grant_waiting(ctx, name, lock, now)
+    } else {
+        Vec::new()
+    };
+    let next = lock.next_lease_end();
     publish(ctx, name, &key, lock);
     notify(ctx, c"rwlock.unlock", name);
     drop(key);
-    if waiters::queued(ctx, name) > 0 {
+    if !granted.is_empty() {
+        notify(ctx, c"rwlock.handoff", name);
+        answer_granted(ctx, granted);
+        if let Some(at) = next {
+            waiters::watch_lease(ctx, name, at);
+        }
+    } else if reply == 1 {
+        // The head may be of another kind, or the key free for it now.
         waiters::serve(ctx, name);
     }
     Ok(RedisValue::Integer(reply))

@@ -1,6 +1,8 @@
 //! The read-write lock: one writer or many readers, each hold with its own
 //! lease and token. Pure rules; the time and the token source are arguments.
 
+use rustc_hash::FxHashMap;
+
 use crate::lock::state::MAX_HOLDS;
 
 /// One owner's hold in one mode.
@@ -152,6 +154,60 @@ impl RwLock {
         }
         self.fence = self.fence.max(fence);
         fence
+    }
+
+    /// Records read holds for a run of waiting readers at once (the caller
+    /// checked `admits`): linear in the readers, whatever their number. Returns
+    /// each request's token, in order.
+    pub fn grant_reads(
+        &mut self,
+        requests: &[(&[u8], i64)],
+        now_ms: i64,
+        draw: &mut dyn FnMut() -> u64,
+    ) -> Vec<u64> {
+        let mut index: FxHashMap<Vec<u8>, usize> = self
+            .readers
+            .iter()
+            .enumerate()
+            .map(|(i, r)| (r.owner.clone(), i))
+            .collect();
+        let mut fences = Vec::with_capacity(requests.len());
+        for &(owner, ttl_ms) in requests {
+            if let Some(&i) = index.get(owner) {
+                let hold = &mut self.readers[i];
+                hold.holds = hold.holds.saturating_add(1).min(MAX_HOLDS);
+                hold.deadline_ms = hold.deadline_ms.max(now_ms.saturating_add(ttl_ms));
+                fences.push(hold.fence);
+                continue;
+            }
+            let fence = draw();
+            index.insert(owner.to_vec(), self.readers.len());
+            self.readers.push(Hold::new(owner, fence, now_ms, ttl_ms));
+            self.fence = self.fence.max(fence);
+            fences.push(fence);
+        }
+        fences
+    }
+
+    /// Drops one hold of the grant made under `fence` (it never reached its
+    /// client); false if no live hold carries that token.
+    pub fn revoke(&mut self, fence: u64, now_ms: i64) -> bool {
+        self.prune(now_ms);
+        if let Some(w) = self.writer.as_mut().filter(|w| w.fence == fence) {
+            w.holds -= 1;
+            if w.holds == 0 {
+                self.writer = None;
+            }
+            return true;
+        }
+        let Some(i) = self.readers.iter().position(|r| r.fence == fence) else {
+            return false;
+        };
+        self.readers[i].holds -= 1;
+        if self.readers[i].holds == 0 {
+            self.readers.remove(i);
+        }
+        true
     }
 
     /// Releases one hold of `owner`: write holds before read holds.

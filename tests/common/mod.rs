@@ -42,6 +42,25 @@ pub fn is_valkey() -> bool {
     server_binary().contains("valkey")
 }
 
+/// Whether `CLIENT UNBLOCK` ends a warden wait on this server: only where
+/// Redis' timeout path cannot drop an answer already handed over (Redis 7.4+,
+/// Valkey 8+); elsewhere it answers 0 and the waiter keeps waiting.
+pub fn unblock_ends_wait(c: &mut Connection) -> bool {
+    let info: String = redis::cmd("INFO").arg("server").query(c).unwrap();
+    let version = |field: &str| {
+        info.lines()
+            .find_map(|l| l.strip_prefix(field))
+            .map(|v| {
+                let mut parts = v.trim().split('.').map(|p| p.parse::<u32>().unwrap_or(0));
+                (parts.next().unwrap_or(0), parts.next().unwrap_or(0))
+            })
+    };
+    match version("valkey_version:") {
+        Some(v) => v >= (8, 0),
+        None => version("redis_version:").is_some_and(|v| v >= (7, 4)),
+    }
+}
+
 fn server_command() -> Command {
     match valgrind_dir() {
         None => Command::new(server_binary()),
