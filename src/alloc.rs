@@ -18,6 +18,16 @@ use std::os::raw::c_void;
 
 use redis_module::raw;
 
+use crate::stats::{MODULE_ALLOCATED, MODULE_BYTES};
+
+fn counted(ptr: *mut u8, size: usize) -> *mut u8 {
+    if !ptr.is_null() {
+        MODULE_BYTES.add(size as i64);
+        MODULE_ALLOCATED.add(size as u64);
+    }
+    ptr
+}
+
 /// The alignment every malloc-family block has on 64-bit targets.
 const GUARANTEED_ALIGN: usize = 2 * std::mem::size_of::<usize>();
 
@@ -38,19 +48,20 @@ fn missing() -> ! {
 unsafe impl GlobalAlloc for RedisAllocator {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         match raw::RedisModule_Alloc {
-            Some(alloc) => alloc(rounded(layout)).cast(),
+            Some(alloc) => counted(alloc(rounded(layout)).cast(), layout.size()),
             None => missing(),
         }
     }
 
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
         match raw::RedisModule_Calloc {
-            Some(calloc) => calloc(1, rounded(layout)).cast(),
+            Some(calloc) => counted(calloc(1, rounded(layout)).cast(), layout.size()),
             None => missing(),
         }
     }
 
-    unsafe fn dealloc(&self, ptr: *mut u8, _layout: Layout) {
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        MODULE_BYTES.add(-(layout.size() as i64));
         match raw::RedisModule_Free {
             Some(free) => free(ptr.cast::<c_void>()),
             None => missing(),
@@ -74,7 +85,14 @@ unsafe impl GlobalAlloc for RedisAllocator {
             return std::ptr::null_mut();
         };
         match raw::RedisModule_Realloc {
-            Some(realloc) => realloc(ptr.cast::<c_void>(), rounded(new_layout)).cast(),
+            Some(realloc) => {
+                let new = realloc(ptr.cast::<c_void>(), rounded(new_layout)).cast::<u8>();
+                if !new.is_null() {
+                    MODULE_BYTES.add(new_size as i64 - layout.size() as i64);
+                    MODULE_ALLOCATED.add(new_size.saturating_sub(layout.size()) as u64);
+                }
+                new
+            }
             None => missing(),
         }
     }

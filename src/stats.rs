@@ -75,3 +75,9 @@ pub static CACHE_WAIT_TIMEOUTS: Counter = Counter::new();
 pub static CACHE_REFRESHES: Counter = Counter::new();
 /// Stale values served (after `INVALIDATE ... STALE`).
 pub static CACHE_STALE_SERVED: Counter = Counter::new();
+
+/// Bytes the module's own allocations hold now, and have asked for in all
+/// (counted by its global allocator: a clock-free measure of copies and of
+/// memory that lingers).
+pub static MODULE_BYTES: Gauge = Gauge::new();
+pub static MODULE_ALLOCATED: Counter = Counter::new();

@@ -731,11 +731,7 @@ fn answer_everyone(ctx: Ctx, answer_of: impl Fn(&'static dyn Kind) -> Answer) {
     }
 }
 
-extern "C" fn on_reply(
-    ctx: Ctx,
-    _argv: *mut *mut raw::RedisModuleString,
-    _argc: c_int,
-) -> c_int {
+extern "C" fn on_reply(ctx: Ctx, _argv: *mut *mut raw::RedisModuleString, _argc: c_int) -> c_int {
     guard::callback(raw::REDISMODULE_OK as c_int, || {
         let in_flight = unsafe { raw::RedisModule_GetBlockedClientPrivateData.unwrap()(ctx) }
             .cast::<InFlight>();
@@ -751,11 +747,7 @@ extern "C" fn on_reply(
 
 /// Registered only where `CLIENT UNBLOCK` cannot reach a handed-over answer
 /// (Redis 7.4+, Valkey 8+): a user's `CLIENT UNBLOCK` of a queued waiter.
-extern "C" fn on_timeout(
-    ctx: Ctx,
-    _argv: *mut *mut raw::RedisModuleString,
-    _argc: c_int,
-) -> c_int {
+extern "C" fn on_timeout(ctx: Ctx, _argv: *mut *mut raw::RedisModuleString, _argc: c_int) -> c_int {
     guard::callback(raw::REDISMODULE_OK as c_int, || {
         let handle = unsafe { raw::RedisModule_GetBlockedClientHandle.unwrap()(ctx) };
         match leave(ctx, handle) {

@@ -26,8 +26,8 @@ use crate::args;
 use crate::cache::state::{self, Entry, Lease, Options, Read, Seen};
 use crate::command::Arg;
 use crate::error;
-use crate::fence::FENCES;
 use crate::events::{Listener, Server};
+use crate::fence::FENCES;
 use crate::guard;
 // A replica has no lease table: every `CACHE.*` command is the master's.
 use crate::keyspace::{notify, now_ms, refuse_on_replica, Key};
@@ -285,6 +285,33 @@ impl Kind for CacheKind {
     }
 }
 
+/// Whether the key holds a cached value, and its remaining ttl (`None`: no
+/// expiry) — without copying the value; `Err` if it holds another type.
+fn peek_value(ctx: &Context, name: &Arg) -> Result<Option<Option<i64>>, RedisError> {
+    let key = Key::read(ctx, name);
+    if key.string().map_err(err)?.is_none() {
+        return Ok(None);
+    }
+    Ok(Some(key.expire_at().map(|at| (at - now_ms()).max(0))))
+}
+
+/// Replies `[value, lease]` straight from the stored string: a hit costs the
+/// module no copy of the value, whatever its size.
+fn reply_stored(ctx: &Context, name: &Arg, lease: Option<u64>) -> RedisResult {
+    let key = Key::read(ctx, name);
+    let value = key.string().map_err(err)?;
+    raw::reply_with_array(ctx.ctx, 2);
+    match value {
+        Some(v) => raw::reply_with_string_buffer(ctx.ctx, v.as_ptr().cast(), v.len()),
+        None => raw::reply_with_null(ctx.ctx),
+    };
+    match lease {
+        Some(t) => raw::reply_with_long_long(ctx.ctx, t as i64),
+        None => raw::reply_with_null(ctx.ctx),
+    };
+    Ok(RedisValue::NoReply)
+}
+
 fn pair(value: Option<Vec<u8>>, lease: Option<u64>) -> RedisValue {
     RedisValue::Array(vec![
         value.map_or(RedisValue::Null, RedisValue::StringBuffer),
@@ -300,18 +327,18 @@ pub fn get(ctx: &Context, args: &[Arg]) -> RedisResult {
     let req = args::cache_get(&args[2..]).map_err(RedisError::String)?;
     refuse_on_replica(ctx)?;
     let name = &args[1];
-    let mut value = read_value(ctx, name)?;
+    let mut value = peek_value(ctx, name)?;
     let q = waiters::queue_key(ctx.ctx, name);
     if waiters::queued(ctx, name) > 0 && entry(&q).live_lease(now_ms()).is_none() {
         // Waiters first: a lease that just ended goes to the oldest of them.
         waiters::serve(ctx, name);
-        value = read_value(ctx, name)?;
+        value = peek_value(ctx, name)?;
     }
     let now = now_ms();
     let e = entry(&q);
     let seen = match &value {
         None => Seen::Missing,
-        Some((_, ttl_left)) => Seen::Value {
+        Some(ttl_left) => Seen::Value {
             ttl_left: *ttl_left,
             stale: e.is_stale(now),
         },
@@ -321,14 +348,13 @@ pub fn get(ctx: &Context, args: &[Arg]) -> RedisResult {
         fresh: req.fresh,
     };
     let outstanding = e.live_lease(now).is_some() || waiters::queued(ctx, name) > 0;
-    let value = value.map(|(v, _)| v);
     match state::read(seen, outstanding, opts) {
         Read::Hit { stale } => {
             stats::CACHE_HITS.add(1);
             if stale {
                 stats::CACHE_STALE_SERVED.add(1);
             }
-            Ok(pair(value, None))
+            reply_stored(ctx, name, None)
         }
         Read::HitAndLease { stale } => {
             stats::CACHE_HITS.add(1);
@@ -338,7 +364,7 @@ pub fn get(ctx: &Context, args: &[Arg]) -> RedisResult {
                 stats::CACHE_REFRESHES.add(1);
             }
             let token = grant(ctx, &q, client_id(ctx), req.lease_ms);
-            Ok(pair(value, Some(token)))
+            reply_stored(ctx, name, Some(token))
         }
         Read::MissAndLease => {
             stats::CACHE_MISSES.add(1);

@@ -72,7 +72,11 @@ fn hand_off(ctx: &Context, name: &Arg, key: &Key, lock: Option<&mut Lock>) -> bo
             publish(ctx, name, key, lock);
         }
         None => {
-            store(key, &LOCK_TYPE, Lock::grant(&waiter.owner, fence, now, waiter.ttl_ms));
+            store(
+                key,
+                &LOCK_TYPE,
+                Lock::grant(&waiter.owner, fence, now, waiter.ttl_ms),
+            );
             if let Ok(Some(lock)) = key.value::<Lock>(&LOCK_TYPE) {
                 publish(ctx, name, key, lock);
             }

@@ -48,12 +48,10 @@ pub fn is_valkey() -> bool {
 pub fn unblock_ends_wait(c: &mut Connection) -> bool {
     let info: String = redis::cmd("INFO").arg("server").query(c).unwrap();
     let version = |field: &str| {
-        info.lines()
-            .find_map(|l| l.strip_prefix(field))
-            .map(|v| {
-                let mut parts = v.trim().split('.').map(|p| p.parse::<u32>().unwrap_or(0));
-                (parts.next().unwrap_or(0), parts.next().unwrap_or(0))
-            })
+        info.lines().find_map(|l| l.strip_prefix(field)).map(|v| {
+            let mut parts = v.trim().split('.').map(|p| p.parse::<u32>().unwrap_or(0));
+            (parts.next().unwrap_or(0), parts.next().unwrap_or(0))
+        })
     };
     match version("valkey_version:") {
         Some(v) => v >= (8, 0),
