@@ -104,17 +104,21 @@ class Cluster:
             Server(p, ("--cluster-enabled", "yes", "--cluster-node-timeout", "5000")) for p in ports
         ]
         self.ports = ports
-        subprocess.run(
-            ["redis-cli", "--cluster", "create", *[f"127.0.0.1:{p}" for p in ports],
-             "--cluster-yes"],
-            check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )
-        deadline = time.monotonic() + 20
-        for s in self.servers:
-            while b"cluster_state:ok" not in s.client().execute_command("CLUSTER INFO"):
-                if time.monotonic() > deadline:
-                    raise RuntimeError("cluster did not come up")
-                time.sleep(0.1)
+        try:
+            subprocess.run(
+                ["redis-cli", "--cluster", "create", *[f"127.0.0.1:{p}" for p in ports],
+                 "--cluster-yes"],
+                check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            )
+            deadline = time.monotonic() + 20
+            for s in self.servers:
+                while s.client().cluster("info").get("cluster_state") != "ok":
+                    if time.monotonic() > deadline:
+                        raise RuntimeError("cluster did not come up")
+                    time.sleep(0.1)
+        except BaseException:
+            self.stop()
+            raise
 
     def stop(self) -> None:
         for s in self.servers:

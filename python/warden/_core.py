@@ -11,7 +11,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, Callable, Optional, Protocol, Union
 
-from redis.exceptions import LockError, ResponseError
+from redis.exceptions import AskError, LockError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 Number = Union[int, float]
@@ -123,8 +123,9 @@ def is_wrongtype(error: ResponseError) -> bool:
 
 
 def is_redirect(error: ResponseError) -> bool:
+    """A cluster redirect: the command did not run, so sending it again is safe."""
     message = str(error)
-    return message.startswith("MOVED") or message.startswith("ASK")
+    return isinstance(error, AskError) or message.startswith(("MOVED", "ASK"))
 
 
 # --- cache ---------------------------------------------------------------

@@ -119,7 +119,8 @@ class Cache:
                 data = self.serializer.dumps(value)
             pinned.call(*_core.fill_args(key, lease, data, ttl, jitter))
             filled = True
-            return value
+            # What a hit would answer, so every caller sees one type.
+            return None if value is None else self.serializer.loads(data)
         finally:
             if not filled and not pinned.broken:
                 try:

@@ -101,7 +101,8 @@ class Cache:
                 data = self.serializer.dumps(value)
             await pinned.call(*_core.fill_args(key, lease, data, ttl, jitter))
             filled = True
-            return value
+            # What a hit would answer, so every caller sees one type.
+            return None if value is None else self.serializer.loads(data)
         finally:
             if not filled and not pinned.broken:
                 # Also when cancelled: the abandon runs before the
