@@ -32,9 +32,22 @@ class Server:
         self.socket = os.path.join(self.dir, "redis.sock")
         self.log = os.path.join(self.dir, "server.log")
         args = [
-            SERVER, "--port", str(port), "--unixsocket", self.socket, "--dir", self.dir,
-            "--save", "", "--appendonly", "no", "--logfile", self.log,
-            "--loadmodule", MODULE, *extra,
+            SERVER,
+            "--port",
+            str(port),
+            "--unixsocket",
+            self.socket,
+            "--dir",
+            self.dir,
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--logfile",
+            self.log,
+            "--loadmodule",
+            MODULE,
+            *extra,
         ]
         if port:
             args += ["--bind", "127.0.0.1"]
@@ -106,9 +119,16 @@ class Cluster:
         self.ports = ports
         try:
             subprocess.run(
-                ["redis-cli", "--cluster", "create", *[f"127.0.0.1:{p}" for p in ports],
-                 "--cluster-yes"],
-                check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                [
+                    "redis-cli",
+                    "--cluster",
+                    "create",
+                    *[f"127.0.0.1:{p}" for p in ports],
+                    "--cluster-yes",
+                ],
+                check=True,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
             )
             deadline = time.monotonic() + 20
             for s in self.servers:

@@ -7,9 +7,10 @@ import time
 from typing import Any
 
 import pytest
-import warden.asyncio
 from redis.exceptions import LockNotOwnedError
 from servers import Server
+
+import warden.asyncio
 
 
 async def info(r: Any, name: str) -> dict[str, Any]:

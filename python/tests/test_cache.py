@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 import redis
+
 import warden
 import warden.asyncio
 

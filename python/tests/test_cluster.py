@@ -8,11 +8,12 @@ from typing import Any
 
 import redis
 import redis.asyncio.cluster
-import warden
-import warden.asyncio
 from redis.cluster import RedisCluster
 from redis.exceptions import MovedError
 from servers import Cluster
+
+import warden
+import warden.asyncio
 
 NAMES = [f"lock:{i}" for i in range(12)]  # spread over the three masters
 

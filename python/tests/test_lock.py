@@ -8,10 +8,11 @@ from typing import Any
 
 import pytest
 import redis
-import warden
 from conftest import no_retries
 from redis.exceptions import LockError, LockNotOwnedError
 from servers import Server
+
+import warden
 
 
 def info(r: redis.Redis, name: str, command: str = "LOCK.INFO") -> dict[str, Any]:

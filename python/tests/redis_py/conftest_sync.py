@@ -16,9 +16,10 @@ import redis
 # servers.py: python/tests of this checkout (the scratch dir is target/<dir>/tests).
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "python" / "tests"))
 
+from servers import Server  # noqa: E402
+
 import warden  # noqa: E402
 import warden.asyncio  # noqa: E402
-from servers import Server  # noqa: E402
 
 GET = "reads the lock key with GET: warden's lock is its own type, not a string"
 POLL = "counts the sleeps of a polling loop: warden waits in the server and never sleeps"
@@ -54,7 +55,9 @@ def warden_lock_class(request: pytest.FixtureRequest, monkeypatch: pytest.Monkey
         monkeypatch.setattr(module, "Lock", warden.asyncio.Lock if asynchronous else warden.Lock)
 
 
-def _get_client(cls: Any, request: pytest.FixtureRequest, flushdb: bool = True, **kwargs: Any) -> Any:
+def _get_client(
+    cls: Any, request: pytest.FixtureRequest, flushdb: bool = True, **kwargs: Any
+) -> Any:
     kwargs.pop("single_connection_client", None)
     kwargs.pop("from_url", None)
     server = request.getfixturevalue("warden_server")

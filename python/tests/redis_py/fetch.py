@@ -17,7 +17,10 @@ from pathlib import Path
 import redis
 
 HERE = Path(__file__).resolve().parent
-FILES = {"tests/test_lock.py": "test_lock.py", "tests/test_asyncio/test_lock.py": "test_asyncio/test_lock.py"}
+FILES = {
+    "tests/test_lock.py": "test_lock.py",
+    "tests/test_asyncio/test_lock.py": "test_asyncio/test_lock.py",
+}
 
 
 def main(root: Path) -> None:
@@ -29,8 +32,19 @@ def main(root: Path) -> None:
     (target / "test_asyncio").mkdir(parents=True)
     with tempfile.TemporaryDirectory() as download:
         subprocess.run(
-            [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--no-binary", ":all:",
-             "-d", download, f"redis=={redis.__version__}"],
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "-q",
+                "--no-deps",
+                "--no-binary",
+                ":all:",
+                "-d",
+                download,
+                f"redis=={redis.__version__}",
+            ],
             check=True,
         )
         (sdist,) = Path(download).glob("redis-*.tar.gz")
