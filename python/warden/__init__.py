@@ -8,7 +8,7 @@ names for ``redis.asyncio`` clients.
 
 from redis.exceptions import LockError, LockNotOwnedError
 
-from ._core import BytesSerializer, CacheWaitTimeout, JsonSerializer, Serializer
+from ._core import BytesSerializer, CacheWaitTimeout, JsonSerializer, Serializer, TextSerializer
 from .cache import Cache
 from .lock import Lock, ReadLock, ReadWriteLock, WriteLock
 
@@ -23,5 +23,6 @@ __all__ = [
     "ReadLock",
     "ReadWriteLock",
     "Serializer",
+    "TextSerializer",
     "WriteLock",
 ]

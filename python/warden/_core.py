@@ -156,6 +156,16 @@ class BytesSerializer:
         return data
 
 
+class TextSerializer:
+    """Values are ``str``, stored UTF-8 encoded."""
+
+    def dumps(self, value: Any) -> bytes:
+        return str(value).encode()
+
+    def loads(self, data: bytes) -> Any:
+        return data.decode()
+
+
 class JsonSerializer:
     """Values are anything ``json.dumps`` takes."""
 

@@ -2,7 +2,13 @@
 
 from redis.exceptions import LockError, LockNotOwnedError
 
-from .._core import BytesSerializer, CacheWaitTimeout, JsonSerializer, Serializer
+from .._core import (
+    BytesSerializer,
+    CacheWaitTimeout,
+    JsonSerializer,
+    Serializer,
+    TextSerializer,
+)
 from .cache import Cache
 from .lock import Lock, ReadLock, ReadWriteLock, WriteLock
 
@@ -17,5 +23,6 @@ __all__ = [
     "ReadLock",
     "ReadWriteLock",
     "Serializer",
+    "TextSerializer",
     "WriteLock",
 ]
