@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 import redis
+from servers import Server
 
 import warden
 import warden.asyncio
@@ -161,16 +162,17 @@ def test_refresh_ahead_reloads_in_the_background(r: redis.Redis) -> None:
     assert len(loads) == 2
 
 
-def test_a_stuck_loader_makes_waiters_give_up_after_bounded_retries(r: redis.Redis) -> None:
-    other = r.connection_pool.get_connection()
-    other.send_command("CACHE.GET", "stuck", 10_000)
-    assert other.read_response()[1] is not None  # someone holds the lease and never fills
+def test_a_stuck_loader_makes_waiters_give_up_after_bounded_retries(
+    r: redis.Redis, server: Server
+) -> None:
+    holder = server.client(single_connection_client=True)
+    assert holder.execute_command("CACHE.GET", "stuck", 10_000)[1] is not None  # never fills
     cache = warden.Cache(r, wait=0.1, retries=2)
     started = time.monotonic()
     with pytest.raises(warden.CacheWaitTimeout):
         cache.get_or_load("stuck", lambda: b"x")
     assert time.monotonic() - started < 2
-    r.connection_pool.release(other)
+    holder.close()
 
 
 async def test_async_fifty_tasks_load_once(ar: Any) -> None:

@@ -9,7 +9,7 @@ from typing import Any
 import redis
 import redis.asyncio.cluster
 from redis.cluster import RedisCluster
-from redis.exceptions import MovedError
+from redis.exceptions import MovedError, ResponseError
 from servers import Cluster
 
 import warden
@@ -23,7 +23,9 @@ def holder_of(cluster: Cluster, name: str) -> Any:
     for s in cluster.servers:
         try:
             reply = s.client().execute_command("LOCK.INFO", name)
-        except MovedError:
+        except ResponseError as error:  # MovedError on redis-py >= 5.1
+            if "MOVED" not in str(error) and not isinstance(error, MovedError):
+                raise
             continue  # another master's slot
         return s.port if reply is not None else None
     raise AssertionError(f"no master serves {name}")
