@@ -115,6 +115,8 @@ bench: build venv $(REDISBLOOM)
 ifeq ($(SECTION),)
 	@late=$$($(PYTHON) bench/wait_lateness.py $(CURDIR)/$(MODULE)) && echo "$$late" && \
 		printf '\n%s\n' "$$late" >> bench/results/latest.md
+	@py=$$($(PYTHON) bench/python_clients.py $(CURDIR)/$(MODULE) $(if $(QUICK),--quick,)) && echo "$$py" && \
+		printf '\n%s\n' "$$py" >> bench/results/latest.md
 	@$(PYTHON) -c "import matplotlib" 2>/dev/null || $(VENV)/bin/pip install -q matplotlib
 	$(PYTHON) bench/chart.py
 endif

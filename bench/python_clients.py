@@ -16,18 +16,18 @@ from pathlib import Path
 from typing import Any, Callable
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "python" / "tests"))
+sys.path.insert(0, str(ROOT / "python" / "tests"))  # servers.py
+sys.path.insert(0, str(ROOT / "python"))  # the package, installed or not
 if len(sys.argv) > 1 and not sys.argv[1].startswith("--"):
     os.environ["WARDEN_MODULE"] = sys.argv[1]
 QUICK = "--quick" in sys.argv
 
 import redis  # noqa: E402
 import redis.lock  # noqa: E402
+import warden  # noqa: E402
 from redis.backoff import NoBackoff  # noqa: E402
 from redis.retry import Retry  # noqa: E402
 from servers import Server  # noqa: E402
-
-import warden  # noqa: E402
 
 SECONDS = 3.0 if QUICK else 6.0
 THREADS = 20
@@ -44,7 +44,9 @@ def p99(samples: list[float]) -> float:
 
 def commands(r: redis.Redis) -> int:
     stats = r.info("commandstats")
-    return sum(v["calls"] for k, v in stats.items() if not k.startswith(("cmdstat_info", "cmdstat_config")))
+    return sum(
+        v["calls"] for k, v in stats.items() if not k.startswith(("cmdstat_info", "cmdstat_config"))
+    )
 
 
 def contend(r: redis.Redis, make_lock: Callable[[], Any]) -> dict[str, float]:
@@ -99,7 +101,9 @@ class CacheAside:
         return decorate
 
 
-def hot_key(r: redis.Redis, decorate: Callable[[Callable[[], bytes]], Callable[[], Any]]) -> dict[str, float]:
+def hot_key(
+    r: redis.Redis, decorate: Callable[[Callable[[], bytes]], Callable[[], Any]]
+) -> dict[str, float]:
     r.flushall()
     r.config_resetstat()
     loads: list[float] = []
@@ -184,7 +188,9 @@ def server_name() -> str:
     import subprocess
 
     out = subprocess.run(
-        [os.environ.get("WARDEN_SERVER", "redis-server"), "--version"], capture_output=True, text=True
+        [os.environ.get("WARDEN_SERVER", "redis-server"), "--version"],
+        capture_output=True,
+        text=True,
     ).stdout
     return out.split(" sha=")[0].strip()
 
