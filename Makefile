@@ -93,7 +93,8 @@ test: deps venv python-venv $(REDISBLOOM) $(SERVER_DEPS)
 # The Python package (python/) in .venv, editable, with its test tools (the
 # guide's examples in docs/patterns.md import it too).
 python-venv: venv
-	$(VENV)/bin/pip install -q -e python pytest pytest-asyncio ruff mypy
+	@$(PYTHON) -c "import warden, pytest, pytest_asyncio, ruff, mypy" 2>/dev/null \
+		|| $(VENV)/bin/pip install -q -e python pytest pytest-asyncio ruff mypy
 
 # ruff and mypy --strict on the package; its tests, then redis-py's own lock
 # tests (fetched from redis-py's sdist into target/) against warden's locks.
