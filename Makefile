@@ -6,7 +6,7 @@ PORT ?= 6379
 MODULE := target/release/libwarden.so
 APT_PACKAGES := redis-server redis-tools libclang1-14 libclang-common-14-dev python3-venv
 
-.PHONY: run test build deps venv check bench cluster cluster-stop fuzz valgrind clean
+.PHONY: run test build deps venv check bench cluster cluster-stop fuzz valgrind clean python-venv python-test
 
 FUZZ_SECONDS ?= 600
 
@@ -83,11 +83,28 @@ $(VALKEY): | venv
 # feature set with the dev-dependencies): a separate cargo build would make
 # each later cargo test rebuild the module and relink every test binary.
 TEST_MODULE := target/release/deps/libwarden.so
-test: deps venv $(REDISBLOOM) $(SERVER_DEPS)
+test: deps venv python-venv $(REDISBLOOM) $(SERVER_DEPS)
 	cargo test --release --workspace --no-run
 	WARDEN_SERVER=$(SERVER_BIN) WARDEN_MODULE=$(CURDIR)/$(TEST_MODULE) WARDEN_PYTHON=$(CURDIR)/$(PYTHON) \
 		REDISBLOOM_MODULE=$(CURDIR)/$(REDISBLOOM) \
 		cargo test --release --workspace --no-fail-fast $(TEST_TARGETS) -- --test-threads=4
+	$(MAKE) --no-print-directory python-test
+
+# The Python package (python/) in .venv, editable, with its test tools (the
+# guide's examples in docs/patterns.md import it too).
+python-venv: venv
+	@$(PYTHON) -c "import warden, pytest, pytest_asyncio, ruff, mypy" 2>/dev/null \
+		|| $(VENV)/bin/pip install -q -e python pytest pytest-asyncio ruff mypy
+
+# ruff and mypy --strict on the package; its tests, then redis-py's own lock
+# tests (fetched from redis-py's sdist into target/) against warden's locks.
+PY_ENV = WARDEN_SERVER=$(SERVER_BIN) WARDEN_MODULE=$(CURDIR)/$(TEST_MODULE)
+python-test: python-venv $(SERVER_DEPS)
+	cargo test --release --workspace --no-run
+	cd python && ../$(VENV)/bin/ruff check warden tests && ../$(VENV)/bin/mypy --strict warden
+	cd python && $(PY_ENV) ../$(PYTHON) -m pytest -q -p no:cacheprovider tests
+	$(PYTHON) python/tests/redis_py/fetch.py target/redis-py-lock-tests
+	cd target/redis-py-lock-tests && $(PY_ENV) $(CURDIR)/$(PYTHON) -m pytest -q -p no:cacheprovider -rx tests
 
 # Side by side in one run; QUICK=1 for a short run; SECTION=cache (stampede
 # and consistency race) or SECTION=big-filters for one section alone, into its
@@ -99,6 +116,8 @@ bench: build venv $(REDISBLOOM)
 ifeq ($(SECTION),)
 	@late=$$($(PYTHON) bench/wait_lateness.py $(CURDIR)/$(MODULE)) && echo "$$late" && \
 		printf '\n%s\n' "$$late" >> bench/results/latest.md
+	@py=$$($(PYTHON) bench/python_clients.py $(CURDIR)/$(MODULE) $(if $(QUICK),--quick,)) && echo "$$py" && \
+		printf '\n%s\n' "$$py" >> bench/results/latest.md
 	@$(PYTHON) -c "import matplotlib" 2>/dev/null || $(VENV)/bin/pip install -q matplotlib
 	$(PYTHON) bench/chart.py
 endif

@@ -1,0 +1,28 @@
+"""warden for redis-py: server-side locks, read-write locks and cache leases.
+
+``warden.Lock`` is a drop-in for ``redis.lock.Lock``
+(``r.lock(name, lock_class=warden.Lock)``); ``warden.Cache`` loads each
+missing value once however many callers ask. ``warden.asyncio`` has the same
+names for ``redis.asyncio`` clients.
+"""
+
+from redis.exceptions import LockError, LockNotOwnedError
+
+from ._core import BytesSerializer, CacheWaitTimeout, JsonSerializer, Serializer, TextSerializer
+from .cache import Cache
+from .lock import Lock, ReadLock, ReadWriteLock, WriteLock
+
+__all__ = [
+    "BytesSerializer",
+    "Cache",
+    "CacheWaitTimeout",
+    "JsonSerializer",
+    "Lock",
+    "LockError",
+    "LockNotOwnedError",
+    "ReadLock",
+    "ReadWriteLock",
+    "Serializer",
+    "TextSerializer",
+    "WriteLock",
+]

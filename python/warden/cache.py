@@ -1,0 +1,193 @@
+"""``warden.Cache``: cache-aside on warden's ``CACHE.*`` leases.
+
+One caller per key loads on a miss; the others wait in the server and are
+answered with the value by the fill itself. The loop is the library's: lease
+and fill on one pinned connection (a lease ends with the connection that took
+it), ``CACHE.ABANDON`` on any failure of the load (``KeyboardInterrupt``
+included), a bounded retry when a wait times out, refresh-ahead in a
+background thread, negative entries for loaders that return None.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import logging
+import threading
+from typing import Any, Callable, Optional, TypeVar, Union, cast
+
+from . import _core
+from ._connection import Pinned, call
+from ._core import CacheRequest, CacheWaitTimeout, Number, Serializer
+
+logger = logging.getLogger(__name__)
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class Cache:
+    """A cache of loaded values in plain Redis strings.
+
+    ``lease`` (s) bounds one load: a loader slower than that loses its lease
+    and its fill is refused. ``wait`` (s) is how long a caller waits for
+    another's load before asking again, ``retries`` times. ``serializer``
+    turns values into bytes (default: bytes/str as they are;
+    ``warden.JsonSerializer()`` for JSON). ``prefix`` is put before every key.
+    A loader returning None stores an empty string for ``negative_ttl``
+    seconds (a negative entry), read back as None.
+    """
+
+    def __init__(
+        self,
+        redis: Any,
+        *,
+        prefix: str = "",
+        lease: Number = 10,
+        wait: Number = 10,
+        retries: int = 3,
+        serializer: Optional[Serializer] = None,
+        negative_ttl: Optional[Number] = 30,
+    ) -> None:
+        self.redis = redis
+        self.prefix = prefix
+        self.lease_ms = _core.to_ms(lease)
+        self.wait_ms = _core.to_ms(wait)
+        self.retries = retries
+        self.serializer: Serializer = serializer or _core.BytesSerializer()
+        self.negative_ttl = negative_ttl
+
+    def _decode(self, data: Any) -> Any:
+        data = _core.encode(data)
+        return None if data == b"" else self.serializer.loads(data)
+
+    def get_or_load(
+        self,
+        key: str,
+        loader: Callable[[], Any],
+        ttl: Optional[Number] = None,
+        jitter: Optional[Number] = None,
+        refresh: Optional[Number] = None,
+    ) -> Any:
+        """The cached value of ``key``, or ``loader()``'s, stored for ``ttl``
+        seconds plus a random ``0..jitter``. With ``refresh``, a read less than
+        that many seconds before expiry reloads it in the background."""
+        request = CacheRequest(
+            self.prefix + key,
+            self.lease_ms,
+            self.wait_ms,
+            None if refresh is None else _core.to_ms(refresh),
+        )
+        for _ in range(self.retries + 1):
+            pinned = Pinned(self.redis, request.key)
+            handed_off = False
+            try:
+                value, lease = pinned.call(*request.args(), timeout=request.read_timeout())
+                if lease is None:
+                    if value is not None:
+                        return self._decode(value)
+                    continue  # waited for another's load in vain: ask again
+                if value is not None:  # refresh ahead: serve now, reload behind
+                    handed_off = True
+                    threading.Thread(
+                        target=self._refresh,
+                        args=(pinned, request.key, lease, loader, ttl, jitter),
+                        name=f"warden-refresh:{request.key}",
+                        daemon=True,
+                    ).start()
+                    return self._decode(value)
+                return self._load(pinned, request.key, lease, loader, ttl, jitter)
+            finally:
+                if not handed_off:
+                    pinned.close()
+        raise CacheWaitTimeout(f"no value for {request.key!r} after {self.retries + 1} waits")
+
+    def _load(
+        self,
+        pinned: Pinned,
+        key: str,
+        lease: int,
+        loader: Callable[[], Any],
+        ttl: Optional[Number],
+        jitter: Optional[Number],
+    ) -> Any:
+        filled = False
+        try:
+            value = loader()
+            if value is None:
+                data, ttl, jitter = b"", self.negative_ttl, None
+            else:
+                data = self.serializer.dumps(value)
+            pinned.call(*_core.fill_args(key, lease, data, ttl, jitter))
+            filled = True
+            # What a hit would answer, so every caller sees one type.
+            return None if value is None else self.serializer.loads(data)
+        finally:
+            if not filled and not pinned.broken:
+                try:
+                    pinned.call("CACHE.ABANDON", key, lease)
+                except Exception:  # the lease lapses anyway
+                    logger.debug("could not abandon the lease of %r", key)
+
+    def _refresh(
+        self,
+        pinned: Pinned,
+        key: str,
+        lease: int,
+        loader: Callable[[], Any],
+        ttl: Optional[Number],
+        jitter: Optional[Number],
+    ) -> None:
+        try:
+            self._load(pinned, key, lease, loader, ttl, jitter)
+        except Exception:
+            logger.exception("refreshing %r failed", key)
+        finally:
+            pinned.close()
+
+    def invalidate(self, key: str, stale: Optional[Number] = None) -> bool:
+        """Delete ``key``'s value and revoke its lease (a slow reader's fill is
+        refused); with ``stale`` keep serving the old value at most that long
+        while one reader reloads it. Update your database first."""
+        full = self.prefix + key
+        args: list[Any] = ["CACHE.INVALIDATE", full]
+        if stale is not None:
+            args += ["STALE", _core.to_ms(stale)]
+        return bool(call(self.redis, full, *args))
+
+    def cached(
+        self,
+        key: Union[str, Callable[..., str]],
+        ttl: Optional[Number] = None,
+        jitter: Optional[Number] = None,
+        refresh: Optional[Number] = None,
+    ) -> Callable[[F], F]:
+        """Decorate a function whose result is cached under ``key``: a format
+        string over its parameters (``"product:{product_id}"``) or a callable
+        taking its arguments. The wrapper's ``.invalidate(*args, stale=None,
+        **kwargs)`` invalidates the entry of those arguments."""
+
+        def decorate(function: F) -> F:
+            if inspect.iscoroutinefunction(function):
+                raise TypeError("decorate coroutine functions with warden.asyncio.Cache")
+            signature = inspect.signature(function)
+
+            def key_of(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
+                return _core.cache_key(key, signature, args, kwargs)
+
+            @functools.wraps(function)
+            def wrapper(*args: Any, **kwargs: Any) -> Any:
+                return self.get_or_load(
+                    key_of(args, kwargs),
+                    lambda: function(*args, **kwargs),
+                    ttl=ttl,
+                    jitter=jitter,
+                    refresh=refresh,
+                )
+
+            def invalidate(*args: Any, stale: Optional[Number] = None, **kwargs: Any) -> bool:
+                return self.invalidate(key_of(args, kwargs), stale=stale)
+
+            wrapper.invalidate = invalidate  # type: ignore[attr-defined]
+            return cast(F, wrapper)
+
+        return decorate
