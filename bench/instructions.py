@@ -1,0 +1,221 @@
+#!/usr/bin/env python3
+"""Server instructions per operation, counted by callgrind: a figure a busy
+machine does not move. Each workload runs against a redis-server under
+`valgrind --tool=callgrind` with instrumentation off; the same driver warms
+up, switches counting on for a window, and divides the server's instructions
+by the operations done in it.
+
+  hand-off       10 clients contending: LOCK.ACQUIRE … WAIT 0 / INCR /
+                 LOCK.RELEASE, against Redis' own blocking hand-off
+                 BLPOP token / INCR / RPUSH (per hand-off)
+  lock.acquire   LOCK.ACQUIRE on fresh keys, against SET key owner NX PX
+  bf.add         BF.ADD of new items, warden against RedisBloom
+  bf.exists      BF.EXISTS of present items, warden against RedisBloom
+
+Usage: instructions.py WARDEN.so REDISBLOOM.so [SERVER]
+Prints a markdown table.
+"""
+
+import glob
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+
+def enc(*words):
+    words = [w if isinstance(w, bytes) else str(w).encode() for w in words]
+    return b"*%d\r\n" % len(words) + b"".join(b"$%d\r\n%s\r\n" % (len(w), w) for w in words)
+
+
+class Conn:
+    def __init__(self, port):
+        for _ in range(600):
+            try:
+                self.s = socket.create_connection(("127.0.0.1", port))
+                break
+            except OSError:
+                time.sleep(0.1)
+        else:
+            raise SystemExit("the server did not start")
+        self.buf = b""
+
+    def line(self):
+        while b"\r\n" not in self.buf:
+            chunk = self.s.recv(65536)
+            if not chunk:
+                raise EOFError
+            self.buf += chunk
+        line, self.buf = self.buf.split(b"\r\n", 1)
+        return line
+
+    def reply(self):
+        line = self.line()
+        if line[:1] == b"$" and int(line[1:]) >= 0:
+            n = int(line[1:])
+            while len(self.buf) < n + 2:
+                self.buf += self.s.recv(65536)
+            value, self.buf = self.buf[:n], self.buf[n + 2:]
+            return value
+        if line[:1] == b"*" and int(line[1:]) > 0:
+            return [self.reply() for _ in range(int(line[1:]))]
+        if line[:1] == b":":
+            return int(line[1:])
+        return line
+
+    def call(self, *words):
+        self.s.sendall(enc(*words))
+        return self.reply()
+
+
+def counted(server, modules, workload, warmup=2.0, window=5.0):
+    """Runs `workload(port, stop_event, ops_counter)` under callgrind; returns
+    server instructions per operation in the counting window."""
+    work = tempfile.mkdtemp(prefix="warden-cg-")
+    probe = socket.socket()
+    probe.bind(("127.0.0.1", 0))
+    port = probe.getsockname()[1]
+    probe.close()
+    args = ["valgrind", "--tool=callgrind", "--instr-atstart=no",
+            f"--callgrind-out-file={work}/cg.%p", server, "--port", str(port),
+            "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+            "--logfile", f"{work}/log"]
+    for m in modules:
+        args += ["--loadmodule", m]
+    vg = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        ops = [0]
+        stop = threading.Event()
+        Conn(port).call("PING")
+        driver = threading.Thread(target=workload, args=(port, stop, ops), daemon=True)
+        driver.start()
+        time.sleep(warmup)
+        subprocess.run(["callgrind_control", "-i", "on", str(vg.pid)], stdout=subprocess.DEVNULL, check=True)
+        start = ops[0]
+        time.sleep(window)
+        end = ops[0]
+        subprocess.run(["callgrind_control", "-d", str(vg.pid)], stdout=subprocess.DEVNULL, check=True)
+        subprocess.run(["callgrind_control", "-i", "off", str(vg.pid)], stdout=subprocess.DEVNULL, check=True)
+        stop.set()
+        driver.join(30)
+        total = 0
+        for path in glob.glob(f"{work}/cg.*"):
+            with open(path) as f:
+                for line in f:
+                    if line.startswith("totals:") or line.startswith("summary:"):
+                        total += int(line.split()[1])
+                        break
+        n = end - start
+        if n <= 0:
+            raise SystemExit(f"no operations counted in {workload.__name__}")
+        return total / n
+    finally:
+        try:
+            Conn(port).call("SHUTDOWN", "NOSAVE")
+        except (OSError, EOFError):
+            pass
+        try:
+            vg.wait(60)
+        except subprocess.TimeoutExpired:
+            vg.kill()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def contention(kind):
+    def workload(port, stop, ops):
+        if kind == "blpop":
+            Conn(port).call("RPUSH", "token", "t")
+
+        def client(i):
+            c = Conn(port)
+            steps = ([("LOCK.ACQUIRE", "mutex", f"c{i}", 10000, "WAIT", 0), ("INCR", "counter"),
+                      ("LOCK.RELEASE", "mutex", f"c{i}")] if kind == "warden" else
+                     [("BLPOP", "token", 0), ("INCR", "counter"), ("RPUSH", "token", "t")])
+            while not stop.is_set():
+                for step in steps:
+                    c.call(*step)
+                ops[0] += 1
+
+        threads = [threading.Thread(target=client, args=(i,), daemon=True) for i in range(10)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    workload.__name__ = f"hand-off ({kind})"
+    return workload
+
+
+def pipelined(make_command, batch=100):
+    """One client, `batch` commands a round trip: the server's own cost per
+    command dominates."""
+    def workload(port, stop, ops):
+        c = Conn(port)
+        i = 0
+        while not stop.is_set():
+            payload = b"".join(enc(*make_command(i + j)) for j in range(batch))
+            c.s.sendall(payload)
+            for _ in range(batch):
+                c.reply()
+            i += batch
+            ops[0] += batch
+    return workload
+
+
+def preload_then(prepare, make_command):
+    def workload(port, stop, ops):
+        prepare(Conn(port))
+        pipelined(make_command)(port, stop, ops)
+    return workload
+
+
+def reserve_and_fill(c):
+    c.call("BF.RESERVE", "bf", "0.01", 10_000_000)
+    for start in range(0, 100_000, 1000):
+        c.s.sendall(b"".join(enc("BF.ADD", "bf", f"item-{i}") for i in range(start, start + 1000)))
+        for _ in range(1000):
+            c.reply()
+
+
+def main():
+    warden, redisbloom = sys.argv[1], sys.argv[2]
+    server = sys.argv[3] if len(sys.argv) > 3 else "redis-server"
+    if not shutil.which("valgrind"):
+        raise SystemExit("valgrind is missing: make bench installs it")
+    rows = []
+
+    def row(name, ours, theirs, baseline):
+        rows.append((name, ours, theirs, baseline))
+        print(f"  {name}: warden {ours:,.0f}  {baseline} {theirs:,.0f}  ratio {ours / theirs:.2f}", file=sys.stderr)
+
+    row("hand-off (10 clients contending)",
+        counted(server, [warden], contention("warden")),
+        counted(server, [warden], contention("blpop")), "BLPOP token")
+    row("LOCK.ACQUIRE of a free key",
+        counted(server, [warden], pipelined(lambda i: ("LOCK.ACQUIRE", f"k{i}", "owner", 600000))),
+        counted(server, [warden], pipelined(lambda i: ("SET", f"k{i}", "owner", "NX", "PX", 600000))),
+        "SET NX PX")
+    reserve = lambda c: c.call("BF.RESERVE", "bf", "0.01", 10_000_000)  # noqa: E731
+    row("BF.ADD of a new item",
+        counted(server, [warden], preload_then(reserve, lambda i: ("BF.ADD", "bf", f"new-{i}"))),
+        counted(server, [redisbloom], preload_then(reserve, lambda i: ("BF.ADD", "bf", f"new-{i}"))),
+        "RedisBloom")
+    row("BF.EXISTS of a present item",
+        counted(server, [warden], preload_then(reserve_and_fill, lambda i: ("BF.EXISTS", "bf", f"item-{i % 100_000}"))),
+        counted(server, [redisbloom], preload_then(reserve_and_fill, lambda i: ("BF.EXISTS", "bf", f"item-{i % 100_000}"))),
+        "RedisBloom")
+    print("## Server instructions per operation (callgrind)\n")
+    print("Counted with `valgrind --tool=callgrind` on the server over a fixed window; the")
+    print("same driver for both sides. A busy machine does not move these figures.\n")
+    print("| operation | warden | baseline | baseline instructions | ratio |")
+    print("|---|---:|---|---:|---:|")
+    for name, ours, theirs, baseline in rows:
+        print(f"| {name} | {ours:,.0f} | {baseline} | {theirs:,.0f} | {ours / theirs:.2f}× |")
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    main()
