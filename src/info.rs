@@ -43,6 +43,8 @@ extern "C" fn report(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_report: c_int
             ("cache_refreshes", stats::CACHE_REFRESHES.get() as i64),
             ("cache_stale_served", stats::CACHE_STALE_SERVED.get() as i64),
             ("last_fence", FENCES.last() as i64),
+            ("grace_remaining_ms", crate::grace::remaining_ms()),
+            ("grace_windows", stats::GRACE_WINDOWS.get() as i64),
         ];
         for (name, value) in fields {
             raw::add_info_field_long_long(ctx, name, value);

@@ -178,7 +178,8 @@ pub fn effects_needed(ctx: &Context) -> bool {
 
 static LISTENERS: AtomicBool = AtomicBool::new(false);
 
-extern "C" fn on_listener_event(
+/// Also called on a change of role (from `waiters`, which owns that event).
+pub extern "C" fn on_listener_event(
     _ctx: *mut raw::RedisModuleCtx,
     _event: raw::RedisModuleEvent,
     _subevent: u64,
@@ -200,7 +201,6 @@ pub fn watch_listeners(ctx: &Context) -> bool {
     }
     let events = [
         raw::REDISMODULE_EVENT_FORK_CHILD,
-        raw::REDISMODULE_EVENT_REPLICATION_ROLE_CHANGED,
         raw::REDISMODULE_EVENT_REPLICA_CHANGE,
     ];
     events.iter().all(|&id| {

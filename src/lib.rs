@@ -14,6 +14,7 @@ mod docs;
 mod error;
 mod evicted;
 mod fence;
+mod grace;
 mod guard;
 mod info;
 mod keyspace;
@@ -99,6 +100,7 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
         && cache::commands::subscribe(ctx)
         && info::register(ctx.ctx);
     if ready {
+        grace::on_module_load(ctx);
         Status::Ok
     } else {
         Status::Err

@@ -449,8 +449,8 @@ fn arm_tick(ctx: *mut raw::RedisModuleCtx, delay_ms: i64) {
     with(|r| r.tick = Some(id));
 }
 
-/// Marks every key with waiters (after a flush, `SWAPDB` or a reload).
-fn mark_all_dirty(ctx: *mut raw::RedisModuleCtx) {
+/// Marks every key with waiters (after a flush, `SWAPDB`, a reload or a grace window).
+pub fn mark_all_dirty(ctx: *mut raw::RedisModuleCtx) {
     let keys: Vec<QueueKey> = with(|r| r.queues.keys().cloned().collect());
     for q in keys {
         mark_dirty(ctx, q);
@@ -708,6 +708,14 @@ extern "C" fn on_server_event(
         }
         if after_load {
             crate::evicted::arm(ctx);
+            crate::grace::on_loaded(&Context::new(ctx));
+        }
+        if event.id == raw::REDISMODULE_EVENT_REPLICATION_ROLE_CHANGED {
+            // Redis keeps one callback per module and event: every part that
+            // follows the role is called from here.
+            crate::keyspace::on_listener_event(ctx, event, subevent, data);
+            crate::cache::commands::on_role_change(ctx, event, subevent, data);
+            crate::grace::on_role_change(&Context::new(ctx), subevent);
         }
         if after_flush || after_load || event.id == raw::REDISMODULE_EVENT_SWAPDB {
             mark_all_dirty(ctx);
@@ -716,7 +724,7 @@ extern "C" fn on_server_event(
 }
 
 /// Subscribes to what may free a key with waiters: keyspace events, flushes,
-/// `SWAPDB` and the end of a reload.
+/// `SWAPDB` and the end of a reload; and to changes of role (for every part).
 pub fn subscribe(ctx: &Context) -> bool {
     let events = raw::REDISMODULE_NOTIFY_GENERIC
         | raw::REDISMODULE_NOTIFY_STRING
@@ -740,6 +748,7 @@ pub fn subscribe(ctx: &Context) -> bool {
         raw::REDISMODULE_EVENT_FLUSHDB,
         raw::REDISMODULE_EVENT_SWAPDB,
         raw::REDISMODULE_EVENT_LOADING,
+        raw::REDISMODULE_EVENT_REPLICATION_ROLE_CHANGED,
     ];
     server_events.iter().fold(ok, |ok, &id| {
         let event = raw::RedisModuleEvent { id, dataver: 1 };

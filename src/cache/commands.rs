@@ -214,7 +214,9 @@ extern "C" fn on_client_change(
     })
 }
 
-extern "C" fn on_role_change(
+/// Called on a change of role by `waiters`, which owns that event (Redis
+/// keeps one callback per module and event).
+pub extern "C" fn on_role_change(
     ctx: *mut raw::RedisModuleCtx,
     _event: raw::RedisModuleEvent,
     _subevent: u64,
@@ -228,15 +230,10 @@ extern "C" fn on_role_change(
     })
 }
 
-/// Ends leases with their holders' connections and with a change of role.
+/// Ends leases with their holders' connections (and, see `on_role_change`, with a change of role).
 pub fn subscribe(ctx: &Context) -> bool {
-    let events: [(u64, raw::RedisModuleEventCallback); 2] = [
-        (raw::REDISMODULE_EVENT_CLIENT_CHANGE, Some(on_client_change)),
-        (
-            raw::REDISMODULE_EVENT_REPLICATION_ROLE_CHANGED,
-            Some(on_role_change),
-        ),
-    ];
+    let events: [(u64, raw::RedisModuleEventCallback); 1] =
+        [(raw::REDISMODULE_EVENT_CLIENT_CHANGE, Some(on_client_change))];
     events.iter().all(|&(id, callback)| {
         let event = raw::RedisModuleEvent { id, dataver: 1 };
         let status =

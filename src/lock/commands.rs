@@ -9,6 +9,7 @@ use crate::datatypes::{store, valid_lock, LOCK_EFFECT, LOCK_TYPE};
 use crate::error;
 use crate::evicted;
 use crate::fence::FENCES;
+use crate::grace;
 use crate::keyspace::{
     effects_only, notify, now_ms, refuse_on_replica, replicate_del, replicate_key_bytes_3, Key,
 };
@@ -61,7 +62,9 @@ impl Kind for LockKind {
             Err(_) => Served::WrongType,
             Ok(Some(lock)) => Served::Wait(Some(lock.deadline_ms)),
             Ok(None) => {
-                if let Some(until) = evicted::taken_until(ctx, name) {
+                if let Some(until) =
+                    evicted::taken_until(ctx, name).or_else(|| grace::closed_until(now_ms()))
+                {
                     return Served::Wait(Some(until));
                 }
                 let Some(waiter) = waiters::pop_head(ctx, name, &KIND, |_| true) else {
@@ -108,6 +111,7 @@ pub fn acquire(ctx: &Context, args: &[Arg]) -> RedisResult {
         return Err(RedisError::WrongArity);
     }
     let req = args::lock_request(&args[2..]).map_err(RedisError::String)?;
+    grace::check_lease(req.ttl_ms).map_err(err)?;
     refuse_on_replica(ctx)?;
     let name = &args[1];
     serve_first(ctx, name)?;
@@ -115,6 +119,7 @@ pub fn acquire(ctx: &Context, args: &[Arg]) -> RedisResult {
     let now = now_ms();
     let Some(lock) = lock_in(&key)? else {
         let taken = evicted::taken_until(ctx, name)
+            .or_else(|| grace::closed_until(now))
             .or_else(|| (waiters::queued(ctx, name) > 0).then_some(i64::MAX));
         if let Some(until) = taken {
             drop(key);
@@ -181,6 +186,7 @@ pub fn extend(ctx: &Context, args: &[Arg]) -> RedisResult {
         return Err(RedisError::WrongArity);
     }
     let (owner, ttl_ms) = args::owner_and_ttl(&args[2..]).map_err(err)?;
+    grace::check_lease(ttl_ms).map_err(err)?;
     refuse_on_replica(ctx)?;
     let name = &args[1];
     let key = Key::write(ctx, &args[1]);

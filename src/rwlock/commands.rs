@@ -9,6 +9,7 @@ use crate::datatypes::{store, valid_lock, RWLOCK_EFFECT, RWLOCK_TYPE};
 use crate::error;
 use crate::evicted;
 use crate::fence::FENCES;
+use crate::grace;
 use crate::keyspace::{
     effects_needed, effects_only, notify, now_ms, refuse_on_replica, replicate_del, Key,
 };
@@ -90,6 +91,9 @@ impl Kind for RwLockKind {
             Err(_) => return Served::WrongType,
             Ok(existing) => existing,
         };
+        if let Some(until) = grace::closed_until(now_ms()) {
+            return Served::Wait(Some(until));
+        }
         if existing.is_none() {
             if let Some(until) = evicted::taken_until(ctx, name) {
                 return Served::Wait(Some(until));
@@ -147,10 +151,11 @@ fn request(ctx: &Context, args: &[Arg], mode: Mode) -> RedisResult {
         return Err(RedisError::WrongArity);
     }
     let req = args::lock_request(&args[2..]).map_err(RedisError::String)?;
+    grace::check_lease(req.ttl_ms).map_err(err)?;
     refuse_on_replica(ctx)?;
     let name = &args[1];
     serve_first(ctx, name)?;
-    let queued = waiters::queued(ctx, name) > 0;
+    let queued = waiters::queued(ctx, name) > 0 || grace::closed_until(now_ms()).is_some();
     let key = Key::write(ctx, &args[1]);
     let now = now_ms();
     let mut fresh = RwLock::default();
@@ -260,6 +265,7 @@ pub fn extend(ctx: &Context, args: &[Arg]) -> RedisResult {
         return Err(RedisError::WrongArity);
     }
     let (owner, ttl_ms) = args::owner_and_ttl(&args[2..]).map_err(err)?;
+    grace::check_lease(ttl_ms).map_err(err)?;
     refuse_on_replica(ctx)?;
     let name = &args[1];
     let key = Key::write(ctx, &args[1]);
