@@ -18,7 +18,8 @@ use std::cell::Cell;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
 
-use redis_module::{logging, raw, Context, ContextFlags, RedisModuleTimerID};
+use redis_module::raw::RedisModuleTimerID;
+use redis_module::{logging, raw, Context, ContextFlags};
 
 use crate::config::{GRACE, MAX_LEASE};
 use crate::error;
