@@ -6,7 +6,7 @@ PORT ?= 6379
 MODULE := target/release/libwarden.so
 APT_PACKAGES := redis-server redis-tools libclang1-14 libclang-common-14-dev python3-venv
 
-.PHONY: run test build deps venv check bench cluster cluster-stop fuzz valgrind clean python-venv python-test
+.PHONY: run test build deps venv check bench cluster cluster-stop fuzz valgrind clean python-venv python-test failover-demo failover-history
 
 FUZZ_SECONDS ?= 600
 
@@ -128,6 +128,20 @@ cluster: build $(SERVER_DEPS)
 
 cluster-stop:
 	scripts/cluster.sh stop $(CLUSTER_PORT)
+
+# A lock lost in a Sentinel failover, with warden.grace 0 (two holders) and
+# with grace (one): master, 2 replicas and 3 Sentinels on ports DEMO_PORT..+5.
+DEMO_PORT ?= 7500
+failover-demo: build $(SERVER_DEPS)
+	WARDEN_SERVER=$(SERVER_BIN) WARDEN_MODULE=$(CURDIR)/$(MODULE) DEMO_PORT=$(DEMO_PORT) scripts/failover-demo.sh
+
+# The history checker through FAILOVERS Sentinel failovers (make test runs 2),
+# and lock unavailability after a failover against grace (0, 2, 4, 8 s).
+FAILOVERS ?= 8
+failover-history: deps venv $(SERVER_DEPS)
+	cargo test --release --test failover --no-run
+	WARDEN_SERVER=$(SERVER_BIN) WARDEN_MODULE=$(CURDIR)/$(TEST_MODULE) WARDEN_HISTORY_FAILOVERS=$(FAILOVERS) \
+		cargo test --release --test failover -- --include-ignored --nocapture --test-threads=1 history unavailability
 
 # Coverage-guided fuzzing of the Bloom codecs (warden's and RedisBloom's) and the argument parsers
 # (FUZZ_SECONDS each). Crashes land in fuzz/artifacts; keep them in

@@ -94,12 +94,12 @@ def counted(server, modules, workload, warmup=2.0, window=5.0):
         driver = threading.Thread(target=workload, args=(port, stop, ops), daemon=True)
         driver.start()
         time.sleep(warmup)
-        subprocess.run(["callgrind_control", "-i", "on", str(vg.pid)], stdout=subprocess.DEVNULL, check=True)
+        subprocess.run(["callgrind_control", "-i", "on", str(vg.pid)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
         start = ops[0]
         time.sleep(window)
         end = ops[0]
-        subprocess.run(["callgrind_control", "-d", str(vg.pid)], stdout=subprocess.DEVNULL, check=True)
-        subprocess.run(["callgrind_control", "-i", "off", str(vg.pid)], stdout=subprocess.DEVNULL, check=True)
+        subprocess.run(["callgrind_control", "-d", str(vg.pid)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+        subprocess.run(["callgrind_control", "-i", "off", str(vg.pid)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
         stop.set()
         driver.join(30)
         total = 0

@@ -32,6 +32,10 @@ pub static BF_ERROR_RATE: ErrorRate = ErrorRate(AtomicU64::new(0x3f847ae147ae147
 pub static BF_INITIAL_CAPACITY: AtomicI64 = AtomicI64::new(100);
 pub static BF_EXPANSION: AtomicI64 = AtomicI64::new(2);
 pub static BF_MAX_MEMORY: AtomicI64 = AtomicI64::new(128 << 20);
+/// Largest `ttl` a lock grant or extend may ask for, in ms (0: no cap).
+pub static MAX_LEASE: AtomicI64 = AtomicI64::new(0);
+/// How long no lock key gets a new holder after a restart or a promotion, in ms (0: off).
+pub static GRACE: AtomicI64 = AtomicI64::new(0);
 /// Whether warden registers the `BF.*` commands (`bf-commands yes|no`).
 static BF_COMMANDS: AtomicBool = AtomicBool::new(true);
 
@@ -84,7 +88,7 @@ struct Number {
     memory: bool,
 }
 
-const NUMBERS: [Number; 3] = [
+const NUMBERS: [Number; 5] = [
     Number {
         name: "bf-initial-capacity",
         variable: &BF_INITIAL_CAPACITY,
@@ -108,6 +112,22 @@ const NUMBERS: [Number; 3] = [
         min: 1 << 10,
         max: 1 << 40,
         memory: true,
+    },
+    Number {
+        name: "max-lease",
+        variable: &MAX_LEASE,
+        default: 0,
+        min: 0,
+        max: crate::args::MAX_MS,
+        memory: false,
+    },
+    Number {
+        name: "grace",
+        variable: &GRACE,
+        default: 0,
+        min: 0,
+        max: crate::args::MAX_MS,
+        memory: false,
     },
 ];
 
@@ -182,6 +202,8 @@ fn allowed(name: &str) -> Option<String> {
     let n = NUMBERS.iter().find(|n| n.name == name)?;
     let unit = if n.memory {
         " bytes (units b, kb, mb, gb accepted)"
+    } else if n.min == 0 {
+        " milliseconds (0: off)"
     } else {
         ""
     };
@@ -192,7 +214,7 @@ fn allowed(name: &str) -> Option<String> {
 #[derive(Debug, Default, PartialEq)]
 pub struct ModuleArgs {
     pub error_rate: Option<f64>,
-    pub numbers: [Option<i64>; 3],
+    pub numbers: [Option<i64>; 5],
     pub bf_commands: Option<bool>,
 }
 
@@ -327,7 +349,10 @@ extern "C" fn number_set(
     match n.name {
         "bf-initial-capacity" => next.capacity = value,
         "bf-expansion" => next.expansion = value,
-        _ => next.max_memory = value,
+        "bf-max-memory" => next.max_memory = value,
+        // Lock settings: Redis checked the range; a new cap applies to
+        // later requests only, a new grace to later windows only.
+        _ => {}
     }
     if let Err(why) = refuse_if_unusable(next) {
         return refuse(err, &why);
@@ -445,7 +470,9 @@ mod tests {
     #[test]
     fn module_arguments_accept_names_with_or_without_prefix() {
         let a = args(&["bf-max-memory", "64mb", "warden.bf-expansion", "4"]).unwrap();
-        assert_eq!(a.numbers, [None, Some(4), Some(64 << 20)]);
+        assert_eq!(a.numbers, [None, Some(4), Some(64 << 20), None, None]);
+        let a = args(&["max-lease", "30000", "warden.grace", "31000"]).unwrap();
+        assert_eq!(a.numbers[3..], [Some(30000), Some(31000)]);
         let a = args(&["bf-error-rate", "0.001", "bf-commands", "no"]).unwrap();
         assert_eq!((a.error_rate, a.bf_commands), (Some(0.001), Some(false)));
     }
@@ -472,6 +499,11 @@ mod tests {
                 "bf-commands 'maybe' is invalid",
             ),
             (vec!["bf-expansion"], "has no value"),
+            (
+                vec!["grace", "-1"],
+                "grace '-1' is invalid: an integer from 0 to 70368744177664 milliseconds",
+            ),
+            (vec!["max-lease", "10s"], "max-lease '10s' is invalid"),
         ];
         for (words, expected) in cases {
             let why = args(&words).unwrap_err();

@@ -7,6 +7,7 @@ pub const INVALID_TTL: &str = "ERR invalid ttl";
 pub const INVALID_TIMEOUT: &str = "ERR invalid timeout";
 pub const INVALID_OWNER: &str = "ERR invalid owner";
 pub const HOLDS_OVERFLOW: &str = "ERR hold count overflow";
+pub const TTL_ABOVE_MAX_LEASE: &str = "ERR ttl exceeds warden.max-lease";
 pub const UPGRADE: &str = "ERR cannot upgrade a read lock to a write lock";
 pub const INVALID_EFFECT: &str = "ERR invalid replicated effect";
 pub const EFFECT_FROM_CLIENT: &str =

@@ -48,6 +48,8 @@ extern "C" fn report(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_report: c_int
                 "module_allocated_total",
                 stats::MODULE_ALLOCATED.get() as i64,
             ),
+            ("grace_remaining_ms", crate::grace::remaining_ms()),
+            ("grace_windows", stats::GRACE_WINDOWS.get() as i64),
         ];
         for (name, value) in fields {
             raw::add_info_field_long_long(ctx, name, value);

@@ -15,6 +15,7 @@ mod error;
 mod events;
 mod evicted;
 mod fence;
+mod grace;
 mod guard;
 mod info;
 mod keyspace;
@@ -89,6 +90,7 @@ const LISTENERS: &[&events::Listener] = &[
     &evicted::EVENTS,
     &cache::commands::EVENTS,
     &keyspace::EVENTS,
+    &grace::EVENTS,
     &waiters::EVENTS,
 ];
 
@@ -109,6 +111,7 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
         && evicted::watch_policy(ctx)
         && info::register(ctx.ctx);
     if ready {
+        grace::on_module_load(ctx);
         Status::Ok
     } else {
         Status::Err

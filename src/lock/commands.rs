@@ -9,6 +9,7 @@ use crate::datatypes::{store, valid_lock, LOCK_EFFECT, LOCK_TYPE};
 use crate::error;
 use crate::evicted;
 use crate::fence::FENCES;
+use crate::grace;
 use crate::keyspace::{
     effects_only, notify, now_ms, refuse_on_replica, replicate_del, replicate_key_bytes_3, Key,
 };
@@ -55,6 +56,10 @@ fn grant(ctx: &Context, name: &Arg, key: &Key, owner: &[u8], ttl_ms: i64) -> u64
 /// handed over in place). Whether a waiter was granted; the key is left as it
 /// was if not.
 fn hand_off(ctx: &Context, name: &Arg, key: &Key, lock: Option<&mut Lock>) -> bool {
+    if grace::closed_until(now_ms()).is_some() {
+        // No new holder inside a grace window: the waiters wait for its end.
+        return false;
+    }
     let Some(mut waiter) = waiters::pop_head(ctx, name, &KIND, |_| true) else {
         return false;
     };
@@ -101,7 +106,8 @@ impl Kind for LockKind {
             Err(_) => Served::WrongType,
             Ok(Some(lock)) => Served::Wait(Some(lock.deadline_ms)),
             Ok(None) => {
-                if let Some(until) = evicted::taken_until(ctx, name) {
+                let taken = evicted::taken_until(ctx, name);
+                if let Some(until) = taken.or_else(|| grace::closed_until(now_ms())) {
                     return Served::Wait(Some(until));
                 }
                 if hand_off(ctx, name, &key, None) {
@@ -158,12 +164,14 @@ pub fn acquire(ctx: &Context, args: &[Arg]) -> RedisResult {
         return Err(RedisError::WrongArity);
     }
     let req = args::lock_request(&args[2..]).map_err(RedisError::String)?;
+    grace::check_lease(req.ttl_ms).map_err(err)?;
     refuse_on_replica(ctx)?;
     let name = &args[1];
     let key = Key::write(ctx, name);
     let now = now_ms();
     let Some(lock) = lock_in(&key)? else {
-        if let Some(until) = evicted::taken_until(ctx, name) {
+        let taken = evicted::taken_until(ctx, name);
+        if let Some(until) = taken.or_else(|| grace::closed_until(now)) {
             drop(key);
             return busy(ctx, name, &req, until);
         }
@@ -239,6 +247,7 @@ pub fn extend(ctx: &Context, args: &[Arg]) -> RedisResult {
         return Err(RedisError::WrongArity);
     }
     let (owner, ttl_ms) = args::owner_and_ttl(&args[2..]).map_err(err)?;
+    grace::check_lease(ttl_ms).map_err(err)?;
     refuse_on_replica(ctx)?;
     let name = &args[1];
     let key = Key::write(ctx, &args[1]);

@@ -9,6 +9,7 @@ use crate::datatypes::{store, valid_lock, RWLOCK_EFFECT, RWLOCK_TYPE};
 use crate::error;
 use crate::evicted;
 use crate::fence::FENCES;
+use crate::grace;
 use crate::keyspace::{
     effects_needed, effects_only, notify, now_ms, refuse_on_replica, replicate_del, Key,
 };
@@ -83,6 +84,10 @@ fn publish(ctx: &Context, name: &Arg, key: &Key, lock: &RwLock) {
 /// publishes the lock, then answers each with its token.
 fn grant_waiting(ctx: &Context, name: &Arg, lock: &mut RwLock, now: i64) -> Vec<(Waiter, u64)> {
     let mut granted = Vec::new();
+    if grace::closed_until(now).is_some() {
+        // No new holder inside a grace window: the waiters wait for its end.
+        return granted;
+    }
     let mut readers: Vec<Waiter> = Vec::new();
     while let Some(w) = waiters::pop_head(ctx, name, &KIND, |w| match w.mode {
         waiters::Mode::Read => lock.admits(Mode::Read, &w.owner),
@@ -127,6 +132,9 @@ fn serve_open(ctx: &Context, name: &Arg, key: &Key) -> Served {
         }
     }
     let now = now_ms();
+    if let Some(until) = grace::closed_until(now) {
+        return Served::Wait(Some(until));
+    }
     let mut fresh = RwLock::default();
     let is_new = existing.is_none();
     let lock = existing.unwrap_or(&mut fresh);
@@ -183,6 +191,7 @@ fn request(ctx: &Context, args: &[Arg], mode: Mode) -> RedisResult {
         return Err(RedisError::WrongArity);
     }
     let req = args::lock_request(&args[2..]).map_err(RedisError::String)?;
+    grace::check_lease(req.ttl_ms).map_err(err)?;
     refuse_on_replica(ctx)?;
     let name = &args[1];
     let mut key = Key::write(ctx, name);
@@ -196,8 +205,10 @@ fn request(ctx: &Context, args: &[Arg], mode: Mode) -> RedisResult {
             key = Key::write(ctx, name);
         }
     }
-    let queued = waiters::queued(ctx, name) > 0;
     let now = now_ms();
+    // Inside a grace window every new hold is busy, as if waiters were ahead
+    // (re-entry and a writer's own read hold still pass).
+    let queued = waiters::queued(ctx, name) > 0 || grace::closed_until(now).is_some();
     let mut fresh = RwLock::default();
     let existing = rw_in(&key)?;
     let is_new = existing.is_none();
@@ -321,6 +332,7 @@ pub fn extend(ctx: &Context, args: &[Arg]) -> RedisResult {
         return Err(RedisError::WrongArity);
     }
     let (owner, ttl_ms) = args::owner_and_ttl(&args[2..]).map_err(err)?;
+    grace::check_lease(ttl_ms).map_err(err)?;
     refuse_on_replica(ctx)?;
     let name = &args[1];
     let key = Key::write(ctx, &args[1]);

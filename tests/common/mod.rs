@@ -81,13 +81,35 @@ fn server_command() -> Command {
     }
 }
 
-/// A free TCP port on 127.0.0.1 (for replication, which needs TCP).
+/// A free TCP port on 127.0.0.1 (for replication, which needs TCP); from the
+/// range `WARDEN_TEST_PORTS` (`7500-7599`) when set, else any.
 pub fn free_port() -> u16 {
+    if let Some((low, high)) = std::env::var("WARDEN_TEST_PORTS")
+        .ok()
+        .and_then(|r| r.split_once('-').map(|(a, b)| (a.parse(), b.parse())))
+        .and_then(|(a, b)| Some((a.ok()?, b.ok()?)))
+    {
+        return port_in(low, high);
+    }
     TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
         .unwrap()
         .port()
+}
+
+/// The next port of `low..=high` that nothing listens on (each handed out once per run).
+fn port_in(low: u16, high: u16) -> u16 {
+    use std::sync::atomic::{AtomicU16, Ordering};
+    static NEXT: AtomicU16 = AtomicU16::new(0);
+    for _ in low..=high {
+        let offset = NEXT.fetch_add(1, Ordering::Relaxed) % (high - low + 1);
+        let port = low + offset;
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free port in {low}-{high}");
 }
 
 /// Waits for `cond` to hold, up to `limit`; panics with `what` otherwise.
@@ -243,6 +265,148 @@ impl Server {
         self.stop(graceful);
         self.spawn();
     }
+
+    /// Starts again (after a stop) with more arguments, kept for later restarts.
+    pub fn start_again_with(&mut self, extra: &[&str]) {
+        self.stop(false);
+        self.args.extend(extra.iter().map(|s| s.to_string()));
+        self.spawn();
+    }
+
+    /// Sends a signal to the server process (`STOP`, `CONT`, ...).
+    pub fn signal(&self, name: &str) {
+        if let Some(pid) = self.pid() {
+            let status = Command::new("kill")
+                .arg(format!("-{name}"))
+                .arg(pid.to_string())
+                .status()
+                .expect("kill");
+            assert!(status.success(), "kill -{name} {pid}");
+        }
+    }
+
+    /// A TCP connection (as a client elsewhere would connect).
+    pub fn tcp(&self) -> Connection {
+        tcp_conn(self.port.expect("a TCP port"))
+    }
+}
+
+/// A connection to 127.0.0.1:`port`, with short timeouts and no retries.
+pub fn tcp_conn(port: u16) -> Connection {
+    try_tcp_conn(port).expect("tcp connect")
+}
+
+pub fn try_tcp_conn(port: u16) -> redis::RedisResult<Connection> {
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    let client = redis::Client::open(format!("redis://{addr}/"))?;
+    let c = client.get_connection_with_timeout(Duration::from_millis(500))?;
+    c.set_read_timeout(Some(Duration::from_secs(30)))?;
+    c.set_write_timeout(Some(Duration::from_secs(5)))?;
+    Ok(c)
+}
+
+/// A Sentinel (`<server> sentinel.conf --sentinel`) watching `master` as `name`.
+pub struct Sentinel {
+    pub dir: tempfile::TempDir,
+    pub port: u16,
+    child: Child,
+}
+
+impl Sentinel {
+    /// Quorum `quorum`; the master is down after `down_after_ms` without an answer.
+    pub fn start(name: &str, master: &Server, quorum: usize, down_after_ms: u64) -> Self {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let port = free_port();
+        let conf = format!(
+            "port {port}\nbind 127.0.0.1\ndir {dir}\nlogfile {dir}/sentinel.log\n\
+             sentinel monitor {name} 127.0.0.1 {master} {quorum}\n\
+             sentinel down-after-milliseconds {name} {down_after_ms}\n\
+             sentinel failover-timeout {name} 3000\n\
+             sentinel parallel-syncs {name} 2\n",
+            dir = dir.path().display(),
+            master = master.port.expect("a TCP master"),
+        );
+        let path = dir.path().join("sentinel.conf");
+        std::fs::write(&path, conf).unwrap();
+        let child = Command::new(server_binary())
+            .current_dir(dir.path())
+            .arg(&path)
+            .arg("--sentinel")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("sentinel");
+        let sentinel = Self { dir, port, child };
+        wait_for("sentinel up", Duration::from_secs(20), || {
+            try_tcp_conn(port)
+                .and_then(|mut c| redis::cmd("PING").query::<String>(&mut c))
+                .is_ok()
+        });
+        sentinel
+    }
+
+    pub fn conn(&self) -> Connection {
+        tcp_conn(self.port)
+    }
+
+    /// The port of the master this Sentinel names for `name`.
+    pub fn master_port(&self, name: &str) -> Option<u16> {
+        let mut c = try_tcp_conn(self.port).ok()?;
+        let addr: Option<(String, String)> = redis::cmd("SENTINEL")
+            .arg("get-master-addr-by-name")
+            .arg(name)
+            .query(&mut c)
+            .ok()?;
+        addr?.1.parse().ok()
+    }
+
+    /// A field of `SENTINEL MASTER name`.
+    pub fn master_field(&self, name: &str, field: &str) -> Option<String> {
+        let mut c = try_tcp_conn(self.port).ok()?;
+        let fields: Vec<String> = redis::cmd("SENTINEL")
+            .arg("MASTER")
+            .arg(name)
+            .query(&mut c)
+            .ok()?;
+        fields
+            .chunks(2)
+            .find(|kv| kv[0] == field)
+            .map(|kv| kv[1].clone())
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("sentinel.log")).unwrap_or_default()
+    }
+}
+
+impl Drop for Sentinel {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        if std::thread::panicking() {
+            let log = self.log();
+            let tail: Vec<&str> = log.lines().rev().take(20).collect();
+            eprintln!("---- sentinel {} log (last lines) ----", self.port);
+            for line in tail.iter().rev() {
+                eprintln!("{line}");
+            }
+        }
+    }
+}
+
+/// Starts `n` Sentinels on `master` (quorum a majority) and waits until each
+/// knows the others and `replicas` replicas.
+pub fn sentinels(name: &str, master: &Server, n: usize, replicas: usize) -> Vec<Sentinel> {
+    let all: Vec<Sentinel> = (0..n)
+        .map(|_| Sentinel::start(name, master, n / 2 + 1, 500))
+        .collect();
+    for s in &all {
+        wait_for("sentinels to meet", Duration::from_secs(30), || {
+            s.master_field(name, "num-other-sentinels") == Some((n - 1).to_string())
+                && s.master_field(name, "num-slaves") == Some(replicas.to_string())
+        });
+    }
+    all
 }
 
 impl Drop for Server {
