@@ -351,6 +351,7 @@ fn client(id: usize, sentinels: Vec<u16>, ttl_ms: i64, shared: Arc<Shared>) {
             }
             continue;
         };
+        let port = *port;
         turn += 1;
         let key = turn % KEYS;
         let name = format!("job{key}");
@@ -389,7 +390,6 @@ fn client(id: usize, sentinels: Vec<u16>, ttl_ms: i64, shared: Arc<Shared>) {
                 lease_end
             }
         };
-        let port = *port;
         shared.grants.lock().unwrap().push(Grant {
             key,
             owner,
