@@ -95,7 +95,10 @@ impl Backend {
                         }
                     }
                 };
-                let reply = cmd.query_async::<T>(&mut conn).await.map_err(Error::from_redis);
+                let reply = cmd
+                    .query_async::<T>(&mut conn)
+                    .await
+                    .map_err(Error::from_redis);
                 if reply.as_ref().is_err_and(Error::breaks_connection) {
                     *shared.lock().await = None;
                 }

@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use redis::{FromRedisValue, ToRedisArgs};
 
-use crate::error::{Error, LoaderError, Result};
 use crate::backend::{millis, Link};
+use crate::error::{Error, LoaderError, Result};
 use crate::Warden;
 
 /// Cache reads with one load per key: the first caller to miss gets the

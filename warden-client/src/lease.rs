@@ -111,7 +111,10 @@ pub(crate) async fn renew(
         let sent = Instant::now();
         let deadline = lease.deadline();
         if sent >= deadline {
-            lease.mark_lost(&key, "no renewal got through before the lease's safety margin");
+            lease.mark_lost(
+                &key,
+                "no renewal got through before the lease's safety margin",
+            );
             return;
         }
         match warden.query_within::<i64>(&cmd, deadline - sent).await {

@@ -11,11 +11,13 @@
 //!
 //! # Connections
 //!
-//! A [`Warden`] holds a [`redis::Client`] and opens connections itself:
+//! A [`Warden`] is built from a [`redis::Client`] ([`Warden::new`],
+//! [`Warden::open`]), a cluster client ([`Warden::cluster`]), or the
+//! application's `ConnectionManager` ([`Warden::with_manager`]), and opens
+//! connections itself:
 //!
-//! - one shared multiplexed connection for every command that answers at once
-//!   (acquire without `WAIT`, release, extend, the watchdog's renewals),
-//!   reopened when it breaks;
+//! - one shared connection for every command that answers at once
+//!   (acquire without `WAIT`, release, extend, the watchdog's renewals);
 //! - a dedicated connection for each request that may block server-side
 //!   (an acquire with `WAIT`, `CACHE.GET … WAIT` and the fill or abandon that
 //!   follows it on the same connection, as a cache lease ends with its
@@ -24,6 +26,21 @@
 //!   ([`Config::idle_connections`]) once their reply has come in; a request
 //!   that is cancelled (its future dropped) closes its connection, which takes
 //!   it out of the server's queue or ends its cache lease at once.
+//!
+//! No request is ever sent twice: when a connection breaks, the request on it
+//! fails with [`Error::Connection`] (the server may or may not have run it).
+//!
+//! TLS is redis-rs': enable this crate's `tls-rustls` (or `tls-native-tls`)
+//! feature and use `rediss://` URLs or a TLS cluster client.
+//!
+//! # Owners and leases
+//!
+//! Every acquire is its own owner (a fresh UUID): futures joined in one task
+//! never share a hold. Re-entrancy is on request only
+//! ([`LockRequest::reentrant`]). A guard's lease is dated from the moment its
+//! request was sent, and the guard counts as lost a safety margin
+//! ([`Config::margin`]) before that lease ends, so [`LockGuard::is_lost`] turns
+//! true while the server still holds the lock for it.
 //!
 //! # Example
 //!
@@ -53,8 +70,8 @@
 //! # }
 //! ```
 
-pub mod blocking;
 mod backend;
+pub mod blocking;
 mod cache;
 mod error;
 mod lease;
