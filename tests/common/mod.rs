@@ -321,7 +321,10 @@ pub fn map(con: &mut Connection, words: &[&str]) -> Vec<(String, Value)> {
 pub fn maybe_map(con: &mut Connection, words: &[&str]) -> Option<Vec<(String, Value)>> {
     Some(match run(con, words) {
         Ok(Value::Nil) => return None,
-        Ok(Value::Map(pairs)) => pairs.into_iter().map(|(k, v)| (reply_text(&k), v)).collect(),
+        Ok(Value::Map(pairs)) => pairs
+            .into_iter()
+            .map(|(k, v)| (reply_text(&k), v))
+            .collect(),
         Ok(Value::Array(items)) => items
             .chunks(2)
             .map(|kv| (reply_text(&kv[0]), kv[1].clone()))

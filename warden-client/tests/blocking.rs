@@ -14,7 +14,13 @@ fn locks_and_cache_reads_without_a_runtime() {
     let w = Warden::open(&url(&s)).unwrap();
     let mut c = s.conn();
     let ttl = Duration::from_millis(300);
-    let guard = w.lock("k").ttl(ttl).watchdog(true).acquire().unwrap().unwrap();
+    let guard = w
+        .lock("k")
+        .ttl(ttl)
+        .watchdog(true)
+        .acquire()
+        .unwrap()
+        .unwrap();
     // The watchdog renews on the facade's own runtime while this thread sleeps.
     let renewals = calls(&mut c, "lock.extend");
     wait_for("renewals", Duration::from_secs(10), || {

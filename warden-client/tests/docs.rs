@@ -11,7 +11,13 @@ use support::*;
 /// Runs an example binary (cargo test builds them beside the test binaries).
 fn run_example(name: &str, s: &Server) -> String {
     let exe = std::env::current_exe().unwrap();
-    let example = exe.parent().unwrap().parent().unwrap().join("examples").join(name);
+    let example = exe
+        .parent()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .join("examples")
+        .join(name);
     let out = Command::new(&example)
         .env("WARDEN_URL", url(s))
         .output()
@@ -58,11 +64,18 @@ fn the_readme_example_is_the_one_compiled_and_run() {
         .split("// README end")
         .next()
         .unwrap();
-    assert_eq!(lines(blocks[0]), lines(compiled), "README and examples/readme.rs differ");
+    assert_eq!(
+        lines(blocks[0]),
+        lines(compiled),
+        "README and examples/readme.rs differ"
+    );
     for block in &blocks[1..] {
         let compiled = lines(&example);
         for line in lines(block) {
-            assert!(compiled.contains(&line), "not in examples/readme.rs: {line}");
+            assert!(
+                compiled.contains(&line),
+                "not in examples/readme.rs: {line}"
+            );
         }
     }
 

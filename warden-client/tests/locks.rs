@@ -52,7 +52,13 @@ async fn only_an_explicit_owner_reenters() {
     );
     first.release().await.unwrap();
     let owner = warden_client::Warden::new_owner();
-    let first = w.lock("k").reentrant(&owner).acquire().await.unwrap().unwrap();
+    let first = w
+        .lock("k")
+        .reentrant(&owner)
+        .acquire()
+        .await
+        .unwrap()
+        .unwrap();
     let second = w
         .lock("k")
         .reentrant(&owner)
@@ -426,7 +432,11 @@ async fn redlock_retries_until_the_holder_lets_go() {
     })
     .await;
     assert_eq!(held.release().await, 3);
-    let got = timeout(LONG, waiter).await.unwrap().unwrap().expect("a retry wins");
+    let got = timeout(LONG, waiter)
+        .await
+        .unwrap()
+        .unwrap()
+        .expect("a retry wins");
     assert_eq!(got.granted(), 3);
     got.release().await;
 }

@@ -74,9 +74,17 @@ async fn a_late_grant_is_lost_before_the_servers_lease_ends() {
     proxy.delay_replies(delay);
     assert_eq!(int(&mut c, &["LOCK.RELEASE", "k", "holder"]), 1);
     let server_end = pexpiretime(&mut c, "k");
-    let guard = timeout(LONG, waiter).await.unwrap().unwrap().unwrap().unwrap();
+    let guard = timeout(LONG, waiter)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap()
+        .unwrap();
     assert_eq!(lock_state(&mut c, "k").unwrap().0, guard.owner());
-    assert!(!guard.is_lost(), "{delay:?} of a {ttl:?} lease are gone, not all");
+    assert!(
+        !guard.is_lost(),
+        "{delay:?} of a {ttl:?} lease are gone, not all"
+    );
     timeout(LONG, guard.lost()).await.unwrap();
     let lost_at = unix_ms();
     assert!(guard.is_lost());
@@ -107,7 +115,12 @@ async fn a_grant_delayed_past_its_lease_arrives_lost() {
     wait_queued(&mut c, "LOCK.INFO", "k", 1);
     proxy.delay_replies(ttl * 3);
     assert_eq!(int(&mut c, &["LOCK.RELEASE", "k", "holder"]), 1);
-    let guard = timeout(LONG, waiter).await.unwrap().unwrap().unwrap().unwrap();
+    let guard = timeout(LONG, waiter)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap()
+        .unwrap();
     assert!(guard.is_lost(), "the lease ended before the reply came");
     timeout(Duration::from_millis(1), guard.lost())
         .await

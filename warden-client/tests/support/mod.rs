@@ -89,7 +89,10 @@ impl Proxy {
     }
 
     pub fn url(&self) -> String {
-        format!("redis+unix://{}", self.dir.path().join("proxy.sock").display())
+        format!(
+            "redis+unix://{}",
+            self.dir.path().join("proxy.sock").display()
+        )
     }
 
     pub fn pause(&self) {
