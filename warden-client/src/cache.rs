@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use redis::{FromRedisValue, ToRedisArgs};
 
+use crate::backend::{millis, Link};
 use crate::error::{Error, LoaderError, Result};
-use crate::link::{millis, Link};
 use crate::Warden;
 
 /// Cache reads with one load per key: the first caller to miss gets the
@@ -126,7 +126,10 @@ impl Cache {
                 let this = self.clone();
                 let key = key.to_string();
                 tokio::spawn(async move {
-                    let _ = this.load_and_fill(&key, token, link, loader).await;
+                    // Nobody awaits this load: its failure is only logged.
+                    if let Err(e) = this.load_and_fill(&key, token, link, loader).await {
+                        tracing::warn!(key, error = %e, "refresh-ahead load failed");
+                    }
                 });
                 Ok(value)
             }

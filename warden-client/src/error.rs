@@ -10,10 +10,23 @@ pub type LoaderError = Box<dyn std::error::Error + Send + Sync>;
 #[derive(Debug)]
 #[non_exhaustive]
 pub enum Error {
-    /// The server or the connection failed (`READONLY` from a replica,
-    /// `WRONGTYPE`, a refused upgrade, a dropped connection, ...).
-    Redis(redis::RedisError),
-    /// No answer within the client-side time limit.
+    /// The server answered with an error reply: `READONLY` from a replica,
+    /// `WRONGTYPE`, a refused upgrade, ...
+    Server {
+        /// The error code, the reply's first word (`ERR`, `WRONGTYPE`, ...).
+        code: String,
+        /// The rest of the reply.
+        message: String,
+    },
+    /// The connection could not be opened, or broke. A command that was
+    /// already sent may or may not have run on the server; it is never sent
+    /// again. (A lock granted on a broken connection ends with its lease; a
+    /// waiter on it leaves the server's queue.)
+    Connection(Box<dyn std::error::Error + Send + Sync>),
+    /// A bad URL or client setting, or a reply of an unexpected shape.
+    Client(Box<dyn std::error::Error + Send + Sync>),
+    /// No answer within the client-side time limit. The request may still
+    /// run on the server; its connection is closed.
     Timeout,
     /// `CACHE.GET … WAIT` ended without a value or a lease.
     WaitTimedOut,
@@ -27,7 +40,9 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Error::Redis(e) => write!(f, "redis: {e}"),
+            Error::Server { code, message } => write!(f, "{code} {message}"),
+            Error::Connection(e) => write!(f, "connection failed: {e}"),
+            Error::Client(e) => write!(f, "client error: {e}"),
             Error::Timeout => f.write_str("no answer from the server in time"),
             Error::WaitTimedOut => f.write_str("waited for a cache fill in vain"),
             Error::Loader(e) => write!(f, "cache loader failed: {e}"),
@@ -38,27 +53,38 @@ impl fmt::Display for Error {
 impl std::error::Error for Error {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
-            Error::Redis(e) => Some(e),
-            Error::Loader(e) => Some(e.as_ref()),
+            Error::Connection(e) | Error::Client(e) | Error::Loader(e) => Some(e.as_ref()),
             _ => None,
         }
     }
 }
 
-impl From<redis::RedisError> for Error {
-    fn from(e: redis::RedisError) -> Self {
-        Error::Redis(e)
-    }
-}
-
 impl Error {
+    /// Sorts a redis-rs error into this enum (redis-rs types stay out of the API).
+    pub(crate) fn from_redis(e: redis::RedisError) -> Self {
+        if e.is_io_error()
+            || e.is_connection_dropped()
+            || e.is_connection_refusal()
+            || e.is_unrecoverable_error()
+        {
+            return Error::Connection(Box::new(e));
+        }
+        if e.is_timeout() {
+            return Error::Timeout;
+        }
+        match (e.code(), e.kind()) {
+            (Some(code), redis::ErrorKind::Server(_) | redis::ErrorKind::Extension) => {
+                Error::Server {
+                    code: code.to_string(),
+                    message: e.detail().unwrap_or_default().to_string(),
+                }
+            }
+            _ => Error::Client(Box::new(e)),
+        }
+    }
+
     /// Whether the connection this came from is unusable and must be replaced.
     pub(crate) fn breaks_connection(&self) -> bool {
-        match self {
-            Error::Redis(e) => {
-                e.is_io_error() || e.is_connection_dropped() || e.is_unrecoverable_error()
-            }
-            _ => false,
-        }
+        matches!(self, Error::Connection(_))
     }
 }

@@ -11,11 +11,13 @@
 //!
 //! # Connections
 //!
-//! A [`Warden`] holds a [`redis::Client`] and opens connections itself:
+//! A [`Warden`] is built from a [`redis::Client`] ([`Warden::new`],
+//! [`Warden::open`]), a cluster client ([`Warden::cluster`]), or the
+//! application's `ConnectionManager` ([`Warden::with_manager`]), and opens
+//! connections itself:
 //!
-//! - one shared multiplexed connection for every command that answers at once
-//!   (acquire without `WAIT`, release, extend, the watchdog's renewals),
-//!   reopened when it breaks;
+//! - one shared connection for every command that answers at once
+//!   (acquire without `WAIT`, release, extend, the watchdog's renewals);
 //! - a dedicated connection for each request that may block server-side
 //!   (an acquire with `WAIT`, `CACHE.GET … WAIT` and the fill or abandon that
 //!   follows it on the same connection, as a cache lease ends with its
@@ -24,6 +26,21 @@
 //!   ([`Config::idle_connections`]) once their reply has come in; a request
 //!   that is cancelled (its future dropped) closes its connection, which takes
 //!   it out of the server's queue or ends its cache lease at once.
+//!
+//! No request is ever sent twice: when a connection breaks, the request on it
+//! fails with [`Error::Connection`] (the server may or may not have run it).
+//!
+//! TLS is redis-rs': enable this crate's `tls-rustls` (or `tls-native-tls`)
+//! feature and use `rediss://` URLs or a TLS cluster client.
+//!
+//! # Owners and leases
+//!
+//! Every acquire is its own owner (a fresh UUID): futures joined in one task
+//! never share a hold. Re-entrancy is on request only
+//! ([`LockRequest::reentrant`]). A guard's lease is dated from the moment its
+//! request was sent, and the guard counts as lost a safety margin
+//! ([`Config::margin`]) before that lease ends, so [`LockGuard::is_lost`] turns
+//! true while the server still holds the lock for it.
 //!
 //! # Example
 //!
@@ -53,13 +70,14 @@
 //! # }
 //! ```
 
+mod backend;
+pub mod blocking;
 mod cache;
 mod error;
-mod link;
+mod lease;
 mod lock;
 mod owner;
 mod redlock;
-mod watchdog;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -71,18 +89,36 @@ pub use error::{Error, LoaderError, Result};
 pub use lock::{LockGuard, LockKind, LockRequest, Release};
 pub use redlock::{Redlock, RedlockGuard};
 
-use link::{Link, Pool, Shared};
+use backend::{Backend, Link, Pool};
 
-/// Client-side limits.
+/// Client-side limits and the lease safety margin. Made with
+/// [`Config::builder`] (or [`Config::default`]).
+///
+/// ```
+/// use std::time::Duration;
+/// let config = warden_client::Config::builder()
+///     .command_timeout(Duration::from_secs(2))
+///     .timer_slack(Duration::from_millis(100))
+///     .build();
+/// assert_eq!(config.margin(Duration::from_secs(10)), Duration::from_millis(200));
+/// ```
 #[derive(Clone, Debug)]
+#[non_exhaustive]
 pub struct Config {
-    /// Longest wait to open a connection.
+    /// Longest wait to open a connection (default 1 s).
     pub connect_timeout: Duration,
     /// Longest wait for a reply to a command that answers at once; waiting
-    /// requests get their `WAIT` plus this.
+    /// requests get their `WAIT` plus this (default 5 s).
     pub command_timeout: Duration,
-    /// Idle dedicated connections kept for waiting requests.
+    /// Idle dedicated connections kept for waiting requests (default 8).
     pub idle_connections: usize,
+    /// How late a timer or a task may run on a busy runtime: part of the
+    /// safety margin (default 50 ms).
+    pub timer_slack: Duration,
+    /// The bound on how much this client's clock and the server's may drift
+    /// apart over a lease, as a fraction of the ttl: part of the safety
+    /// margin (default 0.01, i.e. 1 %, far above a quartz clock's 0.01 %).
+    pub clock_drift: f64,
 }
 
 impl Default for Config {
@@ -91,62 +127,124 @@ impl Default for Config {
             connect_timeout: Duration::from_secs(1),
             command_timeout: Duration::from_secs(5),
             idle_connections: 8,
+            timer_slack: Duration::from_millis(50),
+            clock_drift: 0.01,
         }
     }
 }
 
-/// A handle on one warden server; cheap to clone (clones share connections
-/// and the owner id prefix).
+impl Config {
+    pub fn builder() -> ConfigBuilder {
+        ConfigBuilder(Config::default())
+    }
+
+    /// How long before the end of a `ttl` lease the guard counts as lost:
+    /// `timer_slack + ttl × clock_drift`.
+    pub fn margin(&self, ttl: Duration) -> Duration {
+        self.timer_slack + ttl.mul_f64(self.clock_drift.clamp(0.0, 1.0))
+    }
+}
+
+/// Builds a [`Config`]; every setting starts at its default.
+#[derive(Clone, Debug)]
+#[must_use]
+pub struct ConfigBuilder(Config);
+
+impl ConfigBuilder {
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.0.connect_timeout = timeout;
+        self
+    }
+
+    pub fn command_timeout(mut self, timeout: Duration) -> Self {
+        self.0.command_timeout = timeout;
+        self
+    }
+
+    pub fn idle_connections(mut self, n: usize) -> Self {
+        self.0.idle_connections = n;
+        self
+    }
+
+    pub fn timer_slack(mut self, slack: Duration) -> Self {
+        self.0.timer_slack = slack;
+        self
+    }
+
+    /// The clock-drift bound as a fraction of the ttl (0.01 = 1 %).
+    pub fn clock_drift(mut self, fraction: f64) -> Self {
+        self.0.clock_drift = fraction;
+        self
+    }
+
+    pub fn build(self) -> Config {
+        self.0
+    }
+}
+
+/// A handle on one warden deployment — a server or a Redis Cluster; cheap to
+/// clone (clones share connections).
 #[derive(Clone)]
 pub struct Warden {
     inner: Arc<Inner>,
 }
 
 struct Inner {
-    client: redis::Client,
+    backend: Backend,
     config: Config,
-    shared: Shared,
     pool: Pool,
-    id: uuid::Uuid,
 }
 
 impl Warden {
-    /// A client for `url` (`redis://host:port/db`, `redis+unix:///path`).
-    /// Connects lazily, on the first command.
-    pub fn open(url: &str) -> Result<Self> {
-        Ok(Self::new(redis::Client::open(url)?))
-    }
-
-    pub fn new(client: redis::Client) -> Self {
-        Self::with_config(client, Config::default())
-    }
-
-    pub fn with_config(client: redis::Client, config: Config) -> Self {
-        let pool = Pool::new(config.idle_connections);
+    fn build(backend: Backend, config: Config) -> Self {
         Warden {
             inner: Arc::new(Inner {
-                client,
+                pool: Pool::new(config.idle_connections),
+                backend,
                 config,
-                shared: Shared::new(),
-                pool,
-                id: uuid::Uuid::new_v4(),
             }),
         }
     }
 
-    pub fn client(&self) -> &redis::Client {
-        &self.inner.client
+    /// A client for `url` (`redis://host:port/db`, `redis+unix:///path`,
+    /// `rediss://` with a TLS feature). Connects lazily, on the first command.
+    pub fn open(url: &str) -> Result<Self> {
+        let client = redis::Client::open(url).map_err(Error::from_redis)?;
+        Ok(Self::new(client))
+    }
+
+    /// Over a server reached through `client`.
+    pub fn new(client: redis::Client) -> Self {
+        Self::build(Backend::client(client), Config::default())
+    }
+
+    /// Over a Redis Cluster: commands that answer at once go through one
+    /// cluster connection, each waiting request through its own.
+    pub fn cluster(client: redis::cluster::ClusterClient) -> Self {
+        Self::build(Backend::cluster(client), Config::default())
+    }
+
+    /// Over the application's own `ConnectionManager` for every command that
+    /// answers at once; `client` (the one the manager came from) opens the
+    /// dedicated connections that waiting requests need, since a request
+    /// blocked server-side would hold up everything behind it on a shared
+    /// connection.
+    pub fn with_manager(manager: redis::aio::ConnectionManager, client: redis::Client) -> Self {
+        Self::build(Backend::manager(manager, client), Config::default())
+    }
+
+    /// The same servers with `config`; connections are not shared with `self`.
+    pub fn with_config(self, config: Config) -> Self {
+        Self::build(self.inner.backend.fresh(), config)
     }
 
     pub fn config(&self) -> &Config {
         &self.inner.config
     }
 
-    /// The owner id this client uses from the current task (or thread):
-    /// `<uuid>:task-<id>`. Acquiring a key again from the same task is
-    /// re-entrant.
-    pub fn owner(&self) -> String {
-        owner::current(&self.inner.id)
+    /// A new unique owner id, for [`LockRequest::reentrant`].
+    pub fn new_owner() -> String {
+        owner::fresh()
     }
 
     /// An exclusive lock on `key` (`LOCK.*`).
@@ -182,61 +280,38 @@ impl Warden {
         limit: Duration,
     ) -> Result<T> {
         let inner = &self.inner;
-        let attempt = async {
-            let link = inner
-                .shared
-                .get(&inner.client, inner.config.connect_timeout)
-                .await?;
-            let reply = link.query(cmd, None).await;
-            if let Err(e) = &reply {
-                if e.breaks_connection() {
-                    inner.shared.discard(&link).await;
-                }
-            }
-            reply
-        };
-        tokio::time::timeout(limit, attempt)
-            .await
-            .map_err(|_| Error::Timeout)?
-    }
-
-    /// A dedicated connection: an idle one from the pool or a new one.
-    pub(crate) async fn dedicated(&self) -> Result<(Link, bool)> {
-        match self.inner.pool.take() {
-            Some(link) => Ok((link, true)),
-            None => Ok((
-                Link::open(&self.inner.client, self.inner.config.connect_timeout).await?,
-                false,
-            )),
-        }
+        tokio::time::timeout(
+            limit,
+            inner.backend.query(cmd, inner.config.connect_timeout),
+        )
+        .await
+        .map_err(|_| Error::Timeout)?
     }
 
     /// `cmd`, which may block for up to `wait` server-side, on a dedicated
-    /// connection; returns the reply and the connection, still open. A pooled
-    /// connection that turns out to be dead is replaced once.
+    /// connection; returns the reply and the connection, still open. It is
+    /// sent once: an error on the way is the caller's (the connection is
+    /// closed, which ends a server-side wait).
     pub(crate) async fn query_blocking<T: FromRedisValue>(
         &self,
         cmd: &Cmd,
         wait: Duration,
     ) -> Result<(T, Link)> {
-        let limit = self.wait_limit(wait);
-        let (link, pooled) = self.dedicated().await?;
-        match link.query(cmd, limit).await {
-            Ok(v) => Ok((v, link)),
-            Err(e) if pooled && e.breaks_connection() => {
-                drop(link);
-                let link =
-                    Link::open(&self.inner.client, self.inner.config.connect_timeout).await?;
-                let v = link.query(cmd, limit).await?;
-                Ok((v, link))
-            }
-            Err(e) => Err(e),
-        }
+        let limit = (!wait.is_zero()).then(|| wait + self.inner.config.command_timeout);
+        let link = self.dedicated().await?;
+        let reply = link.query(cmd, limit).await?;
+        Ok((reply, link))
     }
 
-    /// Client-side limit for a request that waits `wait` server-side (0: forever).
-    pub(crate) fn wait_limit(&self, wait: Duration) -> Option<Duration> {
-        (!wait.is_zero()).then(|| wait + self.inner.config.command_timeout)
+    /// A dedicated connection: an idle one that still answers, or a new one.
+    async fn dedicated(&self) -> Result<Link> {
+        let config = &self.inner.config;
+        while let Some(link) = self.inner.pool.take() {
+            if link.alive(config.command_timeout).await {
+                return Ok(link);
+            }
+        }
+        self.inner.backend.open_link(config.connect_timeout).await
     }
 
     /// Hands a dedicated connection whose replies have all come in back to the pool.

@@ -6,10 +6,11 @@ use std::time::Duration;
 use tokio::runtime::Handle;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
+use tracing::Instrument;
 
+use crate::backend::millis;
 use crate::error::Result;
-use crate::link::millis;
-use crate::watchdog::{self, Lease};
+use crate::lease::{self, Lease};
 use crate::Warden;
 
 /// Which lock a request or guard is about.
@@ -62,6 +63,31 @@ pub enum Release {
 /// [`Warden::write_lock`], then `.ttl(..)`, `.wait(..)`, `.watchdog(..)`,
 /// `.acquire()`.
 ///
+/// Every acquire is its own owner (a fresh UUID), so two acquires never share
+/// a hold — also when they run concurrently inside one task:
+///
+/// ```no_run
+/// # use std::time::Duration;
+/// # async fn run(warden: warden_client::Warden) -> warden_client::Result<()> {
+/// let one = || async {
+///     let guard = warden.lock("inventory").wait(Duration::from_secs(5)).acquire().await?;
+///     // ... the critical section: one future at a time ...
+///     if let Some(guard) = guard {
+///         guard.release().await?;
+///     }
+///     Ok::<_, warden_client::Error>(())
+/// };
+/// // Three futures in one task: they take turns, each with its own token.
+/// let (a, b, c) = tokio::join!(one(), one(), one());
+/// a?; b?; c?;
+/// # Ok(())
+/// # }
+/// ```
+///
+/// Re-entrancy (the same owner acquiring again: one more hold, the same
+/// token) is only on request, with an owner of your choosing
+/// ([`reentrant`](Self::reentrant)).
+///
 /// ```no_run
 /// # use std::time::Duration;
 /// # async fn run(warden: warden_client::Warden) -> warden_client::Result<()> {
@@ -88,6 +114,7 @@ pub struct LockRequest {
     ttl: Duration,
     wait: Option<Duration>,
     watchdog: bool,
+    owner: Option<String>,
 }
 
 impl LockRequest {
@@ -99,10 +126,12 @@ impl LockRequest {
             ttl: Duration::from_secs(30),
             wait: None,
             watchdog: false,
+            owner: None,
         }
     }
 
-    /// The lease (default 30 s); at least 1 ms.
+    /// The lease (default 30 s); at least 1 ms. The guard counts as lost a
+    /// safety margin before it ends ([`Config`](crate::Config)).
     pub fn ttl(mut self, ttl: Duration) -> Self {
         self.ttl = ttl.max(Duration::from_millis(1));
         self
@@ -121,14 +150,41 @@ impl LockRequest {
         self
     }
 
+    /// Acquire as `owner` instead of a fresh owner id: acquiring again with
+    /// the same owner while it holds the lock is re-entrant (one more hold,
+    /// the same token; each guard releases one hold). Use one owner per
+    /// logical holder — not per task: futures joined in one task are
+    /// different holders ([`Warden::new_owner`] makes a unique one).
+    pub fn reentrant(mut self, owner: impl Into<String>) -> Self {
+        self.owner = Some(owner.into());
+        self
+    }
+
     /// The guard, or `None` if the lock stayed busy.
+    ///
+    /// A waiting acquire is sent once: if its connection breaks, the caller
+    /// gets [`Error::Connection`](crate::Error::Connection) — the server may
+    /// have granted it, and that hold ends with its lease.
     pub async fn acquire(self) -> Result<Option<LockGuard>> {
-        let owner = self.warden.owner();
+        let span = tracing::debug_span!(
+            "warden.acquire",
+            key = %self.key,
+            kind = ?self.kind,
+            wait_ms = tracing::field::Empty,
+            token = tracing::field::Empty,
+        );
+        self.acquire_inner().instrument(span).await
+    }
+
+    async fn acquire_inner(self) -> Result<Option<LockGuard>> {
+        let owner = self.owner.unwrap_or_else(crate::owner::fresh);
         let mut cmd = redis::cmd(self.kind.acquire());
         cmd.arg(&self.key).arg(&owner).arg(millis(self.ttl, 1));
+        // The lease is dated from here: the server grants after it receives
+        // the request, so its lease ends no earlier than `sent + ttl`.
         let sent = Instant::now();
-        let (token, lease_start) = match self.wait {
-            None => (self.warden.query::<Option<i64>>(&cmd).await?, sent),
+        let token = match self.wait {
+            None => self.warden.query::<Option<i64>>(&cmd).await?,
             Some(wait) => {
                 cmd.arg("WAIT").arg(millis(wait, 0));
                 let (token, link) = self
@@ -136,29 +192,38 @@ impl LockRequest {
                     .query_blocking::<Option<i64>>(&cmd, wait)
                     .await?;
                 self.warden.recycle(link);
-                // A grant is answered in the event-loop turn that made it,
-                // so its lease began about when a reply that waited arrived.
-                let start = if token.is_some() && sent.elapsed() > self.ttl / 10 {
-                    Instant::now()
-                } else {
-                    sent
-                };
-                (token, start)
+                token
             }
         };
+        let span = tracing::Span::current();
+        span.record("wait_ms", millis(sent.elapsed(), 0));
         let Some(token) = token else {
+            tracing::debug!("busy");
             return Ok(None);
         };
-        let lease = Arc::new(Lease::new(lease_start + self.ttl));
+        span.record("token", token);
+        let margin = self.warden.config().margin(self.ttl);
+        let lease = Arc::new(Lease::new(sent + self.ttl, margin));
+        if lease.is_lost() {
+            tracing::warn!(
+                key = %self.key,
+                "granted, but the reply came after the lease's safety margin: the guard is lost"
+            );
+        } else {
+            tracing::debug!("granted");
+        }
         let watchdog = self.watchdog.then(|| {
-            tokio::spawn(watchdog::renew(
-                self.warden.clone(),
-                self.kind,
-                self.key.clone(),
-                owner.clone(),
-                self.ttl,
-                lease.clone(),
-            ))
+            tokio::spawn(
+                lease::renew(
+                    self.warden.clone(),
+                    self.kind,
+                    self.key.clone(),
+                    owner.clone(),
+                    self.ttl,
+                    lease.clone(),
+                )
+                .instrument(tracing::debug_span!("warden.watchdog", key = %self.key)),
+            )
         });
         Ok(Some(LockGuard {
             held: Some(Held {
@@ -210,11 +275,13 @@ impl Held {
         self.stop_watchdog().await;
         let mut cmd = redis::cmd(self.kind.release());
         cmd.arg(&self.key).arg(&self.owner);
-        match self.warden.query::<i64>(&cmd).await? {
-            1 => Ok(Release::Released),
-            0 => Ok(Release::HoldsRemain),
-            _ => Ok(Release::NotHeld),
-        }
+        let released = match self.warden.query::<i64>(&cmd).await? {
+            1 => Release::Released,
+            0 => Release::HoldsRemain,
+            _ => Release::NotHeld,
+        };
+        tracing::debug!(key = %self.key, ?released, "release");
+        Ok(released)
     }
 }
 
@@ -232,6 +299,7 @@ impl LockGuard {
         &self.held().key
     }
 
+    /// The owner id the lock is held under.
     pub fn owner(&self) -> &str {
         &self.held().owner
     }
@@ -240,59 +308,51 @@ impl LockGuard {
         self.held().kind
     }
 
-    /// When the lease ends as far as this client knows (renewals move it).
+    /// The lease end as far as this client can be sure: the send time of the
+    /// last grant or renewal plus its ttl. The server's lease ends no earlier.
     pub fn lease_end(&self) -> Instant {
         self.held().lease.end()
     }
 
-    /// Whether the lock is known lost: the watchdog was told it is not held
-    /// or could not renew before the lease ended; without a watchdog, the
-    /// lease's end has passed.
+    /// When the guard counts as lost unless renewed: [`lease_end`](Self::lease_end)
+    /// minus the safety margin ([`Config::margin`](crate::Config::margin)).
+    pub fn deadline(&self) -> Instant {
+        self.held().lease.deadline()
+    }
+
+    /// Whether the lock is lost or may be: the [`deadline`](Self::deadline)
+    /// has passed (with a watchdog or without), or a renewal or
+    /// [`extend`](Self::extend) was answered "not held".
     pub fn is_lost(&self) -> bool {
-        let held = self.held();
-        held.lease.is_lost() || (held.watchdog.is_none() && Instant::now() >= held.lease.end())
+        self.held().lease.is_lost()
     }
 
-    /// Resolves when the lock is lost (see [`is_lost`](Self::is_lost)); made
-    /// for `tokio::select!` beside the work the lock protects.
+    /// Resolves when [`is_lost`](Self::is_lost) becomes true; made for
+    /// `tokio::select!` beside the work the lock protects.
     pub async fn lost(&self) {
-        let held = self.held();
-        let mut flag = held.lease.subscribe();
-        loop {
-            if *flag.borrow_and_update() {
-                return;
-            }
-            if held.watchdog.is_none() {
-                let end = held.lease.end();
-                if Instant::now() >= end {
-                    return;
-                }
-                tokio::select! {
-                    _ = flag.changed() => {}
-                    _ = tokio::time::sleep_until(end) => {}
-                }
-            } else if flag.changed().await.is_err() {
-                return;
-            }
-        }
+        self.held().lease.lost().await
     }
 
-    /// The loss flag as a `watch` channel (`true` once lost), set by the watchdog.
+    /// The "not held" flag as a `watch` channel (`true` once a renewal or an
+    /// extend was refused, or the watchdog ran out of time).
     pub fn lost_watch(&self) -> tokio::sync::watch::Receiver<bool> {
         self.held().lease.subscribe()
     }
 
-    /// Resets the lease to `ttl` now; `false` if the lock is no longer held.
+    /// Resets the lease to `ttl`, dated from this request's send; `false` if
+    /// the lock is no longer held (the guard is then lost).
     pub async fn extend(&self, ttl: Duration) -> Result<bool> {
         let held = self.held();
+        let ttl = ttl.max(Duration::from_millis(1));
         let mut cmd = redis::cmd(held.kind.extend());
         cmd.arg(&held.key).arg(&held.owner).arg(millis(ttl, 1));
         let sent = Instant::now();
         let held_still = held.warden.query::<i64>(&cmd).await? == 1;
         if held_still {
-            held.lease.renewed(sent + ttl);
+            held.lease
+                .renewed(sent + ttl, held.warden.config().margin(ttl));
         } else {
-            held.lease.mark_lost();
+            held.lease.mark_lost(&held.key, "extend answered: not held");
         }
         Ok(held_still)
     }

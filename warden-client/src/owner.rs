@@ -1,9 +1,8 @@
-//! Owner ids: a v4 UUID per client plus the task (or thread) asking, so that
-//! nobody picks one by hand and the same task re-enters its own locks.
+//! Owner ids. Every acquire gets a fresh one, so two acquires never share a
+//! hold by accident — not even from one tokio task, where `join!`,
+//! `select!` and `buffer_unordered` run many futures at once.
 
-pub(crate) fn current(id: &uuid::Uuid) -> String {
-    match tokio::task::try_id() {
-        Some(task) => format!("{id}:task-{task}"),
-        None => format!("{id}:thread-{:?}", std::thread::current().id()),
-    }
+/// A new owner id: a v4 UUID.
+pub(crate) fn fresh() -> String {
+    uuid::Uuid::new_v4().to_string()
 }

@@ -23,10 +23,7 @@ async fn release_frees_the_lock_the_guard_held() {
         (owner.as_str(), holds, fence),
         (guard.owner(), 1, guard.token())
     );
-    assert!(
-        guard.owner().starts_with(&w.owner()[..36]),
-        "owner is <uuid>:<task>"
-    );
+    assert_eq!(guard.owner().len(), 36, "a fresh UUID per acquire");
     assert_eq!(guard.release().await.unwrap(), Release::Released);
     assert!(lock_state(&mut c, "k").is_none());
 }
@@ -45,11 +42,30 @@ async fn dropping_a_guard_releases_in_the_background() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_same_task_reenters_its_lock() {
+async fn only_an_explicit_owner_reenters() {
     let s = Server::start(&[]);
     let w = warden(&s);
     let first = w.lock("k").acquire().await.unwrap().unwrap();
-    let second = w.lock("k").acquire().await.unwrap().expect("re-entrant");
+    assert!(
+        w.lock("k").acquire().await.unwrap().is_none(),
+        "the same task acquiring again is another owner"
+    );
+    first.release().await.unwrap();
+    let owner = warden_client::Warden::new_owner();
+    let first = w
+        .lock("k")
+        .reentrant(&owner)
+        .acquire()
+        .await
+        .unwrap()
+        .unwrap();
+    let second = w
+        .lock("k")
+        .reentrant(&owner)
+        .acquire()
+        .await
+        .unwrap()
+        .expect("re-entrant");
     assert_eq!(first.token(), second.token());
     assert_eq!(second.release().await.unwrap(), Release::HoldsRemain);
     assert_eq!(first.release().await.unwrap(), Release::Released);
@@ -232,8 +248,8 @@ async fn a_paused_server_makes_the_guard_report_loss_within_the_lease() {
         "the loss is reported while the server is still paused"
     );
     assert!(
-        Instant::now() >= guard.lease_end(),
-        "not before the lease could end"
+        Instant::now() >= guard.deadline(),
+        "not before the lease's safety margin began"
     );
     sleeper.join().unwrap().unwrap();
     drop(guard);
@@ -315,16 +331,21 @@ async fn an_upgrade_is_refused_and_a_read_lease_is_watched() {
     let s = Server::start(&[]);
     let w = warden(&s);
     let mut c = s.conn();
+    let owner = warden_client::Warden::new_owner();
     let read = w
         .read_lock("rw")
+        .reentrant(&owner)
         .ttl(Duration::from_millis(300))
         .watchdog(true)
         .acquire()
         .await
         .unwrap()
         .unwrap();
-    match w.write_lock("rw").acquire().await {
-        Err(Error::Redis(e)) => assert!(e.to_string().contains("upgrade"), "{e}"),
+    match w.write_lock("rw").reentrant(&owner).acquire().await {
+        Err(Error::Server { code, message }) => {
+            assert_eq!(code, "ERR");
+            assert!(message.contains("upgrade"), "{message}");
+        }
         other => panic!("expected the upgrade error, got {other:?}"),
     }
     eventually("read renewals", LONG, || {
@@ -351,18 +372,22 @@ async fn redlock_needs_a_majority_and_survives_two_servers_down() {
     let held = a.acquire("k", ttl).await.unwrap().expect("all five grant");
     assert_eq!(held.granted(), 5);
     assert!(held.validity() > Duration::ZERO && held.validity() < ttl);
-    let tokens: Vec<i64> = servers
+    let tokens: Vec<Option<i64>> = servers
         .iter()
-        .map(|s| lock_state(&mut s.conn(), "k").unwrap().2)
+        .map(|s| lock_state(&mut s.conn(), "k").map(|(_, _, fence)| fence))
         .collect();
-    assert_eq!(held.token(), *tokens.iter().max().unwrap());
+    assert_eq!(held.tokens(), tokens.as_slice(), "each server's own token");
     assert!(b.acquire("k", ttl).await.unwrap().is_none(), "exclusive");
     assert_eq!(held.release().await, 5);
 
     servers[0].stop(false);
     servers[1].stop(false);
-    let held = b.acquire("k", ttl).await.unwrap().expect("three of five");
+    let mut held = b.acquire("k", ttl).await.unwrap().expect("three of five");
     assert_eq!(held.granted(), 3);
+    assert_eq!(held.tokens()[..2], [None, None]);
+    let before = held.valid_until();
+    assert!(held.extend(ttl).await.unwrap(), "a majority extends");
+    assert!(held.valid_until() > before);
     assert!(a.acquire("k", ttl).await.unwrap().is_none());
     drop(held);
     for s in &servers[2..] {
@@ -381,6 +406,39 @@ async fn redlock_needs_a_majority_and_survives_two_servers_down() {
             "a failed attempt releases what it got"
         );
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redlock_retries_until_the_holder_lets_go() {
+    let servers: Vec<Server> = (0..3).map(|_| Server::start(&[])).collect();
+    let clients = || {
+        servers
+            .iter()
+            .map(|s| redis::Client::open(url(s)).unwrap())
+            .collect::<Vec<_>>()
+    };
+    let ttl = Duration::from_secs(10);
+    let holder = Redlock::new(clients()).server_timeout(Duration::from_millis(500));
+    let held = holder.acquire("k", ttl).await.unwrap().unwrap();
+    let patient = Redlock::new(clients())
+        .server_timeout(Duration::from_millis(500))
+        .retries(1_000)
+        .retry_delay(Duration::from_millis(20));
+    let mut c = servers[0].conn();
+    let attempts_before = calls(&mut c, "lock.acquire");
+    let waiter = tokio::spawn(async move { patient.acquire("k", ttl).await.unwrap() });
+    eventually("two refused attempts", LONG, || {
+        calls(&mut c, "lock.acquire") >= attempts_before + 2
+    })
+    .await;
+    assert_eq!(held.release().await, 3);
+    let got = timeout(LONG, waiter)
+        .await
+        .unwrap()
+        .unwrap()
+        .expect("a retry wins");
+    assert_eq!(got.granted(), 3);
+    got.release().await;
 }
 
 /// Acquire+release pairs per second through the client against raw commands
@@ -436,37 +494,5 @@ async fn measure_pairs_per_second() {
         "pairs/s (median of 9 rounds): raw {raw:.0}, client {plain:.0} ({:.2}x), client with watchdog {watched:.0} ({:.2}x)",
         plain / raw,
         watched / raw
-    );
-}
-
-#[test]
-fn the_quickstart_example_runs() {
-    let s = Server::start(&[]);
-    // cargo test builds the package's examples beside the test binaries.
-    let exe = std::env::current_exe().unwrap();
-    let example = exe
-        .parent()
-        .unwrap()
-        .parent()
-        .unwrap()
-        .join("examples/quickstart");
-    let out = std::process::Command::new(&example)
-        .env("WARDEN_URL", url(&s))
-        .output()
-        .unwrap_or_else(|e| panic!("{}: {e}", example.display()));
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(stdout.contains("user:42:name = Ada"), "{stdout}");
-    let mut c = s.conn();
-    assert_eq!(
-        redis::cmd("GET")
-            .arg("user:42:name")
-            .query::<String>(&mut c)
-            .unwrap(),
-        "Ada"
     );
 }
