@@ -698,6 +698,7 @@ extern "C" fn on_server_event(
             let info = data.cast::<raw::RedisModuleFlushInfoV1>();
             let db = unsafe { info.as_ref() }.map_or(-1, |i| i.dbnum);
             crate::cache::commands::forget_db(ctx, db);
+            crate::evicted::forget_db(db);
         }
         if event.id == raw::REDISMODULE_EVENT_SWAPDB {
             let info = data.cast::<raw::RedisModuleSwapDbInfo>();
