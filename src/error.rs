@@ -56,6 +56,7 @@ pub const BF_BAD_EXPANSION: &str = "ERR bad expansion";
 pub const BF_EXPANSION_RANGE: &str = "ERR expansion should be greater or equal to 1";
 pub const BF_NONSCALING_EXPANSION: &str = "Nonscaling filters cannot expand";
 pub const BF_FULL: &str = "ERR non scaling filter is full";
+pub const BF_PROBLEM_INSERTING: &str = "ERR problem inserting into filter";
 pub const BF_INSERT_BAD_ERROR_RATE: &str = "Bad error rate";
 pub const BF_INSERT_BAD_CAPACITY: &str = "Bad capacity";
 pub const BF_INSERT_BAD_EXPANSION: &str = "Bad expansion";

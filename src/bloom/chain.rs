@@ -46,6 +46,8 @@ pub enum Refusal {
     ErrorTooSmall,
     /// A non-scaling filter is at capacity.
     Full,
+    /// An imported filter cannot grow where RedisBloom's own growth fails.
+    Failed,
 }
 
 /// Whose hashing and sizing a chain follows, for good.
@@ -158,10 +160,10 @@ impl Chain {
             // RedisBloom's own growth, with its limits: it goes on while the
             // halved error rate is a positive double (past 64 probes).
             Scheme::RedisBloom { options } => {
-                let shape = redisbloom::sized(capacity, error, options).ok_or(Refusal::TooLarge)?;
+                let shape = redisbloom::sized(capacity, error, options).ok_or(Refusal::Failed)?;
                 let bytes = shape.words as f64 * 8.0 + std::mem::size_of::<SubFilter>() as f64;
                 if !(error > 0.0) || u64::from(shape.hashes) > redisbloom::MAX_IMPORTED_HASHES {
-                    return Err(Refusal::ErrorTooSmall);
+                    return Err(Refusal::Failed);
                 }
                 check_size(bytes, used, limit)?;
                 shape.empty()

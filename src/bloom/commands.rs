@@ -30,6 +30,7 @@ fn refusal(r: Refusal, limit: Limit) -> String {
         Refusal::NoRoom { need } => error::no_room(need, limit.room),
         Refusal::ErrorTooSmall => error::BF_ERROR_TOO_SMALL.to_string(),
         Refusal::Full => error::BF_FULL.to_string(),
+        Refusal::Failed => error::BF_PROBLEM_INSERTING.to_string(),
     }
 }
 
