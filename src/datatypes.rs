@@ -262,10 +262,12 @@ unsafe extern "C" fn lock_copy(
 /// Aux data, before the keys: the token counter; from encoding 2 on, also
 /// the evicted locks still keeping their keys (db, key, deadline). Saved
 /// (through `aux_save2`) only when needed: while an evicted lock keeps its
-/// key, or while the counter is at or ahead of the clock floor `unix_ms << 10`
-/// (a restart draws from a later floor, above every token drawn before).
+/// key, or while the counter is at or ahead of the next millisecond's clock
+/// floor (a restart, a millisecond later at least, draws above every token
+/// drawn before).
 unsafe extern "C" fn fence_aux_save(rdb: *mut raw::RedisModuleIO, when: c_int) {
-    let needed = crate::evicted::any() || FENCES.last() >= (system_ms().max(0) as u64) << 10;
+    let next_floor = (system_ms().max(0) as u64 + 1) << 10;
+    let needed = crate::evicted::any() || FENCES.last() >= next_floor;
     if when == raw::REDISMODULE_AUX_BEFORE_RDB as c_int && needed {
         raw::save_unsigned(rdb, FENCES.last());
         let taken = crate::evicted::snapshot();

@@ -432,7 +432,10 @@ fn imported_filters_scale_as_redisbloom_does() {
             Some(options) => {
                 let body = &dump[..dump.len() - 10];
                 // items 0, links 1, options 5 as RDB unsigneds.
-                let at = body.windows(6).position(|w| w == [2, 0, 2, 1, 2, 5]).unwrap();
+                let at = body
+                    .windows(6)
+                    .position(|w| w == [2, 0, 2, 1, 2, 5])
+                    .unwrap();
                 let mut patched = body.to_vec();
                 patched[at + 5] = options;
                 resign(&dump, patched)
