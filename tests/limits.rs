@@ -202,7 +202,7 @@ fn an_rdb_without_warden_data_loads_without_warden() {
     }
 
     // Only RedisBloom filters (imported, saved in its own type).
-    let mut with_rb = Plain::start(&[rb.clone()]);
+    let mut with_rb = Plain::start(std::slice::from_ref(&rb));
     let mut r = with_rb.conn();
     run(&mut r, &["BF.ADD", "theirs", "x"]).unwrap();
     let dump: Vec<u8> = redis::cmd("DUMP").arg("theirs").query(&mut r).unwrap();

@@ -282,7 +282,6 @@ fn an_evicted_lock_stays_taken_across_swapdb_and_reload_until_a_flush() {
         assert!(i < 100_000, "the lock was never evicted");
     }
     run(&mut c, &["CONFIG", "SET", "maxmemory", "0"]).unwrap();
-    run(&mut c, &["FLUSHDB"]).unwrap();
     let thief = ["LOCK.ACQUIRE", "lock", "thief", "1000"];
     // SWAPDB moves it with its database.
     run(&mut c, &["SWAPDB", "0", "1"]).unwrap();
@@ -291,6 +290,7 @@ fn an_evicted_lock_stays_taken_across_swapdb_and_reload_until_a_flush() {
     run(&mut c, &["SELECT", "1"]).unwrap();
     assert_eq!(run(&mut c, &thief).unwrap(), Value::Nil, "moved to db 1");
     run(&mut c, &["SWAPDB", "0", "1"]).unwrap();
+    run(&mut c, &["FLUSHDB"]).unwrap();
     run(&mut c, &["SELECT", "0"]).unwrap();
     assert_eq!(
         run(&mut c, &thief).unwrap(),

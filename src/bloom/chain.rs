@@ -162,7 +162,10 @@ impl Chain {
             Scheme::RedisBloom { options } => {
                 let shape = redisbloom::sized(capacity, error, options).ok_or(Refusal::Failed)?;
                 let bytes = shape.words as f64 * 8.0 + std::mem::size_of::<SubFilter>() as f64;
-                if !(error > 0.0) || u64::from(shape.hashes) > redisbloom::MAX_IMPORTED_HASHES {
+                if error.is_nan()
+                    || error <= 0.0
+                    || u64::from(shape.hashes) > redisbloom::MAX_IMPORTED_HASHES
+                {
                     return Err(Refusal::Failed);
                 }
                 check_size(bytes, used, limit)?;
