@@ -165,10 +165,17 @@ extern "C" fn on_expiry_change(
     guard::callback(raw::REDISMODULE_OK as c_int, || {
         let event = unsafe { CStr::from_ptr(event) };
         if [c"expire", c"restore", c"loaded"].contains(&event) {
-            let key = Key::read_raw(ctx, key);
-            if let (Ok(Some(lock)), Some(at)) = (key.value::<Lock>(&LOCK_TYPE), key.expire_at()) {
-                lock.deadline_ms = at;
+            // The `loaded` event's name lives on the server's stack, and
+            // opening a key retains its name: open it under a copy.
+            let name = unsafe { raw::RedisModule_CreateStringFromString.unwrap()(ctx, key) };
+            {
+                let key = Key::read_raw(ctx, name);
+                if let (Ok(Some(lock)), Some(at)) = (key.value::<Lock>(&LOCK_TYPE), key.expire_at())
+                {
+                    lock.deadline_ms = at;
+                }
             }
+            unsafe { raw::RedisModule_FreeString.unwrap()(ctx, name) };
         }
         raw::REDISMODULE_OK as c_int
     })
