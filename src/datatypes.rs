@@ -53,10 +53,7 @@ pub(crate) unsafe fn release_value<T: Tracked>(
     let value = Box::from_raw(value.cast::<T>());
     value.track(-1);
     // `free` may run on a background thread: the system clock, not Redis'.
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64);
-    if lapsed(&value, now) {
+    if lapsed(&value, system_ms()) {
         stats::LEASE_EXPIRIES.add(1);
     }
 }
@@ -66,9 +63,41 @@ pub(crate) unsafe fn release_value<T: Tracked>(
 /// evicted before any command touched it still keeps its key until then).
 const LOCK_ENCVER: c_int = 2;
 
-pub static LOCK_TYPE: RedisType = RedisType::new(
-    "warden-lk",
-    LOCK_ENCVER,
+/// The lock type as code refers to it. Registered by `register_lock_type`
+/// in one of two shapes (which aux callback the server gets), never twice.
+pub static LOCK_TYPE: RedisType = RedisType::new("warden-lk", LOCK_ENCVER, lock_methods(false));
+
+/// The same type where the server has `aux_save2` (Redis ≥ 7.2, Valkey):
+/// aux data only when there is something to save.
+static LOCK_TYPE_AUX2: RedisType = RedisType::new("warden-lk", LOCK_ENCVER, lock_methods(true));
+
+/// Registers the lock type. Aux data ties an RDB to the module: a server
+/// without warden refuses the whole file. With `aux_save2` warden writes it
+/// only while it matters — an evicted lock still keeps its key, or the token
+/// counter is ahead of the clock floor every later draw starts from. Without
+/// it (Redis 7.0), warden writes none: the counter's floor and the fences in
+/// the saved keys keep tokens increasing, and evicted locks are forgotten by a
+/// restart. Aux data from any version is read either way.
+pub fn register_lock_type(ctx: &redis_module::Context) -> bool {
+    let method_version =
+        unsafe { raw::RedisModule_GetTypeMethodVersion }.map_or(0, |f| unsafe { f() });
+    let aux2 = method_version >= 5;
+    let ty = if aux2 { &LOCK_TYPE_AUX2 } else { &LOCK_TYPE };
+    if ty.create_data_type(ctx.ctx).is_err() {
+        return false;
+    }
+    if aux2 {
+        *LOCK_TYPE.raw_type.borrow_mut() = *LOCK_TYPE_AUX2.raw_type.borrow();
+    }
+    ctx.log_notice(if aux2 {
+        "warden: RDB aux data only while an evicted lock keeps its key or the token counter is ahead of the clock"
+    } else {
+        "warden: no RDB aux data on this server (it has no aux_save2): evicted locks do not outlive a restart"
+    });
+    true
+}
+
+const fn lock_methods(aux2: bool) -> raw::RedisModuleTypeMethods {
     raw::RedisModuleTypeMethods {
         version: raw::REDISMODULE_TYPE_METHOD_VERSION as u64,
         rdb_load: Some(lock_rdb_load),
@@ -78,8 +107,8 @@ pub static LOCK_TYPE: RedisType = RedisType::new(
         digest: None,
         free: Some(lock_free),
         aux_load: Some(fence_aux_load),
-        aux_save: Some(fence_aux_save),
-        aux_save2: None,
+        aux_save: None,
+        aux_save2: if aux2 { Some(fence_aux_save) } else { None },
         aux_save_triggers: raw::REDISMODULE_AUX_BEFORE_RDB as c_int,
         free_effort: None,
         unlink: None,
@@ -89,11 +118,28 @@ pub static LOCK_TYPE: RedisType = RedisType::new(
         free_effort2: None,
         mem_usage2: None,
         unlink2: Some(lock_unlink),
-    },
-);
+    }
+}
 
 /// The name of the command that carries a lock's full state to replicas and the AOF.
 pub const LOCK_EFFECT: &std::ffi::CStr = c"WARDEN.LOCKSET";
+
+/// A saved lease deadline, or 0 (no lease: ended) if it lies further ahead
+/// than any lease can reach: every deadline warden keeps is finite.
+pub fn bounded_deadline(at_ms: i64) -> i64 {
+    if at_ms <= system_ms().saturating_add(crate::args::MAX_MS) {
+        at_ms
+    } else {
+        0
+    }
+}
+
+/// The system clock in ms (callbacks may run where Redis' clock is not at hand).
+fn system_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
 
 /// Checks a lock read from outside (RDB, `RESTORE`, a replicated effect).
 pub fn valid_lock(owner: &[u8], holds: u64, fence: u64) -> bool {
@@ -117,11 +163,14 @@ unsafe extern "C" fn lock_rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) 
             return std::ptr::null_mut();
         };
         // The lease is the key's own expiry, which commands read when they
-        // open the key; the saved copy only serves eviction.
+        // open the key; the saved copy serves eviction and a key without
+        // expiry. Encoding 1 has none, and earlier builds saved "never" for a
+        // key without expiry: 0 then, until the key's expiry (set right after
+        // loading) is read into it.
         let deadline_ms = match encver {
-            1 => i64::MAX,
+            1 => 0,
             _ => match raw::load_signed(rdb) {
-                Ok(at) if at > 0 => at,
+                Ok(at) if at >= 0 => bounded_deadline(at),
                 _ => return std::ptr::null_mut(),
             },
         };
@@ -179,7 +228,8 @@ unsafe extern "C" fn lock_aof_rewrite(
 ) {
     let lock = &*value.cast::<Lock>();
     let cmd = c"WARDEN.LOCKSET";
-    // Deadline 0: Redis writes the key's PEXPIREAT right after this command.
+    // Redis writes the key's PEXPIREAT right after this command; the lease
+    // also travels here, so a key without expiry still gets one back.
     raw::RedisModule_EmitAOF.unwrap()(
         aof,
         cmd.as_ptr(),
@@ -189,7 +239,7 @@ unsafe extern "C" fn lock_aof_rewrite(
         lock.owner.len(),
         lock.holds as i64,
         lock.fence as i64,
-        0i64,
+        lock.deadline_ms,
     );
 }
 
@@ -210,9 +260,15 @@ unsafe extern "C" fn lock_copy(
 }
 
 /// Aux data, before the keys: the token counter; from encoding 2 on, also
-/// the evicted locks still keeping their keys (db, key, deadline).
+/// the evicted locks still keeping their keys (db, key, deadline). Saved
+/// (through `aux_save2`) only when needed: while an evicted lock keeps its
+/// key, or while the counter is at or ahead of the next millisecond's clock
+/// floor (a restart, a millisecond later at least, draws above every token
+/// drawn before).
 unsafe extern "C" fn fence_aux_save(rdb: *mut raw::RedisModuleIO, when: c_int) {
-    if when == raw::REDISMODULE_AUX_BEFORE_RDB as c_int {
+    let next_floor = (system_ms().max(0) as u64 + 1) << 10;
+    let needed = crate::evicted::any() || FENCES.last() >= next_floor;
+    if when == raw::REDISMODULE_AUX_BEFORE_RDB as c_int && needed {
         raw::save_unsigned(rdb, FENCES.last());
         let taken = crate::evicted::snapshot();
         raw::save_unsigned(rdb, taken.len() as u64);
@@ -318,7 +374,10 @@ pub fn valid_rwlock(lock: &RwLock) -> bool {
         && total.is_some_and(|t| t <= MAX_HOLDS)
         && fence::acceptable(lock.fence)
         && holds.iter().all(|h| {
-            valid_lock(&h.owner, h.holds, h.fence) && h.fence <= lock.fence && h.deadline_ms >= 0
+            valid_lock(&h.owner, h.holds, h.fence)
+                && h.fence <= lock.fence
+                && h.deadline_ms >= 0
+                && bounded_deadline(h.deadline_ms) == h.deadline_ms
         })
 }
 

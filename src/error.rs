@@ -57,6 +57,7 @@ pub const BF_BAD_EXPANSION: &str = "ERR bad expansion";
 pub const BF_EXPANSION_RANGE: &str = "ERR expansion should be greater or equal to 1";
 pub const BF_NONSCALING_EXPANSION: &str = "Nonscaling filters cannot expand";
 pub const BF_FULL: &str = "ERR non scaling filter is full";
+pub const BF_PROBLEM_INSERTING: &str = "ERR problem inserting into filter";
 pub const BF_INSERT_BAD_ERROR_RATE: &str = "Bad error rate";
 pub const BF_INSERT_BAD_CAPACITY: &str = "Bad capacity";
 pub const BF_INSERT_BAD_EXPANSION: &str = "Bad expansion";
@@ -70,3 +71,13 @@ pub const BF_BAD_DATA: &str = "ERR received bad data";
 pub const BF_EXPANSION_TOO_LARGE: &str = "ERR expansion should be at most 32768";
 pub const BF_TOO_LARGE: &str = "ERR filter would exceed warden.bf-max-memory";
 pub const BF_ERROR_TOO_SMALL: &str = "ERR error rate too small: a filter needs at least 2^-64";
+
+/// A filter (or a scale-out) that does not fit in what `maxmemory` leaves.
+pub fn no_room(need: u64, room: u64) -> String {
+    format!("ERR filter needs {need} bytes; maxmemory leaves {room}")
+}
+
+/// A `LOADCHUNK` header describing more than `maxmemory` leaves.
+pub fn no_room_for_chunk(room: u64) -> String {
+    format!("ERR filter needs more than maxmemory leaves ({room} bytes)")
+}

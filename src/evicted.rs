@@ -10,20 +10,29 @@
 //!
 //! The `evicted` keyspace event comes after the value is gone, so the type's
 //! `unlink` callback remembers the last lock unlinked (only while eviction is
-//! possible) and the event turns it into a tombstone. Tombstones outlive
-//! flushes (`DEBUG RELOAD` flushes too), move with `SWAPDB`, and are saved in
-//! the RDB's aux data, so a reload or a restart keeps them.
+//! possible) and the event turns it into a tombstone. Its deadline is the
+//! lock's lease, which a lock value always holds as a finite time: kept in
+//! step with the key's expiry (`expire`, `persist`, `restore`, `loaded`
+//! events), and a key without expiry keeps the lease it was granted.
+//! Tombstones move with `SWAPDB`, are cleared by `FLUSHALL`/`FLUSHDB` (as a
+//! held lock would be), and are saved in the RDB's aux data where the server
+//! can save aux data only when there is some (see `datatypes`), so a reload
+//! or a restart keeps them there.
 
 use std::cell::RefCell;
 use std::collections::HashMap;
-use std::os::raw::{c_int, c_void};
+use std::ffi::CStr;
+use std::os::raw::{c_char, c_int, c_void};
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use redis_module::{logging, raw, Context, RedisValue};
 
+use crate::args::MAX_MS;
+use crate::datatypes::LOCK_TYPE;
 use crate::events::{Listener, Server};
 use crate::guard;
-use crate::keyspace::now_ms;
+use crate::keyspace::{now_ms, Key};
+use crate::lock::state::Lock;
 use crate::stats;
 use crate::waiters::{self, QueueKey};
 
@@ -66,17 +75,14 @@ pub fn on_evicted(ctx: *mut raw::RedisModuleCtx, name: &[u8]) {
         return;
     };
     stats::EVICTED_LOCKS.add(1);
-    if deadline_ms <= now_ms() {
+    let now = now_ms();
+    if !(now < deadline_ms && deadline_ms <= now.saturating_add(MAX_MS)) {
         return;
     }
     logging::log_warning(format!(
         "warden: a held lock was evicted; its key stays taken until its lease ends in {} ms \
          (set maxmemory-policy noeviction on lock servers)",
-        if deadline_ms == i64::MAX {
-            -1
-        } else {
-            deadline_ms - now_ms()
-        }
+        deadline_ms - now
     ));
     TOMBSTONES.with(|t| {
         t.borrow_mut().insert(
@@ -95,7 +101,7 @@ pub fn arm(ctx: *mut raw::RedisModuleCtx) {
     let unarmed: Vec<(QueueKey, i64)> = TOMBSTONES.with(|t| {
         t.borrow_mut()
             .iter_mut()
-            .filter(|(_, s)| !s.armed && s.deadline_ms != i64::MAX)
+            .filter(|(_, s)| !s.armed)
             .map(|(q, s)| {
                 s.armed = true;
                 (q.clone(), s.deadline_ms)
@@ -119,8 +125,12 @@ pub fn snapshot() -> Vec<(c_int, Vec<u8>, i64)> {
     })
 }
 
-/// An entry read back from the RDB (armed once loading ends).
+/// An entry read back from the RDB (armed once loading ends); one that ended
+/// already, or lies further ahead than any lease can reach, is dropped.
 pub fn restore(db: c_int, name: &[u8], deadline_ms: i64) {
+    if deadline_ms <= now_ms() || crate::datatypes::bounded_deadline(deadline_ms) != deadline_ms {
+        return;
+    }
     let q = QueueKey {
         db,
         name: name.to_vec(),
@@ -131,6 +141,45 @@ pub fn restore(db: c_int, name: &[u8], deadline_ms: i64) {
             armed: false,
         });
     });
+}
+
+/// `FLUSHALL` (`db` -1) or `FLUSHDB`: the evicted locks of those databases go,
+/// as held ones do. (`DEBUG RELOAD` flushes too; the aux data brings them back.)
+pub fn forget_db(db: c_int) {
+    TOMBSTONES.with(|t| t.borrow_mut().retain(|q, _| db != -1 && q.db != db));
+}
+
+/// Whether any evicted lock still keeps its key taken (aux data is saved then).
+pub fn any() -> bool {
+    TOMBSTONES.with(|t| !t.borrow().is_empty())
+}
+
+/// Keeps a lock value's lease in step with its key's expiry, so that an
+/// eviction (which comes after the expiry is gone) knows when the lease ends.
+/// `PERSIST` leaves the lease as it was granted.
+extern "C" fn on_expiry_change(
+    ctx: *mut raw::RedisModuleCtx,
+    _type: c_int,
+    event: *const c_char,
+    key: *mut raw::RedisModuleString,
+) -> c_int {
+    guard::callback(raw::REDISMODULE_OK as c_int, || {
+        let event = unsafe { CStr::from_ptr(event) };
+        if [c"expire", c"restore", c"loaded"].contains(&event) {
+            // The `loaded` event's name lives on the server's stack, and
+            // opening a key retains its name: open it under a copy.
+            let name = unsafe { raw::RedisModule_CreateStringFromString.unwrap()(ctx, key) };
+            {
+                let key = Key::read_raw(ctx, name);
+                if let (Ok(Some(lock)), Some(at)) = (key.value::<Lock>(&LOCK_TYPE), key.expire_at())
+                {
+                    lock.deadline_ms = at;
+                }
+            }
+            unsafe { raw::RedisModule_FreeString.unwrap()(ctx, name) };
+        }
+        raw::REDISMODULE_OK as c_int
+    })
 }
 
 /// `SWAPDB`: evicted locks move with their database, as held ones do.
@@ -207,6 +256,7 @@ fn check_policy(ctx: &Context) {
     let policy = config(ctx, "maxmemory-policy");
     let limit = config(ctx, "maxmemory");
     let possible = policy != "noeviction" && !policy.is_empty() && limit != "0";
+    crate::memory::set_limit(limit.parse().unwrap_or(0), possible);
     let was = EVICTION_POSSIBLE.swap(possible, Ordering::Relaxed);
     if possible && !was {
         logging::log_warning(format!(
@@ -236,11 +286,12 @@ fn on_server(ctx: *mut raw::RedisModuleCtx, event: &Server) {
     match event {
         Server::Swapped { first, second } => swap_dbs(*first, *second),
         Server::Loaded => arm(ctx),
+        Server::Flushed { db } => forget_db(*db),
         _ => {}
     }
 }
 
-/// What eviction tombstones hear: evictions, `SWAPDB`, the end of a load.
+/// What eviction tombstones hear: evictions, flushes, `SWAPDB`, the end of a load.
 pub static EVENTS: Listener = Listener {
     key: on_key,
     server: on_server,
@@ -256,5 +307,13 @@ pub fn watch_policy(ctx: &Context) -> bool {
     let status = unsafe {
         raw::RedisModule_SubscribeToServerEvent.unwrap()(ctx.ctx, event, Some(on_config_change))
     };
-    status == raw::REDISMODULE_OK as c_int
+    let events = raw::REDISMODULE_NOTIFY_GENERIC | raw::REDISMODULE_NOTIFY_LOADED;
+    let synced = unsafe {
+        raw::RedisModule_SubscribeToKeyspaceEvents.unwrap()(
+            ctx.ctx,
+            events as c_int,
+            Some(on_expiry_change),
+        )
+    };
+    status == raw::REDISMODULE_OK as c_int && synced == raw::REDISMODULE_OK as c_int
 }

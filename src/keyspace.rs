@@ -43,6 +43,11 @@ impl Key {
         Self::open(ctx.ctx, name.raw(), raw::REDISMODULE_READ)
     }
 
+    /// Opens a key named by the server (an event's key) for reading only.
+    pub fn read_raw(ctx: *mut raw::RedisModuleCtx, name: *mut raw::RedisModuleString) -> Self {
+        Self::open(ctx, name, raw::REDISMODULE_READ)
+    }
+
     fn open(ctx: *mut raw::RedisModuleCtx, name: *mut raw::RedisModuleString, mode: u32) -> Self {
         let inner = unsafe { raw::RedisModule_OpenKey.unwrap()(ctx, name, mode as c_int) }
             .cast::<raw::RedisModuleKey>();

@@ -20,6 +20,7 @@ mod guard;
 mod info;
 mod keyspace;
 mod lock;
+mod memory;
 mod reply;
 mod rwlock;
 mod stats;
@@ -29,7 +30,7 @@ use redis_module::{redis_module, Context, RedisString, Status};
 
 use crate::bloom::datatype::{BLOOM_TYPE, REDISBLOOM_TYPE};
 use crate::command::Command;
-use crate::datatypes::{LOCK_TYPE, RWLOCK_TYPE};
+use crate::datatypes::RWLOCK_TYPE;
 
 #[cfg(not(any(test, fuzzing)))]
 type Allocator = alloc::RedisAllocator;
@@ -99,6 +100,7 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
     ctx.set_module_options(redis_module::ModuleOptions::HANDLE_IO_ERRORS);
     // Configuration first: `bf-commands` decides which commands exist.
     let ready = config::register(ctx, args)
+        && datatypes::register_lock_type(ctx)
         && command::register(ctx, CORE_COMMANDS)
         && docs::register(ctx, CORE_COMMANDS)
         && (!bloom::commands_wanted(ctx, config::bf_commands())
@@ -120,10 +122,11 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
 
 // `MBbloom--` (RedisBloom's type, for its filters) is registered in `init`,
 // and only when warden serves `BF.*`: with RedisBloom loaded, it is its own.
+// `warden-lk` too: which aux callback it gets depends on the server.
 redis_module! {
     name: "warden",
     version: 1,
     allocator: (Allocator, ALLOCATOR),
-    data_types: [LOCK_TYPE, RWLOCK_TYPE, BLOOM_TYPE],
+    data_types: [RWLOCK_TYPE, BLOOM_TYPE],
     init: init,
 }

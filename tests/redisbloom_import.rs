@@ -382,3 +382,87 @@ fn without_bf_commands_warden_leaves_redisbloom_its_type() {
     assert!(s.log().contains("Created new data type 'warden-bf'"));
     assert!(!s.log().contains("Created new data type 'MBbloom--'"));
 }
+
+/// Adds `items` one `BF.ADD` at a time, up to and including the first error.
+fn add_one_by_one(c: &mut Connection, key: &str, items: std::ops::Range<usize>) -> Vec<String> {
+    let mut replies = Vec::new();
+    for i in items {
+        let reply = match run(c, &["BF.ADD", key, &item(i)]) {
+            Ok(v) => format!("{v:?}"),
+            Err(e) => error_text(&e),
+        };
+        let stop = reply.starts_with("ERR");
+        replies.push(reply);
+        if stop {
+            break;
+        }
+    }
+    replies
+}
+
+/// An imported filter grows exactly as RedisBloom grows it: past 54 links
+/// (where warden's own filters stop at 2^-64), with the `ENTS_IS_BITS`
+/// option (link sizes given as a power of two), and it answers RedisBloom's
+/// own error where RedisBloom's growth fails.
+#[test]
+fn imported_filters_scale_as_redisbloom_does() {
+    let rb = redisbloom_server();
+    let mut r = rb.conn();
+    let w = Server::start(&[]);
+    let mut c = w.conn();
+    // (reserve, options to patch in or None, items added one by one)
+    // Option bits: 1 NOROUND, 2 ENTS_IS_BITS, 4 FORCE64. With ENTS_IS_BITS a
+    // new link of n "entries" has 2^n bits, and n above 64 (or 0) fails.
+    let cases: [(&[&str], Option<u8>, usize); 6] = [
+        (&["0.01", "1", "EXPANSION", "1"], None, 90),
+        (&["0.01", "3"], Some(2 | 1 | 4), 200),
+        (&["0.01", "3"], Some(2 | 4), 200),
+        (&["0.01", "2", "EXPANSION", "1"], Some(2 | 1 | 4), 50),
+        (&["0.1", "2", "EXPANSION", "3"], Some(2), 200),
+        (&["0.1", "2", "EXPANSION", "3"], Some(2 | 1), 200),
+    ];
+    for (n, (reserve, options, adds)) in cases.into_iter().enumerate() {
+        let key = format!("f{n}");
+        let mut words = vec!["BF.RESERVE", key.as_str()];
+        words.extend_from_slice(reserve);
+        run(&mut r, &words).unwrap();
+        let dump: Vec<u8> = redis::cmd("DUMP").arg(&key).query(&mut r).unwrap();
+        let payload = match options {
+            None => dump,
+            Some(options) => {
+                let body = &dump[..dump.len() - 10];
+                // items 0, links 1, options 5 as RDB unsigneds.
+                let at = body
+                    .windows(6)
+                    .position(|w| w == [2, 0, 2, 1, 2, 5])
+                    .unwrap();
+                let mut patched = body.to_vec();
+                patched[at + 5] = options;
+                resign(&dump, patched)
+            }
+        };
+        for conn in [&mut r, &mut c] {
+            redis::cmd("RESTORE")
+                .arg(&key)
+                .arg(0)
+                .arg(&payload)
+                .arg("REPLACE")
+                .query::<()>(conn)
+                .unwrap();
+        }
+        let theirs = add_one_by_one(&mut r, &key, 0..adds);
+        let ours = add_one_by_one(&mut c, &key, 0..adds);
+        assert_eq!(ours, theirs, "{key} {reserve:?} {options:?}");
+        if theirs.last().is_some_and(|l| l.starts_with("ERR")) {
+            // RedisBloom's chain is broken past this point: compare no further.
+            continue;
+        }
+        let debug = |c: &mut Connection| -> Vec<String> {
+            redis::cmd("BF.DEBUG").arg(&key).query(c).unwrap()
+        };
+        assert_eq!(debug(&mut c), debug(&mut r), "{key}");
+        if options.is_none() {
+            assert!(debug(&mut c).len() > 60, "{key} grew past 54 links");
+        }
+    }
+}

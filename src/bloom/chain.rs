@@ -17,15 +17,37 @@ pub struct Params {
     pub expansion: Option<u32>,
 }
 
+/// What a filter may take: `filter` bytes in all (`warden.bf-max-memory`),
+/// and `room` more bytes at most (what the server's `maxmemory` leaves).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Limit {
+    pub filter: u64,
+    pub room: u64,
+}
+
+impl From<u64> for Limit {
+    /// A filter limit alone: the server has room.
+    fn from(filter: u64) -> Self {
+        Self {
+            filter,
+            room: u64::MAX,
+        }
+    }
+}
+
 /// Why a filter cannot be created or grown.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Refusal {
     /// It would pass the memory limit.
     TooLarge,
+    /// It needs this many more bytes than `maxmemory` leaves.
+    NoRoom { need: u64 },
     /// The tightened error rate would reach zero (more than `MAX_HASHES` probes).
     ErrorTooSmall,
     /// A non-scaling filter is at capacity.
     Full,
+    /// An imported filter cannot grow where RedisBloom's own growth fails.
+    Failed,
 }
 
 /// Whose hashing and sizing a chain follows, for good.
@@ -47,9 +69,9 @@ pub struct Chain {
 }
 
 impl Chain {
-    /// An empty filter, refused before allocation if it would pass `max_bytes`.
-    pub fn new(params: Params, max_bytes: u64) -> Result<Self, Refusal> {
-        let error = Self::fits(params, max_bytes)?;
+    /// An empty filter, refused before allocation if it would pass `limit`.
+    pub fn new(params: Params, limit: impl Into<Limit>) -> Result<Self, Refusal> {
+        let error = Self::fits(params, limit)?;
         Ok(Self {
             filters: vec![SubFilter::new(params.capacity, error)],
             expansion: params.expansion,
@@ -59,7 +81,7 @@ impl Chain {
 
     /// Whether a filter of these parameters can be created under `max_bytes`
     /// (nothing is allocated); its first sub-filter's error rate if so.
-    pub fn fits(params: Params, max_bytes: u64) -> Result<f64, Refusal> {
+    pub fn fits(params: Params, limit: impl Into<Limit>) -> Result<f64, Refusal> {
         // A scaling chain starts at p/2 so that p/2 + p/4 + ... stays below p.
         let error = match params.expansion {
             Some(_) => params.error / 2.0,
@@ -70,7 +92,7 @@ impl Chain {
             hashes_for(error),
             bytes_for(params.capacity, error),
             std::mem::size_of::<Self>() as u64,
-            max_bytes,
+            limit.into(),
         )?;
         Ok(error)
     }
@@ -88,7 +110,7 @@ impl Chain {
     }
 
     /// Adds an item: `Ok(true)` if new, `Ok(false)` if it may have existed.
-    pub fn add(&mut self, item: &[u8], max_bytes: u64) -> Result<bool, Refusal> {
+    pub fn add(&mut self, item: &[u8], limit: impl Into<Limit>) -> Result<bool, Refusal> {
         let hash = Hash::with(self.hashing(), item);
         let (newest, older) = self
             .filters
@@ -104,7 +126,7 @@ impl Chain {
         if newest.contains(hash) {
             return Ok(false);
         }
-        self.grow(max_bytes)?;
+        self.grow(limit.into())?;
         let newest = self.filters.len() - 1;
         Ok(self.filters[newest].insert(hash))
     }
@@ -120,7 +142,7 @@ impl Chain {
             .expect("a chain has at least one sub-filter")
     }
 
-    fn grow(&mut self, max_bytes: u64) -> Result<(), Refusal> {
+    fn grow(&mut self, limit: Limit) -> Result<(), Refusal> {
         let expansion = self.expansion.ok_or(Refusal::Full)?;
         let last = self.newest();
         let capacity = last
@@ -132,13 +154,21 @@ impl Chain {
         let next = match self.scheme {
             Scheme::Warden => {
                 let bytes = bytes_for(capacity, error);
-                check(error, hashes_for(error), bytes, used, max_bytes)?;
+                check(error, hashes_for(error), bytes, used, limit)?;
                 SubFilter::new(capacity, error)
             }
+            // RedisBloom's own growth, with its limits: it goes on while the
+            // halved error rate is a positive double (past 64 probes).
             Scheme::RedisBloom { options } => {
-                let shape = redisbloom::sized(capacity, error, options).ok_or(Refusal::TooLarge)?;
+                let shape = redisbloom::sized(capacity, error, options).ok_or(Refusal::Failed)?;
                 let bytes = shape.words as f64 * 8.0 + std::mem::size_of::<SubFilter>() as f64;
-                check(error, shape.hashes, bytes, used, max_bytes)?;
+                if error.is_nan()
+                    || error <= 0.0
+                    || u64::from(shape.hashes) > redisbloom::MAX_IMPORTED_HASHES
+                {
+                    return Err(Refusal::Failed);
+                }
+                check_size(bytes, used, limit)?;
                 shape.empty()
             }
         };
@@ -164,13 +194,22 @@ impl Chain {
 
 /// Refuses a sub-filter (of `bytes`, with `hashes` probes) whose probes or
 /// size would be out of bounds.
-fn check(error: f64, hashes: u32, bytes: f64, used: u64, max_bytes: u64) -> Result<(), Refusal> {
+fn check(error: f64, hashes: u32, bytes: f64, used: u64, limit: Limit) -> Result<(), Refusal> {
     if error.is_nan() || error <= 0.0 || hashes > MAX_HASHES {
         return Err(Refusal::ErrorTooSmall);
     }
-    let total = used as f64 + bytes;
-    if total > max_bytes as f64 {
+    check_size(bytes, used, limit)
+}
+
+/// Refuses `bytes` more on a filter of `used` bytes past either limit.
+fn check_size(bytes: f64, used: u64, limit: Limit) -> Result<(), Refusal> {
+    if used as f64 + bytes > limit.filter as f64 {
         return Err(Refusal::TooLarge);
+    }
+    if bytes > limit.room as f64 {
+        return Err(Refusal::NoRoom {
+            need: bytes.ceil() as u64,
+        });
     }
     Ok(())
 }
@@ -301,6 +340,30 @@ mod tests {
         }
         assert_eq!(refused, Some(Refusal::TooLarge));
         assert!(c.bytes() as u64 <= limit);
+    }
+
+    #[test]
+    fn what_maxmemory_leaves_bounds_creation_and_scale_out() {
+        let p = Params {
+            capacity: 1000,
+            error: 0.01,
+            expansion: Some(2),
+        };
+        let tight = Limit {
+            filter: MAX,
+            room: 100,
+        };
+        assert!(matches!(Chain::new(p, tight), Err(Refusal::NoRoom { need }) if need > 100));
+        let mut c = Chain::new(p, MAX).unwrap();
+        let mut refused = None;
+        for i in 0..5_000u32 {
+            if let Err(r) = c.add(&i.to_le_bytes(), tight) {
+                refused = Some(r);
+                break;
+            }
+        }
+        assert!(matches!(refused, Some(Refusal::NoRoom { .. })));
+        assert_eq!(c.filters.len(), 1);
     }
 
     #[test]

@@ -8,7 +8,7 @@ use redis_module::{raw, Context, ContextFlags, RedisError, RedisResult, RedisVal
 use crate::command::Arg;
 
 use crate::args::{integer, is_keyword};
-use crate::bloom::chain::{Chain, Params, Refusal, Scheme, MAX_EXPANSION};
+use crate::bloom::chain::{Chain, Limit, Params, Refusal, Scheme, MAX_EXPANSION};
 use crate::bloom::codec::{self, BadData};
 use crate::bloom::datatype::{type_of, BLOOM_TYPE, REDISBLOOM_TYPE};
 use crate::bloom::debug;
@@ -17,30 +17,36 @@ use crate::config::{parse_float, BF_ERROR_RATE, BF_EXPANSION, BF_INITIAL_CAPACIT
 use crate::datatypes::store;
 use crate::error;
 use crate::keyspace::{effects_needed, notify, Key};
+use crate::memory;
 use crate::stats;
 
 fn err(text: &'static str) -> RedisError {
     RedisError::Str(text)
 }
 
-fn refusal(r: Refusal) -> &'static str {
+fn refusal(r: Refusal, limit: Limit) -> String {
     match r {
-        Refusal::TooLarge => error::BF_TOO_LARGE,
-        Refusal::ErrorTooSmall => error::BF_ERROR_TOO_SMALL,
-        Refusal::Full => error::BF_FULL,
+        Refusal::TooLarge => error::BF_TOO_LARGE.to_string(),
+        Refusal::NoRoom { need } => error::no_room(need, limit.room),
+        Refusal::ErrorTooSmall => error::BF_ERROR_TOO_SMALL.to_string(),
+        Refusal::Full => error::BF_FULL.to_string(),
+        Refusal::Failed => error::BF_PROBLEM_INSERTING.to_string(),
     }
 }
 
-/// The memory limit for this call: effects from the master or the AOF are
-/// applied whatever this server's own limit says.
-fn max_bytes(ctx: &Context) -> u64 {
+/// The memory limits for this call: effects from the master or the AOF are
+/// applied whatever this server's own limits say.
+fn max_bytes(ctx: &Context) -> Limit {
     if ctx
         .get_flags()
         .intersects(ContextFlags::REPLICATED | ContextFlags::LOADING)
     {
-        u64::MAX
+        Limit::from(u64::MAX)
     } else {
-        BF_MAX_MEMORY.load(Ordering::Relaxed) as u64
+        Limit {
+            filter: BF_MAX_MEMORY.load(Ordering::Relaxed) as u64,
+            room: memory::room(),
+        }
     }
 }
 
@@ -101,7 +107,8 @@ pub fn reserve(ctx: &Context, args: &[Arg]) -> RedisResult {
         error,
         expansion,
     };
-    let chain = Chain::new(params, max_bytes(ctx)).map_err(|r| err(refusal(r)))?;
+    let limit = max_bytes(ctx);
+    let chain = Chain::new(params, limit).map_err(|r| RedisError::String(refusal(r, limit)))?;
     store(&key, &BLOOM_TYPE, chain);
     ctx.replicate_verbatim();
     notify(ctx, c"bf.reserve", &args[1]);
@@ -125,7 +132,7 @@ fn add_items(
     name: &Arg,
     items: &[Arg],
     create: Option<Params>,
-    each: &mut dyn FnMut(Result<bool, &'static str>),
+    each: &mut dyn FnMut(Result<bool, String>),
 ) -> Result<(), RedisError> {
     let key = Key::write(ctx, name);
     // The limit is only needed to create or grow a filter: ask for it then.
@@ -135,7 +142,9 @@ fn add_items(
         (Some(_), _) => None,
         (None, None) => return Err(err(error::BF_NOT_FOUND)),
         (None, Some(params)) => {
-            let chain = Chain::new(params, limit()).map_err(|r| err(refusal(r)))?;
+            let limit = limit();
+            let chain =
+                Chain::new(params, limit).map_err(|r| RedisError::String(refusal(r, limit)))?;
             store(&key, &BLOOM_TYPE, chain);
             Some(params)
         }
@@ -144,14 +153,18 @@ fn add_items(
     let before = (chain.bytes() as i64, chain.filters.len() as i64);
     let mut added = false;
     for item in items {
-        let room = if chain.is_full() { limit() } else { u64::MAX };
+        let room = if chain.is_full() {
+            limit()
+        } else {
+            Limit::from(u64::MAX)
+        };
         match chain.add(item, room) {
             Ok(new) => {
                 added |= new;
                 each(Ok(new));
             }
             Err(r) => {
-                each(Err(refusal(r)));
+                each(Err(refusal(r, room)));
                 break;
             }
         }
@@ -205,7 +218,7 @@ fn add_and_reply(ctx: &Context, name: &Arg, items: &[Arg], create: Option<Params
     Ok(RedisValue::NoReply)
 }
 
-fn reply_one(ctx: &Context, r: &Result<bool, &'static str>) {
+fn reply_one(ctx: &Context, r: &Result<bool, String>) {
     match r {
         Ok(b) => {
             raw::reply_with_bool(ctx.ctx, i32::from(*b));
@@ -221,11 +234,11 @@ pub fn add(ctx: &Context, args: &[Arg]) -> RedisResult {
     if args.len() != 3 {
         return Err(RedisError::WrongArity);
     }
-    let mut result = Err(error::INTERNAL);
+    let mut result = Err(error::INTERNAL.to_string());
     add_items(ctx, &args[1], &args[2..], Some(defaults()), &mut |r| {
         result = r
     })?;
-    result.map(RedisValue::Bool).map_err(err)
+    result.map(RedisValue::Bool).map_err(RedisError::String)
 }
 
 /// `BF.MADD key item [item ...]`
@@ -447,6 +460,19 @@ fn chain_from_header(data: &[u8], max_bytes: u64) -> Result<Chain, BadData> {
     }
 }
 
+/// The empty chain a first `LOADCHUNK` describes, refused before anything
+/// is allocated past `warden.bf-max-memory` or what `maxmemory` leaves.
+fn header_within(data: &[u8], limit: Limit) -> Result<Chain, RedisError> {
+    match chain_from_header(data, limit.filter.min(limit.room)) {
+        Ok(chain) => Ok(chain),
+        Err(BadData::Malformed) => Err(err(error::BF_BAD_DATA)),
+        Err(BadData::TooLarge) if limit.room < limit.filter => {
+            Err(RedisError::String(error::no_room_for_chunk(limit.room)))
+        }
+        Err(BadData::TooLarge) => Err(err(error::BF_TOO_LARGE)),
+    }
+}
+
 /// `BF.LOADCHUNK key iterator data`
 pub fn loadchunk(ctx: &Context, args: &[Arg]) -> RedisResult {
     if args.len() != 4 {
@@ -461,7 +487,8 @@ pub fn loadchunk(ctx: &Context, args: &[Arg]) -> RedisResult {
     };
     match chain_in(&key)? {
         None if iter == 1 => {
-            let chain = chain_from_header(data, max_bytes(ctx)).map_err(bad)?;
+            let limit = max_bytes(ctx);
+            let chain = header_within(data, limit)?;
             store(&key, type_of(&chain), chain);
         }
         None => return Err(err(error::BF_NOT_FOUND)),

@@ -63,15 +63,33 @@ pub static BLOOM_TYPE: RedisType = RedisType::new(
 );
 
 /// Reads one encoded filter; `None` on any error or inconsistency.
+/// How large a filter `rdb_load` may build: any size while the server loads
+/// its own files or a master's; for `RESTORE`, at most `warden.bf-max-memory`
+/// and what `maxmemory` leaves (a small payload may describe a huge empty
+/// filter: it is refused before anything is allocated).
+fn restore_limit(rdb: *mut raw::RedisModuleIO) -> u64 {
+    let ctx = unsafe { raw::RedisModule_GetContextFromIO.unwrap()(rdb) };
+    if ctx.is_null() {
+        return u64::MAX;
+    }
+    let flags = unsafe { raw::RedisModule_GetContextFlags.unwrap()(ctx) } as u32;
+    let applied = raw::REDISMODULE_CTX_FLAGS_LOADING | raw::REDISMODULE_CTX_FLAGS_REPLICATED;
+    if flags & applied != 0 {
+        return u64::MAX;
+    }
+    let filter = crate::config::BF_MAX_MEMORY.load(std::sync::atomic::Ordering::Relaxed) as u64;
+    filter.min(crate::memory::room())
+}
+
 fn load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> Option<Chain> {
     if !(1..=BLOOM_ENCVER).contains(&encver) {
         return None;
     }
     let header = raw::load_string_buffer(rdb).ok()?;
-    // No size limit here: the values come from this server's own RDB, a
-    // master, or RESTORE — and each sub-filter's bits must actually be in the
-    // payload (v1) or its zeroed pages cost nothing until written (v2).
-    let header: Header = codec::decode_header(header.as_ref(), u64::MAX).ok()?;
+    // Zeroed pages cost no RAM until written (v2 saves only the pieces that
+    // are not zero), but `used_memory` counts them at once: `RESTORE` is held
+    // to the limits (see `restore_limit`), loading is not.
+    let header: Header = codec::decode_header(header.as_ref(), restore_limit(rdb)).ok()?;
     let mut chain = header.empty_chain();
     for f in &mut chain.filters {
         let words = f.words_mut();
@@ -192,7 +210,12 @@ unsafe extern "C" fn bloom_copy(
     value: *const c_void,
 ) -> *mut c_void {
     guard::callback(std::ptr::null_mut(), || {
-        boxed((*value.cast::<Chain>()).clone())
+        // `COPY` of a filter that does not fit in what `maxmemory` leaves fails.
+        let chain = &*value.cast::<Chain>();
+        if chain.bytes() as u64 > crate::memory::room() {
+            return std::ptr::null_mut();
+        }
+        boxed(chain.clone())
     })
 }
 
@@ -256,6 +279,8 @@ fn load_redisbloom(rdb: *mut raw::RedisModuleIO, encver: c_int) -> Option<Chain>
         },
     };
     redisbloom::check_chain(&fields).ok()?;
+    let limit = restore_limit(rdb);
+    let mut total = std::mem::size_of::<Chain>() as u64;
     let mut filters = Vec::new();
     for _ in 0..fields.links {
         let capacity = raw::load_unsigned(rdb).ok()?;
@@ -270,6 +295,10 @@ fn load_redisbloom(rdb: *mut raw::RedisModuleIO, encver: c_int) -> Option<Chain>
             n2: raw::load_unsigned(rdb).ok()?,
         };
         let words = redisbloom::check_link(&link).ok()?;
+        total = total.saturating_add(words as u64 * 8);
+        if total > limit {
+            return None;
+        }
         let bytes = raw::load_string_buffer(rdb).ok()?;
         if bytes.as_ref().len() != words * 8 {
             return None;

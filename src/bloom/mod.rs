@@ -32,6 +32,12 @@ pub fn commands_wanted(ctx: &Context, requested: bool) -> bool {
         );
         return false;
     }
+    // A module loaded later that registers the same commands or the
+    // `MBbloom--` type fails, and the server exits with only that module's
+    // "initialization failed" in the log: say here what to do.
+    ctx.log_notice(
+        "warden serves BF.* and RedisBloom's MBbloom-- type: RedisBloom (or another Bloom module) loaded after warden fails to load and the server exits. Load RedisBloom before warden (warden then stands aside), or give warden the argument bf-commands no",
+    );
     true
 }
 

@@ -37,7 +37,7 @@ pub const OLDEST_ENCVER: i32 = 1;
 /// Most links RedisBloom itself loads.
 const MAX_LINKS: u64 = 1000;
 /// Most probes a link of any positive double error rate can have.
-const MAX_IMPORTED_HASHES: u64 = 1100;
+pub const MAX_IMPORTED_HASHES: u64 = 1100;
 
 const HEADER_FIXED: usize = 8 + 4 + 4 + 4;
 const HEADER_PER_LINK: usize = 8 + 8 + 8 + 8 + 8 + 4 + 8 + 1;
@@ -190,17 +190,26 @@ impl Shape {
     }
 }
 
-/// The link RedisBloom would add for `capacity` items at `error`:
-/// `capacity · bpe` bits in whole words, or — without `NOROUND` — the next
-/// power of two, its spare bits counted as extra capacity. `None` if absurd.
+/// The link RedisBloom's `bloom_init` would add for `capacity` items at
+/// `error`: `capacity · bpe` bits in whole words (at least one bit) with
+/// `NOROUND`; with `ENTS_IS_BITS`, `capacity` is the power of two of its bits
+/// (at most 2^63 here) and its capacity `bits / bpe`; else the next power of
+/// two, its spare bits counted as extra capacity. `None` where RedisBloom
+/// fails (or would shift past 63 bits).
 pub fn sized(capacity: u64, error: f64, options: u32) -> Option<Shape> {
     let bpe = bits_per_entry(error);
     let wanted = capacity as f64 * bpe;
-    if !wanted.is_finite() || bpe <= 0.0 {
+    if !wanted.is_finite() || bpe <= 0.0 || capacity == 0 {
         return None;
     }
-    let (bits, capacity, n2) = if options & NOROUND != 0 {
-        (wanted as u64, capacity, 0)
+    let (bits, capacity, n2) = if options & ENTS_IS_BITS != 0 {
+        if capacity > 63 {
+            return None;
+        }
+        let bits = 1u64 << capacity;
+        (bits, (bits as f64 / bpe) as u64, capacity as u8)
+    } else if options & NOROUND != 0 {
+        ((wanted as u64).max(1), capacity, 0)
     } else {
         if wanted < 1.0 {
             return None;
@@ -216,9 +225,6 @@ pub fn sized(capacity: u64, error: f64, options: u32) -> Option<Shape> {
         (bits, capacity.checked_add(extra)?, n2 as u8)
     };
     let words = usize::try_from(bits.div_ceil(64)).ok()?;
-    if words == 0 {
-        return None;
-    }
     Some(Shape {
         capacity,
         error,

@@ -5,7 +5,7 @@ use redis_module::{Context, RedisError, RedisResult, RedisValue};
 use crate::command::Arg;
 
 use crate::args;
-use crate::datatypes::{store, valid_lock, LOCK_EFFECT, LOCK_TYPE};
+use crate::datatypes::{bounded_deadline, store, valid_lock, LOCK_EFFECT, LOCK_TYPE};
 use crate::error;
 use crate::evicted;
 use crate::fence::FENCES;
@@ -22,13 +22,18 @@ fn err(text: &'static str) -> RedisError {
     RedisError::Str(text)
 }
 
-/// The lock in `key`, with its deadline read from the key's expiry.
+/// The lock in `key`, with its deadline read from the key's expiry. A lock
+/// whose key lost its expiry (`PERSIST`) keeps the lease it was granted: the
+/// key gets that deadline back, and a lock whose lease has ended is no lock.
 fn lock_in(key: &Key) -> Result<Option<&mut Lock>, RedisError> {
-    let mut lock = key.value::<Lock>(&LOCK_TYPE).map_err(err)?;
-    if let Some(lock) = lock.as_deref_mut() {
-        lock.deadline_ms = key.expire_at().unwrap_or(i64::MAX);
+    let Some(lock) = key.value::<Lock>(&LOCK_TYPE).map_err(err)? else {
+        return Ok(None);
+    };
+    match key.expire_at() {
+        Some(at) => lock.deadline_ms = at,
+        None => key.set_expire_at(lock.deadline_ms),
     }
-    Ok(lock)
+    Ok(lock.is_live(now_ms()).then_some(lock))
 }
 
 /// Writes the lock's lease to the key and sends its full state to replicas and the AOF.
@@ -272,10 +277,7 @@ pub fn info(ctx: &Context, args: &[Arg]) -> RedisResult {
     let Some(lock) = lock_in(&key)? else {
         return Ok(RedisValue::Null);
     };
-    let ttl = match lock.deadline_ms {
-        i64::MAX => -1,
-        _ => lock.ttl_left(now_ms()),
-    };
+    let ttl = lock.ttl_left(now_ms());
     let waiting = waiters::queued(ctx, &args[1]) as i64;
     reply::map(
         ctx,
@@ -290,7 +292,8 @@ pub fn info(ctx: &Context, args: &[Arg]) -> RedisResult {
 }
 
 /// `WARDEN.LOCKSET key owner holds fence deadline_ms`: the effect of a lock
-/// command as replicas and the AOF receive it (deadline 0: no expiry of its own).
+/// command as replicas and the AOF receive it (deadline 0, from AOF files of
+/// earlier versions: the key's `PEXPIREAT` follows and sets it).
 pub fn set(ctx: &Context, args: &[Arg]) -> RedisResult {
     if args.len() != 6 {
         return Err(RedisError::WrongArity);
@@ -315,11 +318,7 @@ pub fn set(ctx: &Context, args: &[Arg]) -> RedisResult {
         owner: owner.to_vec(),
         holds,
         fence,
-        deadline_ms: if deadline_ms > 0 {
-            deadline_ms
-        } else {
-            i64::MAX
-        },
+        deadline_ms: bounded_deadline(deadline_ms),
     };
     match existing {
         Some(existing) => *existing = lock,

@@ -907,7 +907,17 @@ pub struct Plain {
 
 impl Plain {
     pub fn start(modules: &[Vec<String>]) -> Self {
+        Self::start_in(tempfile::tempdir().unwrap(), modules)
+    }
+
+    /// A server that starts on a copy of `rdb`.
+    pub fn start_on(rdb: &std::path::Path, modules: &[Vec<String>]) -> Self {
         let dir = tempfile::tempdir().unwrap();
+        std::fs::copy(rdb, dir.path().join("dump.rdb")).unwrap();
+        Self::start_in(dir, modules)
+    }
+
+    fn start_in(dir: tempfile::TempDir, modules: &[Vec<String>]) -> Self {
         let mut cmd = Command::new(server_binary());
         cmd.current_dir(dir.path()).args([
             "--port",

@@ -1,0 +1,52 @@
+//! What `maxmemory` leaves for a large allocation. Redis checks its limit
+//! only before a `deny-oom` command runs, and counts calloc'd memory at its
+//! full size at once: a command that allocates much (a filter, a scale-out, a
+//! loaded chunk) must check the room itself, before allocating.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use redis_module::raw;
+
+/// `maxmemory` in bytes (0: none), and whether the policy evicts.
+static MAXMEMORY: AtomicU64 = AtomicU64::new(0);
+static EVICTS: AtomicBool = AtomicBool::new(false);
+
+/// Records the server's settings (read at load and on every config change).
+pub fn set_limit(maxmemory: u64, evicts: bool) {
+    MAXMEMORY.store(maxmemory, Ordering::Relaxed);
+    EVICTS.store(evicts, Ordering::Relaxed);
+}
+
+/// Bytes the server can still take before `maxmemory`; `u64::MAX` without a
+/// limit. Under a policy that evicts, an allocation may pass the limit by
+/// 1% of it (what eviction then frees, as for any write), never by more: a
+/// filter that needs the room of many other keys is refused instead of
+/// evicting them, held locks included.
+pub fn room() -> u64 {
+    let max = MAXMEMORY.load(Ordering::Relaxed);
+    if max == 0 {
+        return u64::MAX;
+    }
+    // Used memory as eviction counts it (replication and AOF buffers left out).
+    let ratio = unsafe { raw::RedisModule_GetUsedMemoryRatio }.map_or(0.0, |f| unsafe { f() });
+    let used = (f64::from(ratio) * max as f64) as u64;
+    room_at(max, used, EVICTS.load(Ordering::Relaxed))
+}
+
+fn room_at(max: u64, used: u64, evicts: bool) -> u64 {
+    let slack = if evicts { max / 100 } else { 0 };
+    (max + slack).saturating_sub(used)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn room_is_what_maxmemory_leaves_plus_one_percent_when_evicting() {
+        assert_eq!(room_at(1000, 300, false), 700);
+        assert_eq!(room_at(1000, 300, true), 710);
+        assert_eq!(room_at(1000, 1200, false), 0);
+        assert_eq!(room_at(1000, 1005, true), 5);
+    }
+}
