@@ -26,6 +26,10 @@ extern "C" fn report(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_report: c_int
             ("bloom_bytes", stats::BLOOM_BYTES.get()),
             ("bloom_subfilters", stats::BLOOM_SUBFILTERS.get()),
             ("cache_entries", crate::cache::commands::entries() as i64),
+            (
+                "cache_max_batch",
+                crate::cache::commands::max_batch() as i64,
+            ),
             ("cache_hits", stats::CACHE_HITS.get() as i64),
             ("cache_misses", stats::CACHE_MISSES.get() as i64),
             ("cache_leases", stats::CACHE_LEASES.get() as i64),

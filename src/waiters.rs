@@ -671,7 +671,7 @@ extern "C" fn on_keyspace_event(
         if !event.is_null() && unsafe { std::ffi::CStr::from_ptr(event) } == c"evicted" {
             crate::evicted::on_evicted(ctx, name);
         }
-        crate::cache::commands::on_key_event(ctx, name);
+        crate::cache::commands::on_key_event(ctx, event, name);
         if nobody_waits() {
             return raw::REDISMODULE_OK as c_int;
         }
