@@ -571,7 +571,7 @@ fn a_del_of_a_missing_key_passes_the_lease_to_the_oldest_waiter() {
     let s = Server::start(&[]);
     let mut c = s.conn();
     let token = take_lease(&mut c, "k");
-    let (_, first) = waiter(&s, "k", "0");
+    let (_, first) = waiter(&s, "k", "20000");
     wait_waiters(&mut c, "k", 1);
     assert_eq!(int(&mut c, &["DEL", "k"]), 0);
     let (value, next) = answer(first);
@@ -765,7 +765,7 @@ fn a_stale_mark_is_never_left_behind_by_a_key_that_expires_at_once() {
 #[test]
 fn many_leases_end_in_bounded_batches() {
     const LEASES: usize = 20_000;
-    const BATCH: i64 = 1024;
+    const BATCH: i64 = 256;
     for how in ["lapse", "disconnect", "flushall", "del"] {
         let s = Server::start(&[]);
         let mut c = s.conn();

@@ -36,8 +36,8 @@ use crate::waiters::{self, Answer, Kind, Mode, QueueKey, Served, Waiter};
 
 /// Most lease ends (or freed records of a flushed table) per callback: a
 /// burst of lapses, a holder with many leases leaving or a flush is spread
-/// over as many event-loop turns as it needs, each well under a millisecond.
-const BATCH: usize = 1024;
+/// over as many event-loop turns as it needs, each a fraction of a millisecond.
+const BATCH: usize = 256;
 
 thread_local! {
     static TABLE: RefCell<Table> = RefCell::new(Table::default());
@@ -46,8 +46,9 @@ thread_local! {
     static REAPER: Cell<Option<(raw::RedisModuleTimerID, i64)>> = const { Cell::new(None) };
     /// A context for arming the reaper where Redis gives none (the command filter).
     static DETACHED: Cell<*mut raw::RedisModuleCtx> = const { Cell::new(std::ptr::null_mut()) };
-    /// The largest batch so far, in steps (`INFO warden`: `cache_max_batch`).
-    static MAX_BATCH: Cell<usize> = const { Cell::new(0) };
+    /// The largest batch so far, in steps and in microseconds (`INFO warden`:
+    /// `cache_max_batch`, `cache_max_batch_us`).
+    static MAX_BATCH: Cell<(usize, u64)> = const { Cell::new((0, 0)) };
 }
 
 fn err(text: &'static str) -> RedisError {
@@ -76,8 +77,9 @@ pub fn entries() -> usize {
     with(|t| t.len())
 }
 
-/// The most steps one callback has taken to end leases (`INFO warden`).
-pub fn max_batch() -> usize {
+/// The most steps one callback has taken to end leases, and the longest such
+/// callback in microseconds (`INFO warden`).
+pub fn max_batch() -> (usize, u64) {
     MAX_BATCH.with(Cell::get)
 }
 
@@ -157,14 +159,19 @@ pub fn reap_soon() {
 extern "C" fn on_reap(ctx: *mut raw::RedisModuleCtx, _data: *mut c_void) {
     guard::callback((), || {
         REAPER.with(|r| r.set(None));
+        let started = std::time::Instant::now();
         let ctx = Context::new(ctx);
         let now = now_ms();
         let batch = with(|t| t.batch(now, BATCH));
-        MAX_BATCH.with(|m| m.set(m.get().max(batch.steps)));
         for q in batch.ended {
             unsafe { raw::RedisModule_SelectDb.unwrap()(ctx.ctx, q.db) };
             lease_ended(&ctx, q);
         }
+        let us = started.elapsed().as_micros() as u64;
+        MAX_BATCH.with(|m| {
+            let (steps, longest) = m.get();
+            m.set((steps.max(batch.steps), longest.max(us)));
+        });
         if batch.more {
             // The rest in the next turns: other clients are served in between.
             arm_reaper(ctx.ctx, now);
