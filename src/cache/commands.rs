@@ -8,7 +8,14 @@
 //! - at most one outstanding lease per key, so at most one load per key in
 //!   flight: a lease is granted only when none is live, and every way a lease
 //!   ends (fill, abandon, lapse, revocation by another write, its holder's
-//!   disconnect, flush, role change) removes it before anyone else is served;
+//!   disconnect, flush, role change) makes it not live before anyone else is
+//!   served; the table's records of lapsed leases and of departed holders are
+//!   removed by one timer, a bounded batch per event-loop turn;
+//! - an expiry is not a write: it drops the stale mark, never the lease;
+//! - writes Redis sends no event for (`DEL` of a missing key...) revoke
+//!   through the command filter (`filter.rs`);
+//! - no lease is granted inside a script or function (its client outlives
+//!   every caller, so the lease could not end with the caller's connection);
 //! - a fill is stored only under the key's current lease;
 //! - an entry exists only while a lease or a stale window does: memory goes
 //!   back to its baseline when they end.
