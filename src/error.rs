@@ -19,6 +19,8 @@ pub const INVALID_PX: &str = "ERR invalid PX";
 pub const INVALID_JITTER: &str = "ERR invalid JITTER";
 pub const INVALID_STALE: &str = "ERR invalid STALE";
 pub const JITTER_WITHOUT_PX: &str = "ERR JITTER needs PX";
+pub const LEASE_IN_SCRIPT: &str =
+    "ERR CACHE.GET grants no lease inside a script or function: a lease must end with its caller's connection";
 pub const READONLY: &str = "READONLY You can't write against a read only replica.";
 
 /// `ERR unknown argument '<arg>'`, with the argument made safe for an error line.

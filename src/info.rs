@@ -11,6 +11,7 @@ extern "C" fn report(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_report: c_int
         // No name: Redis prefixes the module's name, and "warden" would print
         // the section as `# warden_warden`.
         raw::add_info_section(ctx, None);
+        let (batch_steps, batch_us) = crate::cache::commands::max_batch();
         let fields = [
             ("lock_keys", stats::LOCK_KEYS.get()),
             ("rwlock_keys", stats::RWLOCK_KEYS.get()),
@@ -26,6 +27,8 @@ extern "C" fn report(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_report: c_int
             ("bloom_bytes", stats::BLOOM_BYTES.get()),
             ("bloom_subfilters", stats::BLOOM_SUBFILTERS.get()),
             ("cache_entries", crate::cache::commands::entries() as i64),
+            ("cache_max_batch", batch_steps as i64),
+            ("cache_max_batch_us", batch_us as i64),
             ("cache_hits", stats::CACHE_HITS.get() as i64),
             ("cache_misses", stats::CACHE_MISSES.get() as i64),
             ("cache_leases", stats::CACHE_LEASES.get() as i64),

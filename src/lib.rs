@@ -111,6 +111,7 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
         && events::subscribe(ctx, LISTENERS)
         && keyspace::watch_listeners(ctx)
         && evicted::watch_policy(ctx)
+        && cache::commands::subscribe(ctx)
         && info::register(ctx.ctx);
     if ready {
         grace::on_module_load(ctx);

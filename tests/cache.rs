@@ -487,8 +487,84 @@ fn any_other_write_revokes_the_lease() {
     }
 }
 
+/// Writes that find the key missing, which Redis announces with no keyspace
+/// event (or only with `expired`), still revoke its lease.
 #[test]
-fn expiry_of_the_value_revokes_its_refresh_lease() {
+fn a_write_that_finds_no_key_revokes_its_lease() {
+    // (name, commands run after a lease on the missing "k" was taken)
+    let writes: &[(&str, &[&[&str]])] = &[
+        ("DEL", &[&["DEL", "k"]]),
+        ("DEL of several", &[&["DEL", "a", "k", "b"]]),
+        ("UNLINK", &[&["UNLINK", "k"]]),
+        ("GETDEL", &[&["GETDEL", "k"]]),
+        ("lower-case del", &[&["del", "k"]]),
+        ("DEL inside MULTI", &[&["MULTI"], &["DEL", "k"], &["EXEC"]]),
+        (
+            "DEL inside a script",
+            &[&["EVAL", "return redis.call('DEL', KEYS[1])", "1", "k"]],
+        ),
+        ("SUNIONSTORE of nothing", &[&["SUNIONSTORE", "k", "none"]]),
+        (
+            "ZUNIONSTORE of nothing",
+            &[&["ZUNIONSTORE", "k", "1", "none"]],
+        ),
+        (
+            "SORT ... STORE of nothing",
+            &[&["SORT", "none", "STORE", "k"]],
+        ),
+        ("BITOP of nothing", &[&["BITOP", "OR", "k", "none"]]),
+        ("FLUSHALL of an empty server", &[&["FLUSHALL"]]),
+        ("FLUSHDB of an empty db", &[&["FLUSHDB"]]),
+        ("SWAPDB of empty dbs", &[&["SWAPDB", "0", "1"]]),
+        (
+            "MOVE onto it",
+            &[
+                &["SELECT", "1"],
+                &["SET", "k", "x"],
+                &["MOVE", "k", "0"],
+                &["SELECT", "0"],
+            ],
+        ),
+        (
+            "COPY onto it",
+            &[&["SET", "src", "x"], &["COPY", "src", "k"]],
+        ),
+        (
+            "RENAME onto it",
+            &[&["SET", "src", "x"], &["RENAME", "src", "k"]],
+        ),
+    ];
+    let s = Server::start(&[]);
+    let mut c = s.conn();
+    for (name, commands) in writes {
+        run(&mut c, &["FLUSHALL"]).unwrap();
+        let token = take_lease(&mut c, "k");
+        for words in commands.iter() {
+            run(&mut c, words).unwrap();
+        }
+        assert_eq!(fill(&mut c, "k", token, "late"), 0, "{name}");
+        assert_eq!(warden_stat(&mut c, "cache_entries"), 0, "{name}");
+    }
+    // RESTORE ... REPLACE onto it.
+    run(&mut c, &["FLUSHALL"]).unwrap();
+    run(&mut c, &["SET", "src", "x"]).unwrap();
+    let dump = match run(&mut c, &["DUMP", "src"]).unwrap() {
+        Value::BulkString(b) => b,
+        other => panic!("{other:?}"),
+    };
+    let token = take_lease(&mut c, "k");
+    let _: () = redis::cmd("RESTORE")
+        .arg("k")
+        .arg(0)
+        .arg(dump)
+        .arg("REPLACE")
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(fill(&mut c, "k", token, "late"), 0, "RESTORE REPLACE");
+}
+
+#[test]
+fn a_del_of_an_expired_value_revokes_its_refresh_lease() {
     let s = Server::start(&[]);
     let mut c = s.conn();
     run(&mut c, &["SET", "k", "v", "PX", "100"]).unwrap();
@@ -496,7 +572,43 @@ fn expiry_of_the_value_revokes_its_refresh_lease() {
     wait_for("the value to expire", Duration::from_secs(10), || {
         int(&mut c, &["EXISTS", "k"]) == 0
     });
+    assert_eq!(int(&mut c, &["DEL", "k"]), 0);
     assert_eq!(fill(&mut c, "k", token.unwrap(), "late"), 0);
+}
+
+#[test]
+fn a_del_of_a_missing_key_passes_the_lease_to_the_oldest_waiter() {
+    let s = Server::start(&[]);
+    let mut c = s.conn();
+    let token = take_lease(&mut c, "k");
+    let (_, first) = waiter(&s, "k", "20000");
+    wait_waiters(&mut c, "k", 1);
+    assert_eq!(int(&mut c, &["DEL", "k"]), 0);
+    let (value, next) = answer(first);
+    assert_eq!(value, None);
+    assert!(next.unwrap() > token);
+    assert_eq!(fill(&mut c, "k", token, "late"), 0);
+}
+
+#[test]
+fn an_expired_value_keeps_its_refresh_lease_and_readers_wait_for_its_fill() {
+    let s = Server::start(&[]);
+    let mut c = s.conn();
+    run(&mut c, &["SET", "k", "v", "PX", "100"]).unwrap();
+    let (_, token) = get(&mut c, &["CACHE.GET", "k", "60000", "REFRESH", "1000"]);
+    let token = token.unwrap();
+    wait_for("the value to expire", Duration::from_secs(10), || {
+        int(&mut c, &["EXISTS", "k"]) == 0
+    });
+    let mut other = s.conn();
+    // No second load: the refresh lease is the key's one lease.
+    assert_eq!(get(&mut other, &["CACHE.GET", "k", "60000"]), (None, None));
+    let (_, pending) = waiter(&s, "k", "0");
+    wait_waiters(&mut c, "k", 1);
+    assert_eq!(fill(&mut c, "k", token, "v2"), 1);
+    assert_eq!(answer(pending), (Some("v2".into()), None));
+    assert_eq!(warden_stat(&mut c, "cache_leases"), 1);
+    assert_eq!(warden_stat(&mut c, "cache_entries"), 0);
 }
 
 // 7. Tokens, replicas, failover
@@ -579,6 +691,130 @@ fn wait_never_blocks_inside_multi_or_scripts() {
         .unwrap();
     assert_eq!(reply, vec![Value::Nil, Value::Nil]);
     assert_eq!(waiters(&mut c, "k"), 0);
+}
+
+#[test]
+fn scripts_and_functions_get_values_but_no_lease() {
+    let s = Server::start(&[]);
+    let mut c = s.conn();
+    let library = "#!lua name=cachelib\n\
+        redis.register_function('cget', function(keys, args) \
+        return redis.call('CACHE.GET', keys[1], args[1], 'REFRESH', 100000) end)";
+    run(&mut c, &["FUNCTION", "LOAD", library]).unwrap();
+    let eval: &[&str] = &[
+        "EVAL",
+        "return redis.call('CACHE.GET', KEYS[1], ARGV[1], 'REFRESH', 100000)",
+        "1",
+    ];
+    for (how, call) in [("EVAL", eval), ("FCALL", &["FCALL", "cget", "1"][..])] {
+        let words = |key: &'static str| [call, &[key, "60000"]].concat();
+        // A miss would need a lease that outlives the caller: refused.
+        let e = err(&mut c, &words("miss"));
+        assert!(
+            e.starts_with("ERR CACHE.GET grants no lease inside a script"),
+            "{how}: {e}"
+        );
+        assert_eq!(warden_stat(&mut c, "cache_entries"), 0, "{how}");
+        // A hit due for refresh is served without the refresh lease...
+        run(&mut c, &["SET", "hit", "v", "PX", "50000"]).unwrap();
+        match run(&mut c, &words("hit")).unwrap() {
+            Value::Array(v) => assert_eq!(v, vec![Value::BulkString(b"v".to_vec()), Value::Nil]),
+            other => panic!("{how}: {other:?}"),
+        }
+        // ... which a reader outside any script then gets.
+        let (value, token) = get(&mut c, &["CACHE.GET", "hit", "60000", "REFRESH", "100000"]);
+        assert_eq!(value.as_deref(), Some("v"), "{how}");
+        let token = token.unwrap_or_else(|| panic!("{how}: the refresh lease"));
+        assert_eq!(
+            int(&mut c, &["CACHE.ABANDON", "hit", &token.to_string()]),
+            1
+        );
+    }
+    // MULTI keeps the caller's connection: its leases are granted.
+    let mut p = redis::pipe();
+    p.atomic().cmd("CACHE.GET").arg("m").arg(60000);
+    let (reply,): (Vec<Value>,) = p.query(&mut c).unwrap();
+    assert!(
+        matches!(reply[..], [Value::Nil, Value::Int(_)]),
+        "{reply:?}"
+    );
+}
+
+#[test]
+fn a_stale_mark_is_never_left_behind_by_a_key_that_expires_at_once() {
+    let s = Server::start(&[]);
+    let mut c = s.conn();
+    const KEYS: usize = 2_000;
+    let mut p = redis::pipe();
+    for i in 0..KEYS {
+        p.cmd("SET").arg(format!("k{i}")).arg("v").ignore();
+        p.cmd("CACHE.INVALIDATE")
+            .arg(format!("k{i}"))
+            .arg("STALE")
+            .arg(1)
+            .ignore();
+    }
+    let _: () = p.query(&mut c).unwrap();
+    wait_for(
+        "the stale values to expire",
+        Duration::from_secs(20),
+        || {
+            let mut p = redis::pipe();
+            for i in 0..KEYS {
+                p.cmd("EXISTS").arg(format!("k{i}"));
+            }
+            let left: Vec<i64> = p.query(&mut c).unwrap();
+            left.iter().sum::<i64>() == 0
+        },
+    );
+    assert_eq!(warden_stat(&mut c, "cache_entries"), 0);
+}
+
+/// However many leases one client holds, they end a bounded batch at a time
+/// (other clients are served between batches), whichever way they end.
+#[test]
+fn many_leases_end_in_bounded_batches() {
+    const LEASES: usize = 20_000;
+    const BATCH: i64 = 256;
+    for how in ["lapse", "disconnect", "flushall", "del"] {
+        let s = Server::start(&[]);
+        let mut c = s.conn();
+        let mut holder = s.conn();
+        let lease_ms = if how == "lapse" { 2_000 } else { 600_000 };
+        let mut p = redis::pipe();
+        for i in 0..LEASES {
+            p.cmd("CACHE.GET")
+                .arg(format!("k{i}"))
+                .arg(lease_ms)
+                .ignore();
+        }
+        let _: () = p.query(&mut holder).unwrap();
+        // One of the keys has a waiter: it gets the lease when it ends.
+        let (_, pending) = waiter(&s, "k7", "0");
+        wait_waiters(&mut c, "k7", 1);
+        match how {
+            "disconnect" => drop(holder),
+            "flushall" => run(&mut c, &["FLUSHALL"]).map(drop).unwrap(),
+            "del" => {
+                let mut p = redis::pipe();
+                for i in 0..LEASES {
+                    p.cmd("DEL").arg(format!("k{i}")).ignore();
+                }
+                let _: () = p.query(&mut c).unwrap();
+            }
+            _ => {}
+        }
+        let (_, next) = answer(pending);
+        assert!(next.is_some(), "{how}: the waiter's lease");
+        wait_for("the leases to end", Duration::from_secs(30), || {
+            warden_stat(&mut c, "cache_entries") <= 1
+        });
+        let largest = warden_stat(&mut c, "cache_max_batch");
+        assert!(
+            (1..=BATCH).contains(&largest),
+            "{how}: {largest} steps in one callback"
+        );
+    }
 }
 
 #[test]

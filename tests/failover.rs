@@ -50,7 +50,10 @@ fn lock_configs_refuse_bad_values() {
         ("warden.max-lease", "1.5"),
     ] {
         let e = err(&mut c, &["CONFIG", "SET", name, value]);
-        assert!(e.starts_with("ERR") && e.contains(name), "{name} {value}: {e}");
+        assert!(
+            e.starts_with("ERR") && e.contains(name),
+            "{name} {value}: {e}"
+        );
     }
     run(&mut c, &["CONFIG", "SET", "warden.max-lease", "30000"]).unwrap();
     run(&mut c, &["CONFIG", "SET", "warden.grace", "31000"]).unwrap();
@@ -64,7 +67,10 @@ fn lock_configs_refuse_bad_values() {
     let mut bad = Plain::start(&[module(module_path(), &["grace", "-5"])]);
     assert!(!bad.runs(), "a negative grace must refuse the load");
     assert!(bad.log().contains("grace '-5' is invalid"), "{}", bad.log());
-    let mut ok = Plain::start(&[module(module_path(), &["max-lease", "9000", "grace", "9000"])]);
+    let mut ok = Plain::start(&[module(
+        module_path(),
+        &["max-lease", "9000", "grace", "9000"],
+    )]);
     assert!(ok.runs(), "{}", ok.log());
     let got: Vec<String> = redis::cmd("CONFIG")
         .arg("GET")
@@ -93,10 +99,16 @@ fn ttl_above_max_lease_is_refused_and_lowering_it_keeps_granted_leases() {
     assert_eq!(err(&mut c, &["LOCK.EXTEND", "k", "a", "20000"]), TOO_LONG);
     assert_eq!(lock_state(&mut c, "k"), Some(("a".into(), 1, fence)));
     int(&mut c, &["RWLOCK.READ", "rw", "r", "10000"]);
-    assert_eq!(err(&mut c, &["RWLOCK.EXTEND", "rw", "r", "10001"]), TOO_LONG);
+    assert_eq!(
+        err(&mut c, &["RWLOCK.EXTEND", "rw", "r", "10001"]),
+        TOO_LONG
+    );
 
     run(&mut c, &["CONFIG", "SET", "warden.max-lease", "1000"]).unwrap();
-    assert!(int(&mut c, &["PTTL", "k"]) > 5000, "a granted lease keeps its length");
+    assert!(
+        int(&mut c, &["PTTL", "k"]) > 5000,
+        "a granted lease keeps its length"
+    );
     assert!(int(&mut c, &["PTTL", "rw"]) > 5000);
     assert_eq!(err(&mut c, &["LOCK.EXTEND", "k", "a", "5000"]), TOO_LONG);
     assert_eq!(int(&mut c, &["LOCK.EXTEND", "k", "a", "1000"]), 1);
@@ -117,7 +129,11 @@ fn a_restart_that_lost_a_grant_refuses_new_holders_until_the_window_ends() {
     let restarted = Instant::now();
     s.start_again_with(&["--warden.grace", "2000"]); // kill -9, then start from the RDB
     let mut c = s.conn();
-    assert_eq!(lock_state(&mut c, "lost"), None, "the grant after SAVE is lost");
+    assert_eq!(
+        lock_state(&mut c, "lost"),
+        None,
+        "the grant after SAVE is lost"
+    );
     assert!(grace_left(&mut c) > 0);
     assert_eq!(warden_stat(&mut c, "grace_windows"), 1);
     for words in [
@@ -129,16 +145,23 @@ fn a_restart_that_lost_a_grant_refuses_new_holders_until_the_window_ends() {
         assert!(is_nil(&mut c, words), "{words:?} granted inside the window");
     }
     // Holders in the dataset keep working.
-    assert_eq!(int(&mut c, &["LOCK.ACQUIRE", "kept", "alice", "8000"]), kept);
+    assert_eq!(
+        int(&mut c, &["LOCK.ACQUIRE", "kept", "alice", "8000"]),
+        kept
+    );
     assert_eq!(int(&mut c, &["LOCK.EXTEND", "kept", "alice", "8000"]), 1);
     assert_eq!(int(&mut c, &["LOCK.RELEASE", "kept", "alice"]), 0);
     assert!(int(&mut c, &["RWLOCK.READ", "rw", "r1", "8000"]) > 0);
     assert_eq!(int(&mut c, &["RWLOCK.EXTEND", "rw", "r1", "8000"]), 1);
 
     let (_, carol) = spawn_command(&s, &["LOCK.ACQUIRE", "lost", "carol", "8000", "WAIT", "0"]);
-    wait_for("carol queued", Duration::from_secs(5), || waiting(&mut c) == 1);
+    wait_for("carol queued", Duration::from_secs(5), || {
+        waiting(&mut c) == 1
+    });
     let (_, erin) = spawn_command(&s, &["LOCK.ACQUIRE", "lost", "erin", "8000", "WAIT", "0"]);
-    wait_for("erin queued", Duration::from_secs(5), || waiting(&mut c) == 2);
+    wait_for("erin queued", Duration::from_secs(5), || {
+        waiting(&mut c) == 2
+    });
     assert!(!carol.is_finished() && !erin.is_finished());
 
     let carol = granted(carol);
@@ -149,7 +172,11 @@ fn a_restart_that_lost_a_grant_refuses_new_holders_until_the_window_ends() {
     );
     assert!(carol > lost, "token {carol} not above the lost {lost}");
     assert_eq!(grace_left(&mut c), 0);
-    assert_eq!(waiters_of(&mut c, "LOCK.INFO", "lost"), 1, "erin waits for carol");
+    assert_eq!(
+        waiters_of(&mut c, "LOCK.INFO", "lost"),
+        1,
+        "erin waits for carol"
+    );
     assert_eq!(int(&mut c, &["LOCK.RELEASE", "lost", "carol"]), 1);
     assert!(granted(erin) > carol);
     assert!(int(&mut c, &["LOCK.ACQUIRE", "free", "dave", "8000"]) > lost);
@@ -181,12 +208,23 @@ fn a_promoted_replica_grants_nobody_new_before_the_lost_lease_could_end() {
     assert!(grace_left(&mut r) > 0);
     assert!(is_nil(&mut r, &["LOCK.ACQUIRE", "lost", "carol", "3000"]));
     assert!(is_nil(&mut r, &["RWLOCK.WRITE", "rw", "w", "3000"]));
-    assert_eq!(int(&mut r, &["LOCK.ACQUIRE", "kept", "alice", "3000"]), kept);
+    assert_eq!(
+        int(&mut r, &["LOCK.ACQUIRE", "kept", "alice", "3000"]),
+        kept
+    );
 
     // A hand-off inside the window waits for its end.
-    let (_, dave) = spawn_command(&replica, &["LOCK.ACQUIRE", "kept", "dave", "3000", "WAIT", "0"]);
-    let (_, carol) = spawn_command(&replica, &["LOCK.ACQUIRE", "lost", "carol", "3000", "WAIT", "0"]);
-    wait_for("two waiters", Duration::from_secs(5), || waiting(&mut r) == 2);
+    let (_, dave) = spawn_command(
+        &replica,
+        &["LOCK.ACQUIRE", "kept", "dave", "3000", "WAIT", "0"],
+    );
+    let (_, carol) = spawn_command(
+        &replica,
+        &["LOCK.ACQUIRE", "lost", "carol", "3000", "WAIT", "0"],
+    );
+    wait_for("two waiters", Duration::from_secs(5), || {
+        waiting(&mut r) == 2
+    });
     assert_eq!(int(&mut r, &["LOCK.RELEASE", "kept", "alice"]), 0);
     assert_eq!(int(&mut r, &["LOCK.RELEASE", "kept", "alice"]), 1);
     assert!(grace_left(&mut r) > 0);
@@ -200,7 +238,10 @@ fn a_promoted_replica_grants_nobody_new_before_the_lost_lease_could_end() {
         "a new holder {:?} after the lost grant, before its lease could end",
         lost_granted.elapsed()
     );
-    assert!(dave > lost && carol > lost, "{dave} {carol} not above {lost}");
+    assert!(
+        dave > lost && carol > lost,
+        "{dave} {carol} not above {lost}"
+    );
     assert_eq!(warden_stat(&mut r, "grace_windows"), 1);
 }
 
@@ -296,13 +337,14 @@ impl Group {
         extra.extend(self.config.iter().map(String::as_str));
         self.servers[old].start_again_with(&extra);
         let mut c = self.servers[old].conn();
-        wait_for("old master back as replica", Duration::from_secs(30), || {
-            let info: String = redis::cmd("INFO")
-                .arg("replication")
-                .query(&mut c)
-                .unwrap();
-            info.contains("master_link_status:up")
-        });
+        wait_for(
+            "old master back as replica",
+            Duration::from_secs(30),
+            || {
+                let info: String = redis::cmd("INFO").arg("replication").query(&mut c).unwrap();
+                info.contains("master_link_status:up")
+            },
+        );
     }
 }
 
@@ -428,7 +470,10 @@ fn check(grants: &[Grant]) -> (Vec<(Grant, Grant)>, usize) {
                 }
             }
         }
-        regressions += of_key.windows(2).filter(|w| w[1].token <= w[0].token).count();
+        regressions += of_key
+            .windows(2)
+            .filter(|w| w[1].token <= w[0].token)
+            .count();
     }
     (overlaps, regressions)
 }

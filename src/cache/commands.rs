@@ -8,22 +8,29 @@
 //! - at most one outstanding lease per key, so at most one load per key in
 //!   flight: a lease is granted only when none is live, and every way a lease
 //!   ends (fill, abandon, lapse, revocation by another write, its holder's
-//!   disconnect, flush, role change) removes it before anyone else is served;
+//!   disconnect, flush, role change) makes it not live before anyone else is
+//!   served; the table's records of lapsed leases and of departed holders are
+//!   removed by one timer, a bounded batch per event-loop turn;
+//! - an expiry is not a write: it drops the stale mark, never the lease;
+//! - writes Redis sends no event for (`DEL` of a missing key...) revoke
+//!   through the command filter (`filter.rs`);
+//! - no lease is granted inside a script or function (its client outlives
+//!   every caller, so the lease could not end with the caller's connection);
 //! - a fill is stored only under the key's current lease;
 //! - an entry exists only while a lease or a stale window does: memory goes
 //!   back to its baseline when they end.
 
-use std::cell::RefCell;
-use std::collections::HashMap;
+use std::cell::{Cell, RefCell};
 use std::ffi::CStr;
 use std::os::raw::{c_int, c_void};
 
 use redis_module::{
-    raw, CallOptionsBuilder, CallResult, Context, RedisError, RedisResult, RedisValue,
+    raw, CallOptionsBuilder, CallResult, Context, ContextFlags, RedisError, RedisResult, RedisValue,
 };
 
 use crate::args;
 use crate::cache::state::{self, Entry, Lease, Options, Read, Seen};
+use crate::cache::table::Table;
 use crate::command::Arg;
 use crate::error;
 use crate::events::{Listener, Server};
@@ -35,173 +42,197 @@ use crate::reply::{self, Field};
 use crate::stats;
 use crate::waiters::{self, Answer, Kind, Mode, QueueKey, Served, Waiter};
 
+/// Most lease ends (or freed records of a flushed table) per callback: a
+/// burst of lapses, a holder with many leases leaving or a flush is spread
+/// over as many event-loop turns as it needs, each a fraction of a millisecond.
+const BATCH: usize = 256;
+
 thread_local! {
-    static TABLE: RefCell<HashMap<QueueKey, Entry>> = RefCell::new(HashMap::new());
-    /// Keys whose lease each client holds (to end them when it disconnects).
-    static HOLDERS: RefCell<HashMap<u64, Vec<QueueKey>>> = RefCell::new(HashMap::new());
+    static TABLE: RefCell<Table> = RefCell::new(Table::default());
+    /// The one timer that ends leases (lapses, departed holders, flushed
+    /// tables, revocations by the command filter): its id and when it fires.
+    static REAPER: Cell<Option<(raw::RedisModuleTimerID, i64)>> = const { Cell::new(None) };
+    /// A context for arming the reaper where Redis gives none (the command filter).
+    static DETACHED: Cell<*mut raw::RedisModuleCtx> = const { Cell::new(std::ptr::null_mut()) };
+    /// The largest batch so far, in steps and in microseconds (`INFO warden`:
+    /// `cache_max_batch`, `cache_max_batch_us`).
+    static MAX_BATCH: Cell<(usize, u64)> = const { Cell::new((0, 0)) };
 }
 
 fn err(text: &'static str) -> RedisError {
     RedisError::Str(text)
 }
 
-fn shrink<K: std::hash::Hash + Eq, V>(map: &mut HashMap<K, V>) {
-    if map.capacity() > 64 && map.len() * 4 < map.capacity() {
-        map.shrink_to_fit();
-    }
+fn with<T>(f: impl FnOnce(&mut Table) -> T) -> T {
+    TABLE.with(|t| f(&mut t.borrow_mut()))
 }
 
 /// The entry of `q`, a copy (no borrow is held while Redis is called).
 fn entry(q: &QueueKey) -> Entry {
-    TABLE.with(|t| t.borrow().get(q).cloned().unwrap_or_default())
+    with(|t| t.entry(q))
 }
 
-/// Stores `e` for `q`, or forgets `q` when nothing is left to remember.
-fn put(q: &QueueKey, e: Entry) {
-    TABLE.with(|t| {
-        let mut t = t.borrow_mut();
-        if e.is_empty() {
-            t.remove(q);
-            shrink(&mut t);
-        } else {
-            t.insert(q.clone(), e);
-        }
-    });
+/// The live lease of `q` at `now` (not lapsed, its holder connected).
+fn live_lease(q: &QueueKey, now: i64) -> Option<Lease> {
+    with(|t| {
+        let e = t.entry(q);
+        t.live(&e, now).copied()
+    })
 }
 
 /// Entries in the lease table (`INFO warden`).
 pub fn entries() -> usize {
-    TABLE.with(|t| t.borrow().len())
+    with(|t| t.len())
+}
+
+/// The most steps one callback has taken to end leases, and the longest such
+/// callback in microseconds (`INFO warden`).
+pub fn max_batch() -> (usize, u64) {
+    MAX_BATCH.with(Cell::get)
+}
+
+/// Whether no lease, stale mark or pending work exists: the command filter's
+/// fast way out.
+pub fn idle() -> bool {
+    with(|t| t.is_empty())
 }
 
 fn client_id(ctx: &Context) -> u64 {
     unsafe { raw::RedisModule_GetClientId.unwrap()(ctx.ctx) }
 }
 
-/// Grants a new lease on `q` to client `holder` for `lease_ms`; its token.
-fn grant(ctx: &Context, q: &QueueKey, holder: u64, lease_ms: i64) -> u64 {
+/// Inside a script or function the client is the script engine's own, which
+/// outlives every caller: a lease granted there could not end with its
+/// caller's connection, so none is granted.
+fn in_script(ctx: &Context) -> bool {
+    ctx.get_flags().contains(ContextFlags::LUA)
+}
+
+/// Grants a new lease on `q` to `holder` for `lease_ms`; its token.
+fn grant(ctx: &Context, q: &QueueKey, holder: Option<u64>, lease_ms: i64) -> u64 {
     let now = now_ms();
     let token = FENCES.draw(now);
     let deadline_ms = now.saturating_add(lease_ms);
-    let data = Box::into_raw(Box::new((q.clone(), token))).cast::<c_void>();
-    let delay = (deadline_ms + 1 - now).max(0);
-    let timer =
-        unsafe { raw::RedisModule_CreateTimer.unwrap()(ctx.ctx, delay, Some(on_lease_end), data) };
-    let mut e = entry(q);
-    e.lease = Some(Lease {
-        token,
-        deadline_ms,
-        holder,
-        timer,
+    with(|t| {
+        t.grant(
+            q,
+            Lease {
+                token,
+                deadline_ms,
+                holder,
+            },
+        )
     });
-    put(q, e);
-    HOLDERS.with(|h| h.borrow_mut().entry(holder).or_default().push(q.clone()));
+    arm_reaper(ctx.ctx, deadline_ms.saturating_add(1));
     stats::CACHE_LEASES.add(1);
     token
 }
 
-/// Ends the lease of `q` if it is `token` (any token if `None`); whether one
-/// ended. Its timer goes with it.
-fn end_lease(ctx: *mut raw::RedisModuleCtx, q: &QueueKey, token: Option<u64>) -> bool {
-    let Some(lease) = take_lease(q, token) else {
-        return false;
-    };
-    let mut data: *mut c_void = std::ptr::null_mut();
-    if unsafe { raw::RedisModule_StopTimer.unwrap()(ctx, lease.timer, &mut data) }
-        == raw::REDISMODULE_OK as c_int
-        && !data.is_null()
-    {
-        drop(unsafe { Box::from_raw(data.cast::<(QueueKey, u64)>()) });
+/// Ends the lease of `q` if it is `token` (any token if `None`); whether one ended.
+fn end_lease(q: &QueueKey, token: Option<u64>) -> bool {
+    with(|t| t.take(q, token)).is_some()
+}
+
+/// A lease of `q` ended unfilled: if anyone waits, the oldest gets a new one.
+/// `ctx` has `q`'s database selected.
+fn lease_ended(ctx: &Context, q: QueueKey) {
+    if waiters::queued(ctx, &q.name) > 0 {
+        waiters::mark_dirty(ctx.ctx, q);
     }
-    true
 }
 
-/// Removes the lease of `q` (if it is `token`) from the table and its holder's list.
-fn take_lease(q: &QueueKey, token: Option<u64>) -> Option<Lease> {
-    let mut e = entry(q);
-    let lease = e.lease.take_if(|l| token.is_none_or(|t| l.token == t))?;
-    put(q, e);
-    HOLDERS.with(|h| {
-        let mut h = h.borrow_mut();
-        if let Some(keys) = h.get_mut(&lease.holder) {
-            if let Some(at) = keys.iter().position(|k| k == q) {
-                keys.swap_remove(at);
-            }
-            if keys.is_empty() {
-                h.remove(&lease.holder);
-                shrink(&mut h);
-            }
+/// Makes sure the reaper runs at `at_ms` or earlier.
+fn arm_reaper(ctx: *mut raw::RedisModuleCtx, at_ms: i64) {
+    if ctx.is_null() {
+        return;
+    }
+    if let Some((id, fire_at)) = REAPER.with(Cell::get) {
+        if fire_at <= at_ms {
+            return;
         }
-    });
-    Some(lease)
+        unsafe { raw::RedisModule_StopTimer.unwrap()(ctx, id, std::ptr::null_mut()) };
+    }
+    let delay = (at_ms - now_ms()).max(0);
+    let id = unsafe {
+        raw::RedisModule_CreateTimer.unwrap()(ctx, delay, Some(on_reap), std::ptr::null_mut())
+    };
+    REAPER.with(|r| r.set(Some((id, at_ms))));
 }
 
-/// A lease ended unfilled: the oldest waiter, if any, gets a new one.
-fn lease_ended(ctx: *mut raw::RedisModuleCtx, q: QueueKey) {
-    waiters::mark_dirty(ctx, q);
+/// Arms the reaper from a place without a context (the command filter).
+pub fn reap_soon() {
+    arm_reaper(DETACHED.with(Cell::get), now_ms());
 }
 
-extern "C" fn on_lease_end(ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
+extern "C" fn on_reap(ctx: *mut raw::RedisModuleCtx, _data: *mut c_void) {
     guard::callback((), || {
-        let (q, token) = *unsafe { Box::from_raw(data.cast::<(QueueKey, u64)>()) };
-        // Not `end_lease`: Redis frees this timer itself once it returns.
-        if take_lease(&q, Some(token)).is_some() {
-            lease_ended(ctx, q);
+        REAPER.with(|r| r.set(None));
+        let started = std::time::Instant::now();
+        let ctx = Context::new(ctx);
+        let now = now_ms();
+        let batch = with(|t| t.batch(now, BATCH));
+        for q in batch.ended {
+            unsafe { raw::RedisModule_SelectDb.unwrap()(ctx.ctx, q.db) };
+            lease_ended(&ctx, q);
+        }
+        let us = started.elapsed().as_micros() as u64;
+        MAX_BATCH.with(|m| {
+            let (steps, longest) = m.get();
+            m.set((steps.max(batch.steps), longest.max(us)));
+        });
+        if batch.more {
+            // The rest in the next turns: other clients are served in between.
+            arm_reaper(ctx.ctx, now);
+        } else if let Some(at) = with(|t| t.next_deadline()) {
+            arm_reaper(ctx.ctx, at.saturating_add(1));
         }
     })
 }
 
-/// From the keyspace events: any other write to `name` (set, del, expiry,
-/// eviction, rename, move, restore...) revokes its lease and its stale mark.
-fn on_key_event(ctx: *mut raw::RedisModuleCtx, name: &[u8], _event: &CStr) {
-    if TABLE.with(|t| t.borrow().is_empty()) {
+/// From the keyspace events: any other write to `name` (set, del, eviction,
+/// rename, move, restore...) revokes its lease and its stale mark. An expiry
+/// is not a write: the value's stale mark goes, its refresh lease stays the
+/// key's one lease (readers now miss and wait for its fill).
+fn on_key_event(ctx: *mut raw::RedisModuleCtx, name: &[u8], event: &CStr) {
+    if idle() {
         return;
     }
     let q = waiters::queue_key(ctx, name);
-    let mut e = entry(&q);
-    if e.is_empty() {
+    let expired = event == c"expired";
+    if expired {
+        with(|t| t.set_stale(&q, None));
         return;
     }
-    e.stale_until = None;
-    put(&q, e);
-    if end_lease(ctx, &q, None) {
+    let (lease, had) = with(|t| t.clear(&q));
+    if lease.is_some() {
         stats::CACHE_REVOKED.add(1);
     }
-    lease_ended(ctx, q);
+    if had {
+        lease_ended(&Context::new(ctx), q);
+    }
+}
+
+/// Revokes the leases of `name` in every database, from the command filter
+/// (no context: waiters are served by the reaper).
+pub fn revoke_everywhere(name: &[u8]) {
+    let revoked = with(|t| t.revoke_everywhere(name));
+    stats::CACHE_REVOKED.add(revoked as u64);
 }
 
 /// A flush of `db` (-1: all), a `SWAPDB` or a role change: every lease of
-/// those databases ends (their values are gone or moved).
+/// those databases ends at once (their values are gone or moved); the memory
+/// is freed in batches. The waiting core serves the keys with waiters.
 pub fn forget_db(ctx: *mut raw::RedisModuleCtx, db: c_int) {
-    let keys: Vec<QueueKey> = TABLE.with(|t| {
-        t.borrow()
-            .keys()
-            .filter(|q| db == -1 || q.db == db)
-            .cloned()
-            .collect()
-    });
-    for q in keys {
-        end_lease(ctx, &q, None);
-        put(&q, Entry::default());
-        lease_ended(ctx, q);
-    }
-}
-
-/// A client disconnected: its leases end and pass to the oldest waiters.
-fn holder_left(ctx: *mut raw::RedisModuleCtx, client: u64) {
-    let keys = HOLDERS.with(|h| h.borrow().get(&client).cloned().unwrap_or_default());
-    for q in keys {
-        if entry(&q).lease.is_some_and(|l| l.holder == client) && end_lease(ctx, &q, None) {
-            lease_ended(ctx, q);
-        }
-    }
+    with(|t| t.forget_db(db));
+    arm_reaper(ctx, now_ms());
 }
 
 fn on_server(ctx: *mut raw::RedisModuleCtx, event: &Server) {
     match event {
         Server::ClientGone { id } => {
-            if HOLDERS.with(|h| !h.borrow().is_empty()) {
-                holder_left(ctx, *id);
+            // Its leases stop being live now and end in batches.
+            if !idle() && with(|t| t.depart(*id)) {
+                arm_reaper(ctx, now_ms());
             }
         }
         Server::Role { .. } => {
@@ -222,6 +253,14 @@ pub static EVENTS: Listener = Listener {
     key: on_key_event,
     server: on_server,
 };
+
+/// Revokes leases on writes Redis sends no event for (the command filter);
+/// keeps a context for the reaper.
+pub fn subscribe(ctx: &Context) -> bool {
+    let detached = unsafe { raw::RedisModule_GetDetachedThreadSafeContext.unwrap()(ctx.ctx) };
+    DETACHED.with(|d| d.set(detached));
+    crate::cache::filter::register(ctx)
+}
 
 /// A cached value (copied) and its remaining ttl (`None`: no expiry).
 type Cached = (Vec<u8>, Option<i64>);
@@ -248,9 +287,8 @@ impl Kind for CacheKind {
         };
         let q = waiters::queue_key(ctx.ctx, name);
         let now = now_ms();
-        let e = entry(&q);
         if let Some((value, _)) = value {
-            let stale = e.is_stale(now);
+            let stale = entry(&q).is_stale(now);
             let woken = waiters::drain(ctx, name, &KIND, |w| !stale || w.mode == Mode::Fill);
             if !woken.is_empty() {
                 stats::CACHE_WOKEN.add(woken.len() as u64);
@@ -260,13 +298,13 @@ impl Kind for CacheKind {
                 return Served::Progress;
             }
         }
-        if e.live_lease(now).is_some() {
+        if live_lease(&q, now).is_some() {
             return Served::Wait(None);
         }
         let Some(w) = waiters::pop_head(ctx, name, &KIND, |_| true) else {
             return Served::Wait(None);
         };
-        let token = grant(ctx, &q, w.client_id(), w.ttl_ms);
+        let token = grant(ctx, &q, Some(w.client_id()), w.ttl_ms);
         waiters::answer(ctx, w, Answer::Pair(None, Some(token as i64)));
         Served::Progress
     }
@@ -279,8 +317,8 @@ impl Kind for CacheKind {
     /// A lease handed to a waiter that left before the answer reached it ends.
     fn revoke(&self, ctx: &Context, name: &Arg, token: i64) {
         let q = waiters::queue_key(ctx.ctx, name);
-        if end_lease(ctx.ctx, &q, Some(token as u64)) {
-            lease_ended(ctx.ctx, q);
+        if end_lease(&q, Some(token as u64)) {
+            lease_ended(ctx, q);
         }
     }
 }
@@ -329,7 +367,7 @@ pub fn get(ctx: &Context, args: &[Arg]) -> RedisResult {
     let name = &args[1];
     let mut value = peek_value(ctx, name)?;
     let q = waiters::queue_key(ctx.ctx, name);
-    if waiters::queued(ctx, name) > 0 && entry(&q).live_lease(now_ms()).is_none() {
+    if waiters::queued(ctx, name) > 0 && live_lease(&q, now_ms()).is_none() {
         // Waiters first: a lease that just ended goes to the oldest of them.
         waiters::serve(ctx, name);
         value = peek_value(ctx, name)?;
@@ -347,8 +385,14 @@ pub fn get(ctx: &Context, args: &[Arg]) -> RedisResult {
         refresh_ms: req.refresh_ms,
         fresh: req.fresh,
     };
-    let outstanding = e.live_lease(now).is_some() || waiters::queued(ctx, name) > 0;
-    match state::read(seen, outstanding, opts) {
+    let outstanding = live_lease(&q, now).is_some() || waiters::queued(ctx, name) > 0;
+    let read = match state::read(seen, outstanding, opts) {
+        // A script serves the value; a reader outside it refreshes.
+        Read::HitAndLease { stale } if in_script(ctx) => Read::Hit { stale },
+        Read::MissAndLease if in_script(ctx) => return Err(err(error::LEASE_IN_SCRIPT)),
+        read => read,
+    };
+    match read {
         Read::Hit { stale } => {
             stats::CACHE_HITS.add(1);
             if stale {
@@ -363,12 +407,12 @@ pub fn get(ctx: &Context, args: &[Arg]) -> RedisResult {
             } else {
                 stats::CACHE_REFRESHES.add(1);
             }
-            let token = grant(ctx, &q, client_id(ctx), req.lease_ms);
+            let token = grant(ctx, &q, Some(client_id(ctx)), req.lease_ms);
             reply_stored(ctx, name, Some(token))
         }
         Read::MissAndLease => {
             stats::CACHE_MISSES.add(1);
-            let token = grant(ctx, &q, client_id(ctx), req.lease_ms);
+            let token = grant(ctx, &q, Some(client_id(ctx)), req.lease_ms);
             Ok(pair(None, Some(token)))
         }
         Read::MissBusy => {
@@ -412,22 +456,19 @@ pub fn fill(ctx: &Context, args: &[Arg]) -> RedisResult {
     let name = &args[1];
     let q = waiters::queue_key(ctx.ctx, name);
     let now = now_ms();
-    let current = entry(&q)
-        .live_lease(now)
-        .is_some_and(|l| l.token == req.lease);
+    let current = live_lease(&q, now).is_some_and(|l| l.token == req.lease);
     if !current {
         stats::CACHE_FILLS_REFUSED.add(1);
         return Ok(RedisValue::Integer(0));
     }
     if Key::read(ctx, name).string().is_err() {
         // Something else took the key meanwhile: it is not a cache value.
-        end_lease(ctx.ctx, &q, None);
-        lease_ended(ctx.ctx, q);
+        end_lease(&q, None);
+        lease_ended(ctx, q);
         return Err(err(error::WRONGTYPE));
     }
-    end_lease(ctx.ctx, &q, None);
-    // The entry's stale mark goes with the old value.
-    put(&q, Entry::default());
+    // The lease and the entry's stale mark go with the old value.
+    with(|t| t.clear(&q));
     match req.px_ms {
         Some(px) => {
             let at = now
@@ -461,10 +502,8 @@ pub fn abandon(ctx: &Context, args: &[Arg]) -> RedisResult {
     let token = args::lease(&args[2]).map_err(err)?;
     refuse_on_replica(ctx)?;
     let q = waiters::queue_key(ctx.ctx, &args[1]);
-    let live = entry(&q)
-        .live_lease(now_ms())
-        .is_some_and(|l| l.token == token);
-    if !live || !end_lease(ctx.ctx, &q, Some(token)) {
+    let live = live_lease(&q, now_ms()).is_some_and(|l| l.token == token);
+    if !live || !end_lease(&q, Some(token)) {
         return Ok(RedisValue::Integer(0));
     }
     if waiters::queued(ctx, &args[1]) > 0 {
@@ -490,10 +529,9 @@ pub fn invalidate(ctx: &Context, args: &[Arg]) -> RedisResult {
     let q = waiters::queue_key(ctx.ctx, name);
     // The lease goes, even for a key that does not exist: a reader that
     // loaded before this can never write its value back.
-    if end_lease(ctx.ctx, &q, None) {
+    if with(|t| t.clear(&q)).0.is_some() {
         stats::CACHE_REVOKED.add(1);
     }
-    put(&q, Entry::default());
     let changed = match (stale_ms, is_string) {
         (Some(ms), true) => {
             let now = now_ms();
@@ -502,14 +540,12 @@ pub fn invalidate(ctx: &Context, args: &[Arg]) -> RedisResult {
                 let at = until.to_string();
                 call_replicated(ctx, "PEXPIREAT", &[name, at.as_bytes()])?;
             }
-            let end = expires.map_or(until, |at| at.min(until));
-            put(
-                &q,
-                Entry {
-                    lease: None,
-                    stale_until: Some(end),
-                },
-            );
+            // The key may have expired inside that call (a window of 1 ms):
+            // then there is nothing to mark stale.
+            if !Key::read(ctx, name).is_empty() {
+                let end = expires.map_or(until, |at| at.min(until));
+                with(|t| t.set_stale(&q, Some(end)));
+            }
             true
         }
         _ if exists => {
@@ -541,13 +577,14 @@ pub fn info(ctx: &Context, args: &[Arg]) -> RedisResult {
         (true, Some(at)) => (at - now).max(0),
     };
     drop(key);
-    let e = entry(&waiters::queue_key(ctx.ctx, name));
+    let q = waiters::queue_key(ctx.ctx, name);
+    let e = entry(&q);
     let value = match (present, e.is_stale(now)) {
         (false, _) => "miss",
         (true, true) => "stale",
         (true, false) => "hit",
     };
-    let lease = e.live_lease(now);
+    let lease = live_lease(&q, now);
     reply::map(
         ctx,
         &[

@@ -2,4 +2,6 @@
 //! fills refused. The rules (`state`) and the Redis side (`commands`).
 
 pub mod commands;
+pub mod filter;
 pub mod state;
+pub mod table;

@@ -2,14 +2,13 @@
 //! the outstanding fill lease. Pure rules; the time is always an argument.
 
 /// An outstanding fill lease: its token, when it lapses, who holds it.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Lease {
     pub token: u64,
     pub deadline_ms: i64,
     /// The holder's client id: the lease ends when that client disconnects.
-    pub holder: u64,
-    /// The module timer that ends the lease at its deadline.
-    pub timer: u64,
+    /// (`None`: held by no connection, ends at its deadline.)
+    pub holder: Option<u64>,
 }
 
 /// The lease table's entry for one key: it exists only while a lease or a
@@ -189,8 +188,7 @@ mod tests {
             lease: Some(Lease {
                 token: 7,
                 deadline_ms: 100,
-                holder: 1,
-                timer: 0,
+                holder: Some(1),
             }),
             stale_until: None,
         };

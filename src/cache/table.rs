@@ -1,0 +1,449 @@
+//! The lease table: per database, each key's entry, plus two indices — leases
+//! by deadline and by holder — so that every way a lease ends costs O(log n),
+//! and bulk endings (a burst of lapses, a holder with 100,000 leases leaving, a
+//! flush) are done a bounded batch at a time. Pure: the time is an argument.
+//!
+//! Invariants:
+//! - every lease in `entries` has exactly one record in `deadlines` and, if it
+//!   has a holder, one in `holders` (and no record exists without its lease);
+//! - a database is in `dbs` only while it has an entry;
+//! - a lease of a departed holder is never live, even before its batch ends it.
+
+use std::collections::{btree_set, hash_map, BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
+use std::os::raw::c_int;
+
+use crate::cache::state::{Entry, Lease};
+use crate::waiters::QueueKey;
+
+#[derive(Default)]
+struct Db {
+    entries: HashMap<Vec<u8>, Entry>,
+    /// `(deadline, token, key)` of every lease.
+    deadlines: BTreeSet<(i64, u64, Vec<u8>)>,
+    /// `(holder, key)` of every lease that has a holder.
+    holders: BTreeSet<(u64, Vec<u8>)>,
+}
+
+/// A flushed database's table, freed a batch at a time.
+struct Burial {
+    entries: hash_map::IntoIter<Vec<u8>, Entry>,
+    deadlines: btree_set::IntoIter<(i64, u64, Vec<u8>)>,
+    holders: btree_set::IntoIter<(u64, Vec<u8>)>,
+}
+
+impl Burial {
+    /// Frees up to `budget` records; how many it freed.
+    fn free(&mut self, budget: usize) -> usize {
+        let mut n = 0;
+        while n < budget && self.entries.next().is_some() {
+            n += 1;
+        }
+        while n < budget && self.deadlines.next().is_some() {
+            n += 1;
+        }
+        while n < budget && self.holders.next().is_some() {
+            n += 1;
+        }
+        n
+    }
+}
+
+#[derive(Default)]
+pub struct Table {
+    dbs: BTreeMap<c_int, Db>,
+    /// Holders that disconnected with leases, oldest first; their leases end
+    /// a batch at a time and are not live meanwhile.
+    departed: VecDeque<u64>,
+    departed_set: HashSet<u64>,
+    graveyard: Vec<Burial>,
+    /// Keys whose lease was revoked where waiters could not be served (the
+    /// command filter): the next batch serves them.
+    revoked: Vec<QueueKey>,
+}
+
+/// What a batch did: the keys whose lease ended (their waiters may go), how
+/// many steps it took, and whether work is left for another batch now.
+#[derive(Debug, Default)]
+pub struct Batch {
+    pub ended: Vec<QueueKey>,
+    pub steps: usize,
+    pub more: bool,
+}
+
+impl Table {
+    pub fn is_empty(&self) -> bool {
+        self.dbs.is_empty()
+    }
+
+    /// Entries, over every database.
+    pub fn len(&self) -> usize {
+        self.dbs.values().map(|d| d.entries.len()).sum()
+    }
+
+    /// The entry of `q`, a copy.
+    pub fn entry(&self, q: &QueueKey) -> Entry {
+        self.dbs
+            .get(&q.db)
+            .and_then(|d| d.entries.get(&q.name))
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    /// The lease of `e`, if it is live at `now_ms`: not lapsed, and its
+    /// holder still connected.
+    pub fn live<'e>(&self, e: &'e Entry, now_ms: i64) -> Option<&'e Lease> {
+        e.live_lease(now_ms)
+            .filter(|l| l.holder.is_none_or(|h| !self.departed_set.contains(&h)))
+    }
+
+    /// Makes `lease` the lease of `q`, ending any previous one.
+    pub fn grant(&mut self, q: &QueueKey, lease: Lease) {
+        self.take(q, None);
+        let db = self.dbs.entry(q.db).or_default();
+        db.deadlines
+            .insert((lease.deadline_ms, lease.token, q.name.clone()));
+        if let Some(h) = lease.holder {
+            db.holders.insert((h, q.name.clone()));
+        }
+        db.entries.entry(q.name.clone()).or_default().lease = Some(lease);
+    }
+
+    /// Removes the lease of `q` if it is `token` (any if `None`).
+    pub fn take(&mut self, q: &QueueKey, token: Option<u64>) -> Option<Lease> {
+        let db = self.dbs.get_mut(&q.db)?;
+        let e = db.entries.get_mut(&q.name)?;
+        let lease = e.lease.take_if(|l| token.is_none_or(|t| l.token == t))?;
+        db.deadlines
+            .remove(&(lease.deadline_ms, lease.token, q.name.clone()));
+        if let Some(h) = lease.holder {
+            db.holders.remove(&(h, q.name.clone()));
+        }
+        self.tidy(q);
+        Some(lease)
+    }
+
+    /// Sets (or with `None` clears) the stale mark of `q`.
+    pub fn set_stale(&mut self, q: &QueueKey, until: Option<i64>) {
+        match until {
+            Some(t) => {
+                let db = self.dbs.entry(q.db).or_default();
+                db.entries.entry(q.name.clone()).or_default().stale_until = Some(t);
+            }
+            None => {
+                if let Some(e) = self
+                    .dbs
+                    .get_mut(&q.db)
+                    .and_then(|d| d.entries.get_mut(&q.name))
+                {
+                    e.stale_until = None;
+                    self.tidy(q);
+                }
+            }
+        }
+    }
+
+    /// Forgets `q` (lease and stale mark); its lease, if it had one, and
+    /// whether it had an entry.
+    pub fn clear(&mut self, q: &QueueKey) -> (Option<Lease>, bool) {
+        let lease = self.take(q, None);
+        let had = self
+            .dbs
+            .get(&q.db)
+            .is_some_and(|d| d.entries.contains_key(&q.name));
+        self.set_stale(q, None);
+        let had = had || lease.is_some();
+        (lease, had)
+    }
+
+    /// Drops the entry of `q` once it is empty, and the database once it is.
+    fn tidy(&mut self, q: &QueueKey) {
+        let Some(db) = self.dbs.get_mut(&q.db) else {
+            return;
+        };
+        if db.entries.get(&q.name).is_some_and(Entry::is_empty) {
+            db.entries.remove(&q.name);
+            shrink(&mut db.entries);
+        }
+        if db.entries.is_empty() {
+            self.dbs.remove(&q.db);
+        }
+    }
+
+    /// Revokes the leases of `name` in every database (the command filter
+    /// does not know the client's database; revoking more is always safe).
+    /// The number of leases revoked.
+    pub fn revoke_everywhere(&mut self, name: &[u8]) -> usize {
+        let dbs: Vec<c_int> = self
+            .dbs
+            .iter()
+            .filter(|(_, d)| d.entries.contains_key(name))
+            .map(|(&db, _)| db)
+            .collect();
+        let mut revoked = 0;
+        for db in dbs {
+            let q = QueueKey {
+                db,
+                name: name.to_vec(),
+            };
+            if self.clear(&q).0.is_some() {
+                revoked += 1;
+            }
+            self.revoked.push(q);
+        }
+        revoked
+    }
+
+    /// Forgets every entry of `db` (-1: all) at once; the memory is freed by
+    /// later batches.
+    pub fn forget_db(&mut self, db: c_int) {
+        let gone: Vec<Db> = if db == -1 {
+            std::mem::take(&mut self.dbs).into_values().collect()
+        } else {
+            self.dbs.remove(&db).into_iter().collect()
+        };
+        for d in gone {
+            self.graveyard.push(Burial {
+                entries: d.entries.into_iter(),
+                deadlines: d.deadlines.into_iter(),
+                holders: d.holders.into_iter(),
+            });
+        }
+    }
+
+    /// A client disconnected: whether it held leases (then a batch must run).
+    pub fn depart(&mut self, client: u64) -> bool {
+        let holds = self
+            .dbs
+            .values()
+            .any(|d| first_of(&d.holders, client).is_some());
+        if holds && self.departed_set.insert(client) {
+            self.departed.push_back(client);
+        }
+        holds
+    }
+
+    /// When the next lease lapses (its deadline; it lapses just after).
+    pub fn next_deadline(&self) -> Option<i64> {
+        self.dbs
+            .values()
+            .filter_map(|d| d.deadlines.first().map(|r| r.0))
+            .min()
+    }
+
+    /// Whether a batch has work at `now_ms`.
+    pub fn has_work(&self, now_ms: i64) -> bool {
+        !self.revoked.is_empty()
+            || !self.departed.is_empty()
+            || !self.graveyard.is_empty()
+            || self.next_deadline().is_some_and(|d| d < now_ms)
+    }
+
+    /// Ends at most `budget` leases (lapsed, or held by departed clients),
+    /// and frees flushed tables, within `budget` steps in all.
+    pub fn batch(&mut self, now_ms: i64, budget: usize) -> Batch {
+        let mut b = Batch::default();
+        while b.steps < budget {
+            let Some(q) = self.revoked.pop() else { break };
+            b.ended.push(q);
+            b.steps += 1;
+        }
+        shrink_vec(&mut self.revoked);
+        while b.steps < budget {
+            let lapsed = self
+                .dbs
+                .iter()
+                .filter_map(|(&db, d)| d.deadlines.first().map(|r| (r.0, db, r.1, r.2.clone())))
+                .min()
+                .filter(|r| r.0 < now_ms);
+            let Some((_, db, token, name)) = lapsed else {
+                break;
+            };
+            let q = QueueKey { db, name };
+            self.take(&q, Some(token));
+            b.ended.push(q);
+            b.steps += 1;
+        }
+        while b.steps < budget {
+            let Some(&client) = self.departed.front() else {
+                break;
+            };
+            let held = self
+                .dbs
+                .iter()
+                .find_map(|(&db, d)| first_of(&d.holders, client).map(|name| (db, name.to_vec())));
+            match held {
+                Some((db, name)) => {
+                    let q = QueueKey { db, name };
+                    self.take(&q, None);
+                    b.ended.push(q);
+                }
+                None => {
+                    self.departed.pop_front();
+                    self.departed_set.remove(&client);
+                }
+            }
+            b.steps += 1;
+        }
+        while b.steps < budget {
+            let Some(burial) = self.graveyard.last_mut() else {
+                break;
+            };
+            let freed = burial.free(budget - b.steps);
+            b.steps += freed;
+            if freed == 0 {
+                self.graveyard.pop();
+            }
+        }
+        if self.departed.is_empty() && self.departed_set.capacity() > 64 {
+            self.departed_set.shrink_to_fit();
+        }
+        b.more = self.has_work(now_ms);
+        b
+    }
+}
+
+/// The first key `client` holds a lease on, in one database.
+fn first_of(holders: &BTreeSet<(u64, Vec<u8>)>, client: u64) -> Option<&[u8]> {
+    holders
+        .range((client, Vec::new())..)
+        .next()
+        .filter(|(h, _)| *h == client)
+        .map(|(_, name)| name.as_slice())
+}
+
+fn shrink<K: std::hash::Hash + Eq, V>(map: &mut HashMap<K, V>) {
+    if map.capacity() > 64 && map.len() * 4 < map.capacity() {
+        map.shrink_to_fit();
+    }
+}
+
+fn shrink_vec<T>(v: &mut Vec<T>) {
+    if v.capacity() > 64 && v.len() * 4 < v.capacity() {
+        v.shrink_to_fit();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn q(db: c_int, name: &str) -> QueueKey {
+        QueueKey {
+            db,
+            name: name.as_bytes().to_vec(),
+        }
+    }
+
+    fn lease(token: u64, deadline_ms: i64, holder: Option<u64>) -> Lease {
+        Lease {
+            token,
+            deadline_ms,
+            holder,
+        }
+    }
+
+    /// Runs batches until none is left; the largest batch.
+    fn drain(t: &mut Table, now: i64, budget: usize) -> (usize, usize) {
+        let (mut ended, mut largest) = (0, 0);
+        loop {
+            let b = t.batch(now, budget);
+            ended += b.ended.len();
+            largest = largest.max(b.steps);
+            if !b.more {
+                return (ended, largest);
+            }
+        }
+    }
+
+    #[test]
+    fn a_new_grant_replaces_the_old_lease_and_its_records() {
+        let mut t = Table::default();
+        t.grant(&q(0, "k"), lease(1, 100, Some(7)));
+        t.grant(&q(0, "k"), lease(2, 200, Some(8)));
+        assert_eq!(t.len(), 1);
+        assert_eq!(t.next_deadline(), Some(200));
+        assert!(!t.depart(7), "7 holds nothing any more");
+        assert_eq!(t.take(&q(0, "k"), Some(1)), None);
+        assert!(t.take(&q(0, "k"), Some(2)).is_some());
+        assert!(t.is_empty());
+    }
+
+    #[test]
+    fn lapsed_leases_end_a_batch_at_a_time() {
+        let mut t = Table::default();
+        for i in 0..10_000u64 {
+            t.grant(&q(0, &format!("k{i}")), lease(i + 1, 100, Some(1)));
+        }
+        assert!(!t.has_work(100), "a lease lapses after its deadline");
+        let (ended, largest) = drain(&mut t, 101, 1000);
+        assert_eq!((ended, largest), (10_000, 1000));
+        assert!(t.is_empty());
+    }
+
+    #[test]
+    fn a_departed_holders_leases_are_not_live_and_end_in_batches() {
+        let mut t = Table::default();
+        for i in 0..5_000u64 {
+            t.grant(
+                &q((i % 2) as c_int, &format!("k{i}")),
+                lease(i + 1, 1000, Some(9)),
+            );
+        }
+        t.grant(&q(0, "other"), lease(99_999, 1000, Some(10)));
+        assert!(t.depart(9));
+        let e = t.entry(&q(0, "k0"));
+        assert!(e.live_lease(0).is_some() && t.live(&e, 0).is_none());
+        let (ended, largest) = drain(&mut t, 0, 700);
+        assert_eq!(ended, 5_000);
+        assert!(largest <= 700);
+        assert_eq!(t.len(), 1, "another holder's lease stays");
+        let e = t.entry(&q(0, "other"));
+        assert!(t.live(&e, 0).is_some());
+    }
+
+    #[test]
+    fn a_flush_forgets_at_once_and_frees_in_batches() {
+        let mut t = Table::default();
+        for i in 0..3_000u64 {
+            t.grant(
+                &q((i % 3) as c_int, &format!("k{i}")),
+                lease(i + 1, 1000, Some(1)),
+            );
+        }
+        t.forget_db(1);
+        assert_eq!(t.len(), 2_000);
+        assert_eq!(t.entry(&q(1, "k1")), Entry::default());
+        t.forget_db(-1);
+        assert!(t.is_empty());
+        let (ended, largest) = drain(&mut t, 0, 500);
+        assert_eq!((ended, largest), (0, 500));
+        assert!(t.graveyard.is_empty());
+    }
+
+    #[test]
+    fn revoking_by_name_reaches_every_database_and_reports_the_keys() {
+        let mut t = Table::default();
+        t.grant(&q(0, "k"), lease(1, 100, Some(1)));
+        t.grant(&q(3, "k"), lease(2, 100, None));
+        t.set_stale(&q(5, "k"), Some(50));
+        t.grant(&q(0, "j"), lease(3, 100, Some(1)));
+        assert_eq!(t.revoke_everywhere(b"k"), 2);
+        assert_eq!(t.revoke_everywhere(b"absent"), 0);
+        assert_eq!(t.len(), 1);
+        let b = t.batch(0, 100);
+        assert_eq!(b.ended.len(), 3);
+        assert!(!b.more);
+    }
+
+    #[test]
+    fn a_stale_mark_alone_keeps_an_entry_until_cleared() {
+        let mut t = Table::default();
+        t.set_stale(&q(0, "k"), Some(10));
+        assert_eq!(t.len(), 1);
+        t.grant(&q(0, "k"), lease(1, 100, None));
+        t.set_stale(&q(0, "k"), None);
+        assert_eq!(t.len(), 1, "the lease stays");
+        assert_eq!(t.clear(&q(0, "k")).0.map(|l| l.token), Some(1));
+        assert!(t.is_empty());
+    }
+}
