@@ -49,7 +49,7 @@ impl Wire {
 
     fn send(&mut self, commands: &[&[&str]]) {
         let bytes: Vec<u8> = commands.iter().flat_map(|c| encode(c)).collect();
-        (&*self.inp.get_ref()).write_all(&bytes).unwrap();
+        self.inp.get_ref().write_all(&bytes).unwrap();
     }
 
     fn read(&mut self) -> Reply {
