@@ -275,7 +275,11 @@ impl Group {
             )
             .unwrap();
         }
-        let sentinels = sentinels(NAME, &servers[0], 3, 2);
+        // Replicas stay stopped (while a grant is lost) for less than
+        // Sentinel's down-after: a replica it saw as down and promotes may
+        // look down again at once, and Valkey's Sentinel then fails over
+        // again while the first promoted master still runs (two masters).
+        let sentinels = sentinels_down_after(NAME, &servers[0], 3, 2, 1500);
         Self {
             servers,
             sentinels,
@@ -566,7 +570,7 @@ fn history(grace_ms: i64, failovers: usize) -> Report {
         // cut: it is lost, and its lease outlives the key's older ones.
         let cut = unix_ms();
         wait_for("a lost grant", Duration::from_secs(30), || {
-            shared.holding_since.load(Ordering::Relaxed) > cut + 800
+            shared.holding_since.load(Ordering::Relaxed) > cut + 300
         });
         let killed = unix_ms();
         let (promoted, at) = group.kill_master(master);
@@ -601,6 +605,25 @@ fn history(grace_ms: i64, failovers: usize) -> Report {
         report.token_regressions,
         report.unavailable_ms
     );
+    if !report.overlaps.is_empty() {
+        let wanted = [
+            "switch-master",
+            "promoted-slave",
+            "selected-slave",
+            "convert-to-slave",
+            "elected-leader",
+            "grace window",
+            "MASTER MODE",
+            "REPLICAOF",
+        ];
+        let logs = group.sentinels.iter().map(|s| (s.port, s.log()));
+        let logs = logs.chain(group.servers.iter().map(|s| (s.port.unwrap(), s.log())));
+        for (port, log) in logs {
+            for line in log.lines().filter(|l| wanted.iter().any(|w| l.contains(w))) {
+                eprintln!("  [{port}] {line}");
+            }
+        }
+    }
     let lag = grants.iter().map(|g| g.reply_ms - g.start_ms).max();
     eprintln!("  longest wait from a grant to its reply: {lag:?} ms");
     for (a, b) in report.overlaps.iter().take(5) {
