@@ -101,6 +101,7 @@ EOF
     a_until=$((a_at + TTL))
     echo "A holds job on the master (port $m), token $a, lease until +$TTL ms"
     kill -9 "${PID[$m]}"
+    wait "${PID[$m]}" 2>/dev/null || true
     kill -CONT "${PID[$r1]}" "${PID[$r2]}"
     echo "master killed before any replica received the grant; Sentinel fails over..."
     local new=""
@@ -124,12 +125,22 @@ EOF
     else
         echo "B is refused (grace window: $(cli "$new" INFO warden | tr -d '\r' | grep grace_remaining_ms | cut -d: -f2) ms left)"
         echo "RESULT: one holder (A); B waits..."
-        b=$(cli "$new" LOCK.ACQUIRE job B "$TTL" WAIT 0)
+        # Sentinel closes normal clients when it reconfigures an instance
+        # (CLIENT KILL TYPE normal): ask again, on the master it names.
+        b=""
+        end=$((SECONDS + 60))
+        until [[ $b =~ ^[0-9]+$ ]]; do
+            [ $SECONDS -lt $end ] || { echo "B never granted"; exit 1; }
+            new=$(cli $((BASE + 3)) SENTINEL get-master-addr-by-name locks 2>/dev/null | tail -1)
+            b=$(cli "$new" LOCK.ACQUIRE job B "$TTL" WAIT 0 2>/dev/null || true)
+        done
         b_at=$(now_ms)
         echo "B is granted job, token $b, $((b_at - a_until)) ms after A's lease ended ($((b_at - promoted_at)) ms after the promotion)"
     fi
-    for pid in "${PIDS[@]}"; do kill -CONT "$pid" 2>/dev/null || true; kill -9 "$pid" 2>/dev/null || true; done
-    wait 2>/dev/null || true
+    {
+        for pid in "${PIDS[@]}"; do kill -CONT "$pid" 2>/dev/null || true; kill -9 "$pid" 2>/dev/null || true; done
+        wait || true
+    } 2>/dev/null
     PIDS=()
     echo
 }

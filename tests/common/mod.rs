@@ -397,8 +397,19 @@ impl Drop for Sentinel {
 /// Starts `n` Sentinels on `master` (quorum a majority) and waits until each
 /// knows the others and `replicas` replicas.
 pub fn sentinels(name: &str, master: &Server, n: usize, replicas: usize) -> Vec<Sentinel> {
+    sentinels_down_after(name, master, n, replicas, 500)
+}
+
+/// Like [`sentinels`], the master being down after `down_after_ms` without an answer.
+pub fn sentinels_down_after(
+    name: &str,
+    master: &Server,
+    n: usize,
+    replicas: usize,
+    down_after_ms: u64,
+) -> Vec<Sentinel> {
     let all: Vec<Sentinel> = (0..n)
-        .map(|_| Sentinel::start(name, master, n / 2 + 1, 500))
+        .map(|_| Sentinel::start(name, master, n / 2 + 1, down_after_ms))
         .collect();
     for s in &all {
         wait_for("sentinels to meet", Duration::from_secs(30), || {
