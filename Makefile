@@ -6,7 +6,7 @@ PORT ?= 6379
 MODULE := target/release/libwarden.so
 APT_PACKAGES := redis-server redis-tools libclang1-14 libclang-common-14-dev python3-venv
 
-.PHONY: run test build deps venv check bench cluster cluster-stop fuzz valgrind clean python-venv python-test failover-demo failover-history
+.PHONY: run test build deps venv check bench valgrind-bin cluster cluster-stop fuzz valgrind clean python-venv python-test failover-demo failover-history
 
 FUZZ_SECONDS ?= 600
 
@@ -109,15 +109,27 @@ python-test: python-venv $(SERVER_DEPS)
 # Side by side in one run; QUICK=1 for a short run; SECTION=cache (stampede
 # and consistency race) or SECTION=big-filters for one section alone, into its
 # own file. Writes bench/results/.
-bench: build venv $(REDISBLOOM)
+# Server instructions per operation under callgrind (valgrind from apt): a
+# figure a busy machine does not move. SECTION=instructions runs it alone.
+valgrind-bin:
+	@command -v valgrind >/dev/null || { SUDO=""; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
+		$$SUDO apt-get install -y -qq valgrind >/dev/null; }
+
+bench: build venv $(REDISBLOOM) valgrind-bin
+ifeq ($(SECTION),instructions)
+	$(PYTHON) bench/instructions.py $(CURDIR)/$(MODULE) $(CURDIR)/$(REDISBLOOM) | tee bench/results/instructions.md
+else
 	cargo build --release --example bench
 	WARDEN_MODULE=$(CURDIR)/$(MODULE) REDISBLOOM_MODULE=$(CURDIR)/$(REDISBLOOM) \
 		./target/release/examples/bench $(if $(QUICK),--quick,) $(if $(SECTION),--$(SECTION),)
+endif
 ifeq ($(SECTION),)
 	@late=$$($(PYTHON) bench/wait_lateness.py $(CURDIR)/$(MODULE)) && echo "$$late" && \
 		printf '\n%s\n' "$$late" >> bench/results/latest.md
 	@py=$$($(PYTHON) bench/python_clients.py $(CURDIR)/$(MODULE) $(if $(QUICK),--quick,)) && echo "$$py" && \
 		printf '\n%s\n' "$$py" >> bench/results/latest.md
+	@ins=$$($(PYTHON) bench/instructions.py $(CURDIR)/$(MODULE) $(CURDIR)/$(REDISBLOOM)) && echo "$$ins" && \
+		printf '\n%s\n' "$$ins" | tee bench/results/instructions.md >> bench/results/latest.md
 	@$(PYTHON) -c "import matplotlib" 2>/dev/null || $(VENV)/bin/pip install -q matplotlib
 	$(PYTHON) bench/chart.py
 endif

@@ -193,7 +193,9 @@ struct Registry {
     /// Every queued waiter by handle.
     waiting: FxHashMap<usize, Waiter>,
     next_seq: u64,
-    lease_timers: FxHashMap<QueueKey, (TimerId, i64)>,
+    /// Per database, per key name: the timer that serves the key when its
+    /// lease ends, and when it fires.
+    lease_timers: FxHashMap<c_int, FxHashMap<Vec<u8>, (TimerId, i64)>>,
     dirty: FxHashSet<QueueKey>,
     /// Grants dropped on their way to a client that left.
     revokes: Vec<(&'static dyn Kind, QueueKey, i64)>,
@@ -526,13 +528,10 @@ pub fn watch_lease(ctx: &Context, name: &[u8], deadline_ms: i64) {
     }
     let db = selected_db(ctx.ctx);
     let fire_at = deadline_ms.saturating_add(1);
-    let q = QueueKey {
-        db,
-        name: name.to_vec(),
-    };
+    // The common case (a timer fires no later already) allocates nothing.
     let stale = with(|r| {
         r.queue(db, name)?;
-        match r.lease_timers.get(&q) {
+        match r.lease_timers.get(&db).and_then(|t| t.get(name)) {
             Some(&(_, at)) if at <= fire_at => None,
             Some(&(id, _)) => Some(Some(id)),
             None => Some(None),
@@ -543,10 +542,30 @@ pub fn watch_lease(ctx: &Context, name: &[u8], deadline_ms: i64) {
         stop_lease_timer(ctx.ctx, id);
     }
     let delay = (fire_at - now_ms()).max(0);
-    let data = Box::into_raw(Box::new(q.clone())).cast::<c_void>();
+    let q = QueueKey {
+        db,
+        name: name.to_vec(),
+    };
+    let data = Box::into_raw(Box::new(q)).cast::<c_void>();
     let id =
         unsafe { raw::RedisModule_CreateTimer.unwrap()(ctx.ctx, delay, Some(on_lease_end), data) };
-    with(|r| r.lease_timers.insert(q, (id, fire_at)));
+    with(|r| {
+        r.lease_timers
+            .entry(db)
+            .or_default()
+            .insert(name.to_vec(), (id, fire_at))
+    });
+}
+
+/// Forgets the lease timer of `q` (it fired, or is being stopped).
+fn forget_lease_timer(r: &mut Registry, q: &QueueKey) -> Option<TimerId> {
+    let timers = r.lease_timers.get_mut(&q.db)?;
+    let (id, _) = timers.remove(&q.name[..])?;
+    shrink(timers);
+    if timers.is_empty() {
+        r.lease_timers.remove(&q.db);
+    }
+    Some(id)
 }
 
 /// Stops a waiter's deadline timer (its data is the handle, nothing to free).
@@ -569,9 +588,7 @@ fn drop_lease_timer(ctx: Ctx, q: &QueueKey) {
         if r.queue(q.db, &q.name).is_some() {
             return None;
         }
-        let t = r.lease_timers.remove(q).map(|(id, _)| id);
-        shrink(&mut r.lease_timers);
-        t
+        forget_lease_timer(r, q)
     });
     if let Some(id) = timer {
         stop_lease_timer(ctx, id);
@@ -725,7 +742,12 @@ fn answer_everyone(ctx: Ctx, answer_of: impl Fn(&'static dyn Kind) -> Answer) {
         let answer = answer_of(w.kind);
         deliver(ctx, w, answer);
     }
-    let timers: Vec<TimerId> = with(|r| r.lease_timers.drain().map(|(_, (id, _))| id).collect());
+    let timers: Vec<TimerId> = with(|r| {
+        r.lease_timers
+            .drain()
+            .flat_map(|(_, t)| t.into_values().map(|(id, _)| id))
+            .collect()
+    });
     for id in timers {
         stop_lease_timer(ctx, id);
     }
@@ -814,7 +836,7 @@ extern "C" fn on_deadline(ctx: Ctx, data: *mut c_void) {
 extern "C" fn on_lease_end(ctx: Ctx, data: *mut c_void) {
     guard::callback((), || {
         let q = *unsafe { Box::from_raw(data.cast::<QueueKey>()) };
-        with(|r| r.lease_timers.remove(&q));
+        with(|r| forget_lease_timer(r, &q));
         mark_dirty(ctx, q);
     })
 }

@@ -93,9 +93,8 @@ fn hand_off(ctx: &Context, name: &Arg, key: &Key, lock: Option<&mut Lock>) -> bo
         }
     }
     notify(ctx, c"lock.handoff", name);
-    if waiters::queued(ctx, name) > 0 {
-        waiters::watch_lease(ctx, name, deadline_ms);
-    }
+    // The next waiter, if any, is served when this lease ends.
+    waiters::watch_lease(ctx, name, deadline_ms);
     waiters::answer(ctx, waiter, Answer::Integer(fence as i64));
     true
 }
