@@ -690,7 +690,7 @@ async fn run(s: &Settings, warden_so: &Path, bloom_so: &Path) -> Vec<Row> {
             "contention",
             "hand-offs/s: WAIT vs BLPOP token",
             "hand-offs/s",
-            Some((">=", 0.95)),
+            Some((">=", 1.1)),
         ),
         Row::new(
             "contention",
@@ -724,7 +724,12 @@ async fn run(s: &Settings, warden_so: &Path, bloom_so: &Path) -> Vec<Row> {
             "ms",
             Some(("<=", 0.2)),
         ),
-        Row::new("contention", "p99 wait: WAIT vs BLPOP token", "ms", None),
+        Row::new(
+            "contention",
+            "p99 wait: WAIT vs BLPOP token",
+            "ms",
+            Some(("<=", 1.0)),
+        ),
         Row::new(
             "contention",
             "fairness max/min acquisitions per client: WAIT vs 10 ms polling (target on WAIT)",
