@@ -319,6 +319,7 @@ fn waiters_cost_little_and_leave_nothing_behind() {
     }
     wait_waiting(&mut c, N as i64);
     let per_waiter = (warden_stat(&mut c, "module_memory") - base) / N as i64;
+    eprintln!("module memory per waiter: {per_waiter} bytes");
     assert!(
         per_waiter <= 512,
         "{per_waiter} bytes of module memory per waiter"
@@ -326,6 +327,7 @@ fn waiters_cost_little_and_leave_nothing_behind() {
     drop(wires);
     wait_waiting(&mut c, 0);
     let left = warden_stat(&mut c, "module_memory") - base;
+    eprintln!("module memory after every waiter left: {left:+} bytes");
     assert!(
         left <= 16 * 1024,
         "{left} bytes stayed after every waiter left"
@@ -376,6 +378,7 @@ fn ten_thousand_readers_are_granted_at_once() {
         .and_then(|v| v.split(',').next())
         .and_then(|v| v.parse().ok())
         .expect("commandstats of RWLOCK.UNLOCK");
+    eprintln!("one RWLOCK.UNLOCK granted {N} readers in {usec} µs");
     assert!(
         usec < 250_000,
         "one unlock granting {N} readers took {usec} µs"
