@@ -455,4 +455,57 @@ mod tests {
         assert_eq!(l.holds(), 2);
         assert_eq!(l.deadline(), Some(200));
     }
+
+    #[test]
+    fn a_run_of_readers_is_granted_in_one_pass_with_one_entry_per_owner() {
+        let mut l = RwLock::default();
+        l.grant(Mode::Read, b"r1", 0, 100, 5);
+        let mut next = 10;
+        let fences = l.grant_reads(
+            &[(b"r1", 300), (b"r2", 100), (b"r3", 100), (b"r2", 50)],
+            0,
+            &mut || {
+                next += 1;
+                next
+            },
+        );
+        // r1 was reading: one more hold, its own token; r2's second request joins its first.
+        assert_eq!(fences, vec![5, 11, 12, 11]);
+        assert_eq!(l.readers.len(), 3);
+        assert_eq!(l.holds(), 5);
+        assert_eq!(l.fence, 12);
+        assert_eq!(l.deadline(), Some(300));
+    }
+
+    #[test]
+    fn ten_thousand_readers_are_granted_in_linear_time() {
+        let owners: Vec<Vec<u8>> = (0..10_000).map(|i| format!("r{i}").into_bytes()).collect();
+        let requests: Vec<(&[u8], i64)> = owners.iter().map(|o| (&o[..], 100)).collect();
+        let mut l = RwLock::default();
+        let mut next = 0;
+        let fences = l.grant_reads(&requests, 0, &mut || {
+            next += 1;
+            next
+        });
+        assert_eq!(fences.len(), 10_000);
+        assert_eq!(l.readers.len(), 10_000);
+    }
+
+    #[test]
+    fn a_revoked_grant_drops_one_hold_of_its_token_only() {
+        let mut l = RwLock::default();
+        l.grant(Mode::Read, b"a", 0, 100, 5);
+        l.grant(Mode::Read, b"a", 0, 100, 6);
+        l.grant(Mode::Read, b"b", 0, 100, 7);
+        assert!(l.revoke(5, 10));
+        assert_eq!(l.holds(), 2);
+        assert!(!l.revoke(99, 10), "no hold carries that token");
+        assert!(l.revoke(7, 10));
+        assert!(l.revoke(5, 10));
+        assert!(l.is_free());
+        let mut w = RwLock::default();
+        w.grant(Mode::Write, b"w", 0, 100, 9);
+        assert!(w.revoke(9, 10));
+        assert!(w.is_free());
+    }
 }
