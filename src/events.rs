@@ -127,7 +127,8 @@ pub fn subscribe(ctx: &Context, listeners: &'static [&'static Listener]) -> bool
         | raw::REDISMODULE_NOTIFY_ZSET
         | raw::REDISMODULE_NOTIFY_EXPIRED
         | raw::REDISMODULE_NOTIFY_EVICTED
-        | raw::REDISMODULE_NOTIFY_STREAM;
+        | raw::REDISMODULE_NOTIFY_STREAM
+        | raw::REDISMODULE_NOTIFY_LOADED;
     // Not the module class: warden's own events never free a key, and hearing
     // them would cost every command a callback.
     let ok = unsafe {

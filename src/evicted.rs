@@ -22,10 +22,10 @@
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::ffi::CStr;
-use std::os::raw::{c_char, c_int, c_void};
+use std::os::raw::{c_int, c_void};
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use redis_module::{logging, raw, Context, RedisValue};
+use redis_module::{logging, raw, Context, RedisString, RedisValue};
 
 use crate::args::MAX_MS;
 use crate::datatypes::LOCK_TYPE;
@@ -157,29 +157,14 @@ pub fn any() -> bool {
 /// Keeps a lock value's lease in step with its key's expiry, so that an
 /// eviction (which comes after the expiry is gone) knows when the lease ends.
 /// `PERSIST` leaves the lease as it was granted.
-extern "C" fn on_expiry_change(
-    ctx: *mut raw::RedisModuleCtx,
-    _type: c_int,
-    event: *const c_char,
-    key: *mut raw::RedisModuleString,
-) -> c_int {
-    guard::callback(raw::REDISMODULE_OK as c_int, || {
-        let event = unsafe { CStr::from_ptr(event) };
-        if [c"expire", c"restore", c"loaded"].contains(&event) {
-            // The `loaded` event's name lives on the server's stack, and
-            // opening a key retains its name: open it under a copy.
-            let name = unsafe { raw::RedisModule_CreateStringFromString.unwrap()(ctx, key) };
-            {
-                let key = Key::read_raw(ctx, name);
-                if let (Ok(Some(lock)), Some(at)) = (key.value::<Lock>(&LOCK_TYPE), key.expire_at())
-                {
-                    lock.deadline_ms = at;
-                }
-            }
-            unsafe { raw::RedisModule_FreeString.unwrap()(ctx, name) };
-        }
-        raw::REDISMODULE_OK as c_int
-    })
+fn sync_expiry(ctx: *mut raw::RedisModuleCtx, name: &[u8]) {
+    // Opened under a string of our own: the `loaded` event's name lives on
+    // the server's stack, and opening a key retains its name.
+    let name = RedisString::create_from_slice(ctx, name);
+    let key = Key::read_raw(ctx, name.inner);
+    if let (Ok(Some(lock)), Some(at)) = (key.value::<Lock>(&LOCK_TYPE), key.expire_at()) {
+        lock.deadline_ms = at;
+    }
 }
 
 /// `SWAPDB`: evicted locks move with their database, as held ones do.
@@ -276,9 +261,11 @@ extern "C" fn on_config_change(
     guard::callback((), || check_policy(&Context::new(ctx)))
 }
 
-fn on_key(ctx: *mut raw::RedisModuleCtx, name: &[u8], event: &std::ffi::CStr) {
+fn on_key(ctx: *mut raw::RedisModuleCtx, name: &[u8], event: &CStr) {
     if event == c"evicted" {
         on_evicted(ctx, name);
+    } else if [c"expire", c"restore", c"loaded"].contains(&event) {
+        sync_expiry(ctx, name);
     }
 }
 
@@ -291,7 +278,8 @@ fn on_server(ctx: *mut raw::RedisModuleCtx, event: &Server) {
     }
 }
 
-/// What eviction tombstones hear: evictions, flushes, `SWAPDB`, the end of a load.
+/// What eviction tombstones hear: evictions, expiry changes and loaded keys
+/// (to keep leases in step), flushes, `SWAPDB`, the end of a load.
 pub static EVENTS: Listener = Listener {
     key: on_key,
     server: on_server,
@@ -307,13 +295,5 @@ pub fn watch_policy(ctx: &Context) -> bool {
     let status = unsafe {
         raw::RedisModule_SubscribeToServerEvent.unwrap()(ctx.ctx, event, Some(on_config_change))
     };
-    let events = raw::REDISMODULE_NOTIFY_GENERIC | raw::REDISMODULE_NOTIFY_LOADED;
-    let synced = unsafe {
-        raw::RedisModule_SubscribeToKeyspaceEvents.unwrap()(
-            ctx.ctx,
-            events as c_int,
-            Some(on_expiry_change),
-        )
-    };
-    status == raw::REDISMODULE_OK as c_int && synced == raw::REDISMODULE_OK as c_int
+    status == raw::REDISMODULE_OK as c_int
 }

@@ -5,91 +5,32 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::os::unix::net::UnixStream;
 use std::time::Duration;
 
+use common::wire::{cmd, Cmd, Reply, Wire};
 use common::*;
 use redis::Connection;
 
-/// A raw connection: requests go out exactly as written (pipelines in one
-/// write), replies are read one at a time.
-struct Wire {
-    inp: BufReader<UnixStream>,
+/// A connection on `s`'s socket.
+fn wire(s: &Server) -> Wire {
+    Wire::open(&s.socket()).unwrap()
 }
 
-#[derive(Debug, PartialEq)]
-enum Reply {
-    Int(i64),
-    Bulk(Vec<u8>),
-    Nil,
-    Status(String),
-    Error(String),
-    Array(Vec<Reply>),
+fn send(w: &mut Wire, commands: &[&[&str]]) {
+    let commands: Vec<Cmd> = commands.iter().map(|c| cmd(c)).collect();
+    w.send(&commands).unwrap();
 }
 
-fn encode(words: &[&str]) -> Vec<u8> {
-    let mut out = format!("*{}\r\n", words.len()).into_bytes();
-    for w in words {
-        out.extend_from_slice(format!("${}\r\n{w}\r\n", w.len()).as_bytes());
-    }
-    out
+fn read(w: &mut Wire) -> Reply {
+    w.read().unwrap()
 }
 
-impl Wire {
-    fn open(s: &Server) -> Self {
-        let stream = UnixStream::connect(s.socket()).unwrap();
-        stream
-            .set_read_timeout(Some(Duration::from_secs(20)))
-            .unwrap();
-        Self {
-            inp: BufReader::new(stream),
-        }
-    }
+fn call(w: &mut Wire, words: &[&str]) -> Reply {
+    w.call(words).unwrap()
+}
 
-    fn send(&mut self, commands: &[&[&str]]) {
-        let bytes: Vec<u8> = commands.iter().flat_map(|c| encode(c)).collect();
-        self.inp.get_ref().write_all(&bytes).unwrap();
-    }
-
-    fn read(&mut self) -> Reply {
-        let mut line = String::new();
-        self.inp.read_line(&mut line).expect("a reply");
-        assert!(!line.is_empty(), "connection closed before a reply");
-        let (tag, rest) = line.trim_end().split_at(1);
-        match tag {
-            ":" => Reply::Int(rest.parse().unwrap()),
-            "+" => Reply::Status(rest.into()),
-            "-" => Reply::Error(rest.into()),
-            "_" => Reply::Nil,
-            "$" if rest == "-1" => Reply::Nil,
-            "*" if rest == "-1" => Reply::Nil,
-            "$" => {
-                let mut buf = vec![0; rest.parse::<usize>().unwrap() + 2];
-                self.inp.read_exact(&mut buf).unwrap();
-                buf.truncate(buf.len() - 2);
-                Reply::Bulk(buf)
-            }
-            "*" => Reply::Array(
-                (0..rest.parse::<usize>().unwrap())
-                    .map(|_| self.read())
-                    .collect(),
-            ),
-            _ => panic!("unexpected reply line {line:?}"),
-        }
-    }
-
-    fn call(&mut self, words: &[&str]) -> Reply {
-        self.send(&[words]);
-        self.read()
-    }
-
-    fn id(&mut self) -> i64 {
-        match self.call(&["CLIENT", "ID"]) {
-            Reply::Int(id) => id,
-            r => panic!("CLIENT ID: {r:?}"),
-        }
-    }
+fn client_id(w: &mut Wire) -> i64 {
+    w.int(&["CLIENT", "ID"]).unwrap()
 }
 
 fn waiting(c: &mut Connection) -> i64 {
@@ -112,10 +53,10 @@ fn blocked(
     id_of: impl Fn(&mut Wire) -> i64,
     request: &[&str],
 ) -> (Wire, i64) {
-    let mut w = Wire::open(s);
+    let mut w = wire(s);
     let id = id_of(&mut w);
     let before = waiting(c);
-    w.send(&[request, &["ECHO", "marker"]]);
+    send(&mut w, &[request, &["ECHO", "marker"]]);
     wait_waiting(c, before + 1);
     (w, id)
 }
@@ -160,8 +101,8 @@ fn unblock_pipelined_behind_a_grant_gives_one_reply() {
                     vec!["CACHE.GET", &key, "60000", "WAIT", "0"],
                 ),
             };
-            let mut holder = Wire::open(&s);
-            let lease = match holder.call(&hold) {
+            let mut holder = wire(&s);
+            let lease = match call(&mut holder, &hold) {
                 Reply::Int(t) => t,
                 Reply::Array(pair) => match pair[1] {
                     Reply::Int(t) => t,
@@ -178,7 +119,7 @@ fn unblock_pipelined_behind_a_grant_gives_one_reply() {
             let (mut w, id) = blocked(
                 &s,
                 &mut c,
-                |w| match w.call(&id_cmd) {
+                |w| match call(w, &id_cmd) {
                     Reply::Int(id) => id,
                     r => panic!("{r:?}"),
                 },
@@ -187,13 +128,13 @@ fn unblock_pipelined_behind_a_grant_gives_one_reply() {
             let id = id.to_string();
             let mut unblock = vec![client, "UNBLOCK", id.as_str()];
             unblock.extend_from_slice(reason);
-            holder.send(&[&free, &unblock]);
-            let freed = holder.read();
+            send(&mut holder, &[&free, &unblock]);
+            let freed = read(&mut holder);
             assert!(!matches!(freed, Reply::Error(_)), "{case}: {freed:?}");
-            let unblocked = holder.read();
-            let first = w.read();
+            let unblocked = read(&mut holder);
+            let first = read(&mut w);
             assert_eq!(
-                w.read(),
+                read(&mut w),
                 Reply::Bulk(b"marker".to_vec()),
                 "{case}: after {first:?}"
             );
@@ -260,9 +201,9 @@ fn a_role_change_answers_every_waiter() {
                     |w| {
                         if redirect {
                             // Valkey's redirect capability; an error elsewhere.
-                            w.call(&["CLIENT", "CAPA", "redirect"]);
+                            w.call(&["CLIENT", "CAPA", "redirect"]).unwrap();
                         }
-                        w.id()
+                        client_id(w)
                     },
                     &request,
                 );
@@ -278,7 +219,7 @@ fn a_role_change_answers_every_waiter() {
                 }
             }
             for mut w in waiters {
-                match w.read() {
+                match read(&mut w) {
                     Reply::Error(e) => assert!(
                         ["UNBLOCKED", "READONLY", "REDIRECT"]
                             .iter()
@@ -313,8 +254,8 @@ fn waiters_cost_little_and_leave_nothing_behind() {
             1 => vec!["RWLOCK.READ", "r", &owner, "600000", "WAIT", "600000"],
             _ => vec!["CACHE.GET", "v", "600000", "WAIT", "600000"],
         };
-        let mut w = Wire::open(&s);
-        w.send(&[&request]);
+        let mut w = wire(&s);
+        send(&mut w, &[&request]);
         wires.push(w);
     }
     wait_waiting(&mut c, N as i64);
@@ -345,8 +286,11 @@ fn ten_thousand_readers_are_granted_at_once() {
     let mut wires = Vec::new();
     for i in 0..N {
         let owner = format!("reader-{i}");
-        let mut w = Wire::open(&s);
-        w.send(&[&["RWLOCK.READ", "r", &owner, "600000", "WAIT", "0"]]);
+        let mut w = wire(&s);
+        send(
+            &mut w,
+            &[&["RWLOCK.READ", "r", &owner, "600000", "WAIT", "0"]],
+        );
         wires.push(w);
     }
     wait_waiting(&mut c, N as i64);
@@ -354,7 +298,7 @@ fn ten_thousand_readers_are_granted_at_once() {
     assert_eq!(int(&mut c, &["RWLOCK.UNLOCK", "r", "writer"]), 1);
     let mut tokens: Vec<i64> = wires
         .iter_mut()
-        .map(|w| match w.read() {
+        .map(|w| match read(w) {
             Reply::Int(t) => t,
             r => panic!("a reader got {r:?}"),
         })

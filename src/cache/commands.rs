@@ -262,17 +262,11 @@ pub fn subscribe(ctx: &Context) -> bool {
     crate::cache::filter::register(ctx)
 }
 
-/// A cached value (copied) and its remaining ttl (`None`: no expiry).
-type Cached = (Vec<u8>, Option<i64>);
-
-/// The key's cached value; `Err` if it holds another type.
-fn read_value(ctx: &Context, name: &Arg) -> Result<Option<Cached>, RedisError> {
+/// The key's cached value, copied for the waiters it answers; `Err` if it
+/// holds another type.
+fn read_value(ctx: &Context, name: &Arg) -> Result<Option<Vec<u8>>, RedisError> {
     let key = Key::read(ctx, name);
-    let Some(value) = key.string().map_err(err)? else {
-        return Ok(None);
-    };
-    let ttl_left = key.expire_at().map(|at| (at - now_ms()).max(0));
-    Ok(Some((value.to_vec(), ttl_left)))
+    Ok(key.string().map_err(err)?.map(<[u8]>::to_vec))
 }
 
 /// The cache fill as a kind of waiter: a value answers every waiter at once;
@@ -287,7 +281,7 @@ impl Kind for CacheKind {
         };
         let q = waiters::queue_key(ctx.ctx, name);
         let now = now_ms();
-        if let Some((value, _)) = value {
+        if let Some(value) = value {
             let stale = entry(&q).is_stale(now);
             let woken = waiters::drain(ctx, name, &KIND, |w| !stale || w.mode == Mode::Fill);
             if !woken.is_empty() {

@@ -43,16 +43,21 @@ fn publish(ctx: &Context, name: &Arg, key: &Key, lock: &Lock) {
     replicate_key_bytes_3(ctx, LOCK_EFFECT, name, &lock.owner, numbers);
 }
 
-/// Grants a free key to `owner`: a new token, one hold, a lease from now.
-fn grant(ctx: &Context, name: &Arg, key: &Key, owner: &[u8], ttl_ms: i64) -> u64 {
-    let now = now_ms();
-    let lock = Lock::grant(owner, FENCES.draw(now), now, ttl_ms);
-    let fence = lock.fence;
+/// Stores a fresh grant in the empty `key` and publishes it.
+fn install(ctx: &Context, name: &Arg, key: &Key, lock: Lock) {
     stats::GRANTS.add(1);
     store(key, &LOCK_TYPE, lock);
     if let Ok(Some(lock)) = key.value::<Lock>(&LOCK_TYPE) {
         publish(ctx, name, key, lock);
     }
+}
+
+/// Grants a free key to `owner`: a new token, one hold, a lease from now.
+fn grant(ctx: &Context, name: &Arg, key: &Key, owner: &[u8], ttl_ms: i64) -> u64 {
+    let now = now_ms();
+    let lock = Lock::grant(owner, FENCES.draw(now), now, ttl_ms);
+    let fence = lock.fence;
+    install(ctx, name, key, lock);
     fence
 }
 

@@ -1,6 +1,8 @@
 //! Real redis-server processes with the freshly built module, one per test.
 #![allow(dead_code)]
 
+pub mod wire;
+
 use std::io::Write;
 use std::net::TcpListener;
 use std::path::PathBuf;
