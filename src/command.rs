@@ -44,6 +44,8 @@ pub type Handler = fn(&Context, &[Arg]) -> RedisResult;
 pub struct Command {
     pub name: &'static str,
     pub flags: &'static str,
+    /// Whether its first argument is its one key (else it takes no key).
+    pub keyed: bool,
     pub run:
         extern "C" fn(*mut raw::RedisModuleCtx, *mut *mut raw::RedisModuleString, c_int) -> c_int,
 }
@@ -67,10 +69,16 @@ pub fn dispatch(
     context.reply(result) as c_int
 }
 
-/// Declares a command: its name, handler and flags. Every command has one
-/// key, its first argument.
+/// Declares a command: its name, handler and flags. A command has one key,
+/// its first argument, unless declared `keyless`.
 #[macro_export]
 macro_rules! command {
+    ($name:literal, $handler:path, $flags:literal, keyless) => {{
+        $crate::command::Command {
+            keyed: false,
+            ..$crate::command!($name, $handler, $flags)
+        }
+    }};
     ($name:literal, $handler:path, $flags:literal) => {{
         extern "C" fn run(
             ctx: *mut redis_module::raw::RedisModuleCtx,
@@ -82,12 +90,14 @@ macro_rules! command {
         $crate::command::Command {
             name: $name,
             flags: $flags,
+            keyed: true,
             run,
         }
     }};
 }
 
-/// Registers every command of the table with first key 1, last key 1, step 1.
+/// Registers every command of the table: first key 1, last key 1, step 1,
+/// or no key.
 pub fn register(ctx: &Context, commands: &[Command]) -> bool {
     commands.iter().all(|c| {
         let (Ok(name), Ok(flags)) = (CString::new(c.name), CString::new(c.flags)) else {
@@ -99,9 +109,9 @@ pub fn register(ctx: &Context, commands: &[Command]) -> bool {
                 name.as_ptr(),
                 Some(c.run),
                 flags.as_ptr(),
-                1,
-                1,
-                1,
+                c_int::from(c.keyed),
+                c_int::from(c.keyed),
+                c_int::from(c.keyed),
             )
         };
         status == raw::REDISMODULE_OK as c_int

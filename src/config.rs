@@ -43,6 +43,14 @@ pub fn bf_commands() -> bool {
     BF_COMMANDS.load(Ordering::Relaxed)
 }
 
+/// Whether wait and hold times are recorded in `INFO warden`'s histograms
+/// (`latency-tracking yes|no`, like Redis' own `latency-tracking`).
+static LATENCY_TRACKING: AtomicBool = AtomicBool::new(true);
+
+pub fn latency_tracking() -> bool {
+    LATENCY_TRACKING.load(Ordering::Relaxed)
+}
+
 /// Set once redis.conf has been applied: from then on every change is checked
 /// against the other values (during loading they arrive in no fixed order).
 static LOADED: AtomicBool = AtomicBool::new(false);
@@ -133,6 +141,7 @@ const NUMBERS: [Number; 5] = [
 
 const RATE_NAME: &str = "bf-error-rate";
 const COMMANDS_NAME: &str = "bf-commands";
+const TRACKING_NAME: &str = "latency-tracking";
 
 /// The values implicitly created filters are built with.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -196,7 +205,7 @@ fn allowed(name: &str) -> Option<String> {
     if name == RATE_NAME {
         return Some("a number between 0 and 1 (exclusive)".into());
     }
-    if name == COMMANDS_NAME {
+    if name == COMMANDS_NAME || name == TRACKING_NAME {
         return Some("yes or no".into());
     }
     let n = NUMBERS.iter().find(|n| n.name == name)?;
@@ -216,6 +225,7 @@ pub struct ModuleArgs {
     pub error_rate: Option<f64>,
     pub numbers: [Option<i64>; 5],
     pub bf_commands: Option<bool>,
+    pub latency_tracking: Option<bool>,
 }
 
 fn invalid(name: &str, shown: &str) -> String {
@@ -247,12 +257,17 @@ pub fn parse_module_args(args: &[&[u8]]) -> Result<ModuleArgs, String> {
                 Some(rate) => parsed.error_rate = Some(rate),
                 None => return Err(invalid(name, &shown)),
             }
-        } else if name == COMMANDS_NAME {
-            parsed.bf_commands = Some(match &value.to_ascii_lowercase()[..] {
+        } else if name == COMMANDS_NAME || name == TRACKING_NAME {
+            let on = match &value.to_ascii_lowercase()[..] {
                 b"yes" => true,
                 b"no" => false,
                 _ => return Err(invalid(name, &shown)),
-            });
+            };
+            if name == COMMANDS_NAME {
+                parsed.bf_commands = Some(on);
+            } else {
+                parsed.latency_tracking = Some(on);
+            }
         } else if let Some(i) = NUMBERS.iter().position(|n| n.name == name) {
             let n = &NUMBERS[i];
             let number = if n.memory {
@@ -265,7 +280,7 @@ pub fn parse_module_args(args: &[&[u8]]) -> Result<ModuleArgs, String> {
                 None => return Err(invalid(name, &shown)),
             }
         } else {
-            let known: Vec<&str> = [RATE_NAME, COMMANDS_NAME]
+            let known: Vec<&str> = [RATE_NAME, COMMANDS_NAME, TRACKING_NAME]
                 .into_iter()
                 .chain(NUMBERS.iter().map(|n| n.name))
                 .collect();
@@ -333,6 +348,20 @@ extern "C" fn error_rate_set(
     raw::REDISMODULE_OK as c_int
 }
 
+extern "C" fn tracking_get(_name: *const c_char, _privdata: *mut c_void) -> c_int {
+    c_int::from(latency_tracking())
+}
+
+extern "C" fn tracking_set(
+    _name: *const c_char,
+    value: c_int,
+    _privdata: *mut c_void,
+    _err: *mut *mut raw::RedisModuleString,
+) -> c_int {
+    LATENCY_TRACKING.store(value != 0, Ordering::Relaxed);
+    raw::REDISMODULE_OK as c_int
+}
+
 extern "C" fn number_get(_name: *const c_char, privdata: *mut c_void) -> c_longlong {
     let n = unsafe { &*privdata.cast::<Number>() };
     n.variable.load(Ordering::Relaxed)
@@ -397,6 +426,26 @@ pub fn register(ctx: &Context, args: &[RedisString]) -> bool {
     };
     if registered != raw::REDISMODULE_OK as c_int {
         return fail("cannot register warden.bf-error-rate");
+    }
+    let tracking = parsed.latency_tracking.unwrap_or(true);
+    LATENCY_TRACKING.store(tracking, Ordering::Relaxed);
+    let Ok(name) = CString::new(TRACKING_NAME) else {
+        return false;
+    };
+    let registered = unsafe {
+        raw::RedisModule_RegisterBoolConfig.unwrap()(
+            ctx.ctx,
+            name.as_ptr(),
+            c_int::from(tracking),
+            raw::REDISMODULE_CONFIG_DEFAULT,
+            Some(tracking_get),
+            Some(tracking_set),
+            None,
+            ptr::null_mut(),
+        )
+    };
+    if registered != raw::REDISMODULE_OK as c_int {
+        return fail("cannot register warden.latency-tracking");
     }
     for (n, value) in NUMBERS.iter().zip(parsed.numbers) {
         let default = value.unwrap_or(n.default);

@@ -4,6 +4,7 @@
 //! must answer with an error, never a crash.
 
 use std::os::raw::{c_char, c_int, c_void};
+use std::ptr;
 
 use redis_module::native_types::RedisType;
 use redis_module::raw;
@@ -20,17 +21,34 @@ use crate::stats;
 /// loaded, or copied), counted out when Redis frees them.
 pub trait Tracked {
     fn track(&self, sign: i64);
+
+    /// The value leaves the keyspace at `now_ms`: the holds it had end.
+    fn freed(&self, _now_ms: i64) {}
 }
 
 impl Tracked for Lock {
     fn track(&self, sign: i64) {
         stats::LOCK_KEYS.add(sign);
     }
+
+    fn freed(&self, now_ms: i64) {
+        if let Some(held_ms) = self.held_for(now_ms) {
+            stats::LOCK_HOLD.observe(held_ms);
+        }
+    }
 }
 
 impl Tracked for RwLock {
     fn track(&self, sign: i64) {
         stats::RWLOCK_KEYS.add(sign);
+    }
+
+    fn freed(&self, now_ms: i64) {
+        let holds = self.writer.iter().chain(&self.readers);
+        let ended = self.ended.iter().copied();
+        for held_ms in ended.chain(holds.filter_map(|h| h.held_for(now_ms))) {
+            stats::RWLOCK_HOLD.observe(held_ms);
+        }
     }
 }
 
@@ -53,7 +71,9 @@ pub(crate) unsafe fn release_value<T: Tracked>(
     let value = Box::from_raw(value.cast::<T>());
     value.track(-1);
     // `free` may run on a background thread: the system clock, not Redis'.
-    if lapsed(&value, system_ms()) {
+    let now = system_ms();
+    value.freed(now);
+    if lapsed(&value, now) {
         stats::LEASE_EXPIRIES.add(1);
     }
 }
@@ -183,6 +203,7 @@ unsafe extern "C" fn lock_rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) 
             holds,
             fence,
             deadline_ms,
+            granted_ms: 0,
         };
         boxed(lock)
     })
@@ -256,7 +277,11 @@ unsafe extern "C" fn lock_copy(
     _to: *mut raw::RedisModuleString,
     value: *const c_void,
 ) -> *mut c_void {
-    boxed((*value.cast::<Lock>()).clone())
+    // The copy is a new value whose holds this server did not grant.
+    boxed(Lock {
+        granted_ms: 0,
+        ..(*value.cast::<Lock>()).clone()
+    })
 }
 
 /// Aux data, before the keys: the token counter; from encoding 2 on, also
@@ -391,6 +416,7 @@ fn load_hold(rdb: *mut raw::RedisModuleIO) -> Option<Hold> {
         holds,
         fence,
         deadline_ms,
+        granted_ms: 0,
     })
 }
 
@@ -416,6 +442,7 @@ unsafe extern "C" fn rwlock_rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int
                 writer,
                 readers,
                 fence,
+                ended: Vec::new(),
             };
             valid_rwlock(&lock).then_some(lock)
         };
@@ -499,5 +526,43 @@ unsafe extern "C" fn rwlock_copy(
     _to: *mut raw::RedisModuleString,
     value: *const c_void,
 ) -> *mut c_void {
-    boxed((*value.cast::<RwLock>()).clone())
+    let mut copy = (*value.cast::<RwLock>()).clone();
+    copy.ended.clear();
+    for hold in copy.writer.iter_mut().chain(&mut copy.readers) {
+        hold.granted_ms = 0;
+    }
+    boxed(copy)
+}
+
+/// The read-write lock type as the `redis_module!` table registers it: the
+/// first thing that table does, and so the place to quiet its defrag probe.
+/// The table then registers defrag callbacks, of which warden has none, and
+/// logs a warning at every load where the server lacks
+/// `RedisModule_RegisterDefragCallbacks` (Redis before 8, Valkey): a warning
+/// about nothing. With a stand-in that is never called (it is called only
+/// for callbacks that exist, and answers an error if it ever were), a normal
+/// load logs no warning.
+pub struct FirstType(&'static RedisType);
+
+pub static RWLOCK_TYPE_FIRST: FirstType = FirstType(&RWLOCK_TYPE);
+
+impl FirstType {
+    pub fn create_data_type(&self, ctx: *mut raw::RedisModuleCtx) -> Result<(), &str> {
+        // Safety: written once, on the main thread, while the module loads.
+        unsafe {
+            let slot = ptr::addr_of_mut!(raw::RedisModule_RegisterDefragCallbacks);
+            if slot.read().is_none() {
+                slot.write(Some(no_defrag_callbacks));
+            }
+        }
+        self.0.create_data_type(ctx)
+    }
+}
+
+extern "C" fn no_defrag_callbacks(
+    _ctx: *mut raw::RedisModuleCtx,
+    _start: raw::RedisModuleDefragFunc,
+    _end: raw::RedisModuleDefragFunc,
+) -> c_int {
+    raw::REDISMODULE_ERR as c_int
 }

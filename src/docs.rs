@@ -115,6 +115,7 @@ pub const DOCS: &[Doc] = &[
     Doc { name: "cache.abandon", summary: "Ends a fill lease unfilled; the oldest waiter gets a new lease", complexity: "O(1)", arity: 3, writes: true, args: &[KEY_ARG, arg("lease", INTEGER)] },
     Doc { name: "cache.invalidate", summary: "Deletes a cached value (or keeps it as stale for a while) and revokes its fill lease, even for a missing key", complexity: "O(1)", arity: -2, writes: true, args: &[KEY_ARG, option("STALE", "ms", INTEGER)] },
     Doc { name: "cache.info", summary: "Returns whether the key is a hit, stale or a miss, its ttl, its fill lease and lease ttl, and its waiters", complexity: "O(1)", arity: 2, writes: false, args: &[KEY_ARG] },
+    Doc { name: "warden.contended", summary: "Lists the keys with clients waiting right now, most waiters first: key, db, waiters, oldest and total wait in ms", complexity: "O(K * log(n)) where K is the number of keys with waiters and n the count", arity: -1, writes: false, args: &[option("COUNT", "count", INTEGER)] },
     Doc { name: "bf.reserve", summary: "Creates an empty Bloom filter for a capacity and an error rate", complexity: "O(1)", arity: -4, writes: true, args: &[KEY_ARG, arg("error_rate", DOUBLE), arg("capacity", INTEGER), option("EXPANSION", "expansion", INTEGER), flag("NONSCALING")] },
     Doc { name: "bf.add", summary: "Adds an item to a Bloom filter, creating it if needed", complexity: "O(k + i) where k is the number of probes and i the number of sub-filters", arity: 3, writes: true, args: &[KEY_ARG, ITEM] },
     Doc { name: "bf.madd", summary: "Adds items to a Bloom filter, creating it if needed", complexity: "O(n * (k + i))", arity: -3, writes: true, args: &[KEY_ARG, ITEMS] },
@@ -127,6 +128,16 @@ pub const DOCS: &[Doc] = &[
     Doc { name: "bf.scandump", summary: "Dumps a Bloom filter in chunks of at most 4 MiB, for BF.LOADCHUNK", complexity: "O(n) where n is the chunk size", arity: 3, writes: false, args: &[KEY_ARG, arg("iterator", INTEGER)] },
     Doc { name: "bf.loadchunk", summary: "Restores a Bloom filter from BF.SCANDUMP chunks, validating every byte", complexity: "O(n) where n is the chunk size", arity: 4, writes: true, args: &[KEY_ARG, arg("iterator", INTEGER), arg("data", STRING)] },
 ];
+
+/// The version that added a command, where it is not 1.0.0.
+const SINCE: &[(&str, &str)] = &[("warden.contended", "1.1.0")];
+
+fn since(name: &str) -> &'static str {
+    SINCE
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map_or("1.0.0", |(_, v)| v)
+}
 
 /// Keeps the C strings of one call alive.
 struct Strings(Vec<CString>);
@@ -217,11 +228,16 @@ pub fn register(ctx: &Context, commands: &[Command]) -> bool {
             version: &version,
             summary: strings.c(doc.summary),
             complexity: strings.c(doc.complexity),
-            since: strings.c("1.0.0"),
+            since: strings.c(since(doc.name)),
             history: ptr::null_mut(),
             tips: ptr::null(),
             arity: doc.arity,
-            key_specs: key_specs.as_mut_ptr(),
+            // A command without a key argument (WARDEN.CONTENDED) has no key spec.
+            key_specs: if doc.args.iter().any(|a| a.ty == KEY) {
+                key_specs.as_mut_ptr()
+            } else {
+                ptr::null_mut()
+            },
             args: c_args(doc.args, &mut strings, &mut arrays),
         };
         let name = CString::new(doc.name).expect("command name");

@@ -3,6 +3,7 @@
 pub const WRONGTYPE: &str = "WRONGTYPE Operation against a key holding the wrong kind of value";
 pub const INTERNAL: &str = "ERR internal error";
 pub const SYNTAX: &str = "ERR syntax error";
+pub const INVALID_COUNT: &str = "ERR invalid count: expected an integer from 1 to 1000";
 pub const INVALID_TTL: &str = "ERR invalid ttl";
 pub const INVALID_TIMEOUT: &str = "ERR invalid timeout";
 pub const INVALID_OWNER: &str = "ERR invalid owner";

@@ -4,13 +4,64 @@ use std::os::raw::c_int;
 
 use redis_module::raw;
 
+use crate::stats::Histogram;
 use crate::{fence::FENCES, guard, stats, waiters};
+
+/// The one version of warden: the crate's, also the module's `ver`, the
+/// `version` field of `INFO warden` and the log line at load.
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// `VERSION` as the module `ver` Redis shows (`MODULE LIST`):
+/// major * 10000 + minor * 100 + patch, as Redis numbers its own modules.
+pub const VERSION_NUMBER: i32 = version_number(VERSION.as_bytes());
+
+const fn version_number(v: &[u8]) -> i32 {
+    let (mut parts, mut part, mut i) = ([0i32; 3], 0, 0);
+    while i < v.len() && part < 3 {
+        match v[i] {
+            b'.' => part += 1,
+            b'0'..=b'9' => parts[part] = parts[part] * 10 + (v[i] - b'0') as i32,
+            _ => break,
+        }
+        i += 1;
+    }
+    parts[0] * 10000 + parts[1] * 100 + parts[2]
+}
+
+/// One NOTICE line at load: which warden, on which server.
+pub fn log_loaded(ctx: &redis_module::Context) {
+    let server = unsafe { raw::RedisModule_GetServerVersion.map_or(0, |f| f()) };
+    ctx.log_notice(&format!(
+        "warden {VERSION} loaded (server {}.{}.{}; INFO warden shows its metrics)",
+        server >> 16,
+        (server >> 8) & 0xff,
+        server & 0xff
+    ));
+}
+
+/// A histogram as one dict field: `le_1=..,le_2=..,...,le_inf=..,count=..,sum=..`.
+fn add_histogram(ctx: *mut raw::RedisModuleInfoCtx, name: &str, h: &Histogram) {
+    let (buckets, sum) = h.cumulative();
+    raw::add_info_begin_dict_field(ctx, name);
+    let mut count = 0;
+    for (le, n) in buckets {
+        match le {
+            Some(le) => raw::add_info_field_unsigned_long_long(ctx, &format!("le_{le}"), n),
+            None => raw::add_info_field_unsigned_long_long(ctx, "le_inf", n),
+        };
+        count = n;
+    }
+    raw::add_info_field_unsigned_long_long(ctx, "count", count);
+    raw::add_info_field_unsigned_long_long(ctx, "sum", sum);
+    raw::add_info_end_dict_field(ctx);
+}
 
 extern "C" fn report(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_report: c_int) {
     guard::callback((), || {
         // No name: Redis prefixes the module's name, and "warden" would print
         // the section as `# warden_warden`.
         raw::add_info_section(ctx, None);
+        raw::add_info_field_str(ctx, "version", VERSION);
         let (batch_steps, batch_us) = crate::cache::commands::max_batch();
         let fields = [
             ("lock_keys", stats::LOCK_KEYS.get()),
@@ -45,6 +96,10 @@ extern "C" fn report(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_report: c_int
             ),
             ("cache_refreshes", stats::CACHE_REFRESHES.get() as i64),
             ("cache_stale_served", stats::CACHE_STALE_SERVED.get() as i64),
+            (
+                "cache_leases_unfilled",
+                crate::cache::commands::leases_unfilled() as i64,
+            ),
             ("last_fence", FENCES.last() as i64),
             ("module_memory", stats::MODULE_BYTES.get()),
             (
@@ -57,6 +112,18 @@ extern "C" fn report(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_report: c_int
         for (name, value) in fields {
             raw::add_info_field_long_long(ctx, name, value);
         }
+        let tracking = crate::config::latency_tracking();
+        raw::add_info_field_long_long(ctx, "latency_tracking", i64::from(tracking));
+        let histograms = [
+            ("lock_wait_ms", &stats::LOCK_WAIT),
+            ("rwlock_wait_ms", &stats::RWLOCK_WAIT),
+            ("cache_wait_ms", &stats::CACHE_WAIT),
+            ("lock_hold_ms", &stats::LOCK_HOLD),
+            ("rwlock_hold_ms", &stats::RWLOCK_HOLD),
+        ];
+        for (name, h) in histograms {
+            add_histogram(ctx, name, h);
+        }
     })
 }
 
@@ -64,5 +131,17 @@ pub fn register(ctx: *mut raw::RedisModuleCtx) -> bool {
     unsafe {
         raw::RedisModule_RegisterInfoFunc.unwrap()(ctx, Some(report))
             == raw::REDISMODULE_OK as c_int
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::version_number;
+
+    #[test]
+    fn module_ver_is_major_minor_patch() {
+        assert_eq!(version_number(b"1.1.0"), 10100);
+        assert_eq!(version_number(b"2.14.7"), 21407);
+        assert_eq!(version_number(b"1.2.3-rc1"), 10203);
     }
 }

@@ -9,6 +9,7 @@ mod cache;
 #[macro_use]
 mod command;
 mod config;
+mod contended;
 mod datatypes;
 mod docs;
 mod error;
@@ -30,7 +31,7 @@ use redis_module::{redis_module, Context, RedisString, Status};
 
 use crate::bloom::datatype::{BLOOM_TYPE, REDISBLOOM_TYPE};
 use crate::command::Command;
-use crate::datatypes::RWLOCK_TYPE;
+use crate::datatypes::RWLOCK_TYPE_FIRST;
 
 #[cfg(not(any(test, fuzzing)))]
 type Allocator = alloc::RedisAllocator;
@@ -50,7 +51,8 @@ pub mod fuzzing {
     pub use crate::bloom::redisbloom::exercise as redisbloom_codec;
 }
 
-/// Every command: name, handler, flags. Each takes one key, its first argument.
+/// Every command: name, handler, flags. Each takes one key, its first
+/// argument, but those declared `keyless`.
 const CORE_COMMANDS: &[Command] = &[
     command!("lock.acquire", lock::commands::acquire, "write deny-oom"),
     command!("lock.release", lock::commands::release, "write fast"),
@@ -68,6 +70,12 @@ const CORE_COMMANDS: &[Command] = &[
     command!("cache.abandon", cache::commands::abandon, "write fast"),
     command!("cache.invalidate", cache::commands::invalidate, "write"),
     command!("cache.info", cache::commands::info, "readonly fast"),
+    command!(
+        "warden.contended",
+        contended::contended,
+        "readonly",
+        keyless
+    ),
 ];
 
 /// The Bloom commands: left out when another module serves `BF.*`.
@@ -114,6 +122,7 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
         && cache::commands::subscribe(ctx)
         && info::register(ctx.ctx);
     if ready {
+        info::log_loaded(ctx);
         grace::on_module_load(ctx);
         Status::Ok
     } else {
@@ -126,8 +135,8 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
 // `warden-lk` too: which aux callback it gets depends on the server.
 redis_module! {
     name: "warden",
-    version: 1,
+    version: info::VERSION_NUMBER,
     allocator: (Allocator, ALLOCATOR),
-    data_types: [RWLOCK_TYPE, BLOOM_TYPE],
+    data_types: [RWLOCK_TYPE_FIRST, BLOOM_TYPE],
     init: init,
 }

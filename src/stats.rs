@@ -83,3 +83,102 @@ pub static CACHE_STALE_SERVED: Counter = Counter::new();
 /// memory that lingers).
 pub static MODULE_BYTES: Gauge = Gauge::new();
 pub static MODULE_ALLOCATED: Counter = Counter::new();
+
+/// Finite buckets of a [`Histogram`]: `<= 2^0 .. 2^20` ms (about 17 minutes).
+pub const BUCKETS: usize = 21;
+
+/// A distribution of durations in ms, in power-of-two buckets (Redis'
+/// `LATENCY HISTOGRAM` style), reported cumulatively. Atomics: values are
+/// freed, and so holds observed, on a background thread too.
+pub struct Histogram {
+    /// Observations per bucket (not cumulative); the last is `> 2^20`.
+    buckets: [AtomicU64; BUCKETS + 1],
+    sum: AtomicU64,
+}
+
+impl Histogram {
+    const fn new() -> Self {
+        Self {
+            buckets: [const { AtomicU64::new(0) }; BUCKETS + 1],
+            sum: AtomicU64::new(0),
+        }
+    }
+
+    /// Records one duration (negative ones count as 0), unless
+    /// `warden.latency-tracking` is off.
+    pub fn observe(&self, ms: i64) {
+        if !crate::config::latency_tracking() {
+            return;
+        }
+        let ms = ms.max(0) as u64;
+        self.buckets[bucket_of(ms)].fetch_add(1, Ordering::Relaxed);
+        self.sum.fetch_add(ms, Ordering::Relaxed);
+    }
+
+    /// `(upper bound in ms or None for +inf, cumulative count)` per bucket,
+    /// then the total of the durations.
+    pub fn cumulative(&self) -> ([(Option<u64>, u64); BUCKETS + 1], u64) {
+        let mut out = [(None, 0); BUCKETS + 1];
+        let mut total = 0;
+        for (i, b) in self.buckets.iter().enumerate() {
+            total += b.load(Ordering::Relaxed);
+            out[i] = ((i < BUCKETS).then_some(1 << i), total);
+        }
+        (out, self.sum.load(Ordering::Relaxed))
+    }
+}
+
+/// The bucket of `ms`: the smallest `i` with `ms <= 2^i`, or the overflow one.
+fn bucket_of(ms: u64) -> usize {
+    if ms <= 1 {
+        return 0;
+    }
+    ((64 - (ms - 1).leading_zeros()) as usize).min(BUCKETS)
+}
+
+/// How long clients waited in `WAIT` (whatever ended the wait), per kind.
+pub static LOCK_WAIT: Histogram = Histogram::new();
+pub static RWLOCK_WAIT: Histogram = Histogram::new();
+pub static CACHE_WAIT: Histogram = Histogram::new();
+/// How long holds lasted, from grant to release, lease end or deletion.
+pub static LOCK_HOLD: Histogram = Histogram::new();
+pub static RWLOCK_HOLD: Histogram = Histogram::new();
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn buckets_are_powers_of_two_inclusive_above() {
+        let cases = [
+            (0, 0),
+            (1, 0),
+            (2, 1),
+            (3, 2),
+            (4, 2),
+            (5, 3),
+            (1 << 20, 20),
+            ((1 << 20) + 1, BUCKETS),
+            (u64::MAX, BUCKETS),
+        ];
+        for (ms, bucket) in cases {
+            assert_eq!(bucket_of(ms), bucket, "{ms} ms");
+        }
+    }
+
+    #[test]
+    fn reported_counts_are_cumulative_and_end_with_the_total() {
+        let h = Histogram::new();
+        for ms in [0, 1, 3, 3, 100, 5_000_000] {
+            h.observe(ms);
+        }
+        let (buckets, sum) = h.cumulative();
+        assert_eq!(buckets[0], (Some(1), 2));
+        assert_eq!(buckets[1], (Some(2), 2));
+        assert_eq!(buckets[2], (Some(4), 4));
+        assert_eq!(buckets[7], (Some(128), 5));
+        assert_eq!(buckets[BUCKETS - 1], (Some(1 << 20), 5));
+        assert_eq!(buckets[BUCKETS], (None, 6));
+        assert_eq!(sum, 5_000_107);
+    }
+}

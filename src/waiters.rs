@@ -106,6 +106,8 @@ pub struct Waiter {
     pub mode: Mode,
     /// Absolute deadline of the wait; `i64::MAX`: forever.
     deadline_ms: i64,
+    /// When the wait began (unix ms).
+    since_ms: i64,
     handle: Handle,
     client_id: u64,
     timer: Option<TimerId>,
@@ -123,6 +125,7 @@ impl Waiter {
             ttl_ms,
             mode,
             deadline_ms: i64::MAX,
+            since_ms: 0,
             handle: ptr::null_mut(),
             client_id: 0,
             timer: None,
@@ -141,6 +144,16 @@ impl Waiter {
 
     fn is_of(&self, kind: &'static dyn Kind) -> bool {
         ptr::addr_eq(self.kind, kind)
+    }
+
+    /// The wait is over, whatever ended it: its length goes to its kind's histogram.
+    fn ended(&self, now_ms: i64) {
+        let histogram = match self.mode {
+            Mode::Exclusive => &stats::LOCK_WAIT,
+            Mode::Read | Mode::Write => &stats::RWLOCK_WAIT,
+            Mode::Fill | Mode::FillFresh => &stats::CACHE_WAIT,
+        };
+        histogram.observe(now_ms - self.since_ms);
     }
 }
 
@@ -184,6 +197,8 @@ struct InFlight {
 struct Queue {
     slots: VecDeque<(usize, u64)>,
     live: usize,
+    /// The sum of the live waiters' `since_ms`: their total wait, in O(1).
+    since_sum: i64,
 }
 
 #[derive(Default)]
@@ -237,10 +252,6 @@ impl Registry {
         self.queues.get(&db)?.get(name)
     }
 
-    fn queue_mut(&mut self, db: c_int, name: &[u8]) -> Option<&mut Queue> {
-        self.queues.get_mut(&db)?.get_mut(name)
-    }
-
     /// The live waiter at the head of a queue, dropping slots of waiters gone.
     fn head(&mut self, db: c_int, name: &[u8]) -> Option<&Waiter> {
         let queue = self.queues.get_mut(&db)?.get_mut(name)?;
@@ -259,10 +270,11 @@ impl Registry {
 
     /// Takes the head (found by [`Registry::head`]) off its queue.
     fn pop_head(&mut self, db: c_int, name: &[u8]) -> Option<Waiter> {
-        let queue = self.queue_mut(db, name)?;
+        let queue = self.queues.get_mut(&db)?.get_mut(name)?;
         let (handle, _) = queue.slots.pop_front()?;
         queue.live -= 1;
         let w = self.waiting.remove(&handle)?;
+        queue.since_sum -= w.since_ms;
         self.dropped(db, name);
         Some(w)
     }
@@ -277,6 +289,7 @@ impl Registry {
             .and_then(|q| q.get_mut(&w.key.name[..]));
         if let Some(queue) = queue {
             queue.live -= 1;
+            queue.since_sum -= w.since_ms;
             // Leftover slots stay bounded by the live ones (amortised O(1)).
             if queue.slots.len() > 2 * queue.live + 32 {
                 queue
@@ -346,6 +359,55 @@ pub fn total_waiting() -> usize {
     with(|r| r.waiting.len())
 }
 
+/// One key with clients waiting, as `WARDEN.CONTENDED` reports it.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Contention {
+    pub db: c_int,
+    pub name: Vec<u8>,
+    pub waiters: usize,
+    pub oldest_wait_ms: i64,
+    pub total_wait_ms: i64,
+}
+
+/// The `n` keys with the most clients waiting now (ties: the longest wait,
+/// then the name). One pass over the contended keys; the memory it takes is
+/// bounded by `n`, whatever their number.
+pub fn contended(n: usize) -> Vec<Contention> {
+    use std::cmp::Reverse;
+    use std::collections::BinaryHeap;
+    let now = now_ms();
+    with(|r| {
+        // The best `n` so far, the worst of them on top (Reverse: a min-heap).
+        let mut best = BinaryHeap::with_capacity(n.min(r.waiting.len()) + 1);
+        for (&db, names) in &r.queues {
+            for (name, queue) in names {
+                let oldest = queue
+                    .slots
+                    .iter()
+                    .find_map(|(h, s)| r.waiting.get(h).filter(|w| w.seq == *s))
+                    .map_or(0, |w| now - w.since_ms);
+                let rank = (queue.live, oldest, Reverse((&name[..], db)));
+                best.push(Reverse((rank, queue.since_sum)));
+                if best.len() > n {
+                    best.pop();
+                }
+            }
+        }
+        best.into_sorted_vec()
+            .into_iter()
+            .map(
+                |Reverse(((live, oldest, Reverse((name, db))), since_sum))| Contention {
+                    db,
+                    name: name.to_vec(),
+                    waiters: live,
+                    oldest_wait_ms: oldest.max(0),
+                    total_wait_ms: (live as i64 * now - since_sum).max(0),
+                },
+            )
+            .collect()
+    })
+}
+
 /// Whether `CLIENT UNBLOCK` may end a wait: only where Redis' timeout path
 /// never drops a reply already handed over (Redis 7.4+, Valkey 8+); set at load.
 static UNBLOCK_ENDS_WAIT: AtomicBool = AtomicBool::new(false);
@@ -377,8 +439,9 @@ pub fn block(ctx: &Context, name: &[u8], mut waiter: Waiter, timeout_ms: i64) {
     waiter.handle = handle;
     waiter.client_id = unsafe { raw::RedisModule_GetClientId.unwrap()(ctx.ctx) };
     waiter.key = queue_key(ctx.ctx, name);
+    waiter.since_ms = now_ms();
     if timeout_ms > 0 {
-        waiter.deadline_ms = now_ms().saturating_add(timeout_ms);
+        waiter.deadline_ms = waiter.since_ms.saturating_add(timeout_ms);
         let data = handle.cast::<c_void>();
         waiter.timer = Some(unsafe {
             raw::RedisModule_CreateTimer.unwrap()(ctx.ctx, timeout_ms, Some(on_deadline), data)
@@ -392,10 +455,12 @@ pub fn block(ctx: &Context, name: &[u8], mut waiter: Waiter, timeout_ms: i64) {
         if let Some(queue) = queues.get_mut(name) {
             queue.slots.push_back(slot);
             queue.live += 1;
+            queue.since_sum += waiter.since_ms;
         } else {
             let mut queue = Queue::default();
             queue.slots.push_back(slot);
             queue.live = 1;
+            queue.since_sum = waiter.since_ms;
             queues.insert(name.to_vec(), queue);
         }
         r.waiting.insert(handle as usize, waiter);
@@ -478,6 +543,7 @@ pub fn answer(ctx: &Context, waiter: Waiter, answer: Answer) {
 
 /// The one place a decided answer leaves: exactly one `UnblockClient` per handle.
 fn deliver(ctx: Ctx, waiter: Waiter, answer: Answer) {
+    waiter.ended(now_ms());
     if let Some(id) = waiter.timer {
         stop_timer(ctx, id);
     }
@@ -718,6 +784,7 @@ fn select_db(ctx: &Context, db: c_int) {
 /// if it was queued.
 fn leave(ctx: Ctx, handle: Handle) -> Option<Waiter> {
     let mut w = with(|r| r.take(handle))?;
+    w.ended(now_ms());
     if let Some(id) = w.timer.take() {
         stop_timer(ctx, id);
     }

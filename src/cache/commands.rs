@@ -85,6 +85,17 @@ pub fn entries() -> usize {
     with(|t| t.len())
 }
 
+/// Leases that ended without a fill: every lease granted ends filled (one
+/// stored fill each), ends otherwise (lapsed, abandoned, revoked, its holder
+/// gone, its table flushed), or is still in the table.
+pub fn leases_unfilled() -> u64 {
+    let live = with(|t| t.leases()) as u64;
+    stats::CACHE_LEASES
+        .get()
+        .saturating_sub(stats::CACHE_FILLS.get())
+        .saturating_sub(live)
+}
+
 /// The most steps one callback has taken to end leases, and the longest such
 /// callback in microseconds (`INFO warden`).
 pub fn max_batch() -> (usize, u64) {

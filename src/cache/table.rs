@@ -80,6 +80,11 @@ impl Table {
         self.dbs.values().map(|d| d.entries.len()).sum()
     }
 
+    /// Leases in the table (each has one deadline record), over every database.
+    pub fn leases(&self) -> usize {
+        self.dbs.values().map(|d| d.deadlines.len()).sum()
+    }
+
     /// The entry of `q`, a copy.
     pub fn entry(&self, q: &QueueKey) -> Entry {
         self.dbs
@@ -399,6 +404,31 @@ mod tests {
         assert_eq!(t.len(), 1, "another holder's lease stays");
         let e = t.entry(&q(0, "other"));
         assert!(t.live(&e, 0).is_some());
+    }
+
+    #[test]
+    fn leases_are_counted_until_they_end_however_they_end() {
+        let mut t = Table::default();
+        for i in 0..6u64 {
+            t.grant(
+                &q((i % 2) as c_int, &format!("k{i}")),
+                lease(i + 1, 100, Some(i)),
+            );
+        }
+        t.grant(&q(0, "k0"), lease(50, 100, None));
+        assert_eq!(t.leases(), 6, "a new grant replaces the old lease");
+        t.take(&q(0, "k0"), Some(50));
+        t.set_stale(&q(1, "k1"), Some(500));
+        t.clear(&q(1, "k1"));
+        assert_eq!(t.leases(), 4);
+        t.forget_db(1);
+        assert_eq!(
+            t.leases(),
+            2,
+            "a flushed database's leases are gone at once"
+        );
+        drain(&mut t, 101, 10);
+        assert_eq!(t.leases(), 0);
     }
 
     #[test]

@@ -80,6 +80,10 @@ fn hand_off(ctx: &Context, name: &Arg, key: &Key, lock: Option<&mut Lock>) -> bo
     match lock {
         Some(lock) => {
             // One value, one expiry, one effect: no delete and re-create.
+            if let Some(held_ms) = lock.held_for(now) {
+                stats::LOCK_HOLD.observe(held_ms);
+            }
+            lock.granted_ms = now;
             lock.owner = std::mem::take(&mut waiter.owner);
             lock.holds = 1;
             lock.fence = fence;
@@ -145,6 +149,8 @@ impl Kind for LockKind {
             publish(ctx, name, &key, lock);
             return;
         }
+        // No client ever held this grant: no hold time to record.
+        lock.granted_ms = 0;
         notify(ctx, c"lock.release", name);
         if !hand_off(ctx, name, &key, Some(lock)) {
             key.delete();
@@ -323,6 +329,7 @@ pub fn set(ctx: &Context, args: &[Arg]) -> RedisResult {
         holds,
         fence,
         deadline_ms: bounded_deadline(deadline_ms),
+        granted_ms: 0,
     };
     match existing {
         Some(existing) => *existing = lock,

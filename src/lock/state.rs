@@ -12,6 +12,9 @@ pub struct Lock {
     pub fence: u64,
     /// Absolute unix time in ms at which the lease ends (the key's expiry).
     pub deadline_ms: i64,
+    /// When this server granted the hold (unix ms); 0: not known here (loaded,
+    /// copied or replicated), and then no hold time is recorded for it.
+    pub granted_ms: i64,
 }
 
 /// What a request by an owner did to an existing lock.
@@ -44,7 +47,14 @@ impl Lock {
             holds: 1,
             fence,
             deadline_ms: now_ms.saturating_add(ttl_ms),
+            granted_ms: now_ms,
         }
+    }
+
+    /// How long the hold lasted if it ends at `now_ms` (its lease's end, if
+    /// earlier); `None` if its grant time is not known.
+    pub fn held_for(&self, now_ms: i64) -> Option<i64> {
+        (self.granted_ms > 0).then(|| now_ms.min(self.deadline_ms) - self.granted_ms)
     }
 
     /// Redis' own rule: a key expires once the clock is past its deadline.
@@ -157,6 +167,15 @@ mod tests {
         assert_eq!(l.release(b"a", 1_101), Release::NotOwner);
         assert!(!l.extend(b"a", 1_101, 10));
         assert_eq!(l.enter(b"a", 1_101, 10), Entry::Busy);
+    }
+
+    #[test]
+    fn a_hold_lasts_until_now_or_its_lease_end_when_its_grant_is_known() {
+        let mut l = held("a");
+        assert_eq!(l.held_for(1_040), Some(40));
+        assert_eq!(l.held_for(5_000), Some(100));
+        l.granted_ms = 0;
+        assert_eq!(l.held_for(1_040), None);
     }
 
     #[test]

@@ -35,7 +35,10 @@ fn rw_in(key: &Key) -> Result<Option<&mut RwLock>, RedisError> {
 
 /// Writes the state's expiry to the key and sends the full state to replicas
 /// and the AOF; a lock with no holds left is deleted.
-fn publish(ctx: &Context, name: &Arg, key: &Key, lock: &RwLock) {
+fn publish(ctx: &Context, name: &Arg, key: &Key, lock: &mut RwLock) {
+    for held_ms in lock.ended.drain(..) {
+        stats::RWLOCK_HOLD.observe(held_ms);
+    }
     let Some(deadline) = lock.deadline() else {
         key.delete();
         replicate_del(ctx, name);
@@ -421,6 +424,7 @@ pub fn set(ctx: &Context, args: &[Arg]) -> RedisResult {
             holds,
             fence: hold_fence,
             deadline_ms: deadline as i64,
+            granted_ms: 0,
         };
         match &group[0][..] {
             b"W" if lock.writer.is_none() => lock.writer = Some(hold),

@@ -13,6 +13,8 @@ pub struct Hold {
     pub fence: u64,
     /// Absolute unix ms at which this hold's lease ends.
     pub deadline_ms: i64,
+    /// When this server granted it (unix ms); 0: not known here.
+    pub granted_ms: i64,
 }
 
 impl Hold {
@@ -22,11 +24,18 @@ impl Hold {
             holds: 1,
             fence,
             deadline_ms: now_ms.saturating_add(ttl_ms),
+            granted_ms: now_ms,
         }
     }
 
     fn is_live(&self, now_ms: i64) -> bool {
         now_ms <= self.deadline_ms
+    }
+
+    /// How long the hold lasted if it ends at `now_ms` (its lease's end, if
+    /// earlier); `None` if its grant time is not known.
+    pub fn held_for(&self, now_ms: i64) -> Option<i64> {
+        (self.granted_ms > 0).then(|| now_ms.min(self.deadline_ms) - self.granted_ms)
     }
 }
 
@@ -68,15 +77,25 @@ pub struct RwLock {
     pub readers: Vec<Hold>,
     /// The last token issued on this key.
     pub fence: u64,
+    /// How long each hold lasted that ended since the caller last took them
+    /// (unlocked or lapsed; not a revoked grant, which no client ever held).
+    pub ended: Vec<i64>,
 }
 
 impl RwLock {
     /// Drops holds whose lease ended.
     pub fn prune(&mut self, now_ms: i64) {
-        if self.writer.as_ref().is_some_and(|w| !w.is_live(now_ms)) {
-            self.writer = None;
+        if let Some(w) = self.writer.take_if(|w| !w.is_live(now_ms)) {
+            self.ended.extend(w.held_for(now_ms));
         }
-        self.readers.retain(|r| r.is_live(now_ms));
+        let ended = &mut self.ended;
+        self.readers.retain(|r| {
+            let live = r.is_live(now_ms);
+            if !live {
+                ended.extend(r.held_for(now_ms));
+            }
+            live
+        });
     }
 
     pub fn is_free(&self) -> bool {
@@ -218,6 +237,7 @@ impl RwLock {
             if w.holds > 0 {
                 return Unlock::Remaining;
             }
+            self.ended.extend(w.held_for(now_ms));
             self.writer = None;
             return Unlock::Gone;
         }
@@ -228,7 +248,8 @@ impl RwLock {
         if self.readers[i].holds > 0 {
             return Unlock::Remaining;
         }
-        self.readers.remove(i);
+        let gone = self.readers.remove(i);
+        self.ended.extend(gone.held_for(now_ms));
         Unlock::Gone
     }
 

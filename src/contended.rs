@@ -1,0 +1,39 @@
+//! `WARDEN.CONTENDED [COUNT n]`: the keys with clients waiting right now.
+
+use redis_module::{raw, Context, RedisError, RedisResult, RedisValue};
+
+use crate::args::{self, is_keyword};
+use crate::command::Arg;
+use crate::error;
+use crate::reply::{self, Field};
+use crate::waiters;
+
+/// Keys listed when no COUNT is given, and the most one call lists.
+const DEFAULT_COUNT: usize = 10;
+pub const MAX_COUNT: usize = 1000;
+
+pub fn contended(ctx: &Context, args: &[Arg]) -> RedisResult {
+    let count = match &args[1..] {
+        [] => DEFAULT_COUNT,
+        [word, n] if is_keyword(word, "COUNT") => args::integer(n)
+            .filter(|n| (1..=MAX_COUNT as i64).contains(n))
+            .ok_or(RedisError::Str(error::INVALID_COUNT))?
+            as usize,
+        _ => return Err(RedisError::Str(error::SYNTAX)),
+    };
+    let keys = waiters::contended(count);
+    raw::reply_with_array(ctx.ctx, keys.len() as _);
+    for k in &keys {
+        reply::map(
+            ctx,
+            &[
+                ("key", Field::Bytes(&k.name)),
+                ("db", Field::Int(i64::from(k.db))),
+                ("waiters", Field::Int(k.waiters as i64)),
+                ("oldest_wait_ms", Field::Int(k.oldest_wait_ms)),
+                ("total_wait_ms", Field::Int(k.total_wait_ms)),
+            ],
+        )?;
+    }
+    Ok(RedisValue::NoReply)
+}
