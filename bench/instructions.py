@@ -8,6 +8,8 @@ by the operations done in it.
   hand-off       10 clients contending: LOCK.ACQUIRE … WAIT 0 / INCR /
                  LOCK.RELEASE, against Redis' own blocking hand-off
                  BLPOP token / INCR / RPUSH (per hand-off)
+  tracking       the same hand-off with warden.latency-tracking on and off
+                 (the cost of the wait and hold histograms)
   lock.acquire   LOCK.ACQUIRE on fresh keys, against SET key owner NX PX
   bf.add         BF.ADD of new items, warden against RedisBloom
   bf.exists      BF.EXISTS of present items, warden against RedisBloom
@@ -72,7 +74,7 @@ class Conn:
         return self.reply()
 
 
-def counted(server, modules, workload, warmup=2.0, window=5.0):
+def counted(server, modules, workload, warmup=2.0, window=5.0, extra=()):
     """Runs `workload(port, stop_event, ops_counter)` under callgrind; returns
     server instructions per operation in the counting window."""
     work = tempfile.mkdtemp(prefix="warden-cg-")
@@ -86,6 +88,7 @@ def counted(server, modules, workload, warmup=2.0, window=5.0):
             "--logfile", f"{work}/log"]
     for m in modules:
         args += ["--loadmodule", m]
+    args += list(extra)
     vg = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         ops = [0]
@@ -194,6 +197,12 @@ def main():
     row("hand-off (10 clients contending)",
         counted(server, [warden], contention("warden")),
         counted(server, [warden], contention("blpop")), "BLPOP token")
+    # The cost of the wait and hold histograms: the same hand-off with
+    # warden.latency-tracking on (the default) and off.
+    row("hand-off, latency tracking on vs off",
+        counted(server, [warden], contention("warden")),
+        counted(server, [warden], contention("warden"), extra=["--warden.latency-tracking", "no"]),
+        "tracking off")
     row("LOCK.ACQUIRE of a free key",
         counted(server, [warden], pipelined(lambda i: ("LOCK.ACQUIRE", f"k{i}", "owner", 600000))),
         counted(server, [warden], pipelined(lambda i: ("SET", f"k{i}", "owner", "NX", "PX", 600000))),
