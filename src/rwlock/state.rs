@@ -96,6 +96,15 @@ impl RwLock {
             }
             live
         });
+        self.fit();
+    }
+
+    /// Gives memory back once most readers of a burst are gone (a key that
+    /// once had 20k readers must not keep room for them while it lives).
+    fn fit(&mut self) {
+        if self.readers.capacity() > 16 && self.readers.len() * 4 < self.readers.capacity() {
+            self.readers.shrink_to_fit();
+        }
     }
 
     pub fn is_free(&self) -> bool {
@@ -225,6 +234,7 @@ impl RwLock {
         self.readers[i].holds -= 1;
         if self.readers[i].holds == 0 {
             self.readers.remove(i);
+            self.fit();
         }
         true
     }
@@ -250,6 +260,7 @@ impl RwLock {
         }
         let gone = self.readers.remove(i);
         self.ended.extend(gone.held_for(now_ms));
+        self.fit();
         Unlock::Gone
     }
 
@@ -315,6 +326,22 @@ mod tests {
         draw: &mut dyn FnMut() -> u64,
     ) -> Outcome {
         l.request(mode, owner.as_bytes(), now, 100, false, draw)
+    }
+
+    #[test]
+    fn a_burst_of_readers_gives_its_room_back_as_they_leave() {
+        let mut l = RwLock::default();
+        for i in 0..1000 {
+            l.grant(Mode::Read, format!("r{i}").as_bytes(), 1, 100, i + 1);
+        }
+        for i in 1..1000 {
+            assert_eq!(l.unlock(format!("r{i}").as_bytes(), 50), Unlock::Gone);
+        }
+        assert_eq!(l.ended.len(), 999);
+        assert!(l.readers.capacity() <= 16, "{}", l.readers.capacity());
+        l.prune(200);
+        assert!(l.is_free());
+        assert_eq!(l.ended.len(), 1000, "the last reader's lease ended");
     }
 
     #[test]
