@@ -689,3 +689,26 @@ fn the_way_back_finds_every_key_that_cannot_go_back() {
     assert_eq!(int(&mut b, &["BF.EXISTS", "users", "alice"]), 1);
     assert_eq!(int(&mut b, &["DBSIZE"]), 1);
 }
+
+/// "Monitoring": `INFO` and `INFO ALL` leave module sections out; `INFO
+/// warden`, `INFO modules` and `INFO everything` have warden's.
+#[test]
+fn info_sections_are_where_the_readme_says() {
+    let s = Server::start(&[]);
+    let mut c = s.conn();
+    for (args, has_warden) in [
+        (&[][..], false),
+        (&["all"][..], false),
+        (&["warden"][..], true),
+        (&["modules"][..], true),
+        (&["everything"][..], true),
+    ] {
+        let info: String = redis::cmd("INFO").arg(args).query(&mut c).unwrap();
+        assert_eq!(
+            info.lines().any(|l| l.starts_with("warden_lock_keys:")),
+            has_warden,
+            "INFO {args:?}"
+        );
+    }
+    assert!(readme().contains("`INFO` and `INFO ALL` leave module sections out"));
+}
