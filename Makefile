@@ -10,7 +10,7 @@ MODULE := target/release/libwarden.so
 APT_PACKAGES := redis-server redis-tools libclang1-14 libclang-common-14-dev python3-venv \
 	prometheus-redis-exporter prometheus
 
-.PHONY: run exporter test build deps venv check bench valgrind-bin cluster cluster-stop fuzz valgrind clean python-venv python-test failover-demo failover-history
+.PHONY: run exporter test build deps venv check bench valgrind-bin cluster cluster-stop fuzz valgrind clean python-venv python-test failover-demo failover-history node-deps
 
 FUZZ_SECONDS ?= 600
 
@@ -102,7 +102,7 @@ $(VALKEY): | venv
 # feature set with the dev-dependencies): a separate cargo build would make
 # each later cargo test rebuild the module and relink every test binary.
 TEST_MODULE := target/release/deps/libwarden.so
-test: deps venv python-venv $(REDISBLOOM) $(SERVER_DEPS)
+test: deps venv python-venv node-deps $(REDISBLOOM) $(SERVER_DEPS)
 	cargo test --release --workspace --no-run
 	WARDEN_SERVER=$(SERVER_BIN) WARDEN_MODULE=$(CURDIR)/$(TEST_MODULE) WARDEN_PYTHON=$(CURDIR)/$(PYTHON) \
 		REDISBLOOM_MODULE=$(CURDIR)/$(REDISBLOOM) \
@@ -114,6 +114,20 @@ test: deps venv python-venv $(REDISBLOOM) $(SERVER_DEPS)
 python-venv: venv
 	@$(PYTHON) -c "import warden, pytest, pytest_asyncio, ruff, mypy" 2>/dev/null \
 		|| $(VENV)/bin/pip install -q -e python pytest pytest-asyncio ruff mypy
+
+# node-redis and ioredis, at the versions tests/node/package-lock.json pins, in
+# target/node: tests/readme.rs runs the README's Node examples on them. Node and
+# npm come from apt (nodejs npm) when the machine has neither.
+NODE_DIR := target/node
+node-deps:
+	@command -v node >/dev/null && command -v npm >/dev/null || { \
+		echo "installing: nodejs npm"; SUDO=""; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
+		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends nodejs npm >/dev/null; }
+	@command -v node >/dev/null && command -v npm >/dev/null || { \
+		echo "node and npm are missing and could not be installed: the README's Node examples need them"; exit 1; }
+	@cmp -s tests/node/package-lock.json $(NODE_DIR)/package-lock.json && [ -d $(NODE_DIR)/node_modules ] || { \
+		mkdir -p $(NODE_DIR) && cp tests/node/package.json tests/node/package-lock.json $(NODE_DIR)/ && \
+		cd $(NODE_DIR) && npm ci --silent --no-audit --no-fund; }
 
 # ruff and mypy --strict on the package; its tests, then redis-py's own lock
 # tests (fetched from redis-py's sdist into target/) against warden's locks.

@@ -1,9 +1,10 @@
-//! The README's and the examples' code is compiled and run by the tests
-//! (doc comments' examples are doc-tests).
+//! The examples are compiled and run by the tests (doc comments' examples
+//! are doc-tests; the README's examples, examples/readme.rs and
+//! examples/redis_rs.rs among them, are checked and run by the module's
+//! tests/readme.rs).
 
 mod support;
 
-use std::path::Path;
 use std::process::Command;
 
 use support::*;
@@ -29,59 +30,6 @@ fn run_example(name: &str, s: &Server) -> String {
         String::from_utf8_lossy(&out.stderr)
     );
     stdout
-}
-
-/// Lines without indentation and blank lines, for comparing code blocks.
-fn lines(code: &str) -> Vec<String> {
-    code.lines()
-        .map(|l| l.trim().to_string())
-        .filter(|l| !l.is_empty())
-        .collect()
-}
-
-#[test]
-fn the_readme_example_is_the_one_compiled_and_run() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let readme = std::fs::read_to_string(root.join("../README.md")).unwrap();
-    let section = readme
-        .split("\n## Rust client\n")
-        .nth(1)
-        .expect("a Rust client section")
-        .split("\n## ")
-        .next()
-        .unwrap();
-    let blocks: Vec<&str> = section
-        .split("```rust\n")
-        .skip(1)
-        .map(|b| b.split("\n```").next().unwrap())
-        .collect();
-    assert!(!blocks.is_empty(), "the section shows code");
-    let example = std::fs::read_to_string(root.join("examples/readme.rs")).unwrap();
-    let compiled = example
-        .split("// README begin\n")
-        .nth(1)
-        .unwrap()
-        .split("// README end")
-        .next()
-        .unwrap();
-    assert_eq!(
-        lines(blocks[0]),
-        lines(compiled),
-        "README and examples/readme.rs differ"
-    );
-    for block in &blocks[1..] {
-        let compiled = lines(&example);
-        for line in lines(block) {
-            assert!(
-                compiled.contains(&line),
-                "not in examples/readme.rs: {line}"
-            );
-        }
-    }
-
-    let s = Server::start(&[]);
-    let stdout = run_example("readme", &s);
-    assert!(stdout.contains("user:42:name = Ada #42"), "{stdout}");
 }
 
 #[test]

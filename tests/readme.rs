@@ -1,0 +1,714 @@
+//! Runs the README's examples as written, each against a fresh server.
+//!
+//! A code block runs when an HTML comment names how, on the line above its
+//! fence:
+//!
+//! - `<!-- test: redis-cli -->` a transcript: every `127.0.0.1:6379> ` line is
+//!   sent through redis-cli and answered as the page shows (numbers of four
+//!   digits or more — tokens, ttls — stand for any number, and a later
+//!   command that repeats one gets the number the server gave);
+//! - `<!-- test: python -->`, `<!-- test: node -->` a program, run with
+//!   `REDIS_URL` naming the server (node-redis and ioredis from `target/node`,
+//!   which `make node-deps` installs);
+//! - `<!-- test: sh -->` a shell script, where `redis-cli` talks to the server;
+//!   `<!-- test: sh server=redisbloom -->` runs it beside RedisBloom alone,
+//!   with one key of each RedisBloom type;
+//! - `<!-- test: rust example=PATH -->` the region of the example file PATH
+//!   between `// README begin` and `// README end`, which must equal the
+//!   block; the example (built by `cargo test --workspace`) is run.
+//!
+//! A block followed by `<!-- output -->` and a fenced block must print that
+//! (with the same rule for numbers). Every `python`, `js` and `rust` block of
+//! the page is either run or marked `<!-- not run: why -->`.
+
+mod common;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+use common::*;
+
+/// One marked block of the README.
+#[derive(Debug)]
+struct Example {
+    /// The README line of its fence, for messages.
+    line: usize,
+    kind: String,
+    options: HashMap<String, String>,
+    code: String,
+    output: Option<String>,
+}
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn readme() -> String {
+    std::fs::read_to_string(root().join("README.md")).unwrap()
+}
+
+/// The marker comment `<!-- NAME: REST -->` on a line, if it is one.
+fn marker<'a>(line: &'a str, name: &str) -> Option<&'a str> {
+    line.trim()
+        .strip_prefix("<!--")?
+        .strip_suffix("-->")?
+        .trim()
+        .strip_prefix(name)?
+        .strip_prefix(':')
+        .map(str::trim)
+}
+
+/// The fenced block that opens at `lines[i]` (indented too, inside a list
+/// item): its language, its body without the fence's indentation and the
+/// index of the line after its closing fence.
+fn fenced(lines: &[&str], i: usize) -> Option<(String, String, usize)> {
+    let line = lines.get(i)?;
+    let indent = line.len() - line.trim_start().len();
+    let lang = line.trim_start().strip_prefix("```")?.trim().to_string();
+    let mut body = String::new();
+    for (j, line) in lines.iter().enumerate().skip(i + 1) {
+        if line.trim() == "```" {
+            return Some((lang, body, j + 1));
+        }
+        let cut = (line.len() - line.trim_start().len()).min(indent);
+        body.push_str(&line[cut..]);
+        body.push('\n');
+    }
+    panic!("README line {}: a fence that never closes", i + 1);
+}
+
+/// Every marked block, in page order.
+fn examples(markdown: &str) -> Vec<Example> {
+    let lines: Vec<&str> = markdown.lines().collect();
+    let mut found = Vec::new();
+    let mut i = 0;
+    while i < lines.len() {
+        let Some(spec) = marker(lines[i], "test") else {
+            i += 1;
+            continue;
+        };
+        let mut words = spec.split_whitespace();
+        let kind = words
+            .next()
+            .expect("a test marker names a kind")
+            .to_string();
+        let options = words
+            .map(|w| {
+                let (k, v) = w.split_once('=').expect("options are key=value");
+                (k.to_string(), v.to_string())
+            })
+            .collect();
+        let (_, code, after) = fenced(&lines, i + 1)
+            .unwrap_or_else(|| panic!("README line {}: a marker without a block", i + 1));
+        let mut output = None;
+        let mut next = after;
+        while lines.get(next).is_some_and(|l| l.trim().is_empty()) {
+            next += 1;
+        }
+        if lines
+            .get(next)
+            .is_some_and(|l| l.trim() == "<!-- output -->")
+        {
+            let (_, text, end) = fenced(&lines, next + 1)
+                .unwrap_or_else(|| panic!("README line {}: output without a block", next + 1));
+            output = Some(text);
+            next = end;
+        } else {
+            next = after;
+        }
+        found.push(Example {
+            line: i + 2,
+            kind,
+            options,
+            code,
+            output,
+        });
+        i = next;
+    }
+    found
+}
+
+/// A line's words with every number of four digits or more made `#`.
+fn shape(line: &str) -> String {
+    let mut out = String::new();
+    let mut digits = String::new();
+    for c in line.chars().chain(std::iter::once('\n')) {
+        if c.is_ascii_digit() {
+            digits.push(c);
+            continue;
+        }
+        if !digits.is_empty() {
+            out.push_str(if digits.len() >= 4 { "#" } else { &digits });
+            digits.clear();
+        }
+        if c != '\n' {
+            out.push(c);
+        }
+    }
+    out.trim().to_string()
+}
+
+/// The lines of `text` that are not blank, shaped, without `# ...` comments.
+fn shaped_lines(text: &str) -> Vec<String> {
+    text.lines()
+        .map(|l| l.split("  #").next().unwrap())
+        .map(shape)
+        .filter(|l| !l.is_empty())
+        .collect()
+}
+
+fn check_output(example: &Example, out: &Output) {
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "README line {}: the {} example failed ({}):\n{stdout}\n{}",
+        example.line,
+        example.kind,
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    if let Some(expected) = &example.output {
+        assert_eq!(
+            shaped_lines(&stdout),
+            shaped_lines(expected),
+            "README line {}: the {} example printed\n{stdout}",
+            example.line,
+            example.kind
+        );
+    }
+}
+
+/// Runs `command` with a deadline: an example that hangs fails.
+fn finish(mut command: Command, limit: Duration) -> Output {
+    let mut child = command
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot start {command:?}: {e}"));
+    let started = std::time::Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if started.elapsed() > limit {
+            let _ = child.kill();
+            let out = child.wait_with_output().unwrap();
+            panic!(
+                "{command:?} still ran after {limit:?}:\n{}\n{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    child.wait_with_output().unwrap()
+}
+
+fn url(s: &Server) -> String {
+    format!("redis://127.0.0.1:{}", s.port.expect("a TCP port"))
+}
+
+fn run_python(example: &Example) {
+    let s = Server::start_tcp(&[]);
+    let mut command = Command::new(python());
+    command
+        .arg("-c")
+        .arg(&example.code)
+        .env("REDIS_URL", url(&s));
+    check_output(example, &finish(command, Duration::from_secs(60)));
+}
+
+/// `target/node`, with node-redis and ioredis installed by `make node-deps`;
+/// fails (never skips) when node or the libraries are missing.
+fn node_dir() -> PathBuf {
+    let version = Command::new("node").arg("--version").output();
+    assert!(
+        version.as_ref().is_ok_and(|o| o.status.success()),
+        "node is not installed: `make test` (make node-deps) installs nodejs and npm, \
+         or install Node.js 18.19 or later yourself"
+    );
+    let dir =
+        std::env::var("WARDEN_NODE_DIR").map_or_else(|_| root().join("target/node"), PathBuf::from);
+    for library in ["redis", "ioredis"] {
+        assert!(
+            dir.join("node_modules").join(library).exists(),
+            "{library} is not installed in {}: run `make node-deps`",
+            dir.display()
+        );
+    }
+    dir
+}
+
+fn run_node(example: &Example) {
+    let dir = node_dir();
+    let s = Server::start_tcp(&[]);
+    // In the directory of node_modules, so that `import "redis"` finds it.
+    let file = dir.join(format!("readme-line-{}.mjs", example.line));
+    std::fs::write(&file, &example.code).unwrap();
+    let mut command = Command::new("node");
+    command.arg(&file).env("REDIS_URL", url(&s));
+    let out = finish(command, Duration::from_secs(60));
+    let _ = std::fs::remove_file(&file);
+    check_output(example, &out);
+}
+
+/// A shell prelude that points `redis-cli` at the server's socket.
+fn shell(socket: &Path, code: &str) -> Command {
+    let mut command = Command::new("bash");
+    command.arg("-euo").arg("pipefail").arg("-c").arg(format!(
+        "redis-cli() {{ command redis-cli -s '{}' \"$@\"; }}\n{code}",
+        socket.display()
+    ));
+    command
+}
+
+/// RedisBloom's five types, one key each, as the README's migration
+/// checklist shows them.
+const REDISBLOOM_KEYS: [(&str, &[&str]); 5] = [
+    ("users", &["BF.ADD", "users", "alice"]),
+    ("seen:cuckoo", &["CF.ADD", "seen:cuckoo", "alice"]),
+    ("clicks:cms", &["CMS.INITBYDIM", "clicks:cms", "100", "5"]),
+    ("top:searches", &["TOPK.RESERVE", "top:searches", "10"]),
+    ("latency:digest", &["TDIGEST.CREATE", "latency:digest"]),
+];
+
+fn redisbloom_server() -> Plain {
+    let mut rb = Plain::start(&[module(redisbloom(), &[])]);
+    let mut c = rb.conn();
+    for (_, words) in REDISBLOOM_KEYS {
+        run(&mut c, words).unwrap();
+    }
+    rb
+}
+
+/// warden's three types and an imported RedisBloom filter, one key each, as
+/// the README's way back shows them.
+fn warden_keys_server() -> Server {
+    let s = Server::start(&[]);
+    let mut c = s.conn();
+    run(&mut c, &["LOCK.ACQUIRE", "order:42", "me", "600000"]).unwrap();
+    run(&mut c, &["RWLOCK.READ", "catalog", "me", "600000"]).unwrap();
+    run(&mut c, &["BF.ADD", "users:new", "alice"]).unwrap();
+    // A filter RedisBloom made, brought over with DUMP/RESTORE: it goes back.
+    let mut rb = redisbloom_server();
+    let dump: Vec<u8> = redis::cmd("DUMP")
+        .arg("users")
+        .query(&mut rb.conn())
+        .unwrap();
+    redis::cmd("RESTORE")
+        .arg("users")
+        .arg(0)
+        .arg(dump)
+        .query::<()>(&mut c)
+        .unwrap();
+    s
+}
+
+/// The keys a checklist's first step lists (the second word of each line).
+fn listed_keys(socket: &Path, step: &Example) -> Vec<String> {
+    let out = finish(shell(socket, &step.code), Duration::from_secs(60));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(1).map(str::to_string))
+        .collect()
+}
+
+fn step_on(server: &str) -> Example {
+    examples_of("sh")
+        .into_iter()
+        .find(|e| e.options.get("server").is_some_and(|s| s == server))
+        .unwrap_or_else(|| panic!("a checklist step run with server={server}"))
+}
+
+fn run_sh(example: &Example) {
+    let out = match example.options.get("server").map(String::as_str) {
+        None => {
+            let s = Server::start(&[]);
+            finish(shell(&s.socket(), &example.code), Duration::from_secs(60))
+        }
+        Some("redisbloom") => {
+            let rb = redisbloom_server();
+            let socket = rb.dir.path().join("redis.sock");
+            finish(shell(&socket, &example.code), Duration::from_secs(60))
+        }
+        Some("warden-keys") => {
+            let s = warden_keys_server();
+            finish(shell(&s.socket(), &example.code), Duration::from_secs(60))
+        }
+        Some(other) => panic!("README line {}: no server {other}", example.line),
+    };
+    check_output(example, &out);
+}
+
+/// Replaces whole numbers of `line` by the ones the server gave for them.
+fn substitute(line: &str, seen: &HashMap<String, String>) -> String {
+    let mut out = String::new();
+    let mut digits = String::new();
+    for c in line.chars().chain(std::iter::once('\n')) {
+        if c.is_ascii_digit() {
+            digits.push(c);
+            continue;
+        }
+        if !digits.is_empty() {
+            out.push_str(seen.get(&digits).unwrap_or(&digits));
+            digits.clear();
+        }
+        if c != '\n' {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// The numbers of four digits or more in `line`, in order.
+fn big_numbers(line: &str) -> Vec<String> {
+    line.split(|c: char| !c.is_ascii_digit())
+        .filter(|n| n.len() >= 4)
+        .map(str::to_string)
+        .collect()
+}
+
+/// A redis-cli command line as redis-cli splits it: words, and double-quoted
+/// strings with backslash escapes.
+fn split_command(line: &str) -> Vec<String> {
+    let mut words = Vec::new();
+    let mut chars = line.chars().peekable();
+    while let Some(&c) = chars.peek() {
+        if c.is_whitespace() {
+            chars.next();
+            continue;
+        }
+        let mut word = String::new();
+        if c == '"' {
+            chars.next();
+            while let Some(c) = chars.next() {
+                match c {
+                    '"' => break,
+                    '\\' => word.extend(chars.next()),
+                    c => word.push(c),
+                }
+            }
+        } else {
+            while let Some(&c) = chars.peek() {
+                if c.is_whitespace() {
+                    break;
+                }
+                word.push(c);
+                chars.next();
+            }
+        }
+        words.push(word);
+    }
+    words
+}
+
+/// A reply as redis-cli prints it (RESP2).
+fn cli_lines(value: &redis::Value) -> Vec<String> {
+    use redis::Value;
+    match value {
+        Value::Nil => vec!["(nil)".into()],
+        Value::Int(n) => vec![format!("(integer) {n}")],
+        Value::BulkString(b) => vec![format!("{:?}", String::from_utf8_lossy(b))],
+        Value::SimpleString(s) => vec![s.clone()],
+        Value::Okay => vec!["OK".into()],
+        Value::Array(items) if items.is_empty() => vec!["(empty array)".into()],
+        Value::Array(items) => {
+            let width = items.len().to_string().len();
+            let mut lines = Vec::new();
+            for (i, item) in items.iter().enumerate() {
+                let prefix = format!("{:>width$}) ", i + 1);
+                for (j, line) in cli_lines(item).into_iter().enumerate() {
+                    let lead = if j == 0 {
+                        prefix.clone()
+                    } else {
+                        " ".repeat(prefix.len())
+                    };
+                    lines.push(format!("{lead}{line}"));
+                }
+            }
+            lines
+        }
+        other => panic!("a reply redis-cli would print otherwise: {other:?}"),
+    }
+}
+
+/// Runs a redis-cli transcript on one connection, as one redis-cli session.
+fn run_transcript(example: &Example) {
+    const PROMPT: &str = "127.0.0.1:6379> ";
+    let s = Server::start(&[]);
+    let mut c = s.conn();
+    // (command, the answer the page shows)
+    let mut steps: Vec<(String, Vec<String>)> = Vec::new();
+    for line in example.code.lines() {
+        if let Some(cmd) = line.strip_prefix(PROMPT) {
+            steps.push((cmd.to_string(), Vec::new()));
+        } else if let Some((_, answer)) = steps.last_mut() {
+            let text = line.split("  #").next().unwrap().trim_end();
+            if !text.trim().is_empty() {
+                answer.push(text.to_string());
+            }
+        }
+    }
+    assert!(
+        !steps.is_empty(),
+        "README line {}: no commands",
+        example.line
+    );
+    let mut seen = HashMap::new();
+    for (cmd, expected) in steps {
+        let cmd = substitute(&cmd, &seen);
+        let words = split_command(&cmd);
+        let actual = match redis::cmd(&words[0])
+            .arg(&words[1..])
+            .query::<redis::Value>(&mut c)
+        {
+            Ok(v) => cli_lines(&v),
+            Err(e) => vec![format!("(error) {}", error_text(&e))],
+        };
+        assert_eq!(
+            actual.iter().map(|l| shape(l)).collect::<Vec<_>>(),
+            expected.iter().map(|l| shape(l)).collect::<Vec<_>>(),
+            "README line {}: `{cmd}` answered\n{}",
+            example.line,
+            actual.join("\n")
+        );
+        for (e, a) in expected.iter().zip(&actual) {
+            for (from, to) in big_numbers(e).into_iter().zip(big_numbers(a)) {
+                seen.insert(from, to);
+            }
+        }
+    }
+}
+
+/// Lines without indentation and blank lines, for comparing code.
+fn code_lines(code: &str) -> Vec<String> {
+    code.lines()
+        .map(|l| l.trim().to_string())
+        .filter(|l| !l.is_empty())
+        .collect()
+}
+
+fn run_rust(example: &Example) {
+    let path = example
+        .options
+        .get("example")
+        .unwrap_or_else(|| panic!("README line {}: rust needs example=PATH", example.line));
+    let source_path = root().join(path);
+    let source = std::fs::read_to_string(&source_path)
+        .unwrap_or_else(|e| panic!("{}: {e}", source_path.display()));
+    let region = source
+        .split("// README begin\n")
+        .nth(1)
+        .and_then(|rest| rest.split("// README end").next())
+        .unwrap_or_else(|| panic!("{path}: no // README begin ... // README end region"));
+    assert_eq!(
+        code_lines(&example.code),
+        code_lines(region),
+        "README line {} and {path} differ",
+        example.line
+    );
+    // cargo test --workspace builds the workspace's examples beside the test binaries.
+    let name = Path::new(path).file_stem().unwrap().to_str().unwrap();
+    let exe = std::env::current_exe().unwrap();
+    let binary = exe
+        .parent()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .join("examples")
+        .join(name);
+    let built = std::fs::metadata(&binary)
+        .and_then(|m| m.modified())
+        .unwrap_or_else(|_| {
+            panic!(
+                "{} is not built: run `cargo test --release --workspace --no-run` (make test does)",
+                binary.display()
+            )
+        });
+    let changed = std::fs::metadata(&source_path).unwrap().modified().unwrap();
+    assert!(
+        built >= changed,
+        "{} is older than {path}: run `cargo test --release --workspace --no-run`",
+        binary.display()
+    );
+    let s = Server::start_tcp(&[]);
+    let mut command = Command::new(&binary);
+    command.env("WARDEN_URL", format!("{}/", url(&s)));
+    check_output(example, &finish(command, Duration::from_secs(60)));
+}
+
+fn examples_of(kind: &str) -> Vec<Example> {
+    examples(&readme())
+        .into_iter()
+        .filter(|e| e.kind == kind)
+        .collect()
+}
+
+#[test]
+fn every_program_block_is_run_or_says_why_not() {
+    let text = readme();
+    let lines: Vec<&str> = text.lines().collect();
+    let mut i = 0;
+    let mut unmarked = Vec::new();
+    while i < lines.len() {
+        let Some((lang, _, after)) = fenced(&lines, i) else {
+            i += 1;
+            continue;
+        };
+        let above = lines[..i].iter().rev().find(|l| !l.trim().is_empty());
+        let marked =
+            above.is_some_and(|l| marker(l, "test").is_some() || marker(l, "not run").is_some());
+        if ["python", "js", "javascript", "rust", "java", "go"].contains(&lang.as_str()) && !marked
+        {
+            unmarked.push(format!("line {}: {lang}", i + 1));
+        }
+        i = after;
+    }
+    assert!(
+        unmarked.is_empty(),
+        "README blocks neither run nor marked `not run`: {unmarked:?}"
+    );
+}
+
+#[test]
+fn redis_cli_transcripts_answer_as_shown() {
+    let examples = examples_of("redis-cli");
+    assert!(
+        examples.len() >= 3,
+        "the quick start, cache and Bloom transcripts"
+    );
+    for e in &examples {
+        run_transcript(e);
+    }
+}
+
+#[test]
+fn python_examples_run_as_written() {
+    let examples = examples_of("python");
+    assert!(examples.len() >= 3, "the package and redis-py by hand");
+    for e in &examples {
+        run_python(e);
+    }
+}
+
+#[test]
+fn node_examples_run_as_written() {
+    let examples = examples_of("node");
+    assert!(examples.len() >= 3, "node-redis (lock, cache) and ioredis");
+    for e in &examples {
+        run_node(e);
+    }
+}
+
+#[test]
+fn shell_examples_run_as_written() {
+    for e in &examples_of("sh") {
+        run_sh(e);
+    }
+}
+
+#[test]
+fn rust_examples_are_the_compiled_ones_and_run() {
+    let examples = examples_of("rust");
+    assert!(examples.len() >= 2, "warden-client and redis-rs by hand");
+    for e in &examples {
+        run_rust(e);
+    }
+}
+
+#[test]
+fn every_marked_block_has_a_runner() {
+    for e in examples(&readme()) {
+        assert!(
+            ["redis-cli", "python", "node", "sh", "rust"].contains(&e.kind.as_str()),
+            "README line {}: no way to run {}",
+            e.line,
+            e.kind
+        );
+    }
+}
+
+/// The checklist of "Moving from RedisBloom", end to end: the keys its
+/// first step finds are the ones that stop a server with warden alone from
+/// loading the RDB; without them it loads and the filter answers.
+#[test]
+fn the_redisbloom_checklist_finds_every_key_that_cannot_carry_over() {
+    let step = step_on("redisbloom");
+    let mut rb = redisbloom_server();
+    let mut c = rb.conn();
+    redis::cmd("SAVE").query::<()>(&mut c).unwrap();
+    let rdb = rb.dir.path().join("dump.rdb");
+    let mut refused = Plain::start_on(&rdb, &[module(module_path(), &[])]);
+    assert!(
+        !refused.runs(),
+        "warden alone loaded RedisBloom's other types"
+    );
+    assert!(
+        refused.log().contains("no matching module type"),
+        "{}",
+        refused.log()
+    );
+
+    let keys = listed_keys(&rb.dir.path().join("redis.sock"), &step);
+    assert_eq!(keys.len(), REDISBLOOM_KEYS.len() - 1, "{keys:?}");
+    for key in &keys {
+        assert_eq!(int(&mut c, &["DEL", key]), 1);
+    }
+    redis::cmd("SAVE").query::<()>(&mut c).unwrap();
+    let mut moved = Plain::start_on(&rdb, &[module(module_path(), &[])]);
+    let mut w = moved.conn();
+    assert_eq!(int(&mut w, &["BF.EXISTS", "users", "alice"]), 1);
+    assert_eq!(int(&mut w, &["DBSIZE"]), 1);
+}
+
+/// The way back, end to end: the keys its first step finds are the ones that
+/// stop a server with RedisBloom alone from loading warden's RDB; without
+/// them it loads, with the imported filter answering as before.
+#[test]
+fn the_way_back_finds_every_key_that_cannot_go_back() {
+    let step = step_on("warden-keys");
+    let s = warden_keys_server();
+    let mut c = s.conn();
+    redis::cmd("SAVE").query::<()>(&mut c).unwrap();
+    let rdb = s.dir.path().join("dump.rdb");
+    let mut refused = Plain::start_on(&rdb, &[module(redisbloom(), &[])]);
+    assert!(!refused.runs(), "RedisBloom alone loaded warden's types");
+
+    let keys = listed_keys(&s.socket(), &step);
+    assert_eq!(keys, ["order:42", "catalog", "users:new"]);
+    for key in &keys {
+        assert_eq!(int(&mut c, &["DEL", key]), 1);
+    }
+    redis::cmd("SAVE").query::<()>(&mut c).unwrap();
+    let mut back = Plain::start_on(&rdb, &[module(redisbloom(), &[])]);
+    let mut b = back.conn();
+    assert_eq!(int(&mut b, &["BF.EXISTS", "users", "alice"]), 1);
+    assert_eq!(int(&mut b, &["DBSIZE"]), 1);
+}
+
+/// "Monitoring": `INFO` and `INFO ALL` leave module sections out; `INFO
+/// warden`, `INFO modules` and `INFO everything` have warden's.
+#[test]
+fn info_sections_are_where_the_readme_says() {
+    let s = Server::start(&[]);
+    let mut c = s.conn();
+    for (args, has_warden) in [
+        (&[][..], false),
+        (&["all"][..], false),
+        (&["warden"][..], true),
+        (&["modules"][..], true),
+        (&["everything"][..], true),
+    ] {
+        let info: String = redis::cmd("INFO").arg(args).query(&mut c).unwrap();
+        assert_eq!(
+            info.lines().any(|l| l.starts_with("warden_lock_keys:")),
+            has_warden,
+            "INFO {args:?}"
+        );
+    }
+    assert!(readme().contains("`INFO` and `INFO ALL` leave module sections out"));
+}
