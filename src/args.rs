@@ -81,12 +81,10 @@ pub fn lock_request<A: Deref<Target = [u8]>>(args: &[A]) -> Result<LockRequest<'
     let mut rest = rest.iter();
     while let Some(arg) = rest.next() {
         if is_keyword(arg, "WAIT") && wait_ms.is_none() {
-            let value = rest
-                .next()
-                .ok_or_else(|| error::INVALID_TIMEOUT.to_string())?;
+            let value = option_value(rest.next())?;
             wait_ms = Some(timeout(value).map_err(str::to_string)?);
         } else {
-            return Err(error::unknown_argument(arg));
+            return Err(error::SYNTAX.to_string());
         }
     }
     Ok(LockRequest {
@@ -120,15 +118,15 @@ pub fn cache_get<A: Deref<Target = [u8]>>(args: &[A]) -> Result<CacheGet, String
     let mut rest = rest.iter();
     while let Some(arg) = rest.next() {
         if is_keyword(arg, "WAIT") && get.wait_ms.is_none() {
-            let value = rest.next().map_or(&b""[..], |v| v);
+            let value = option_value(rest.next())?;
             get.wait_ms = Some(timeout(value).map_err(str::to_string)?);
         } else if is_keyword(arg, "REFRESH") && get.refresh_ms.is_none() {
-            let value = rest.next().map_or(&b""[..], |v| v);
+            let value = option_value(rest.next())?;
             get.refresh_ms = Some(ms_in(value, 1, error::INVALID_REFRESH)?);
         } else if is_keyword(arg, "FRESH") && !get.fresh {
             get.fresh = true;
         } else {
-            return Err(error::unknown_argument(arg));
+            return Err(error::SYNTAX.to_string());
         }
     }
     Ok(get)
@@ -158,17 +156,17 @@ pub fn cache_fill<A: Deref<Target = [u8]>>(args: &[A]) -> Result<CacheFill<'_>, 
     let mut rest = rest.iter();
     while let Some(arg) = rest.next() {
         if is_keyword(arg, "PX") && fill.px_ms.is_none() {
-            let value = rest.next().map_or(&b""[..], |v| v);
+            let value = option_value(rest.next())?;
             fill.px_ms = Some(ms_in(value, 1, error::INVALID_PX)?);
         } else if is_keyword(arg, "JITTER") && !jitter {
             if fill.px_ms.is_none() {
                 return Err(error::JITTER_WITHOUT_PX.to_string());
             }
-            let value = rest.next().map_or(&b""[..], |v| v);
+            let value = option_value(rest.next())?;
             fill.jitter_ms = ms_in(value, 0, error::INVALID_JITTER)?;
             jitter = true;
         } else {
-            return Err(error::unknown_argument(arg));
+            return Err(error::SYNTAX.to_string());
         }
     }
     Ok(fill)
@@ -189,9 +187,15 @@ pub fn stale_option<A: Deref<Target = [u8]>>(args: &[A]) -> Result<Option<i64>, 
         [keyword, value] if is_keyword(keyword, "STALE") => {
             Ok(Some(ms_in(value, 1, error::INVALID_STALE)?))
         }
-        [keyword, ..] if !is_keyword(keyword, "STALE") => Err(error::unknown_argument(keyword)),
         _ => Err(error::SYNTAX.to_string()),
     }
+}
+
+/// The value after an option's keyword; none is Redis' `ERR syntax error`.
+fn option_value<A: Deref<Target = [u8]>>(value: Option<&A>) -> Result<&[u8], String> {
+    value
+        .map(|v| &v[..])
+        .ok_or_else(|| error::SYNTAX.to_string())
 }
 
 /// Milliseconds in `min..=MAX_MS`, else `invalid`.
@@ -310,27 +314,74 @@ mod tests {
     fn invalidate_takes_only_stale() {
         assert_eq!(stale_option(&v(&[])), Ok(None));
         assert_eq!(stale_option(&v(&["stale", "5"])), Ok(Some(5)));
-        assert!(stale_option(&v(&["STALE"])).is_err());
-        assert!(stale_option(&v(&["STALE", "0"])).is_err());
-        assert!(stale_option(&v(&["KEEP", "5"]))
-            .unwrap_err()
-            .starts_with("ERR unknown argument"));
+        assert_eq!(stale_option(&v(&["STALE"])).unwrap_err(), error::SYNTAX);
+        assert_eq!(
+            stale_option(&v(&["STALE", "0"])).unwrap_err(),
+            error::INVALID_STALE
+        );
+        assert_eq!(stale_option(&v(&["KEEP", "5"])).unwrap_err(), error::SYNTAX);
+        assert_eq!(
+            stale_option(&v(&["STALE", "5", "STALE", "6"])).unwrap_err(),
+            error::SYNTAX
+        );
     }
 
     #[test]
-    fn lock_request_rejects_unknown_and_repeated_options() {
-        assert!(lock_request(&v(&["me", "100", "WAITX", "5"]))
-            .unwrap_err()
-            .starts_with("ERR unknown argument"));
-        assert!(lock_request(&v(&["me", "100", "WAIT", "5", "WAIT", "6"])).is_err());
-        assert_eq!(
-            lock_request(&v(&["me", "100", "WAIT"])).unwrap_err(),
-            error::INVALID_TIMEOUT
-        );
+    fn lock_request_answers_redis_syntax_error_for_unknown_repeated_or_valueless_options() {
+        for bad in [
+            &["me", "100", "WAITX", "5"][..],
+            &["me", "100", "WAIT", "5", "WAIT", "6"],
+            &["me", "100", "WAIT"],
+        ] {
+            assert_eq!(lock_request(&v(bad)).unwrap_err(), error::SYNTAX, "{bad:?}");
+        }
         assert_eq!(
             lock_request(&v(&["me", "100", "WAIT", "-1"])).unwrap_err(),
             error::INVALID_TIMEOUT
         );
+    }
+
+    #[test]
+    fn cache_options_without_a_value_are_a_syntax_error() {
+        assert_eq!(cache_get(&v(&["100", "WAIT"])).unwrap_err(), error::SYNTAX);
+        assert_eq!(
+            cache_get(&v(&["100", "REFRESH"])).unwrap_err(),
+            error::SYNTAX
+        );
+        assert_eq!(
+            cache_fill(&v(&["7", "v", "PX"])).unwrap_err(),
+            error::SYNTAX
+        );
+        assert_eq!(
+            cache_fill(&v(&["7", "v", "PX", "5", "JITTER"])).unwrap_err(),
+            error::SYNTAX
+        );
+    }
+
+    /// The texts state the ranges these parsers enforce.
+    #[test]
+    fn range_errors_name_the_range_they_enforce() {
+        let max = MAX_MS.to_string();
+        for (text, min) in [
+            (error::INVALID_TTL, 1),
+            (error::INVALID_TIMEOUT, 0),
+            (error::INVALID_LEASE_TIME, 1),
+            (error::INVALID_REFRESH, 1),
+            (error::INVALID_PX, 1),
+            (error::INVALID_JITTER, 0),
+            (error::INVALID_STALE, 1),
+        ] {
+            assert!(
+                text.ends_with(&format!("expected an integer from {min} to {max} (ms)")),
+                "{text}"
+            );
+        }
+        assert!(error::INVALID_OWNER.ends_with(&format!("of 1 to {MAX_OWNER} bytes")));
+        assert!(error::INVALID_LEASE.ends_with(&format!("to {}", i64::MAX)));
+        assert!(error::HOLDS_OVERFLOW.contains(&crate::lock::state::MAX_HOLDS.to_string()));
+        assert_eq!(ttl(b"0"), Err(error::INVALID_TTL));
+        assert_eq!(timeout(b"70368744177665"), Err(error::INVALID_TIMEOUT));
+        assert_eq!(lease(b"0"), Err(error::INVALID_LEASE));
     }
 }
 

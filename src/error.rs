@@ -4,29 +4,41 @@ pub const WRONGTYPE: &str = "WRONGTYPE Operation against a key holding the wrong
 pub const INTERNAL: &str = "ERR internal error";
 pub const SYNTAX: &str = "ERR syntax error";
 pub const INVALID_COUNT: &str = "ERR invalid count: expected an integer from 1 to 1000";
-pub const INVALID_TTL: &str = "ERR invalid ttl";
-pub const INVALID_TIMEOUT: &str = "ERR invalid timeout";
-pub const INVALID_OWNER: &str = "ERR invalid owner";
-pub const HOLDS_OVERFLOW: &str = "ERR hold count overflow";
-pub const TTL_ABOVE_MAX_LEASE: &str = "ERR ttl exceeds warden.max-lease";
+pub const INVALID_TTL: &str = "ERR invalid ttl: expected an integer from 1 to 70368744177664 (ms)";
+pub const INVALID_TIMEOUT: &str =
+    "ERR invalid timeout: expected an integer from 0 to 70368744177664 (ms)";
+pub const INVALID_OWNER: &str = "ERR invalid owner: expected a string of 1 to 1024 bytes";
+pub const HOLDS_OVERFLOW: &str =
+    "ERR hold count overflow: an owner may stack at most 9223372036854775807 holds";
 pub const UPGRADE: &str = "ERR cannot upgrade a read lock to a write lock";
 pub const INVALID_EFFECT: &str = "ERR invalid replicated effect";
 pub const EFFECT_FROM_CLIENT: &str =
     "ERR effect commands are accepted only from the master link and the AOF";
-pub const INVALID_LEASE: &str = "ERR invalid lease";
-pub const INVALID_LEASE_TIME: &str = "ERR invalid lease_ms";
-pub const INVALID_REFRESH: &str = "ERR invalid REFRESH";
-pub const INVALID_PX: &str = "ERR invalid PX";
-pub const INVALID_JITTER: &str = "ERR invalid JITTER";
-pub const INVALID_STALE: &str = "ERR invalid STALE";
+pub const INVALID_LEASE: &str =
+    "ERR invalid lease: expected an integer from 1 to 9223372036854775807";
+pub const INVALID_LEASE_TIME: &str =
+    "ERR invalid lease_ms: expected an integer from 1 to 70368744177664 (ms)";
+pub const INVALID_REFRESH: &str =
+    "ERR invalid REFRESH: expected an integer from 1 to 70368744177664 (ms)";
+pub const INVALID_PX: &str = "ERR invalid PX: expected an integer from 1 to 70368744177664 (ms)";
+pub const INVALID_JITTER: &str =
+    "ERR invalid JITTER: expected an integer from 0 to 70368744177664 (ms)";
+pub const INVALID_STALE: &str =
+    "ERR invalid STALE: expected an integer from 1 to 70368744177664 (ms)";
 pub const JITTER_WITHOUT_PX: &str = "ERR JITTER needs PX";
 pub const LEASE_IN_SCRIPT: &str =
     "ERR CACHE.GET grants no lease inside a script or function: a lease must end with its caller's connection";
 pub const READONLY: &str = "READONLY You can't write against a read only replica.";
 
-/// `ERR unknown argument '<arg>'`, with the argument made safe for an error line.
+/// A `ttl` above `warden.max-lease` (`max_ms`, not 0).
+pub fn ttl_above_max_lease(max_ms: i64) -> String {
+    format!("ERR ttl exceeds warden.max-lease: expected an integer from 1 to {max_ms} (ms)")
+}
+
+/// `ERR unknown argument '<arg>'` (`BF.RESERVE`), with the argument made safe for an error line.
 pub fn unknown_argument(arg: &[u8]) -> String {
-    format!("ERR unknown argument '{}'", printable(arg))
+    let arg = printable(arg);
+    format!("ERR unknown argument '{arg}'")
 }
 
 /// At most 64 printable ASCII characters of `bytes`, so an error line stays one line.

@@ -86,11 +86,12 @@ pub fn closed_until(now_ms: i64) -> Option<i64> {
 }
 
 /// `ERR ttl exceeds warden.max-lease` for a grant or extend asking for more.
-pub fn check_lease(ttl_ms: i64) -> Result<(), &'static str> {
-    if lease_allowed(ttl_ms, MAX_LEASE.load(Ordering::Relaxed)) {
+pub fn check_lease(ttl_ms: i64) -> Result<(), String> {
+    let max_lease_ms = MAX_LEASE.load(Ordering::Relaxed);
+    if lease_allowed(ttl_ms, max_lease_ms) {
         Ok(())
     } else {
-        Err(error::TTL_ABOVE_MAX_LEASE)
+        Err(error::ttl_above_max_lease(max_lease_ms))
     }
 }
 

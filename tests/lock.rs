@@ -292,55 +292,45 @@ fn hostile_inputs_are_refused_and_change_nothing() {
     let mut c = s.conn();
     let fence = acquire(&mut c, "held", "alice", "60000");
     let long_owner = "x".repeat(2000);
+    const TTL: &str = "ERR invalid ttl: expected an integer from 1 to 70368744177664 (ms)";
+    const TIMEOUT: &str = "ERR invalid timeout: expected an integer from 0 to 70368744177664 (ms)";
+    const OWNER: &str = "ERR invalid owner: expected a string of 1 to 1024 bytes";
+    const SYNTAX: &str = "ERR syntax error";
     let cases: Vec<(Vec<&str>, &str)> = vec![
-        (vec!["LOCK.ACQUIRE", "k", "a", "0"], "ERR invalid ttl"),
-        (vec!["LOCK.ACQUIRE", "k", "a", "-1"], "ERR invalid ttl"),
-        (vec!["LOCK.ACQUIRE", "k", "a", "abc"], "ERR invalid ttl"),
-        (vec!["LOCK.ACQUIRE", "k", "a", "1.5"], "ERR invalid ttl"),
-        (
-            vec!["LOCK.ACQUIRE", "k", "a", "70368744177665"],
-            "ERR invalid ttl",
-        ),
+        (vec!["LOCK.ACQUIRE", "k", "a", "0"], TTL),
+        (vec!["LOCK.ACQUIRE", "k", "a", "-1"], TTL),
+        (vec!["LOCK.ACQUIRE", "k", "a", "abc"], TTL),
+        (vec!["LOCK.ACQUIRE", "k", "a", "1.5"], TTL),
+        (vec!["LOCK.ACQUIRE", "k", "a", "0100"], TTL),
+        (vec!["LOCK.ACQUIRE", "k", "a", "+100"], TTL),
+        (vec!["LOCK.ACQUIRE", "k", "a", "70368744177665"], TTL),
         (
             vec!["LOCK.ACQUIRE", "k", "a", "99999999999999999999999"],
-            "ERR invalid ttl",
+            TTL,
         ),
-        (vec!["LOCK.ACQUIRE", "k", "", "100"], "ERR invalid owner"),
+        (vec!["LOCK.ACQUIRE", "k", "", "100"], OWNER),
+        (vec!["LOCK.ACQUIRE", "k", &long_owner, "100"], OWNER),
+        (vec!["LOCK.ACQUIRE", "k", "a", "100", "WAIT"], SYNTAX),
+        (vec!["LOCK.ACQUIRE", "k", "a", "100", "WAIT", "-5"], TIMEOUT),
+        (vec!["LOCK.ACQUIRE", "k", "a", "100", "WAIT", "x"], TIMEOUT),
         (
-            vec!["LOCK.ACQUIRE", "k", &long_owner, "100"],
-            "ERR invalid owner",
+            vec!["LOCK.ACQUIRE", "k", "a", "100", "WAIT", "70368744177665"],
+            TIMEOUT,
         ),
+        (vec!["LOCK.ACQUIRE", "k", "a", "100", "NOWAIT"], SYNTAX),
+        (vec!["LOCK.ACQUIRE", "k", "a", "100", "WAI", "1"], SYNTAX),
         (
-            vec!["LOCK.ACQUIRE", "k", "a", "100", "WAIT"],
-            "ERR invalid timeout",
+            vec!["LOCK.ACQUIRE", "k", "a", "100", "WAIT", "1", "WAIT", "2"],
+            SYNTAX,
         ),
-        (
-            vec!["LOCK.ACQUIRE", "k", "a", "100", "WAIT", "-5"],
-            "ERR invalid timeout",
-        ),
-        (
-            vec!["LOCK.ACQUIRE", "k", "a", "100", "WAIT", "x"],
-            "ERR invalid timeout",
-        ),
-        (
-            vec!["LOCK.ACQUIRE", "k", "a", "100", "NOWAIT"],
-            "ERR unknown argument 'NOWAIT'",
-        ),
-        (
-            vec!["LOCK.ACQUIRE", "k", "a", "100", "WAI", "1"],
-            "ERR unknown argument 'WAI'",
-        ),
-        (vec!["LOCK.EXTEND", "held", "alice", "0"], "ERR invalid ttl"),
-        (
-            vec!["LOCK.EXTEND", "held", "alice", "-3"],
-            "ERR invalid ttl",
-        ),
-        (vec!["LOCK.EXTEND", "held", "", "100"], "ERR invalid owner"),
-        (vec!["LOCK.RELEASE", "held", ""], "ERR invalid owner"),
-        (
-            vec!["LOCK.RELEASE", "held", &long_owner],
-            "ERR invalid owner",
-        ),
+        // The first bad argument decides: owner, then ttl, then the options.
+        (vec!["LOCK.ACQUIRE", "k", "", "0", "BOGUS"], OWNER),
+        (vec!["LOCK.ACQUIRE", "k", "a", "0", "BOGUS"], TTL),
+        (vec!["LOCK.EXTEND", "held", "alice", "0"], TTL),
+        (vec!["LOCK.EXTEND", "held", "alice", "-3"], TTL),
+        (vec!["LOCK.EXTEND", "held", "", "100"], OWNER),
+        (vec!["LOCK.RELEASE", "held", ""], OWNER),
+        (vec!["LOCK.RELEASE", "held", &long_owner], OWNER),
         (
             vec!["WARDEN.LOCKSET", "held", "x", "1", "1", "0"],
             "ERR effect commands are accepted only from the master link and the AOF",
@@ -354,6 +344,20 @@ fn hostile_inputs_are_refused_and_change_nothing() {
     assert!(int(&mut c, &["PTTL", "held"]) > 50000);
     let pong: String = redis::cmd("PING").query(&mut c).unwrap();
     assert_eq!(pong, "PONG");
+}
+
+#[test]
+fn the_ends_of_every_range_are_accepted() {
+    let s = Server::start(&[]);
+    let mut c = s.conn();
+    let owner = "o".repeat(1024);
+    assert!(int(&mut c, &["LOCK.ACQUIRE", "a", &owner, "70368744177664"]) > 0);
+    assert!(int(&mut c, &["LOCK.ACQUIRE", "b", "x", "1"]) > 0);
+    assert!(int(&mut c, &["LOCK.ACQUIRE", "c", "x", "100", "wait", "0"]) > 0);
+    let max_wait = ["LOCK.ACQUIRE", "d", "x", "100", "WAIT", "70368744177664"];
+    assert!(int(&mut c, &max_wait) > 0);
+    assert_eq!(int(&mut c, &["LOCK.EXTEND", "a", &owner, "1"]), 1);
+    assert_eq!(int(&mut c, &["LOCK.RELEASE", "a", &owner]), 1);
 }
 
 #[test]

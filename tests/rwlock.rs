@@ -270,21 +270,28 @@ fn hostile_inputs_are_refused_and_change_nothing() {
     let mut c = s.conn();
     let f = fence(read(&mut c, "held", "a"));
     let long = "o".repeat(1025);
+    const TTL: &str = "ERR invalid ttl: expected an integer from 1 to 70368744177664 (ms)";
+    const TIMEOUT: &str = "ERR invalid timeout: expected an integer from 0 to 70368744177664 (ms)";
+    const OWNER: &str = "ERR invalid owner: expected a string of 1 to 1024 bytes";
+    const SYNTAX: &str = "ERR syntax error";
     let cases: &[(&[&str], &str)] = &[
-        (&["RWLOCK.READ", "k", "a", "0"], "ERR invalid ttl"),
-        (&["RWLOCK.WRITE", "k", "a", "-1"], "ERR invalid ttl"),
-        (&["RWLOCK.WRITE", "k", "", "10"], "ERR invalid owner"),
-        (&["RWLOCK.READ", "k", &long, "10"], "ERR invalid owner"),
+        (&["RWLOCK.READ", "k", "a", "0"], TTL),
+        (&["RWLOCK.WRITE", "k", "a", "-1"], TTL),
+        (&["RWLOCK.READ", "k", "a", "70368744177665"], TTL),
+        (&["RWLOCK.WRITE", "k", "", "10"], OWNER),
+        (&["RWLOCK.READ", "k", &long, "10"], OWNER),
+        (&["RWLOCK.READ", "k", "a", "10", "WAIT", "x"], TIMEOUT),
+        (&["RWLOCK.WRITE", "k", "a", "10", "WAIT", "-1"], TIMEOUT),
+        (&["RWLOCK.READ", "k", "a", "10", "WAIT"], SYNTAX),
+        (&["RWLOCK.WRITE", "k", "a", "10", "WAIT"], SYNTAX),
+        (&["RWLOCK.READ", "k", "a", "10", "FOREVER"], SYNTAX),
         (
-            &["RWLOCK.READ", "k", "a", "10", "WAIT", "x"],
-            "ERR invalid timeout",
+            &["RWLOCK.WRITE", "k", "a", "10", "WAIT", "1", "WAIT", "1"],
+            SYNTAX,
         ),
-        (
-            &["RWLOCK.READ", "k", "a", "10", "FOREVER"],
-            "ERR unknown argument 'FOREVER'",
-        ),
-        (&["RWLOCK.EXTEND", "held", "a", "0"], "ERR invalid ttl"),
-        (&["RWLOCK.UNLOCK", "held", ""], "ERR invalid owner"),
+        (&["RWLOCK.EXTEND", "held", "a", "0"], TTL),
+        (&["RWLOCK.EXTEND", "held", "", "10"], OWNER),
+        (&["RWLOCK.UNLOCK", "held", ""], OWNER),
         (
             &["WARDEN.RWSET", "held", "5", "W", "a", "1", "1", "1"],
             "ERR effect commands are accepted only from the master link and the AOF",

@@ -179,7 +179,7 @@ pub fn acquire(ctx: &Context, args: &[Arg]) -> RedisResult {
         return Err(RedisError::WrongArity);
     }
     let req = args::lock_request(&args[2..]).map_err(RedisError::String)?;
-    grace::check_lease(req.ttl_ms).map_err(err)?;
+    grace::check_lease(req.ttl_ms).map_err(RedisError::String)?;
     refuse_on_replica(ctx)?;
     let name = &args[1];
     let key = Key::write(ctx, name);
@@ -262,7 +262,7 @@ pub fn extend(ctx: &Context, args: &[Arg]) -> RedisResult {
         return Err(RedisError::WrongArity);
     }
     let (owner, ttl_ms) = args::owner_and_ttl(&args[2..]).map_err(err)?;
-    grace::check_lease(ttl_ms).map_err(err)?;
+    grace::check_lease(ttl_ms).map_err(RedisError::String)?;
     refuse_on_replica(ctx)?;
     let name = &args[1];
     let key = Key::write(ctx, &args[1]);

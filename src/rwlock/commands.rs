@@ -195,7 +195,7 @@ fn request(ctx: &Context, args: &[Arg], mode: Mode) -> RedisResult {
         return Err(RedisError::WrongArity);
     }
     let req = args::lock_request(&args[2..]).map_err(RedisError::String)?;
-    grace::check_lease(req.ttl_ms).map_err(err)?;
+    grace::check_lease(req.ttl_ms).map_err(RedisError::String)?;
     refuse_on_replica(ctx)?;
     let name = &args[1];
     let mut key = Key::write(ctx, name);
@@ -336,7 +336,7 @@ pub fn extend(ctx: &Context, args: &[Arg]) -> RedisResult {
         return Err(RedisError::WrongArity);
     }
     let (owner, ttl_ms) = args::owner_and_ttl(&args[2..]).map_err(err)?;
-    grace::check_lease(ttl_ms).map_err(err)?;
+    grace::check_lease(ttl_ms).map_err(RedisError::String)?;
     refuse_on_replica(ctx)?;
     let name = &args[1];
     let key = Key::write(ctx, &args[1]);
