@@ -1,6 +1,8 @@
 //! `COMMAND DOCS` / `COMMAND INFO`: summary, complexity, arity, key spec and
 //! arguments of every command, given to Redis with `RedisModule_SetCommandInfo`
 //! (which copies everything, so the C structures here live only for the call).
+//! docs/commands.md documents the same commands; tests/command_docs.rs
+//! fails when the two disagree (syntax, summary, complexity, since, flags).
 
 use std::ffi::CString;
 use std::os::raw::{c_char, c_int};
@@ -61,6 +63,17 @@ const fn flag(token: &'static str) -> ArgDoc {
     }
 }
 
+/// `TOKEN value`, required (inside an optional block).
+const fn keyword(token: &'static str, name: &'static str, ty: ArgType) -> ArgDoc {
+    ArgDoc {
+        name,
+        ty,
+        token: Some(token),
+        flags: 0,
+        sub: &[],
+    }
+}
+
 const fn many(name: &'static str, ty: ArgType) -> ArgDoc {
     ArgDoc {
         name,
@@ -111,7 +124,7 @@ pub const DOCS: &[Doc] = &[
     Doc { name: "rwlock.info", summary: "Returns the mode, writer, readers, holds, ttl, fencing token and waiters of a read-write lock", complexity: "O(N) where N is the number of readers", arity: 2, writes: false, args: &[KEY_ARG] },
     Doc { name: "warden.rwset", summary: "Sets the whole state of a read-write lock (replication stream and AOF)", complexity: "O(N) where N is the number of holds", arity: -8, writes: true, args: &[KEY_ARG, arg("fence", INTEGER), ArgDoc { name: "hold", ty: BLOCK, token: None, flags: raw::REDISMODULE_CMD_ARG_MULTIPLE, sub: &[arg("mode", STRING), OWNER, arg("holds", INTEGER), arg("fence", INTEGER), arg("deadline", INTEGER)] }] },
     Doc { name: "cache.get", summary: "Reads a cached string value; on a miss grants one fill lease per key, and with WAIT queues until the fill answers with the value; returns [value, lease]", complexity: "O(1)", arity: -3, writes: true, args: &[KEY_ARG, arg("lease_ms", INTEGER), WAIT, option("REFRESH", "ms", INTEGER), flag("FRESH")] },
-    Doc { name: "cache.fill", summary: "Stores a value under the key's current fill lease and answers every waiter with it; refused if the lease is not current", complexity: "O(1 + W) where W is the number of waiters", arity: -4, writes: true, args: &[KEY_ARG, arg("lease", INTEGER), arg("value", STRING), option("PX", "ms", INTEGER), option("JITTER", "ms", INTEGER)] },
+    Doc { name: "cache.fill", summary: "Stores a value under the key's current fill lease and answers every waiter with it; refused if the lease is not current", complexity: "O(1 + W) where W is the number of waiters", arity: -4, writes: true, args: &[KEY_ARG, arg("lease", INTEGER), arg("value", STRING), ArgDoc { name: "expiry", ty: BLOCK, token: None, flags: raw::REDISMODULE_CMD_ARG_OPTIONAL, sub: &[keyword("PX", "ms", INTEGER), option("JITTER", "ms", INTEGER)] }] },
     Doc { name: "cache.abandon", summary: "Ends a fill lease unfilled; the oldest waiter gets a new lease", complexity: "O(1)", arity: 3, writes: true, args: &[KEY_ARG, arg("lease", INTEGER)] },
     Doc { name: "cache.invalidate", summary: "Deletes a cached value (or keeps it as stale for a while) and revokes its fill lease, even for a missing key", complexity: "O(1)", arity: -2, writes: true, args: &[KEY_ARG, option("STALE", "ms", INTEGER)] },
     Doc { name: "cache.info", summary: "Returns whether the key is a hit, stale or a miss, its ttl, its fill lease and lease ttl, and its waiters", complexity: "O(1)", arity: 2, writes: false, args: &[KEY_ARG] },
@@ -119,7 +132,7 @@ pub const DOCS: &[Doc] = &[
     Doc { name: "bf.reserve", summary: "Creates an empty Bloom filter for a capacity and an error rate", complexity: "O(1)", arity: -4, writes: true, args: &[KEY_ARG, arg("error_rate", DOUBLE), arg("capacity", INTEGER), option("EXPANSION", "expansion", INTEGER), flag("NONSCALING")] },
     Doc { name: "bf.add", summary: "Adds an item to a Bloom filter, creating it if needed", complexity: "O(k + i) where k is the number of probes and i the number of sub-filters", arity: 3, writes: true, args: &[KEY_ARG, ITEM] },
     Doc { name: "bf.madd", summary: "Adds items to a Bloom filter, creating it if needed", complexity: "O(n * (k + i))", arity: -3, writes: true, args: &[KEY_ARG, ITEMS] },
-    Doc { name: "bf.insert", summary: "Adds items to a Bloom filter, creating it with the given parameters if needed", complexity: "O(n * (k + i))", arity: -4, writes: true, args: &[KEY_ARG, option("CAPACITY", "capacity", INTEGER), option("ERROR", "error", DOUBLE), option("EXPANSION", "expansion", INTEGER), flag("NOCREATE"), flag("NONSCALING"), ArgDoc { name: "items", ty: STRING, token: Some("ITEMS"), flags: raw::REDISMODULE_CMD_ARG_MULTIPLE, sub: &[] }] },
+    Doc { name: "bf.insert", summary: "Adds items to a Bloom filter, creating it with the given parameters if needed", complexity: "O(n * (k + i))", arity: -4, writes: true, args: &[KEY_ARG, option("CAPACITY", "capacity", INTEGER), option("ERROR", "error", DOUBLE), option("EXPANSION", "expansion", INTEGER), flag("NOCREATE"), flag("NONSCALING"), ArgDoc { name: "item", ty: STRING, token: Some("ITEMS"), flags: raw::REDISMODULE_CMD_ARG_MULTIPLE, sub: &[] }] },
     Doc { name: "bf.exists", summary: "Tells whether an item may be in a Bloom filter", complexity: "O(k * i)", arity: 3, writes: false, args: &[KEY_ARG, ITEM] },
     Doc { name: "bf.mexists", summary: "Tells for each item whether it may be in a Bloom filter", complexity: "O(n * k * i)", arity: -3, writes: false, args: &[KEY_ARG, ITEMS] },
     Doc { name: "bf.info", summary: "Returns the capacity, size, sub-filters, items and expansion of a Bloom filter", complexity: "O(i)", arity: -2, writes: false, args: &[KEY_ARG, ArgDoc { name: "field", ty: ONEOF, token: None, flags: raw::REDISMODULE_CMD_ARG_OPTIONAL, sub: &[choice("CAPACITY"), choice("SIZE"), choice("FILTERS"), choice("ITEMS"), choice("EXPANSION")] }] },
