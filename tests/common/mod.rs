@@ -136,12 +136,28 @@ impl Server {
         Self::launch(None, extra)
     }
 
-    /// A server that also listens on a TCP port (replication).
+    /// A server that also listens on a TCP port (replication). A port found
+    /// free can be taken before the server binds it (another test's outgoing
+    /// connection draws it from the same ephemeral range): then another port.
     pub fn start_tcp(extra: &[&str]) -> Self {
+        for _ in 0..4 {
+            let mut server = Self::prepare(Some(free_port()), extra);
+            match server.try_spawn() {
+                Ok(()) => return server,
+                Err(log) if log.contains("Address already in use") => continue,
+                Err(log) => panic!("redis-server exited:\n{log}"),
+            }
+        }
         Self::launch(Some(free_port()), extra)
     }
 
     pub fn launch(port: Option<u16>, extra: &[&str]) -> Self {
+        let mut server = Self::prepare(port, extra);
+        server.spawn();
+        server
+    }
+
+    fn prepare(port: Option<u16>, extra: &[&str]) -> Self {
         let dir = tempfile::tempdir().expect("temp dir");
         let mut args: Vec<String> = vec![
             "--port".into(),
@@ -166,17 +182,22 @@ impl Server {
             module_path().display().to_string(),
         ];
         args.extend(extra.iter().map(|s| s.to_string()));
-        let mut server = Self {
+        Self {
             dir,
             port,
             args,
             child: None,
-        };
-        server.spawn();
-        server
+        }
     }
 
     fn spawn(&mut self) {
+        if let Err(log) = self.try_spawn() {
+            panic!("redis-server exited:\n{log}");
+        }
+    }
+
+    /// Starts the process and waits until it answers; `Err(log)` if it exited.
+    fn try_spawn(&mut self) -> Result<(), String> {
         let child = server_command()
             .current_dir(self.dir.path())
             .args(&self.args)
@@ -194,11 +215,12 @@ impl Server {
         loop {
             if let Ok(mut c) = self.try_conn() {
                 if redis::cmd("PING").query::<String>(&mut c).is_ok() {
-                    return;
+                    return Ok(());
                 }
             }
             if let Some(status) = self.child.as_mut().unwrap().try_wait().unwrap() {
-                panic!("redis-server exited ({status}):\n{}", self.log());
+                self.child = None;
+                return Err(format!("({status}) {}", self.log()));
             }
             assert!(
                 started.elapsed() < Duration::from_secs(20),
