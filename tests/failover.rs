@@ -656,14 +656,22 @@ fn history_through_failovers_has_no_overlap_with_grace() {
 
 #[test]
 fn history_checker_catches_the_overlap_without_grace() {
-    // A lease longer than a Sentinel failover takes on a busy machine (about
-    // 3 s): clients reach the lost grant's key while its lease still runs.
-    let report = history(8000, 0, failovers());
+    // Whether a client reaches the lost grant's key while its lease still
+    // runs depends on how long the Sentinel failover takes on this machine:
+    // up to three histories, and one of them must show the overlap.
+    let mut overlaps = 0;
+    for _ in 0..3 {
+        let report = history(4000, 0, failovers());
+        assert_eq!(report.token_regressions, 0, "tokens still rise");
+        overlaps = report.overlaps.len();
+        if overlaps > 0 {
+            break;
+        }
+    }
     assert!(
-        !report.overlaps.is_empty(),
+        overlaps > 0,
         "without grace a lost grant gives a key to two clients, and the checker must see it"
     );
-    assert_eq!(report.token_regressions, 0, "tokens still rise");
 }
 
 #[test]
