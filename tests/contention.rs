@@ -67,6 +67,17 @@ fn assert_moved(c: &mut Connection, before: &HashMap<String, u64>, expected: &[&
     }
 }
 
+/// The fill lease `CACHE.GET key lease_ms` grants on a miss.
+fn lease_on_miss(c: &mut Connection, key: &str, lease_ms: &str) -> i64 {
+    match run(c, &["CACHE.GET", key, lease_ms]).unwrap() {
+        Value::Array(v) => match v[1] {
+            Value::Int(t) => t,
+            ref other => panic!("no lease for {key}: {other:?}"),
+        },
+        other => panic!("{key}: {other:?}"),
+    }
+}
+
 #[test]
 fn histograms_are_cumulative_power_of_two_buckets() {
     let s = Server::start(&[]);
@@ -145,13 +156,7 @@ fn every_way_a_wait_ends_is_one_observation_of_its_kind() {
         let lease = match *kind {
             "lock" => int(&mut c, &["LOCK.ACQUIRE", key, "a", "60000"]),
             "rwlock" => int(&mut c, &["RWLOCK.WRITE", key, "a", "60000"]),
-            _ => match run(&mut c, &["CACHE.GET", key, "60000"]).unwrap() {
-                Value::Array(v) => match v[1] {
-                    Value::Int(t) => t,
-                    ref other => panic!("{case}: no lease: {other:?}"),
-                },
-                other => panic!("{case}: {other:?}"),
-            },
+            _ => lease_on_miss(&mut c, key, "60000"),
         };
         let before = counts(&mut c);
         let mut w = Wire::open(&s.socket()).unwrap();
@@ -346,15 +351,7 @@ fn latency_tracking_off_records_nothing_and_on_again_records() {
 fn cache_leases_unfilled_counts_every_end_but_a_fill() {
     let s = Server::start(&[]);
     let mut c = s.conn();
-    let lease = |c: &mut Connection, key: &str, ms: &str| -> String {
-        match run(c, &["CACHE.GET", key, ms]).unwrap() {
-            Value::Array(v) => match &v[1] {
-                Value::Int(t) => t.to_string(),
-                other => panic!("no lease for {key}: {other:?}"),
-            },
-            other => panic!("{other:?}"),
-        }
-    };
+    let lease = |c: &mut Connection, key: &str, ms: &str| lease_on_miss(c, key, ms).to_string();
     let unfilled =
         |c: &mut Connection| -> i64 { info_field(c, "cache_leases_unfilled").parse().unwrap() };
     type Case = fn(&mut Connection, &str);
