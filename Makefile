@@ -167,9 +167,9 @@ valgrind-bin:
 	@command -v valgrind >/dev/null || { SUDO=""; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
 		$$SUDO apt-get install -y -qq valgrind >/dev/null; }
 
-bench: build venv $(REDISBLOOM) valgrind-bin
+bench: build venv $(REDISBLOOM) valgrind-bin $(REDIS8)
 ifeq ($(SECTION),instructions)
-	$(PYTHON) bench/instructions.py $(CURDIR)/$(MODULE) $(CURDIR)/$(REDISBLOOM) | tee bench/results/instructions.md
+	$(PYTHON) bench/instructions.py $(CURDIR)/$(MODULE) $(CURDIR)/$(REDISBLOOM) redis-server $(CURDIR)/$(REDIS8) | tee bench/results/instructions.md
 else
 	cargo build --release --example bench
 	WARDEN_MODULE=$(CURDIR)/$(MODULE) REDISBLOOM_MODULE=$(CURDIR)/$(REDISBLOOM) \
@@ -180,7 +180,7 @@ ifeq ($(SECTION),)
 		printf '\n%s\n' "$$late" >> bench/results/latest.md
 	@py=$$($(PYTHON) bench/python_clients.py $(CURDIR)/$(MODULE) $(if $(QUICK),--quick,)) && echo "$$py" && \
 		printf '\n%s\n' "$$py" >> bench/results/latest.md
-	@ins=$$($(PYTHON) bench/instructions.py $(CURDIR)/$(MODULE) $(CURDIR)/$(REDISBLOOM)) && echo "$$ins" && \
+	@ins=$$($(PYTHON) bench/instructions.py $(CURDIR)/$(MODULE) $(CURDIR)/$(REDISBLOOM) redis-server $(CURDIR)/$(REDIS8)) && echo "$$ins" && \
 		printf '\n%s\n' "$$ins" | tee bench/results/instructions.md >> bench/results/latest.md
 	@$(PYTHON) -c "import matplotlib" 2>/dev/null || $(VENV)/bin/pip install -q matplotlib
 	$(PYTHON) bench/chart.py

@@ -13,9 +13,13 @@ by the operations done in it.
   lock.acquire   LOCK.ACQUIRE on fresh keys, against SET key owner NX PX
   bf.add         BF.ADD of new items, warden against RedisBloom
   bf.exists      BF.EXISTS of present items, warden against RedisBloom
+  tax            what loading warden costs other commands: SET, INCR, GET,
+                 DEL with no module, with warden, and with warden while 1,000
+                 cache leases are open on other keys; a CACHE.GET hit against
+                 GET — on each server given (Redis 7.0 and 8.2 in make bench)
 
-Usage: instructions.py WARDEN.so REDISBLOOM.so [SERVER]
-Prints a markdown table.
+Usage: instructions.py WARDEN.so REDISBLOOM.so [SERVER [SERVER ...]]
+Prints markdown tables.
 """
 
 import glob
@@ -175,6 +179,66 @@ def preload_then(prepare, make_command):
     return workload
 
 
+def with_leases(n, make_command):
+    """`make_command` pipelined while another connection holds `n` cache
+    leases on other keys (a lease ends with its holder's connection)."""
+    def workload(port, stop, ops):
+        holder = Conn(port)
+        if n:
+            holder.s.sendall(b"".join(enc("CACHE.GET", f"lease:{i}", 600000) for i in range(n)))
+            for _ in range(n):
+                holder.reply()
+        c = Conn(port)
+        c.call("SET", "hot", "v" * 100)
+        pipelined(make_command)(port, stop, ops)
+        holder.s.close()
+    return workload
+
+
+TAX_ROWS = [
+    ("SET", lambda i: ("SET", f"k{i % 1000}", "vvvvvvvvvv")),
+    ("INCR", lambda i: ("INCR", "counter")),
+    ("GET", lambda i: ("GET", "hot")),
+    ("DEL", lambda i: ("DEL", f"d{i % 1000}")),
+]
+
+
+def server_name(server):
+    out = subprocess.run([server, "--version"], capture_output=True, text=True).stdout
+    version = next((w.split("=")[1] for w in out.split() if w.startswith("v=")), "?")
+    return ("Valkey " if "valkey" in out.lower() else "Redis ") + version
+
+
+def tax(servers, warden):
+    """What loading warden costs the server's other commands (SPEC: within
+    3 %, also while leases exist; a cache hit within 10 % of GET)."""
+    quick = dict(warmup=1.0, window=3.0)
+    print("\n## What loading warden costs other commands (callgrind)\n")
+    print("Server instructions per command, one client, pipelines of 100; the same")
+    print("binary with no module, with warden loaded, and with warden while another")
+    print("connection holds 1,000 cache leases on other keys.\n")
+    print("| server | command | no module | warden | ratio | warden + 1,000 leases | ratio |")
+    print("|---|---|---:|---:|---:|---:|---:|")
+    hits = []
+    for server in servers:
+        name = server_name(server)
+        for command, make in TAX_ROWS:
+            bare = counted(server, [], with_leases(0, make), **quick)
+            loaded = counted(server, [warden], with_leases(0, make), **quick)
+            leased = counted(server, [warden], with_leases(1000, make), **quick)
+            print(f"| {name} | `{command}` | {bare:,.0f} | {loaded:,.0f} | {loaded / bare:.3f}× "
+                  f"| {leased:,.0f} | {leased / bare:.3f}× |")
+            print(f"  {name} {command}: {bare:,.0f} {loaded:,.0f} {leased:,.0f}", file=sys.stderr)
+        for n in (0, 1000):
+            get = counted(server, [warden], with_leases(n, lambda i: ("GET", "hot")), **quick)
+            hit = counted(server, [warden], with_leases(n, lambda i: ("CACHE.GET", "hot", 1000)), **quick)
+            hits.append((name, n, hit, get))
+    print("\n| server | leases open | `CACHE.GET` hit | `GET` | ratio |")
+    print("|---|---:|---:|---:|---:|")
+    for name, n, hit, get in hits:
+        print(f"| {name} | {n:,} | {hit:,.0f} | {get:,.0f} | {hit / get:.3f}× |")
+
+
 def reserve_and_fill(c):
     c.call("BF.RESERVE", "bf", "0.01", 10_000_000)
     for start in range(0, 100_000, 1000):
@@ -185,9 +249,13 @@ def reserve_and_fill(c):
 
 def main():
     warden, redisbloom = sys.argv[1], sys.argv[2]
-    server = sys.argv[3] if len(sys.argv) > 3 else "redis-server"
+    servers = sys.argv[3:] or ["redis-server"]
+    server = servers[0]
     if not shutil.which("valgrind"):
         raise SystemExit("valgrind is missing: make bench installs it")
+    if os.environ.get("WARDEN_BENCH_ONLY") == "tax":
+        tax(servers, warden)
+        return
     rows = []
 
     def row(name, ours, theirs, baseline):
@@ -223,6 +291,7 @@ def main():
     print("|---|---:|---|---:|---:|")
     for name, ours, theirs, baseline in rows:
         print(f"| {name} | {ours:,.0f} | {baseline} | {theirs:,.0f} | {ours / theirs:.2f}× |")
+    tax(servers, warden)
 
 
 if __name__ == "__main__":

@@ -217,20 +217,20 @@ unsafe extern "C" fn lock_rdb_save(rdb: *mut raw::RedisModuleIO, value: *mut c_v
     raw::save_signed(rdb, lock.deadline_ms);
 }
 
-/// Tells the eviction guard which lock a key held as it leaves the keyspace.
+/// A lock key leaves the keyspace (deleted, expired, evicted, overwritten,
+/// renamed or moved away): its waiters are served, and the eviction guard
+/// learns which lock it held. This callback, not a keyspace subscription, is
+/// how the lock kinds hear of their own keys: it costs other keys nothing.
 unsafe fn note_unlink(ctx: *mut raw::RedisModuleKeyOptCtx, deadline_ms: i64) {
-    if !crate::evicted::eviction_possible() {
-        return;
-    }
     let db = raw::RedisModule_GetDbIdFromOptCtx.unwrap()(ctx);
     let key = raw::RedisModule_GetKeyNameFromOptCtx.unwrap()(ctx);
     let mut len = 0;
     let ptr = raw::string_ptr_len(key.cast_mut(), &mut len);
-    crate::evicted::on_unlink(
-        db,
-        std::slice::from_raw_parts(ptr.cast::<u8>(), len),
-        deadline_ms,
-    );
+    let name = std::slice::from_raw_parts(ptr.cast::<u8>(), len);
+    crate::waiters::key_removed(db, name);
+    if crate::evicted::eviction_possible() {
+        crate::evicted::on_unlink(db, name, deadline_ms);
+    }
 }
 
 unsafe extern "C" fn lock_unlink(ctx: *mut raw::RedisModuleKeyOptCtx, value: *const c_void) {

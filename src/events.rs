@@ -1,11 +1,24 @@
 //! What warden hears of the server: keyspace notifications and server events,
-//! subscribed once here and handed to every part that listens, in the order
+//! subscribed here and handed to every part that listens, in the order
 //! `lib.rs` gives. Redis keeps one callback per module and server event (a
 //! second subscription replaces the first), so nothing else subscribes to
 //! these events; and the waiting core needs to know no kind that uses it.
+//!
+//! What a subscription costs the rest of the server decides what is heard:
+//! - no keyspace class that ordinary writes raise (Redis builds a context and
+//!   calls the subscriber on every such write, before it even checks
+//!   `notify-keyspace-events`): the lock kinds hear of their own keys through
+//!   their types' `unlink` callback, the cache through its command filter
+//!   (`cache/filter.rs`), only while it has leases;
+//! - `evicted` only, and only once the server can evict (a server without a
+//!   memory limit never raises it);
+//! - the server events that must be heard always (flushes, `SWAPDB`, loads,
+//!   role changes), and client disconnects only while cache leases exist:
+//!   every server-event subscription is walked on each event-loop turn.
 
 use std::ffi::CStr;
 use std::os::raw::{c_char, c_int, c_void};
+use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
 use std::sync::OnceLock;
 
 use redis_module::{raw, Context};
@@ -40,6 +53,16 @@ pub struct Listener {
 pub fn ignore_key(_ctx: Ctx, _name: &[u8], _event: &CStr) {}
 
 static LISTENERS: OnceLock<&'static [&'static Listener]> = OnceLock::new();
+
+/// A context of the module's own, for what runs where Redis gives none
+/// (type callbacks, the command filter): timers, filters, subscriptions.
+static DETACHED: AtomicPtr<raw::RedisModuleCtx> = AtomicPtr::new(std::ptr::null_mut());
+static HEARING_EVICTIONS: AtomicBool = AtomicBool::new(false);
+static HEARING_CLIENTS: AtomicBool = AtomicBool::new(false);
+
+pub fn detached() -> Ctx {
+    DETACHED.load(Ordering::Relaxed)
+}
 
 fn listeners() -> &'static [&'static Listener] {
     LISTENERS.get().copied().unwrap_or(&[])
@@ -114,41 +137,57 @@ unsafe fn decode(id: u64, subevent: u64, data: *mut c_void) -> Option<Server> {
     }
 }
 
-/// Subscribes once to everything the listeners hear.
+fn subscribe_server(id: u64, on: bool) -> bool {
+    let event = raw::RedisModuleEvent { id, dataver: 1 };
+    let callback = if on { Some(on_server_event as _) } else { None };
+    let status =
+        unsafe { raw::RedisModule_SubscribeToServerEvent.unwrap()(detached(), event, callback) };
+    status == raw::REDISMODULE_OK as c_int
+}
+
+/// Subscribes to what the listeners must always hear.
 pub fn subscribe(ctx: &Context, listeners: &'static [&'static Listener]) -> bool {
     if LISTENERS.set(listeners).is_err() {
         return false;
     }
-    let classes = raw::REDISMODULE_NOTIFY_GENERIC
-        | raw::REDISMODULE_NOTIFY_STRING
-        | raw::REDISMODULE_NOTIFY_LIST
-        | raw::REDISMODULE_NOTIFY_SET
-        | raw::REDISMODULE_NOTIFY_HASH
-        | raw::REDISMODULE_NOTIFY_ZSET
-        | raw::REDISMODULE_NOTIFY_EXPIRED
-        | raw::REDISMODULE_NOTIFY_EVICTED
-        | raw::REDISMODULE_NOTIFY_STREAM
-        | raw::REDISMODULE_NOTIFY_LOADED;
-    // Not the module class: warden's own events never free a key, and hearing
-    // them would cost every command a callback.
-    let ok = unsafe {
-        raw::RedisModule_SubscribeToKeyspaceEvents.unwrap()(
-            ctx.ctx,
-            classes as c_int,
-            Some(on_keyspace_event),
-        )
-    } == raw::REDISMODULE_OK as c_int;
-    let server_events = [
+    let detached = unsafe { raw::RedisModule_GetDetachedThreadSafeContext.unwrap()(ctx.ctx) };
+    DETACHED.store(detached, Ordering::Relaxed);
+    [
         raw::REDISMODULE_EVENT_FLUSHDB,
         raw::REDISMODULE_EVENT_SWAPDB,
         raw::REDISMODULE_EVENT_LOADING,
         raw::REDISMODULE_EVENT_REPLICATION_ROLE_CHANGED,
-        raw::REDISMODULE_EVENT_CLIENT_CHANGE,
-    ];
-    server_events.iter().fold(ok, |ok, &id| {
-        let event = raw::RedisModuleEvent { id, dataver: 1 };
-        ok && unsafe {
-            raw::RedisModule_SubscribeToServerEvent.unwrap()(ctx.ctx, event, Some(on_server_event))
-        } == raw::REDISMODULE_OK as c_int
-    })
+    ]
+    .iter()
+    .all(|&id| subscribe_server(id, true))
+}
+
+/// From the first time the server can evict: hear `evicted` (evicted locks
+/// keep their keys taken; an evicted cached value ends its lease). A
+/// keyspace subscription lasts for the module's life on Redis before 8.2.
+pub fn hear_evictions() {
+    if HEARING_EVICTIONS.swap(true, Ordering::Relaxed) {
+        return;
+    }
+    unsafe {
+        raw::RedisModule_SubscribeToKeyspaceEvents.unwrap()(
+            detached(),
+            raw::REDISMODULE_NOTIFY_EVICTED as c_int,
+            Some(on_keyspace_event),
+        )
+    };
+}
+
+/// Client disconnects, heard while cache leases exist (a lease ends with its
+/// holder's connection). Never called from inside that event's own callback:
+/// Redis still reads the subscription after the callback returns.
+pub fn hear_clients(on: bool) {
+    if HEARING_CLIENTS.swap(on, Ordering::Relaxed) != on {
+        subscribe_server(raw::REDISMODULE_EVENT_CLIENT_CHANGE, on);
+    }
+}
+
+/// Whether client disconnects are heard now (`INFO warden`, tests).
+pub fn hearing_clients() -> bool {
+    HEARING_CLIENTS.load(Ordering::Relaxed)
 }

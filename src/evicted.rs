@@ -8,12 +8,13 @@
 //! server that does not evict: the log warns at load and when a config change
 //! makes eviction possible.
 //!
-//! The `evicted` keyspace event comes after the value is gone, so the type's
-//! `unlink` callback remembers the last lock unlinked (only while eviction is
-//! possible) and the event turns it into a tombstone. Its deadline is the
-//! lock's lease, which a lock value always holds as a finite time: kept in
-//! step with the key's expiry (`expire`, `persist`, `restore`, `loaded`
-//! events), and a key without expiry keeps the lease it was granted.
+//! The `evicted` keyspace event (heard once eviction is possible) comes after
+//! the value is gone, so the type's `unlink` callback remembers the last lock
+//! unlinked (only while eviction is possible) and the event turns it into a
+//! tombstone. Its deadline is the lock's lease, which a lock value always
+//! holds as a finite time: the key's expiry as warden last read it (every
+//! command that opens the lock reads it), and a key without expiry keeps the
+//! lease it was granted.
 //! Tombstones move with `SWAPDB`, are cleared by `FLUSHALL`/`FLUSHDB` (as a
 //! held lock would be), and are saved in the RDB's aux data where the server
 //! can save aux data only when there is some (see `datatypes`), so a reload
@@ -25,14 +26,12 @@ use std::ffi::CStr;
 use std::os::raw::{c_int, c_void};
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use redis_module::{logging, raw, Context, RedisString, RedisValue};
+use redis_module::{logging, raw, Context, RedisValue};
 
 use crate::args::MAX_MS;
-use crate::datatypes::LOCK_TYPE;
 use crate::events::{Listener, Server};
 use crate::guard;
-use crate::keyspace::{now_ms, Key};
-use crate::lock::state::Lock;
+use crate::keyspace::now_ms;
 use crate::stats;
 use crate::waiters::{self, QueueKey};
 
@@ -154,19 +153,6 @@ pub fn any() -> bool {
     TOMBSTONES.with(|t| !t.borrow().is_empty())
 }
 
-/// Keeps a lock value's lease in step with its key's expiry, so that an
-/// eviction (which comes after the expiry is gone) knows when the lease ends.
-/// `PERSIST` leaves the lease as it was granted.
-fn sync_expiry(ctx: *mut raw::RedisModuleCtx, name: &[u8]) {
-    // Opened under a string of our own: the `loaded` event's name lives on
-    // the server's stack, and opening a key retains its name.
-    let name = RedisString::create_from_slice(ctx, name);
-    let key = Key::read_raw(ctx, name.inner);
-    if let (Ok(Some(lock)), Some(at)) = (key.value::<Lock>(&LOCK_TYPE), key.expire_at()) {
-        lock.deadline_ms = at;
-    }
-}
-
 /// `SWAPDB`: evicted locks move with their database, as held ones do.
 pub fn swap_dbs(a: c_int, b: c_int) {
     TOMBSTONES.with(|t| {
@@ -243,6 +229,9 @@ fn check_policy(ctx: &Context) {
     let possible = policy != "noeviction" && !policy.is_empty() && limit != "0";
     crate::memory::set_limit(limit.parse().unwrap_or(0), possible);
     let was = EVICTION_POSSIBLE.swap(possible, Ordering::Relaxed);
+    if possible {
+        crate::events::hear_evictions();
+    }
     if possible && !was {
         logging::log_warning(format!(
             "warden: maxmemory-policy {policy} with maxmemory {limit} can evict lock keys; \
@@ -264,8 +253,6 @@ extern "C" fn on_config_change(
 fn on_key(ctx: *mut raw::RedisModuleCtx, name: &[u8], event: &CStr) {
     if event == c"evicted" {
         on_evicted(ctx, name);
-    } else if [c"expire", c"restore", c"loaded"].contains(&event) {
-        sync_expiry(ctx, name);
     }
 }
 
@@ -278,8 +265,7 @@ fn on_server(ctx: *mut raw::RedisModuleCtx, event: &Server) {
     }
 }
 
-/// What eviction tombstones hear: evictions, expiry changes and loaded keys
-/// (to keep leases in step), flushes, `SWAPDB`, the end of a load.
+/// What eviction tombstones hear: evictions, flushes, `SWAPDB`, the end of a load.
 pub static EVENTS: Listener = Listener {
     key: on_key,
     server: on_server,

@@ -78,6 +78,10 @@ extern "C" fn report(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_report: c_int
             ("bloom_bytes", stats::BLOOM_BYTES.get()),
             ("bloom_subfilters", stats::BLOOM_SUBFILTERS.get()),
             ("cache_entries", crate::cache::commands::entries() as i64),
+            (
+                "cache_listening",
+                i64::from(crate::cache::filter::listening() && crate::events::hearing_clients()),
+            ),
             ("cache_max_batch", batch_steps as i64),
             ("cache_max_batch_us", batch_us as i64),
             ("cache_hits", stats::CACHE_HITS.get() as i64),

@@ -43,11 +43,6 @@ impl Key {
         Self::open(ctx.ctx, name.raw(), raw::REDISMODULE_READ)
     }
 
-    /// Opens a key named by the server (an event's key) for reading only.
-    pub fn read_raw(ctx: *mut raw::RedisModuleCtx, name: *mut raw::RedisModuleString) -> Self {
-        Self::open(ctx, name, raw::REDISMODULE_READ)
-    }
-
     fn open(ctx: *mut raw::RedisModuleCtx, name: *mut raw::RedisModuleString, mode: u32) -> Self {
         let inner = unsafe { raw::RedisModule_OpenKey.unwrap()(ctx, name, mode as c_int) }
             .cast::<raw::RedisModuleKey>();
@@ -184,13 +179,56 @@ pub fn effects_needed(ctx: &Context) -> bool {
 
 static LISTENERS: AtomicBool = AtomicBool::new(false);
 
+/// What may add listeners to the effect stream: a fork (an AOF rewrite, a
+/// full sync) and a replica. Heard until the first, then never again.
+const LISTENER_EVENTS: [u64; 2] = [
+    raw::REDISMODULE_EVENT_FORK_CHILD,
+    raw::REDISMODULE_EVENT_REPLICA_CHANGE,
+];
+
+fn subscribe_listener_events(on: bool) -> bool {
+    LISTENER_EVENTS.iter().all(|&id| {
+        let event = raw::RedisModuleEvent { id, dataver: 1 };
+        let callback = if on {
+            Some(on_listener_event as _)
+        } else {
+            None
+        };
+        let status = unsafe {
+            raw::RedisModule_SubscribeToServerEvent.unwrap()(events::detached(), event, callback)
+        };
+        status == raw::REDISMODULE_OK as c_int
+    })
+}
+
+/// Effects are sent from now on; the events that told are no longer heard
+/// (from a timer: Redis reads a subscription after its callback returns).
+fn listened_to() {
+    if !LISTENERS.swap(true, Ordering::Relaxed) {
+        unsafe {
+            raw::RedisModule_CreateTimer.unwrap()(
+                events::detached(),
+                0,
+                Some(on_unsubscribe),
+                std::ptr::null_mut(),
+            )
+        };
+    }
+}
+
+extern "C" fn on_unsubscribe(_ctx: *mut raw::RedisModuleCtx, _data: *mut c_void) {
+    crate::guard::callback((), || {
+        subscribe_listener_events(false);
+    })
+}
+
 extern "C" fn on_listener_event(
     _ctx: *mut raw::RedisModuleCtx,
     _event: raw::RedisModuleEvent,
     _subevent: u64,
     _data: *mut c_void,
 ) {
-    LISTENERS.store(true, Ordering::Relaxed);
+    listened_to();
 }
 
 /// Watches for what may add listeners to the effect stream. At load time a
@@ -203,28 +241,15 @@ pub fn watch_listeners(ctx: &Context) -> bool {
         });
     if replicating {
         LISTENERS.store(true, Ordering::Relaxed);
+        return true;
     }
     // A role change reaches `EVENTS` (through `events`, its one subscriber).
-    let events = [
-        raw::REDISMODULE_EVENT_FORK_CHILD,
-        raw::REDISMODULE_EVENT_REPLICA_CHANGE,
-    ];
-    events.iter().all(|&id| {
-        let event = raw::RedisModuleEvent { id, dataver: 1 };
-        let status = unsafe {
-            raw::RedisModule_SubscribeToServerEvent.unwrap()(
-                ctx.ctx,
-                event,
-                Some(on_listener_event),
-            )
-        };
-        status == raw::REDISMODULE_OK as c_int
-    })
+    subscribe_listener_events(true)
 }
 
 fn on_server(_ctx: *mut raw::RedisModuleCtx, event: &Server) {
     if let Server::Role { .. } = event {
-        LISTENERS.store(true, Ordering::Relaxed);
+        listened_to();
     }
 }
 

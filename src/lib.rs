@@ -119,7 +119,6 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
         && events::subscribe(ctx, LISTENERS)
         && keyspace::watch_listeners(ctx)
         && evicted::watch_policy(ctx)
-        && cache::commands::subscribe(ctx)
         && info::register(ctx.ctx);
     if ready {
         info::log_loaded(ctx);

@@ -37,7 +37,6 @@
 
 use std::cell::RefCell;
 use std::collections::VecDeque;
-use std::ffi::CStr;
 use std::os::raw::{c_char, c_int, c_void};
 use std::ptr;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -47,7 +46,7 @@ use rustc_hash::{FxHashMap, FxHashSet};
 
 use crate::command::Arg;
 use crate::error;
-use crate::events::{Listener, Server};
+use crate::events::{self, Listener, Server};
 use crate::guard;
 use crate::keyspace::now_ms;
 use crate::stats;
@@ -908,20 +907,17 @@ extern "C" fn on_lease_end(ctx: Ctx, data: *mut c_void) {
     })
 }
 
-fn on_key(ctx: Ctx, name: &[u8], _event: &CStr) {
-    if nobody_waits() {
+/// A key of a lock kind left the keyspace (its type's `unlink` callback): if
+/// anyone waits on it, it is served on the next tick.
+pub fn key_removed(db: c_int, name: &[u8]) {
+    if nobody_waits() || with(|r| r.queue(db, name).is_none()) {
         return;
     }
-    let db = selected_db(ctx);
-    if with(|r| r.queue(db, name).is_some()) {
-        mark_dirty(
-            ctx,
-            QueueKey {
-                db,
-                name: name.to_vec(),
-            },
-        );
-    }
+    let q = QueueKey {
+        db,
+        name: name.to_vec(),
+    };
+    mark_dirty(events::detached(), q);
 }
 
 fn on_server(ctx: Ctx, event: &Server) {
@@ -934,9 +930,10 @@ fn on_server(ctx: Ctx, event: &Server) {
     }
 }
 
-/// What the waiting core hears: anything that may free a key with waiters.
+/// What the waiting core hears: flushes, `SWAPDB`, loads and role changes
+/// (a key of its own leaving the keyspace arrives through `key_removed`).
 pub static EVENTS: Listener = Listener {
-    key: on_key,
+    key: events::ignore_key,
     server: on_server,
 };
 

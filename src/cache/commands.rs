@@ -12,8 +12,10 @@
 //!   served; the table's records of lapsed leases and of departed holders are
 //!   removed by one timer, a bounded batch per event-loop turn;
 //! - an expiry is not a write: it drops the stale mark, never the lease;
-//! - writes Redis sends no event for (`DEL` of a missing key...) revoke
-//!   through the command filter (`filter.rs`);
+//! - other writes to a key with an entry (also those that find nothing to
+//!   change, like `DEL` of a missing key) revoke through the command filter
+//!   (`filter.rs`), registered only while the table has entries, and only
+//!   for commands the server did not refuse; evictions through `evicted`;
 //! - no lease is granted inside a script or function (its client outlives
 //!   every caller, so the lease could not end with the caller's connection);
 //! - a fill is stored only under the key's current lease;
@@ -29,11 +31,12 @@ use redis_module::{
 };
 
 use crate::args;
+use crate::cache::filter;
 use crate::cache::state::{self, Entry, Lease, Options, Read, Seen};
 use crate::cache::table::Table;
 use crate::command::Arg;
 use crate::error;
-use crate::events::{Listener, Server};
+use crate::events::{self, Listener, Server};
 use crate::fence::FENCES;
 use crate::guard;
 // A replica has no lease table: every `CACHE.*` command is the master's.
@@ -52,8 +55,6 @@ thread_local! {
     /// The one timer that ends leases (lapses, departed holders, flushed
     /// tables, revocations by the command filter): its id and when it fires.
     static REAPER: Cell<Option<(raw::RedisModuleTimerID, i64)>> = const { Cell::new(None) };
-    /// A context for arming the reaper where Redis gives none (the command filter).
-    static DETACHED: Cell<*mut raw::RedisModuleCtx> = const { Cell::new(std::ptr::null_mut()) };
     /// The largest batch so far, in steps and in microseconds (`INFO warden`:
     /// `cache_max_batch`, `cache_max_batch_us`).
     static MAX_BATCH: Cell<(usize, u64)> = const { Cell::new((0, 0)) };
@@ -65,6 +66,20 @@ fn err(text: &'static str) -> RedisError {
 
 fn with<T>(f: impl FnOnce(&mut Table) -> T) -> T {
     TABLE.with(|t| f(&mut t.borrow_mut()))
+}
+
+/// Starts hearing writes and disconnects at the table's first entry (they
+/// stop from the reaper once it is empty again).
+fn listen() {
+    if !filter::listening() {
+        filter::listen(true);
+        events::hear_clients(true);
+    }
+}
+
+/// Whether `name` has an entry in some database (the command filter's test).
+pub fn names(name: &[u8]) -> bool {
+    with(|t| t.names(name))
 }
 
 /// The entry of `q`, a copy (no borrow is held while Redis is called).
@@ -134,6 +149,7 @@ fn grant(ctx: &Context, q: &QueueKey, holder: Option<u64>, lease_ms: i64) -> u64
             },
         )
     });
+    listen();
     arm_reaper(ctx.ctx, deadline_ms.saturating_add(1));
     stats::CACHE_LEASES.add(1);
     token
@@ -172,12 +188,13 @@ fn arm_reaper(ctx: *mut raw::RedisModuleCtx, at_ms: i64) {
 
 /// Arms the reaper from a place without a context (the command filter).
 pub fn reap_soon() {
-    arm_reaper(DETACHED.with(Cell::get), now_ms());
+    arm_reaper(events::detached(), now_ms());
 }
 
 extern "C" fn on_reap(ctx: *mut raw::RedisModuleCtx, _data: *mut c_void) {
     guard::callback((), || {
         REAPER.with(|r| r.set(None));
+        filter::decide();
         let started = std::time::Instant::now();
         let ctx = Context::new(ctx);
         let now = now_ms();
@@ -196,24 +213,22 @@ extern "C" fn on_reap(ctx: *mut raw::RedisModuleCtx, _data: *mut c_void) {
             arm_reaper(ctx.ctx, now);
         } else if let Some(at) = with(|t| t.next_deadline()) {
             arm_reaper(ctx.ctx, at.saturating_add(1));
+        } else if idle() && filter::listening() {
+            // Nothing to hear any more: other commands go back to costing nothing.
+            filter::listen(false);
+            events::hear_clients(false);
         }
     })
 }
 
-/// From the keyspace events: any other write to `name` (set, del, eviction,
-/// rename, move, restore...) revokes its lease and its stale mark. An expiry
-/// is not a write: the value's stale mark goes, its refresh lease stays the
-/// key's one lease (readers now miss and wait for its fill).
+/// From the `evicted` keyspace event: an evicted value ends its lease and
+/// its stale mark. (An expiry is not a write and is not heard: a stale mark
+/// ends by itself, and a refresh lease stays the key's one lease.)
 fn on_key_event(ctx: *mut raw::RedisModuleCtx, name: &[u8], event: &CStr) {
-    if idle() {
+    if idle() || event != c"evicted" {
         return;
     }
     let q = waiters::queue_key(ctx, name);
-    let expired = event == c"expired";
-    if expired {
-        with(|t| t.set_stale(&q, None));
-        return;
-    }
     let (lease, had) = with(|t| t.clear(&q));
     if lease.is_some() {
         stats::CACHE_REVOKED.add(1);
@@ -241,6 +256,7 @@ pub fn forget_db(ctx: *mut raw::RedisModuleCtx, db: c_int) {
 fn on_server(ctx: *mut raw::RedisModuleCtx, event: &Server) {
     match event {
         Server::ClientGone { id } => {
+            filter::client_gone(*id);
             // Its leases stop being live now and end in batches.
             if !idle() && with(|t| t.depart(*id)) {
                 arm_reaper(ctx, now_ms());
@@ -264,14 +280,6 @@ pub static EVENTS: Listener = Listener {
     key: on_key_event,
     server: on_server,
 };
-
-/// Revokes leases on writes Redis sends no event for (the command filter);
-/// keeps a context for the reaper.
-pub fn subscribe(ctx: &Context) -> bool {
-    let detached = unsafe { raw::RedisModule_GetDetachedThreadSafeContext.unwrap()(ctx.ctx) };
-    DETACHED.with(|d| d.set(detached));
-    crate::cache::filter::register(ctx)
-}
 
 /// The key's cached value, copied for the waiters it answers; `Err` if it
 /// holds another type.
@@ -370,6 +378,24 @@ pub fn get(ctx: &Context, args: &[Arg]) -> RedisResult {
     let req = args::cache_get(&args[2..]).map_err(RedisError::String)?;
     refuse_on_replica(ctx)?;
     let name = &args[1];
+    // The common case, as lean as `GET`: a value, no entry (lease, stale
+    // mark, waiters) for its key, no refresh due: one key open, no allocation.
+    if !names(name) {
+        let key = Key::read(ctx, name);
+        if let Some(v) = key.string().map_err(err)? {
+            let due = req.refresh_ms.is_some_and(|ms| {
+                key.expire_at()
+                    .is_some_and(|at| at.saturating_sub(now_ms()) < ms)
+            });
+            if !due {
+                stats::CACHE_HITS.add(1);
+                raw::reply_with_array(ctx.ctx, 2);
+                raw::reply_with_string_buffer(ctx.ctx, v.as_ptr().cast(), v.len());
+                raw::reply_with_null(ctx.ctx);
+                return Ok(RedisValue::NoReply);
+            }
+        }
+    }
     let mut value = peek_value(ctx, name)?;
     let q = waiters::queue_key(ctx.ctx, name);
     if waiters::queued(ctx, name) > 0 && live_lease(&q, now_ms()).is_none() {
@@ -550,6 +576,8 @@ pub fn invalidate(ctx: &Context, args: &[Arg]) -> RedisResult {
             if !Key::read(ctx, name).is_empty() {
                 let end = expires.map_or(until, |at| at.min(until));
                 with(|t| t.set_stale(&q, Some(end)));
+                listen();
+                arm_reaper(ctx.ctx, end.saturating_add(1));
             }
             true
         }

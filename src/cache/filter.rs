@@ -1,43 +1,105 @@
-//! The command filter: Redis sends no keyspace event for a write that finds
-//! nothing to change — `DEL`/`UNLINK`/`GETDEL` of a missing (or just expired)
-//! key, a `*STORE` with an empty result onto a missing key — yet a reader
-//! that loaded before such a write must not fill afterwards. The filter sees
-//! every command (from clients, inside `MULTI` when queued, from scripts and
-//! the replication stream) before it runs, and revokes the leases of the keys
-//! it names, in every database (a filter does not know the client's).
+//! How cache leases hear of other writes to their keys — at no cost to the
+//! rest of the server, and only for commands that run.
 //!
-//! Revoking early or more than needed is safe: it only costs a reload (a
-//! command that then fails, a `MULTI` that is discarded). The filter runs on
-//! every command, so it returns at once while the lease table is empty.
+//! A write to a key with a lease must end that lease, also a write that finds
+//! nothing to change (`DEL` of a missing key, `EXPIRE k 0`, a `*STORE` with an
+//! empty result): Redis sends no keyspace event for those, and a keyspace
+//! subscription taxes every write of every key. So the cache listens with a
+//! command filter, registered only while the lease table has an entry (the
+//! table's name index answers "does this argument name an entry?" with an
+//! array index for most arguments).
+//!
+//! A filter sees a command before the server decides to run it (before
+//! authentication, ACL, arity, `OOM`, `READONLY`, `MULTI` queueing). A
+//! command the server refuses is no write, so a command naming a leased key
+//! is only noted here, with the server's count of error replies, and decided
+//! when the next command arrives (or on the next timer turn, whichever is
+//! first: nothing else can reach the lease table in between): a refused
+//! command was answered with an error, a command that ran with none. Inside
+//! `MULTI` (where the server says which client sent the command, Redis ≥ 7.2
+//! and Valkey) the keys wait for that client's `EXEC`, which counts unless it
+//! answered `EXECABORT`; `DISCARD` and a disconnect drop them.
+//!
+//! Invariant: a lease is revoked only for a command that named its key and
+//! was not refused; revoking more than needed (a write that changed nothing,
+//! a blocked or paused write) is safe: it only costs a reload.
 
-use std::os::raw::c_int;
+use std::cell::{Cell, RefCell};
+use std::ffi::CStr;
+use std::os::raw::{c_char, c_int, c_void};
 
-use redis_module::{raw, Context};
+use redis_module::raw;
+use rustc_hash::FxHashMap;
 
 use crate::cache::commands;
+use crate::events;
 use crate::guard;
 
-/// Commands whose every argument after the name may be a key they remove or
-/// overwrite, and whether they do so only with a `STORE`/`STOREDIST` option.
-const WRITES: &[(&[u8], bool)] = &[
-    (b"del", false),
-    (b"unlink", false),
-    (b"getdel", false),
-    (b"sinterstore", false),
-    (b"sunionstore", false),
-    (b"sdiffstore", false),
-    (b"zinterstore", false),
-    (b"zunionstore", false),
-    (b"zdiffstore", false),
-    (b"zrangestore", false),
-    (b"geosearchstore", false),
-    (b"bitop", false),
-    (b"sort", true),
-    (b"georadius", true),
-    (b"georadiusbymember", true),
+type FilterCtx = *mut raw::RedisModuleCommandFilterCtx;
+
+/// Commands that never write the keys they name (reads, and warden's own
+/// cache commands, which keep the table themselves). Scripts and functions
+/// are here too: the commands they run pass the filter one by one.
+const READS: &[&[u8]] = &[
+    b"get",
+    b"mget",
+    b"exists",
+    b"ttl",
+    b"pttl",
+    b"expiretime",
+    b"pexpiretime",
+    b"type",
+    b"strlen",
+    b"getrange",
+    b"substr",
+    b"getbit",
+    b"bitcount",
+    b"bitpos",
+    b"bitfield_ro",
+    b"lcs",
+    b"dump",
+    b"object",
+    b"memory",
+    b"touch",
+    b"watch",
+    b"scan",
+    b"keys",
+    b"echo",
+    b"ping",
+    b"publish",
+    b"spublish",
+    b"command",
+    b"sort_ro",
+    b"eval",
+    b"evalsha",
+    b"eval_ro",
+    b"evalsha_ro",
+    b"fcall",
+    b"fcall_ro",
+    b"cache.get",
+    b"cache.fill",
+    b"cache.abandon",
+    b"cache.invalidate",
+    b"cache.info",
 ];
 
-fn arg(fctx: *mut raw::RedisModuleCommandFilterCtx, pos: c_int) -> &'static [u8] {
+/// A command that named leased keys, waiting to be decided.
+struct Pending {
+    names: Vec<Vec<u8>>,
+    /// The server's error count before it (for an `EXEC`: its `EXECABORT` count).
+    errors: u64,
+    exec: bool,
+}
+
+thread_local! {
+    static FILTER: Cell<*mut raw::RedisModuleCommandFilter> = const { Cell::new(std::ptr::null_mut()) };
+    static PENDING: RefCell<Option<Pending>> = const { RefCell::new(None) };
+    /// Per client in `MULTI`: the leased keys its queued commands name.
+    static QUEUED: RefCell<FxHashMap<u64, Vec<Vec<u8>>>> = RefCell::new(FxHashMap::default());
+    static ANY_PENDING: Cell<bool> = const { Cell::new(false) };
+}
+
+fn arg(fctx: FilterCtx, pos: c_int) -> &'static [u8] {
     let s = unsafe { raw::RedisModule_CommandFilterArgGet.unwrap()(fctx, pos) };
     if s.is_null() {
         return &[];
@@ -48,43 +110,203 @@ fn arg(fctx: *mut raw::RedisModuleCommandFilterCtx, pos: c_int) -> &'static [u8]
     unsafe { std::slice::from_raw_parts(ptr.cast::<u8>(), len) }
 }
 
-extern "C" fn on_command(fctx: *mut raw::RedisModuleCommandFilterCtx) {
-    guard::callback((), || {
-        if commands::idle() {
-            return;
+fn is_read(name: &[u8]) -> bool {
+    READS.iter().any(|r| r.eq_ignore_ascii_case(name))
+}
+
+/// The client that sent the command, where the server says (Redis ≥ 7.2, Valkey).
+fn sender(fctx: FilterCtx) -> Option<u64> {
+    let get = unsafe { raw::RedisModule_CommandFilterGetClientId }?;
+    Some(unsafe { get(fctx) })
+}
+
+fn in_multi(client: u64) -> bool {
+    let Some(get) = (unsafe { raw::RedisModule_GetClientInfoById }) else {
+        return false;
+    };
+    let mut info = raw::RedisModuleClientInfoV1 {
+        version: 1,
+        flags: 0,
+        id: 0,
+        addr: [0; 46],
+        port: 0,
+        db: 0,
+    };
+    let found = unsafe {
+        get(
+            (&mut info as *mut raw::RedisModuleClientInfoV1).cast(),
+            client,
+        )
+    };
+    found == raw::REDISMODULE_OK as c_int
+        && info.flags & u64::from(raw::REDISMODULE_CLIENTINFO_FLAG_MULTI) != 0
+}
+
+/// A number from the server's INFO `section` (0 if it has none).
+fn info_number(section: &CStr, field: &CStr, errorstat: bool) -> u64 {
+    let ctx = events::detached();
+    unsafe {
+        let data = raw::RedisModule_GetServerInfo.unwrap()(ctx, section.as_ptr());
+        if data.is_null() {
+            return 0;
         }
-        let argc = unsafe { raw::RedisModule_CommandFilterArgsCount.unwrap()(fctx) };
-        if argc < 2 {
-            return;
-        }
-        let name = arg(fctx, 0);
-        let Some(&(_, needs_store)) = WRITES.iter().find(|(w, _)| w.eq_ignore_ascii_case(name))
-        else {
-            return;
+        let n = if errorstat {
+            // `errorstat_EXECABORT:count=3`
+            let v = raw::RedisModule_ServerInfoGetFieldC.unwrap()(data, field.as_ptr());
+            if v.is_null() {
+                0
+            } else {
+                let text = CStr::from_ptr(v.cast::<c_char>()).to_bytes();
+                text.strip_prefix(b"count=")
+                    .and_then(|d| std::str::from_utf8(d).ok())
+                    .and_then(|d| d.split(',').next()?.parse().ok())
+                    .unwrap_or(0)
+            }
+        } else {
+            let mut err = 0;
+            raw::RedisModule_ServerInfoGetFieldUnsigned.unwrap()(data, field.as_ptr(), &mut err)
         };
-        let args = || (1..argc).map(|i| arg(fctx, i));
-        if needs_store
-            && !args()
-                .any(|a| a.eq_ignore_ascii_case(b"store") || a.eq_ignore_ascii_case(b"storedist"))
-        {
-            return;
-        }
-        for key in args() {
-            commands::revoke_everywhere(key);
+        raw::RedisModule_FreeServerInfo.unwrap()(ctx, data);
+        n
+    }
+}
+
+/// Error replies the server has sent (refused commands among them).
+fn error_replies() -> u64 {
+    info_number(c"stats", c"total_error_replies", false)
+}
+
+fn exec_aborts() -> u64 {
+    info_number(c"errorstats", c"errorstat_EXECABORT", true)
+}
+
+fn note(pending: Pending) {
+    PENDING.with(|p| *p.borrow_mut() = Some(pending));
+    ANY_PENDING.with(|a| a.set(true));
+    // Decided on the next command, or on the next timer turn.
+    unsafe {
+        raw::RedisModule_CreateTimer.unwrap()(
+            events::detached(),
+            0,
+            Some(on_decide),
+            std::ptr::null_mut(),
+        )
+    };
+}
+
+/// Decides the command noted last: its keys' leases end if it was not refused.
+pub fn decide() {
+    if !ANY_PENDING.with(Cell::get) {
+        return;
+    }
+    ANY_PENDING.with(|a| a.set(false));
+    let Some(p) = PENDING.with(|p| p.borrow_mut().take()) else {
+        return;
+    };
+    let ran = if p.exec {
+        exec_aborts() == p.errors
+    } else {
+        error_replies() == p.errors
+    };
+    if ran {
+        for name in &p.names {
+            commands::revoke_everywhere(name);
         }
         // Waiters on those keys are served from the reaper's next turn.
         commands::reap_soon();
+    }
+}
+
+extern "C" fn on_decide(_ctx: *mut raw::RedisModuleCtx, _data: *mut c_void) {
+    guard::callback((), decide)
+}
+
+/// `EXEC` or `DISCARD` from a client with queued keys.
+fn transaction_end(name: &[u8], client: u64) -> bool {
+    let exec = name.eq_ignore_ascii_case(b"exec");
+    if !exec && !name.eq_ignore_ascii_case(b"discard") {
+        return false;
+    }
+    let Some(names) = QUEUED.with(|q| q.borrow_mut().remove(&client)) else {
+        return false;
+    };
+    if exec {
+        note(Pending {
+            names,
+            errors: exec_aborts(),
+            exec: true,
+        });
+    }
+    true
+}
+
+extern "C" fn on_command(fctx: FilterCtx) {
+    guard::callback((), || {
+        // The command before this one has been answered by now.
+        decide();
+        let argc = unsafe { raw::RedisModule_CommandFilterArgsCount.unwrap()(fctx) };
+        let name = arg(fctx, 0);
+        let client = sender(fctx);
+        if let Some(c) = client {
+            if !QUEUED.with(|q| q.borrow().is_empty()) && transaction_end(name, c) {
+                return;
+            }
+        }
+        let names: Vec<Vec<u8>> = (1..argc)
+            .map(|i| arg(fctx, i))
+            .filter(|a| commands::names(a))
+            .map(<[u8]>::to_vec)
+            .collect();
+        if names.is_empty() || is_read(name) {
+            return;
+        }
+        match client {
+            Some(c) if in_multi(c) => {
+                QUEUED.with(|q| q.borrow_mut().entry(c).or_default().extend(names));
+            }
+            _ => note(Pending {
+                names,
+                errors: error_replies(),
+                exec: false,
+            }),
+        }
     })
 }
 
-/// Registers the filter (not for warden's own calls: `CACHE.*` revokes itself).
-pub fn register(ctx: &Context) -> bool {
-    let filter = unsafe {
-        raw::RedisModule_RegisterCommandFilter.unwrap()(
-            ctx.ctx,
-            Some(on_command),
-            raw::REDISMODULE_CMDFILTER_NOSELF as c_int,
-        )
-    };
-    !filter.is_null()
+/// A client left: its queued transaction never runs.
+pub fn client_gone(client: u64) {
+    QUEUED.with(|q| {
+        let mut q = q.borrow_mut();
+        if q.remove(&client).is_some() && q.capacity() > 64 && q.len() * 4 < q.capacity() {
+            q.shrink_to_fit();
+        }
+    });
+}
+
+/// Listens while the table has entries, and only then: registered at the
+/// first entry, unregistered (from a timer, never from inside the filter)
+/// once the table is empty and nothing waits to be decided.
+pub fn listen(on: bool) {
+    let filter = FILTER.with(Cell::get);
+    let ctx = events::detached();
+    if on && filter.is_null() {
+        let f = unsafe {
+            raw::RedisModule_RegisterCommandFilter.unwrap()(
+                ctx,
+                Some(on_command),
+                raw::REDISMODULE_CMDFILTER_NOSELF as c_int,
+            )
+        };
+        FILTER.with(|c| c.set(f));
+    } else if !on && !filter.is_null() {
+        decide();
+        QUEUED.with(|q| *q.borrow_mut() = FxHashMap::default());
+        unsafe { raw::RedisModule_UnregisterCommandFilter.unwrap()(ctx, filter) };
+        FILTER.with(|c| c.set(std::ptr::null_mut()));
+    }
+}
+
+/// Whether the filter is registered (`INFO warden`, tests).
+pub fn listening() -> bool {
+    !FILTER.with(Cell::get).is_null()
 }

@@ -6,11 +6,18 @@
 //! Invariants:
 //! - every lease in `entries` has exactly one record in `deadlines` and, if it
 //!   has a holder, one in `holders` (and no record exists without its lease);
+//! - every stale mark has exactly one record in `stale_ends`;
+//! - `names` counts, per key name, the databases with an entry of that name,
+//!   and `by_len` the names of each length: the command filter's test of
+//!   "does this argument name an entry?" costs an array index for most
+//!   arguments and one hash lookup for the rest;
 //! - a database is in `dbs` only while it has an entry;
 //! - a lease of a departed holder is never live, even before its batch ends it.
 
 use std::collections::{btree_set, hash_map, BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use std::os::raw::c_int;
+
+use rustc_hash::FxHashMap;
 
 use crate::cache::state::{Entry, Lease};
 use crate::waiters::QueueKey;
@@ -48,7 +55,6 @@ impl Burial {
     }
 }
 
-#[derive(Default)]
 pub struct Table {
     dbs: BTreeMap<c_int, Db>,
     /// Holders that disconnected with leases, oldest first; their leases end
@@ -59,6 +65,17 @@ pub struct Table {
     /// Keys whose lease was revoked where waiters could not be served (the
     /// command filter): the next batch serves them.
     revoked: Vec<QueueKey>,
+    /// `(until, db, key)` of every stale mark: it ends by itself.
+    stale_ends: BTreeSet<(i64, c_int, Vec<u8>)>,
+    names: FxHashMap<Vec<u8>, u32>,
+    by_len: [u32; NAME_LENGTHS],
+}
+
+/// Names are counted by length up to this, longer ones in the last slot.
+const NAME_LENGTHS: usize = 65;
+
+fn len_slot(name: &[u8]) -> usize {
+    name.len().min(NAME_LENGTHS - 1)
 }
 
 /// What a batch did: the keys whose lease ended (their waiters may go), how
@@ -70,9 +87,52 @@ pub struct Batch {
     pub more: bool,
 }
 
+impl Default for Table {
+    fn default() -> Self {
+        Table {
+            dbs: BTreeMap::new(),
+            departed: VecDeque::new(),
+            departed_set: HashSet::new(),
+            graveyard: Vec::new(),
+            revoked: Vec::new(),
+            stale_ends: BTreeSet::new(),
+            names: FxHashMap::default(),
+            by_len: [0; NAME_LENGTHS],
+        }
+    }
+}
+
 impl Table {
     pub fn is_empty(&self) -> bool {
         self.dbs.is_empty()
+    }
+
+    /// Whether `name` has an entry in some database (the command filter's test).
+    pub fn names(&self, name: &[u8]) -> bool {
+        self.by_len[len_slot(name)] != 0 && self.names.contains_key(name)
+    }
+
+    /// The entry of `q`, created (and counted) if it is new.
+    fn entry_mut(&mut self, q: &QueueKey) -> &mut Entry {
+        let db = self.dbs.entry(q.db).or_default();
+        if !db.entries.contains_key(&q.name) {
+            *self.names.entry(q.name.clone()).or_default() += 1;
+            self.by_len[len_slot(&q.name)] += 1;
+        }
+        db.entries.entry(q.name.clone()).or_default()
+    }
+
+    fn uncount(&mut self, name: &[u8]) {
+        if let Some(n) = self.names.get_mut(name) {
+            *n -= 1;
+            if *n == 0 {
+                self.names.remove(name);
+                self.by_len[len_slot(name)] -= 1;
+                if self.names.capacity() > 64 && self.names.len() * 4 < self.names.capacity() {
+                    self.names.shrink_to_fit();
+                }
+            }
+        }
     }
 
     /// Entries, over every database.
@@ -110,7 +170,7 @@ impl Table {
         if let Some(h) = lease.holder {
             db.holders.insert((h, q.name.clone()));
         }
-        db.entries.entry(q.name.clone()).or_default().lease = Some(lease);
+        self.entry_mut(q).lease = Some(lease);
     }
 
     /// Removes the lease of `q` if it is `token` (any if `None`).
@@ -129,21 +189,20 @@ impl Table {
 
     /// Sets (or with `None` clears) the stale mark of `q`.
     pub fn set_stale(&mut self, q: &QueueKey, until: Option<i64>) {
+        let old = self
+            .dbs
+            .get_mut(&q.db)
+            .and_then(|d| d.entries.get_mut(&q.name))
+            .and_then(|e| e.stale_until.take());
+        if let Some(t) = old {
+            self.stale_ends.remove(&(t, q.db, q.name.clone()));
+        }
         match until {
             Some(t) => {
-                let db = self.dbs.entry(q.db).or_default();
-                db.entries.entry(q.name.clone()).or_default().stale_until = Some(t);
+                self.entry_mut(q).stale_until = Some(t);
+                self.stale_ends.insert((t, q.db, q.name.clone()));
             }
-            None => {
-                if let Some(e) = self
-                    .dbs
-                    .get_mut(&q.db)
-                    .and_then(|d| d.entries.get_mut(&q.name))
-                {
-                    e.stale_until = None;
-                    self.tidy(q);
-                }
-            }
+            None => self.tidy(q),
         }
     }
 
@@ -168,9 +227,10 @@ impl Table {
         if db.entries.get(&q.name).is_some_and(Entry::is_empty) {
             db.entries.remove(&q.name);
             shrink(&mut db.entries);
-        }
-        if db.entries.is_empty() {
-            self.dbs.remove(&q.db);
+            if db.entries.is_empty() {
+                self.dbs.remove(&q.db);
+            }
+            self.uncount(&q.name);
         }
     }
 
@@ -206,6 +266,12 @@ impl Table {
         } else {
             self.dbs.remove(&db).into_iter().collect()
         };
+        self.stale_ends.retain(|(_, d, _)| db != -1 && *d != db);
+        for d in &gone {
+            for name in d.entries.keys() {
+                self.uncount(name);
+            }
+        }
         for d in gone {
             self.graveyard.push(Burial {
                 entries: d.entries.into_iter(),
@@ -232,6 +298,7 @@ impl Table {
         self.dbs
             .values()
             .filter_map(|d| d.deadlines.first().map(|r| r.0))
+            .chain(self.stale_ends.first().map(|r| r.0))
             .min()
     }
 
@@ -265,6 +332,20 @@ impl Table {
             };
             let q = QueueKey { db, name };
             self.take(&q, Some(token));
+            b.ended.push(q);
+            b.steps += 1;
+        }
+        while b.steps < budget {
+            let Some((until, db, name)) = self.stale_ends.first().cloned() else {
+                break;
+            };
+            if until >= now_ms {
+                break;
+            }
+            // A stale window that ended is forgotten; the value (if any) is
+            // fresh again, for the readers that wait for a fresh one.
+            let q = QueueKey { db, name };
+            self.set_stale(&q, None);
             b.ended.push(q);
             b.steps += 1;
         }
@@ -463,6 +544,41 @@ mod tests {
         let b = t.batch(0, 100);
         assert_eq!(b.ended.len(), 3);
         assert!(!b.more);
+    }
+
+    #[test]
+    fn the_filter_knows_exactly_the_names_with_entries() {
+        let mut t = Table::default();
+        t.grant(&q(0, "k"), lease(1, 100, Some(1)));
+        t.grant(&q(2, "k"), lease(2, 100, Some(1)));
+        t.set_stale(&q(0, "s"), Some(50));
+        let long = "x".repeat(300);
+        t.grant(&q(0, &long), lease(3, 100, None));
+        assert!(t.names(b"k") && t.names(b"s") && t.names(long.as_bytes()));
+        assert!(!t.names(b"j") && !t.names(b"kk") && !t.names(&[b'x'; 299]));
+        t.take(&q(0, "k"), None);
+        assert!(t.names(b"k"), "another database still has it");
+        t.clear(&q(2, "k"));
+        assert!(!t.names(b"k"));
+        t.forget_db(-1);
+        assert!(!t.names(b"s") && !t.names(long.as_bytes()));
+        assert!(t.names.is_empty() && t.by_len.iter().all(|&n| n == 0));
+    }
+
+    #[test]
+    fn a_stale_mark_ends_by_itself_in_a_batch() {
+        let mut t = Table::default();
+        t.set_stale(&q(0, "k"), Some(10));
+        t.set_stale(&q(0, "k"), Some(20));
+        assert_eq!(
+            t.next_deadline(),
+            Some(20),
+            "the later mark replaced the first"
+        );
+        assert!(t.batch(20, 10).ended.is_empty(), "not before it ends");
+        let b = t.batch(21, 10);
+        assert_eq!(b.ended, vec![q(0, "k")]);
+        assert!(t.is_empty() && !t.names(b"k") && t.next_deadline().is_none());
     }
 
     #[test]

@@ -48,17 +48,24 @@ pub fn is_valkey() -> bool {
 /// Redis' timeout path cannot drop an answer already handed over (Redis 7.4+,
 /// Valkey 8+); elsewhere it answers 0 and the waiter keeps waiting.
 pub fn unblock_ends_wait(c: &mut Connection) -> bool {
-    let info: String = redis::cmd("INFO").arg("server").query(c).unwrap();
-    let version = |field: &str| {
-        info.lines().find_map(|l| l.strip_prefix(field)).map(|v| {
-            let mut parts = v.trim().split('.').map(|p| p.parse::<u32>().unwrap_or(0));
-            (parts.next().unwrap_or(0), parts.next().unwrap_or(0))
-        })
-    };
-    match version("valkey_version:") {
+    match info_version(c, "valkey_version:") {
         Some(v) => v >= (8, 0),
-        None => version("redis_version:").is_some_and(|v| v >= (7, 4)),
+        None => info_version(c, "redis_version:").is_some_and(|v| v >= (7, 4)),
     }
+}
+
+fn info_version(c: &mut Connection, field: &str) -> Option<(u32, u32)> {
+    let info: String = redis::cmd("INFO").arg("server").query(c).unwrap();
+    info.lines().find_map(|l| l.strip_prefix(field)).map(|v| {
+        let mut parts = v.trim().split('.').map(|p| p.parse::<u32>().unwrap_or(0));
+        (parts.next().unwrap_or(0), parts.next().unwrap_or(0))
+    })
+}
+
+/// The Redis version the server reports (Valkey reports the Redis version it
+/// is compatible with, 7.2).
+pub fn server_version(c: &mut Connection) -> (u32, u32) {
+    info_version(c, "redis_version:").unwrap_or((0, 0))
 }
 
 fn server_command() -> Command {

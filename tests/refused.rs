@@ -1,0 +1,320 @@
+//! SPEC "Conventions": a command the server refuses is no write — it revokes
+//! no cache lease and serves no waiter; expiry in the past is a write on
+//! every server, also on a key that does not exist; and warden hears other
+//! commands only while it has cache leases.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use redis::{Connection, Value};
+
+fn pair(c: &mut Connection, words: &[&str]) -> (Option<Vec<u8>>, Option<i64>) {
+    match run(c, words).unwrap() {
+        Value::Array(v) if v.len() == 2 => {
+            let value = match &v[0] {
+                Value::BulkString(b) => Some(b.clone()),
+                _ => None,
+            };
+            let lease = match v[1] {
+                Value::Int(n) => Some(n),
+                _ => None,
+            };
+            (value, lease)
+        }
+        other => panic!("{words:?}: {other:?}"),
+    }
+}
+
+fn lease_of(c: &mut Connection, key: &str) -> Option<i64> {
+    match map(c, &["CACHE.INFO", key])
+        .into_iter()
+        .find(|(k, _)| k == "lease")
+        .map(|(_, v)| v)
+    {
+        Some(Value::Int(n)) => Some(n),
+        _ => None,
+    }
+}
+
+/// Before a case: the key's state and the lease on it.
+#[derive(Clone, Copy, Debug)]
+enum Before {
+    /// Missing, a miss lease out and one reader waiting for its fill.
+    MissingWithWaiter,
+    /// A value with a refresh lease out.
+    Value,
+}
+
+/// Takes the lease (and queues the waiter); the token and the waiter.
+fn prepare(
+    s: &Server,
+    c: &mut Connection,
+    before: Before,
+) -> (i64, Option<std::thread::JoinHandle<Value>>) {
+    match before {
+        Before::MissingWithWaiter => {
+            let (_, token) = pair(c, &["CACHE.GET", "k", "60000"]);
+            let mut w = s.conn();
+            let handle = std::thread::spawn(move || {
+                run(&mut w, &["CACHE.GET", "k", "60000", "WAIT", "30000"]).unwrap()
+            });
+            wait_for("one cache waiter", Duration::from_secs(10), || {
+                field_int(&map(c, &["CACHE.INFO", "k"]), "waiters") == 1
+            });
+            (token.unwrap(), Some(handle))
+        }
+        Before::Value => {
+            run(c, &["SET", "k", "old", "PX", "100000"]).unwrap();
+            let (_, token) = pair(c, &["CACHE.GET", "k", "60000", "REFRESH", "200000"]);
+            (token.unwrap(), None)
+        }
+    }
+}
+
+/// The lease outlived the refused command: nothing was revoked, nobody
+/// was served, and the holder's fill is stored and answers the waiter.
+fn assert_untouched(
+    c: &mut Connection,
+    case: &str,
+    token: i64,
+    waiter: Option<std::thread::JoinHandle<Value>>,
+) {
+    assert_eq!(lease_of(c, "k"), Some(token), "{case}: the lease stays");
+    if waiter.is_some() {
+        let waiting = field_int(&map(c, &["CACHE.INFO", "k"]), "waiters");
+        assert_eq!(waiting, 1, "{case}: the waiter was not served");
+    }
+    let filled = int(c, &["CACHE.FILL", "k", &token.to_string(), "fresh"]);
+    assert_eq!(filled, 1, "{case}: the holder's fill is stored");
+    if let Some(w) = waiter {
+        match w.join().unwrap() {
+            Value::Array(v) => assert_eq!(v[0], Value::BulkString(b"fresh".to_vec()), "{case}"),
+            other => panic!("{case}: {other:?}"),
+        }
+    }
+}
+
+/// How a refusal is set up: the connection that sends the refused
+/// commands, made from the server and an admin connection.
+type Refuser = fn(&Server, &mut Connection) -> Connection;
+
+fn same(s: &Server, _admin: &mut Connection) -> Connection {
+    s.conn()
+}
+
+fn unauthenticated(s: &Server, admin: &mut Connection) -> Connection {
+    run(admin, &["CONFIG", "SET", "requirepass", "secret"]).unwrap();
+    s.conn()
+}
+
+fn user(s: &Server, admin: &mut Connection, rules: &[&str]) -> Connection {
+    let mut words = vec!["ACL", "SETUSER", "limited", "on", "nopass"];
+    words.extend_from_slice(rules);
+    run(admin, &words).unwrap();
+    let mut c = s.conn();
+    run(&mut c, &["AUTH", "limited", "any"]).unwrap();
+    c
+}
+
+fn other_keys_only(s: &Server, admin: &mut Connection) -> Connection {
+    user(s, admin, &["~mine:*", "+@all"])
+}
+
+fn no_del_command(s: &Server, admin: &mut Connection) -> Connection {
+    user(s, admin, &["~*", "+@all", "-del", "-expire", "-set"])
+}
+
+fn out_of_memory(s: &Server, admin: &mut Connection) -> Connection {
+    run(admin, &["CONFIG", "SET", "maxmemory", "1"]).unwrap();
+    s.conn()
+}
+
+fn too_few_replicas(s: &Server, admin: &mut Connection) -> Connection {
+    run(admin, &["CONFIG", "SET", "min-replicas-to-write", "1"]).unwrap();
+    s.conn()
+}
+
+/// Puts back what a refuser changed.
+fn restore(admin: &mut Connection) {
+    for words in [
+        &["CONFIG", "SET", "requirepass", ""][..],
+        &["CONFIG", "SET", "maxmemory", "0"],
+        &["CONFIG", "SET", "min-replicas-to-write", "0"],
+        &["ACL", "DELUSER", "limited"],
+    ] {
+        run(admin, words).unwrap();
+    }
+}
+
+#[test]
+fn a_refused_command_revokes_nothing_and_serves_no_waiter() {
+    // (name, who sends, what is sent: every command is refused by the server)
+    let cases: &[(&str, Refuser, &[&[&str]])] = &[
+        ("NOAUTH DEL", unauthenticated, &[&["DEL", "k"]]),
+        ("NOAUTH EXPIRE", unauthenticated, &[&["EXPIRE", "k", "0"]]),
+        ("NOPERM key DEL", other_keys_only, &[&["DEL", "k"]]),
+        ("NOPERM key SET", other_keys_only, &[&["SET", "k", "x"]]),
+        ("NOPERM command", no_del_command, &[&["DEL", "k"]]),
+        ("NOPERM EXPIRE", no_del_command, &[&["EXPIRE", "k", "-1"]]),
+        ("wrong arity GETDEL", same, &[&["GETDEL", "k", "extra"]]),
+        ("wrong arity EXPIRE", same, &[&["EXPIRE", "k"]]),
+        ("unknown command", same, &[&["DELETE", "k"]]),
+        ("OOM SET", out_of_memory, &[&["SET", "k", "x"]]),
+        (
+            "OOM SUNIONSTORE",
+            out_of_memory,
+            &[&["SUNIONSTORE", "k", "none"]],
+        ),
+        ("NOREPLICAS DEL", too_few_replicas, &[&["DEL", "k"]]),
+        ("NOREPLICAS SET", too_few_replicas, &[&["SET", "k", "x"]]),
+    ];
+    let s = Server::start(&[]);
+    let mut admin = s.conn();
+    for (name, refuser, commands) in cases {
+        for before in [Before::MissingWithWaiter, Before::Value] {
+            let case = format!("{name}, {before:?}");
+            run(&mut admin, &["FLUSHALL"]).unwrap();
+            let (token, waiter) = prepare(&s, &mut admin, before);
+            let errors_before = warden_stat(&mut admin, "cache_revoked");
+            let mut r = refuser(&s, &mut admin);
+            for words in commands.iter() {
+                assert!(run(&mut r, words).is_err(), "{case}: {words:?} is refused");
+            }
+            restore(&mut admin);
+            assert_untouched(&mut admin, &case, token, waiter);
+            assert_eq!(
+                warden_stat(&mut admin, "cache_revoked"),
+                errors_before,
+                "{case}: no counter moved"
+            );
+        }
+    }
+}
+
+/// A transaction `EXEC` discards runs none of its commands. The server says
+/// who sent a command only from Redis 7.2 on (and on Valkey): on Redis 7.0 a
+/// write queued in `MULTI` revokes when it is queued (README says so).
+#[test]
+fn a_transaction_that_never_runs_revokes_nothing() {
+    let s = Server::start(&[]);
+    let mut admin = s.conn();
+    let knows_sender = is_valkey() || server_version(&mut admin) >= (7, 2);
+    let cases: &[(&str, &[&[&str]], &str)] = &[
+        (
+            "EXECABORT",
+            &[&["MULTI"], &["DEL", "k"], &["GETDEL"], &["EXEC"]],
+            "EXECABORT",
+        ),
+        ("DISCARD", &[&["MULTI"], &["DEL", "k"], &["DISCARD"]], ""),
+    ];
+    for (name, commands, error) in cases {
+        for before in [Before::MissingWithWaiter, Before::Value] {
+            let case = format!("{name}, {before:?}");
+            run(&mut admin, &["FLUSHALL"]).unwrap();
+            let (token, waiter) = prepare(&s, &mut admin, before);
+            let mut c = s.conn();
+            let mut seen = String::new();
+            for words in commands.iter() {
+                if let Err(e) = run(&mut c, words) {
+                    seen.push_str(&error_text(&e));
+                }
+            }
+            assert!(seen.contains(error), "{case}: {seen}");
+            if knows_sender {
+                assert_untouched(&mut admin, &case, token, waiter);
+            } else {
+                println!("{case}: revoked when queued (Redis 7.0 does not say who sent a command)");
+                assert_eq!(lease_of(&mut admin, "k"), None, "{case}");
+                drop(waiter);
+            }
+        }
+    }
+    // A transaction that runs revokes, on every server.
+    run(&mut admin, &["FLUSHALL"]).unwrap();
+    let (token, _waiter) = prepare(&s, &mut admin, Before::Value);
+    let mut c = s.conn();
+    for words in [&["MULTI"][..], &["DEL", "k"], &["EXEC"]] {
+        run(&mut c, words).unwrap();
+    }
+    let filled = int(&mut admin, &["CACHE.FILL", "k", &token.to_string(), "late"]);
+    assert_eq!(filled, 0, "an EXEC that ran revoked");
+}
+
+/// SPEC cache rule 6: a time that is not in the future deletes, on every
+/// server (Valkey announces it as `expired`), also on a missing key.
+#[test]
+fn expiry_in_the_past_revokes_even_on_a_missing_key() {
+    let writes: &[&[&str]] = &[
+        &["EXPIRE", "k", "0"],
+        &["EXPIRE", "k", "-1"],
+        &["PEXPIRE", "k", "0"],
+        &["EXPIREAT", "k", "1"],
+        &["PEXPIREAT", "k", "1"],
+        &["GETEX", "k", "PXAT", "1"],
+        &["GETEX", "k", "EXAT", "1"],
+        &["SET", "k", "x", "PXAT", "1"],
+    ];
+    let s = Server::start(&[]);
+    let mut c = s.conn();
+    for words in writes {
+        for before in [Before::MissingWithWaiter, Before::Value] {
+            let case = format!("{words:?}, {before:?}");
+            run(&mut c, &["FLUSHALL"]).unwrap();
+            let (token, waiter) = prepare(&s, &mut c, before);
+            let _ = run(&mut c, words);
+            let filled = int(&mut c, &["CACHE.FILL", "k", &token.to_string(), "late"]);
+            assert_eq!(filled, 0, "{case}: the stale fill is refused");
+            if let Some(w) = waiter {
+                // The oldest waiter got a new lease: it loads, nobody else does.
+                match w.join().unwrap() {
+                    Value::Array(v) => {
+                        assert!(matches!(v[1], Value::Int(t) if t > token), "{case}")
+                    }
+                    other => panic!("{case}: {other:?}"),
+                }
+            }
+        }
+    }
+}
+
+/// warden hears other commands (a command filter, client disconnects) only
+/// while its lease table has entries.
+#[test]
+fn other_commands_are_heard_only_while_leases_exist() {
+    let s = Server::start(&[]);
+    let mut c = s.conn();
+    assert_eq!(warden_stat(&mut c, "cache_listening"), 0, "at load");
+    run(&mut c, &["SET", "a", "1"]).unwrap();
+    assert_eq!(
+        warden_stat(&mut c, "cache_listening"),
+        0,
+        "a hit grants nothing"
+    );
+    let _ = pair(&mut c, &["CACHE.GET", "a", "1000"]);
+    assert_eq!(
+        warden_stat(&mut c, "cache_listening"),
+        0,
+        "nor does a cache hit"
+    );
+    let mut holder = s.conn();
+    let (_, token) = pair(&mut holder, &["CACHE.GET", "k", "60000"]);
+    assert!(token.is_some());
+    assert_eq!(warden_stat(&mut c, "cache_listening"), 1, "a lease is out");
+    drop(holder);
+    wait_for(
+        "the lease to end with its holder",
+        Duration::from_secs(10),
+        || warden_stat(&mut c, "cache_listening") == 0,
+    );
+    assert_eq!(warden_stat(&mut c, "cache_entries"), 0);
+    // A stale window is an entry too, and ends by itself.
+    run(&mut c, &["SET", "s", "v"]).unwrap();
+    run(&mut c, &["CACHE.INVALIDATE", "s", "STALE", "300"]).unwrap();
+    assert_eq!(warden_stat(&mut c, "cache_listening"), 1, "a stale window");
+    wait_for("the stale window to end", Duration::from_secs(10), || {
+        warden_stat(&mut c, "cache_listening") == 0
+    });
+    assert_eq!(warden_stat(&mut c, "cache_entries"), 0);
+}
