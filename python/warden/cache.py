@@ -57,8 +57,8 @@ class Cache:
         self.negative_ttl = negative_ttl
 
     def _decode(self, data: Any) -> Any:
-        data = _core.encode(data)
-        return None if data == b"" else self.serializer.loads(data)
+        value = _core.unstored(data)
+        return None if value is None else self.serializer.loads(value)
 
     def get_or_load(
         self,
@@ -78,7 +78,7 @@ class Cache:
             None if refresh is None else _core.to_ms(refresh),
         )
         for _ in range(self.retries + 1):
-            pinned = Pinned(self.redis, request.key)
+            pinned = Pinned(self.redis, request.key, waits=True)
             handed_off = False
             try:
                 value, lease = pinned.call(*request.args(), timeout=request.read_timeout())
@@ -114,10 +114,11 @@ class Cache:
         try:
             value = loader()
             if value is None:
-                data, ttl, jitter = b"", self.negative_ttl, None
+                entry, ttl, jitter = _core.NEGATIVE, self.negative_ttl, None
             else:
                 data = self.serializer.dumps(value)
-            pinned.call(*_core.fill_args(key, lease, data, ttl, jitter))
+                entry = _core.stored(data)
+            pinned.call(*_core.fill_args(key, lease, entry, ttl, jitter))
             filled = True
             # What a hit would answer, so every caller sees one type.
             return None if value is None else self.serializer.loads(data)
@@ -157,7 +158,7 @@ class Cache:
     def cached(
         self,
         key: Union[str, Callable[..., str]],
-        ttl: Optional[Number] = None,
+        ttl: Union[Number, None, _core.Unset] = _core.UNSET,
         jitter: Optional[Number] = None,
         refresh: Optional[Number] = None,
     ) -> Callable[[F], F]:
@@ -165,6 +166,10 @@ class Cache:
         string over its parameters (``"product:{product_id}"``) or a callable
         taking its arguments. The wrapper's ``.invalidate(*args, stale=None,
         **kwargs)`` invalidates the entry of those arguments."""
+
+        expiry = _core.cached_ttl(ttl)
+        if isinstance(key, str):
+            _core.check_key_template(key)
 
         def decorate(function: F) -> F:
             if inspect.iscoroutinefunction(function):
@@ -179,7 +184,7 @@ class Cache:
                 return self.get_or_load(
                     key_of(args, kwargs),
                     lambda: function(*args, **kwargs),
-                    ttl=ttl,
+                    ttl=expiry,
                     jitter=jitter,
                     refresh=refresh,
                 )
