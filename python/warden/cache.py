@@ -34,7 +34,11 @@ class Cache:
     turns values into bytes (default: bytes/str as they are;
     ``warden.JsonSerializer()`` for JSON). ``prefix`` is put before every key.
     A loader returning None stores an empty string for ``negative_ttl``
-    seconds (a negative entry), read back as None.
+    seconds (a negative entry), read back as None; a value that is empty or
+    starts with a NUL byte is stored behind one NUL byte, so it never reads
+    back as a negative entry (every other value is stored as it is).
+    Requests that wait (``CACHE.GET`` and the fill after it) run on a pool of
+    their own beside the client's (see ``warden._connection``).
     """
 
     def __init__(
@@ -164,8 +168,14 @@ class Cache:
     ) -> Callable[[F], F]:
         """Decorate a function whose result is cached under ``key``: a format
         string over its parameters (``"product:{product_id}"``) or a callable
-        taking its arguments. The wrapper's ``.invalidate(*args, stale=None,
-        **kwargs)`` invalidates the entry of those arguments."""
+        taking its arguments. In a format string each argument's text is
+        percent-encoded (letters, digits and ``_.-~`` stay as they are), so
+        distinct arguments give distinct keys; fields must be separated by a
+        character such as ``:`` or ``/``, and ``{{...}}`` in the template
+        makes a Redis Cluster hash tag. ``ttl`` must be given: seconds, or
+        None to keep values until invalidated or evicted. The wrapper's
+        ``.invalidate(*args, stale=None, **kwargs)`` invalidates the entry of
+        those arguments."""
 
         expiry = _core.cached_ttl(ttl)
         if isinstance(key, str):
