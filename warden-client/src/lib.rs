@@ -297,14 +297,19 @@ impl Warden {
         cmd: &Cmd,
         wait: Duration,
     ) -> Result<(T, Link)> {
-        let limit = (!wait.is_zero()).then(|| wait + self.inner.config.command_timeout);
         let link = self.dedicated().await?;
-        let reply = link.query(cmd, limit).await?;
+        let reply = link.query(cmd, self.wait_limit(wait)).await?;
         Ok((reply, link))
     }
 
+    /// How long the reply to a request that waits up to `wait` server-side
+    /// may take (None: forever, for a wait without end).
+    pub(crate) fn wait_limit(&self, wait: Duration) -> Option<Duration> {
+        (!wait.is_zero()).then(|| wait + self.inner.config.command_timeout)
+    }
+
     /// A dedicated connection: an idle one that still answers, or a new one.
-    async fn dedicated(&self) -> Result<Link> {
+    pub(crate) async fn dedicated(&self) -> Result<Link> {
         let config = &self.inner.config;
         while let Some(link) = self.inner.pool.take() {
             if link.alive(config.command_timeout).await {
