@@ -216,7 +216,10 @@ async fn a_timed_out_acquire_leaves_no_hold_behind() {
         };
         let _ = run(&mut c, &["LOCK.RELEASE", "k", "holder"]);
         let got = match early {
-            Some(r) => r,
+            Some(r) => {
+                drop(acquire); // a timed-out future is cancelled once dropped
+                r
+            }
             None => acquire.await,
         };
         if let Ok(guard) = got {
