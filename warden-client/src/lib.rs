@@ -25,7 +25,9 @@
 //!   Dedicated connections are reused through a small idle pool
 //!   ([`Config::idle_connections`]) once their reply has come in; a request
 //!   that is cancelled (its future dropped) closes its connection, which takes
-//!   it out of the server's queue or ends its cache lease at once.
+//!   it out of the server's queue or ends its cache lease at once; a lock
+//!   grant that was already on its way is given back in the background
+//!   ([`LockRequest::acquire`]).
 //!
 //! No request is ever sent twice: when a connection breaks, the request on it
 //! fails with [`Error::Connection`] (the server may or may not have run it).
