@@ -119,7 +119,8 @@ class HoldCounts:
         if reply == 0:
             self.add(owner, name, commands, -1)
         else:
-            self.add(owner, name, commands, -(1 << 62))
+            with self._lock:
+                self._holds.pop((owner, str(name), commands.release), None)
 
 
 #: The holds of this process's re-entrant owners (threads and tasks alike).
