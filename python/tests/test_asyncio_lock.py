@@ -136,3 +136,90 @@ async def test_read_write_lock(ar: Any) -> None:
     await b.release()
     assert await pending and await writer.owned()
     await writer.release()
+
+
+async def test_a_bounded_pool_full_of_waiters_still_releases(server: Server) -> None:
+    import redis.asyncio
+
+    pool = redis.asyncio.BlockingConnectionPool(
+        connection_class=redis.asyncio.UnixDomainSocketConnection,
+        path=server.socket,
+        max_connections=4,
+        timeout=2,
+    )
+    r = redis.asyncio.Redis(connection_pool=pool)
+    await r.flushall()
+    holder = warden.asyncio.Lock(r, "bounded", timeout=30)
+    assert await holder.acquire()
+    got: list[int] = []
+
+    async def wait() -> None:
+        lock = warden.asyncio.Lock(r, "bounded", timeout=30, blocking_timeout=20)
+        if await lock.acquire():
+            got.append(lock.fence)  # type: ignore[arg-type]
+            await lock.release()
+
+    waiters = [asyncio.ensure_future(wait()) for _ in range(4)]
+    watcher = server.client()
+
+    async def queued() -> bool:
+        return bool(watcher.execute_command("LOCK.INFO", "bounded")[b"waiters"] == 4)
+
+    await wait_for(queued)
+    await holder.release()  # before: ConnectionError("No connection available.")
+    await asyncio.wait_for(asyncio.gather(*waiters), 10)
+    assert len(got) == 4 and sorted(got) == got
+    assert not watcher.exists("bounded")
+    watcher.close()
+    await r.aclose()
+
+
+async def test_lost_belongs_to_the_hold_of_its_task(ar: Any) -> None:
+    lock = warden.asyncio.Lock(ar, "shared", watchdog_timeout=0.3)  # thread_local=True
+    first_lost = asyncio.Event()
+    second_holds = asyncio.Event()
+
+    async def first() -> bool:
+        assert await lock.acquire()
+        await ar.delete("shared")  # taken away: this task's watchdog reports it
+        await asyncio.wait_for(lock.lost.wait(), 5)
+        first_lost.set()
+        await second_holds.wait()
+        return lock.lost.is_set()  # still this task's loss
+
+    async def second() -> bool:
+        await first_lost.wait()
+        assert await lock.acquire()
+        second_holds.set()
+        return lock.lost.is_set()  # a new hold, not lost
+
+    seen = await asyncio.wait_for(asyncio.gather(first(), second()), 10)
+    assert seen == [True, False]
+    await lock.release()
+
+
+async def test_a_cancel_crossing_a_reentrant_grant_gives_it_back(ar: Any, server: Server) -> None:
+    from warden import _core
+
+    sync = server.client()
+    assert sync.execute_command("LOCK.ACQUIRE", "crossed", "holder", 30_000)
+    lock = warden.asyncio.Lock(ar, "crossed", reentrant=True)  # timeout=None: a watchdog
+    task = asyncio.ensure_future(lock.acquire())
+
+    async def queued() -> bool:
+        return bool((await info(ar, "crossed"))["waiters"] == 1)
+
+    await wait_for(queued)
+    # The loop is blocked here: the task cannot read its grant before the cancel.
+    assert sync.execute_command("LOCK.RELEASE", "crossed", "holder") == 1
+    owner = _core.reentrant_owner(id(task))
+    assert sync.execute_command("LOCK.INFO", "crossed")[b"owner"] == owner
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+    async def free() -> bool:
+        return not await ar.exists("crossed")
+
+    await wait_for(free)
+    sync.close()

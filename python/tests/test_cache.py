@@ -226,3 +226,79 @@ async def test_async_a_failing_loader_abandons(ar: Any) -> None:
 
     assert await fine(1) == [1]
     assert await fine.invalidate(1)  # type: ignore[attr-defined]
+
+
+def test_distinct_arguments_never_share_a_key(r: redis.Redis) -> None:
+    cache = warden.Cache(r)
+
+    @cache.cached("pair:{a}:{b}", ttl=60)
+    def pair(a: str, b: str) -> str:
+        return f"{a}|{b}"
+
+    assert pair("1:2", "3") == b"1:2|3"
+    assert pair("1", "2:3") == b"1|2:3"  # before: served "1:2|3"
+    assert pair("1:2", "3") == b"1:2|3"
+    assert r.get("pair:1%3A2:3") == b"1:2|3"  # readable: only separators are escaped
+    assert r.get("pair:1:2%3A3") == b"1|2:3"
+
+
+def test_an_argument_cannot_make_a_hash_tag_and_templates_must_separate_fields(
+    r: redis.Redis,
+) -> None:
+    cache = warden.Cache(r)
+
+    @cache.cached("{{tenant:{tenant}}}:user:{user}", ttl=60)
+    def user(tenant: str, user: str) -> str:
+        return user
+
+    assert user("acme", "{x}") == b"{x}"
+    assert r.get("{tenant:acme}:user:%7Bx%7D") == b"{x}"  # one hash tag, the template's
+    with pytest.raises(ValueError):
+        cache.cached("pair:{a}{b}", ttl=60)
+
+
+def test_an_empty_value_is_not_a_negative_entry(r: redis.Redis) -> None:
+    cache = warden.Cache(r, serializer=warden.TextSerializer())
+    loads = 0
+
+    def empty() -> str:
+        nonlocal loads
+        loads += 1
+        return ""
+
+    assert cache.get_or_load("empty", empty, ttl=60) == ""
+    assert cache.get_or_load("empty", empty, ttl=60) == ""  # before: None
+    assert loads == 1
+    raw = warden.Cache(r)
+    assert raw.get_or_load("nul", lambda: b"\x00x", ttl=60) == b"\x00x"
+    assert raw.get_or_load("nul", lambda: b"other", ttl=60) == b"\x00x"
+    assert raw.get_or_load("none", lambda: None, ttl=60) is None
+    assert raw.get_or_load("none", lambda: b"other", ttl=60) is None
+    assert r.get("none") == b""  # a negative entry is the empty string
+
+
+def test_cached_asks_for_a_ttl(r: redis.Redis) -> None:
+    cache = warden.Cache(r)
+    with pytest.raises(TypeError, match="ttl"):
+        cache.cached("forever:{n}")
+
+    @cache.cached("forever:{n}", ttl=None)  # chosen: kept until invalidated
+    def forever(n: int) -> str:
+        return str(n)
+
+    assert forever(1) == b"1"
+    assert r.pttl("forever:1") == -1
+
+
+async def test_async_empty_values_and_escaped_keys(ar: Any) -> None:
+    cache = warden.asyncio.Cache(ar, serializer=warden.TextSerializer())
+    with pytest.raises(TypeError, match="ttl"):
+        cache.cached("k:{a}")
+
+    @cache.cached("k:{a}:{b}", ttl=60)
+    async def join(a: str, b: str) -> str:
+        return a + b
+
+    assert await join("", "") == "" and await join("", "") == ""
+    assert await join("1:2", "3") == "1:23"
+    assert await join("1", "2:3") == "12:3"

@@ -230,3 +230,96 @@ def test_a_writer_may_downgrade(r: redis.Redis) -> None:
     assert info(r, "down", "RWLOCK.INFO")["mode"] in ("read", b"read")
     reader.release()
     assert not reader.locked()
+
+
+def test_a_bounded_pool_full_of_waiters_still_releases(server: Server) -> None:
+    # Every connection the application allows is taken by a waiter parked in
+    # the server: the release must still go out, at once, to hand the lock on.
+    pool = redis.BlockingConnectionPool(
+        connection_class=redis.UnixDomainSocketConnection,
+        path=server.socket,
+        max_connections=4,
+        timeout=2,
+    )
+    r = redis.Redis(connection_pool=pool)
+    watcher = server.client()
+    holder = warden.Lock(r, "bounded", timeout=30)
+    assert holder.acquire()
+    got: list[int] = []
+
+    def wait() -> None:
+        lock = warden.Lock(r, "bounded", timeout=30, blocking_timeout=20)
+        if lock.acquire():
+            got.append(lock.fence)  # type: ignore[arg-type]
+            lock.release()
+
+    waiters = [threading.Thread(target=wait) for _ in range(4)]
+    for t in waiters:
+        t.start()
+    wait_for(lambda: info(watcher, "bounded")["waiters"] == 4)
+    holder.release()  # before: ConnectionError("No connection available.")
+    for t in waiters:
+        t.join(10)
+    assert len(got) == 4 and sorted(got) == got
+    assert not watcher.exists("bounded")
+    watcher.close()
+    r.close()
+
+
+def test_lost_belongs_to_the_hold_of_its_thread(r: redis.Redis) -> None:
+    lock = warden.Lock(r, "shared", watchdog_timeout=0.3)  # thread_local=True
+    first_lost = threading.Event()
+    second_holds = threading.Event()
+    first_done = threading.Event()
+    seen: list[bool] = []
+
+    def first() -> None:
+        assert lock.acquire()
+        r.delete("shared")  # taken away: this thread's watchdog reports it
+        assert lock.lost.wait(5)
+        first_lost.set()
+        assert second_holds.wait(5)
+        seen.append(lock.lost.is_set())  # still this thread's loss
+        first_done.set()
+
+    def second() -> None:
+        assert first_lost.wait(5)
+        assert lock.acquire()
+        seen.append(lock.lost.is_set())  # a new hold, not lost
+        second_holds.set()
+        assert first_done.wait(5)
+        lock.release()
+
+    threads = [threading.Thread(target=first), threading.Thread(target=second)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    assert sorted(seen) == [False, True]
+    with pytest.raises(LockError):
+        lock.release()  # the main thread holds nothing
+
+
+def test_an_interrupt_crossing_a_reentrant_grant_gives_it_back(
+    r: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from warden import _connection
+
+    read = _connection.Pinned.call
+    armed = [True]
+
+    def interrupted(self: Any, *args: Any, **kwargs: Any) -> Any:
+        reply = read(self, *args, **kwargs)
+        if args[0] == "LOCK.ACQUIRE" and armed:
+            armed.clear()
+            raise KeyboardInterrupt  # the grant was read, never recorded
+        return reply
+
+    monkeypatch.setattr(_connection.Pinned, "call", interrupted)
+    lock = warden.Lock(r, "interrupted", reentrant=True)  # timeout=None: a watchdog
+    with pytest.raises(KeyboardInterrupt):
+        lock.acquire()
+    wait_for(lambda: not r.exists("interrupted"))
+    with lock:
+        assert info(r, "interrupted")["holds"] == 1
+    assert not r.exists("interrupted")

@@ -7,6 +7,9 @@ import inspect
 import json
 import math
 import os
+import string
+import threading
+import urllib.parse
 import uuid
 from dataclasses import dataclass
 from typing import Any, Callable, Optional, Protocol, Union
@@ -87,6 +90,41 @@ def fresh_owner() -> bytes:
 def reentrant_owner(holder: int) -> bytes:
     """A stable owner for one thread (or task) of this process."""
     return f"{PROCESS_ID}:{holder}".encode()
+
+
+class HoldCounts:
+    """How many holds each re-entrant owner of this process has on each key,
+    as far as this process knows: one owner is shared by every ``Lock`` object
+    of its thread (or task), so no single object can tell."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._holds: dict[tuple[bytes, str, str], int] = {}
+
+    def get(self, owner: bytes, name: Any, commands: LockCommands) -> int:
+        with self._lock:
+            return self._holds.get((owner, str(name), commands.release), 0)
+
+    def add(self, owner: bytes, name: Any, commands: LockCommands, n: int) -> None:
+        key = (owner, str(name), commands.release)
+        with self._lock:
+            holds = self._holds.get(key, 0) + n
+            if holds > 0:
+                self._holds[key] = holds
+            else:
+                self._holds.pop(key, None)
+
+    def released(self, owner: bytes, name: Any, commands: LockCommands, reply: Any) -> None:
+        """Account for a release's answer: 0 one hold fewer, else none left."""
+        if reply == 0:
+            self.add(owner, name, commands, -1)
+        else:
+            with self._lock:
+                self._holds.pop((owner, str(name), commands.release), None)
+
+
+#: The holds of this process's re-entrant owners (threads and tasks alike).
+REENTRANT_HOLDS = HoldCounts()
 
 
 def encode(value: Union[str, bytes]) -> bytes:
@@ -176,18 +214,56 @@ class JsonSerializer:
         return json.loads(data)
 
 
+#: Characters an argument keeps in a cache key; every other one is
+#: percent-encoded (``%`` included), so an argument can never produce the
+#: separators or hash-tag braces of the key's template.
+KEY_SAFE = frozenset(string.ascii_letters + string.digits + "_.-~")
+
+
+def escape_key_part(value: str) -> str:
+    """``value`` for a cache key: readable, and injective (percent-encoding)."""
+    return urllib.parse.quote(value, safe="")
+
+
+class _KeyFormatter(string.Formatter):
+    """``str.format`` whose replacement fields come out escaped."""
+
+    def format_field(self, value: Any, format_spec: str) -> str:
+        return escape_key_part(super().format_field(value, format_spec))
+
+
+_KEY_FORMATTER = _KeyFormatter()
+
+
+def check_key_template(template: str) -> None:
+    """Two fields must be told apart in every key: the text between them
+    needs a character that escaped arguments never contain (``:`` or ``/``,
+    not letters, digits, ``_.-~``), else ``{a}{b}`` would give ``1`` + ``23``
+    and ``12`` + ``3`` one key."""
+    fields = 0
+    for literal, field, _spec, _conversion in _KEY_FORMATTER.parse(template):
+        if fields and field is not None and not (set(literal) - KEY_SAFE - {"%"}):
+            raise ValueError(
+                f"cache key {template!r}: separate {{{field}}} from the field before it "
+                "with a character such as ':' or '/'"
+            )
+        if field is not None:
+            fields += 1
+
+
 def cache_key(
     key: Union[str, Callable[..., str]],
     signature: inspect.Signature,
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
 ) -> str:
-    """The cache key of one call: a format string over the parameters, or a callable."""
+    """The cache key of one call: a format string over the parameters (each
+    argument's text percent-encoded, see ``escape_key_part``), or a callable."""
     if callable(key):
         return key(*args, **kwargs)
     bound = signature.bind(*args, **kwargs)
     bound.apply_defaults()
-    return key.format(**bound.arguments)
+    return _KEY_FORMATTER.vformat(key, (), bound.arguments)
 
 
 @dataclass(frozen=True)
@@ -209,6 +285,31 @@ class CacheRequest:
         return read_timeout(self.wait_ms)
 
 
+#: What a negative entry (a loader that returned None) stores: the empty
+#: string. A value whose bytes are empty or start with ``VALUE_ESCAPE`` is
+#: stored behind one ``VALUE_ESCAPE`` byte, so no value reads back as a
+#: negative entry; every other value is stored as its plain bytes.
+NEGATIVE = b""
+VALUE_ESCAPE = b"\x00"
+
+
+def stored(data: bytes) -> bytes:
+    """A serialized value as the cache stores it (see ``NEGATIVE``)."""
+    if data == NEGATIVE or data.startswith(VALUE_ESCAPE):
+        return VALUE_ESCAPE + data
+    return data
+
+
+def unstored(entry: Any) -> Optional[bytes]:
+    """The serialized value of a stored entry; None for a negative entry."""
+    data: bytes = encode(entry)
+    if data == NEGATIVE:
+        return None
+    if data.startswith(VALUE_ESCAPE):
+        return data[len(VALUE_ESCAPE) :]
+    return data
+
+
 def fill_args(
     key: str, lease: int, data: bytes, ttl: Optional[Number], jitter: Optional[Number]
 ) -> list[Any]:
@@ -218,6 +319,27 @@ def fill_args(
         if jitter:
             args += ["JITTER", to_ms(jitter)]
     return args
+
+
+class Unset:
+    """The type of ``UNSET``: a parameter the caller must give."""
+
+    def __repr__(self) -> str:
+        return "UNSET"
+
+
+UNSET = Unset()
+
+
+def cached_ttl(ttl: Union[Number, None, Unset]) -> Optional[Number]:
+    """``cached()``'s ttl, which must be chosen: seconds, or None for values
+    kept until invalidated (or evicted)."""
+    if isinstance(ttl, Unset):
+        raise TypeError(
+            "cached() needs ttl=: the seconds a value is kept, or ttl=None to keep "
+            "values until they are invalidated or evicted"
+        )
+    return ttl
 
 
 class CacheWaitTimeout(RedisTimeoutError):

@@ -34,7 +34,11 @@ class Cache:
     turns values into bytes (default: bytes/str as they are;
     ``warden.JsonSerializer()`` for JSON). ``prefix`` is put before every key.
     A loader returning None stores an empty string for ``negative_ttl``
-    seconds (a negative entry), read back as None.
+    seconds (a negative entry), read back as None; a value that is empty or
+    starts with a NUL byte is stored behind one NUL byte, so it never reads
+    back as a negative entry (every other value is stored as it is).
+    Requests that wait (``CACHE.GET`` and the fill after it) run on a pool of
+    their own beside the client's (see ``warden._connection``).
     """
 
     def __init__(
@@ -57,8 +61,8 @@ class Cache:
         self.negative_ttl = negative_ttl
 
     def _decode(self, data: Any) -> Any:
-        data = _core.encode(data)
-        return None if data == b"" else self.serializer.loads(data)
+        value = _core.unstored(data)
+        return None if value is None else self.serializer.loads(value)
 
     def get_or_load(
         self,
@@ -78,7 +82,7 @@ class Cache:
             None if refresh is None else _core.to_ms(refresh),
         )
         for _ in range(self.retries + 1):
-            pinned = Pinned(self.redis, request.key)
+            pinned = Pinned(self.redis, request.key, waits=True)
             handed_off = False
             try:
                 value, lease = pinned.call(*request.args(), timeout=request.read_timeout())
@@ -114,10 +118,11 @@ class Cache:
         try:
             value = loader()
             if value is None:
-                data, ttl, jitter = b"", self.negative_ttl, None
+                entry, ttl, jitter = _core.NEGATIVE, self.negative_ttl, None
             else:
                 data = self.serializer.dumps(value)
-            pinned.call(*_core.fill_args(key, lease, data, ttl, jitter))
+                entry = _core.stored(data)
+            pinned.call(*_core.fill_args(key, lease, entry, ttl, jitter))
             filled = True
             # What a hit would answer, so every caller sees one type.
             return None if value is None else self.serializer.loads(data)
@@ -157,14 +162,24 @@ class Cache:
     def cached(
         self,
         key: Union[str, Callable[..., str]],
-        ttl: Optional[Number] = None,
+        ttl: Union[Number, None, _core.Unset] = _core.UNSET,
         jitter: Optional[Number] = None,
         refresh: Optional[Number] = None,
     ) -> Callable[[F], F]:
         """Decorate a function whose result is cached under ``key``: a format
         string over its parameters (``"product:{product_id}"``) or a callable
-        taking its arguments. The wrapper's ``.invalidate(*args, stale=None,
-        **kwargs)`` invalidates the entry of those arguments."""
+        taking its arguments. In a format string each argument's text is
+        percent-encoded (letters, digits and ``_.-~`` stay as they are), so
+        distinct arguments give distinct keys; fields must be separated by a
+        character such as ``:`` or ``/``, and ``{{...}}`` in the template
+        makes a Redis Cluster hash tag. ``ttl`` must be given: seconds, or
+        None to keep values until invalidated or evicted. The wrapper's
+        ``.invalidate(*args, stale=None, **kwargs)`` invalidates the entry of
+        those arguments."""
+
+        expiry = _core.cached_ttl(ttl)
+        if isinstance(key, str):
+            _core.check_key_template(key)
 
         def decorate(function: F) -> F:
             if inspect.iscoroutinefunction(function):
@@ -179,7 +194,7 @@ class Cache:
                 return self.get_or_load(
                     key_of(args, kwargs),
                     lambda: function(*args, **kwargs),
-                    ttl=ttl,
+                    ttl=expiry,
                     jitter=jitter,
                     refresh=refresh,
                 )

@@ -6,6 +6,15 @@ methods and exceptions. A blocked ``acquire`` waits in the server's FIFO queue
 grant carries a fencing token (``lock.fence``), and ``timeout=None`` means a
 lease renewed by a watchdog thread until release (``lock.lost`` is set if it
 could not be renewed in time).
+
+Each hold has its own ``lost`` event: ``lock.lost`` is the event of the
+calling thread's current (or last) hold (with ``thread_local=False``, of the
+lock's), so another thread's acquire never clears it. An acquire that is
+interrupted (``KeyboardInterrupt``, a read timeout, a dropped connection)
+gives back what the server may have granted it, re-entrant or not. Waiting
+acquires run on connections of their own beside the client's pool (see
+``warden._connection``), so a bounded pool full of waiters never starves a
+release or a renewal.
 """
 
 from __future__ import annotations
@@ -28,9 +37,10 @@ logger = logging.getLogger(__name__)
 class _Watchdog(threading.Thread):
     """Renews one holder's lease every third of it; sets ``lost`` when it cannot."""
 
-    def __init__(self, lock: Lock, owner: bytes, lease_ms: int) -> None:
+    def __init__(self, lock: Lock, owner: bytes, lease_ms: int, lost: threading.Event) -> None:
         super().__init__(name=f"warden-watchdog:{lock.name}", daemon=True)
         self.lock, self.owner, self.lease_ms = lock, owner, lease_ms
+        self.lost = lost  # this hold's, not whichever hold the lock has later
         self.stopped = threading.Event()
         self.deadline = time.monotonic() + lease_ms / 1000
 
@@ -42,6 +52,13 @@ class _Watchdog(threading.Thread):
             remaining = self.deadline - started
             if remaining <= 0:
                 return self._lost("its lease ended before it could be renewed")
+            # Also a renewal stuck before its send (a new connection's
+            # handshake with a paused server) must not outlive the lease.
+            overdue = threading.Timer(
+                remaining, self._lost, ("its lease ended before it could be renewed",)
+            )
+            overdue.daemon = True
+            overdue.start()
             try:
                 renewed = call(
                     self.lock.redis,
@@ -60,7 +77,9 @@ class _Watchdog(threading.Thread):
             except Exception as error:
                 renewed = None
                 logger.warning("renewing lock %r failed: %s", self.lock.name, error)
-            if self.stopped.is_set():
+            finally:
+                overdue.cancel()
+            if self.stopped.is_set() or self.lost.is_set():
                 return
             if renewed is None:  # try again soon, while the lease lasts
                 pause = max(0.01, min(lease / 3, (self.deadline - time.monotonic()) / 2))
@@ -73,7 +92,7 @@ class _Watchdog(threading.Thread):
     def _lost(self, why: str) -> None:
         if not self.stopped.is_set():
             logger.warning("lock %r lost: %s", self.lock.name, why)
-            self.lock.lost.set()
+            self.lost.set()
 
 
 class Lock:
@@ -115,11 +134,19 @@ class Lock:
         self.watchdog_timeout = watchdog_timeout
         self.local: Any = threading.local() if self.thread_local else SimpleNamespace()
         self.local.token = None
-        #: Set when the watchdog could not renew the lease in time (or found
-        #: the lock taken away): stop the work the lock protects.
-        self.lost = threading.Event()
 
     # --- what this holder knows -------------------------------------------
+
+    @property
+    def lost(self) -> threading.Event:
+        """Set when the watchdog could not renew the lease in time (or found
+        the lock taken away): stop the work the lock protects. Each hold has
+        its own event (read it after ``acquire``); this is the calling
+        thread's current or last one."""
+        event: Optional[threading.Event] = getattr(self.local, "lost", None)
+        if event is None:
+            event = self.local.lost = threading.Event()
+        return event
 
     @property
     def _token(self) -> Optional[bytes]:
@@ -183,28 +210,42 @@ class Lock:
         )
         lease_ms = self._lease_ms()
         args = _core.acquire_args(self.commands, self.name, owner, lease_ms, wait)
+        reentrant = token is None and self.reentrant
+        before = _core.REENTRANT_HOLDS.get(owner, self.name, self.commands) if reentrant else 0
+        sent: list[bool] = []
         try:
-            fence = call(self.redis, self.name, *args, timeout=_core.read_timeout(wait))
+            fence = call(
+                self.redis,
+                self.name,
+                *args,
+                timeout=_core.read_timeout(wait),
+                waits=wait is not None,
+                on_sent=lambda: sent.append(True),
+            )
         except ResponseError as error:
             if _core.is_wrongtype(error):
                 return False  # the name holds someone's data: never ours
             raise
         except BaseException:
             # The connection is closed (the server dropped the waiter), but a
-            # grant may have crossed the close: give back what this fresh
-            # owner may hold.
-            if token is None and not self.reentrant:
+            # grant may have crossed the close: give back what this owner may
+            # hold because of this acquire. A fresh owner, or a re-entrant one
+            # that held nothing, holds at most this grant; a re-entrant owner
+            # that already held is granted at once once the request is sent.
+            if token is None and (not reentrant or before == 0 or sent):
                 self._give_back(owner)
             raise
         if fence is None:
             return False
+        if reentrant:
+            _core.REENTRANT_HOLDS.add(owner, self.name, self.commands, 1)
         if self._token != owner:
             self._forget()
-            self.lost.clear()
             self.local.token = owner
             self.local.holds = 0
+            self.local.lost = lost = threading.Event()
             if not self.timeout:
-                dog = _Watchdog(self, owner, lease_ms)
+                dog = _Watchdog(self, owner, lease_ms, lost)
                 self.local.watchdog = dog
                 dog.start()
         self.local.holds = getattr(self.local, "holds", 0) + 1
@@ -213,7 +254,11 @@ class Lock:
 
     def _give_back(self, owner: bytes) -> None:
         try:
-            call(self.redis, self.name, self.commands.release, self.name, owner, timeout=1.0)
+            released = call(
+                self.redis, self.name, self.commands.release, self.name, owner, timeout=1.0
+            )
+            if self.reentrant:
+                _core.REENTRANT_HOLDS.released(owner, self.name, self.commands, released)
         except Exception:  # the lease bounds what this costs
             logger.debug("could not give back lock %r after a failed wait", self.name)
 
@@ -256,6 +301,8 @@ class Lock:
         except BaseException:
             self._forget()
             raise
+        if self.reentrant:
+            _core.REENTRANT_HOLDS.released(token, self.name, self.commands, released)
         if released == 0:  # re-entrant holds remain
             self.local.holds = max(1, getattr(self.local, "holds", 1) - 1)
             return

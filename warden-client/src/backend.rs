@@ -140,7 +140,20 @@ impl Backend {
     pub(crate) async fn open_link(&self, connect_timeout: Duration) -> Result<Link> {
         match self {
             Backend::Client { client, .. } | Backend::Manager { client, .. } => {
-                Ok(Link::Plain(open_plain(client, connect_timeout).await?))
+                let conn = open_plain(client, connect_timeout).await?;
+                // Its id lets a cancelled request's clean-up close it from the
+                // shared connection, ahead of what it sends there next. A
+                // server that refuses `CLIENT ID` (ACLs) just leaves it unknown.
+                let id = tokio::time::timeout(
+                    connect_timeout,
+                    redis::cmd("CLIENT")
+                        .arg("ID")
+                        .query_async::<i64>(&mut conn.clone()),
+                )
+                .await
+                .ok()
+                .and_then(|id| id.ok());
+                Ok(Link::Plain(conn, id))
             }
             Backend::Cluster { client, .. } => {
                 let config = redis::cluster::ClusterConfig::new()
@@ -175,9 +188,10 @@ async fn open_plain(
     .map_err(Error::from_redis)
 }
 
-/// A dedicated connection: its socket closes when it is dropped.
+/// A dedicated connection: its socket closes when it is dropped. A plain
+/// link knows its server-side client id (when the server told it).
 pub(crate) enum Link {
-    Plain(MultiplexedConnection),
+    Plain(MultiplexedConnection, Option<i64>),
     Cluster(ClusterConnection),
 }
 
@@ -190,7 +204,7 @@ impl Link {
     ) -> Result<T> {
         let reply = async {
             match self {
-                Link::Plain(conn) => cmd.query_async::<T>(&mut conn.clone()).await,
+                Link::Plain(conn, _) => cmd.query_async::<T>(&mut conn.clone()).await,
                 Link::Cluster(conn) => cmd.query_async::<T>(&mut conn.clone()).await,
             }
             .map_err(Error::from_redis)
@@ -200,6 +214,15 @@ impl Link {
                 .await
                 .map_err(|_| Error::Timeout)?,
             None => reply.await,
+        }
+    }
+
+    /// The server's id for this connection (`CLIENT ID`), where known: on a
+    /// plain server whose shared connection reaches the same server.
+    pub(crate) fn client_id(&self) -> Option<i64> {
+        match self {
+            Link::Plain(_, id) => *id,
+            Link::Cluster(_) => None,
         }
     }
 

@@ -25,7 +25,9 @@
 //!   Dedicated connections are reused through a small idle pool
 //!   ([`Config::idle_connections`]) once their reply has come in; a request
 //!   that is cancelled (its future dropped) closes its connection, which takes
-//!   it out of the server's queue or ends its cache lease at once.
+//!   it out of the server's queue or ends its cache lease at once; a lock
+//!   grant that was already on its way is given back in the background
+//!   ([`LockRequest::acquire`]).
 //!
 //! No request is ever sent twice: when a connection breaks, the request on it
 //! fails with [`Error::Connection`] (the server may or may not have run it).
@@ -297,14 +299,19 @@ impl Warden {
         cmd: &Cmd,
         wait: Duration,
     ) -> Result<(T, Link)> {
-        let limit = (!wait.is_zero()).then(|| wait + self.inner.config.command_timeout);
         let link = self.dedicated().await?;
-        let reply = link.query(cmd, limit).await?;
+        let reply = link.query(cmd, self.wait_limit(wait)).await?;
         Ok((reply, link))
     }
 
+    /// How long the reply to a request that waits up to `wait` server-side
+    /// may take (None: forever, for a wait without end).
+    pub(crate) fn wait_limit(&self, wait: Duration) -> Option<Duration> {
+        (!wait.is_zero()).then(|| wait + self.inner.config.command_timeout)
+    }
+
     /// A dedicated connection: an idle one that still answers, or a new one.
-    async fn dedicated(&self) -> Result<Link> {
+    pub(crate) async fn dedicated(&self) -> Result<Link> {
         let config = &self.inner.config;
         while let Some(link) = self.inner.pool.take() {
             if link.alive(config.command_timeout).await {

@@ -163,8 +163,15 @@ impl LockRequest {
     /// The guard, or `None` if the lock stayed busy.
     ///
     /// A waiting acquire is sent once: if its connection breaks, the caller
-    /// gets [`Error::Connection`](crate::Error::Connection) — the server may
-    /// have granted it, and that hold ends with its lease.
+    /// gets [`Error::Connection`](crate::Error::Connection). A request that
+    /// fails or is cancelled (its future dropped, by `tokio::time::timeout`
+    /// or `tokio::select!`) before its reply came in may still have been
+    /// granted: with a fresh owner, the client then gives that grant back in
+    /// the background (the waiting connection is closed first, then
+    /// `LOCK.RELEASE`/`RWLOCK.UNLOCK key owner` is sent, which only the
+    /// grant this request got can answer). With [`reentrant`](Self::reentrant)
+    /// nothing is sent: the client cannot tell a hold the cancelled request
+    /// got from one the owner already had.
     pub async fn acquire(self) -> Result<Option<LockGuard>> {
         let span = tracing::debug_span!(
             "warden.acquire",
@@ -177,9 +184,20 @@ impl LockRequest {
     }
 
     async fn acquire_inner(self) -> Result<Option<LockGuard>> {
+        let fresh = self.owner.is_none();
         let owner = self.owner.unwrap_or_else(crate::owner::fresh);
         let mut cmd = redis::cmd(self.kind.acquire());
         cmd.arg(&self.key).arg(&owner).arg(millis(self.ttl, 1));
+        // Armed while the request is out: if this future is dropped (or the
+        // request fails) before the reply is in, a grant may be on its way.
+        let mut give_back = GiveBack {
+            warden: self.warden.clone(),
+            kind: self.kind,
+            key: self.key.clone(),
+            owner: owner.clone(),
+            link: None,
+            armed: fresh,
+        };
         // The lease is dated from here: the server grants after it receives
         // the request, so its lease ends no earlier than `sent + ttl`.
         let sent = Instant::now();
@@ -187,14 +205,16 @@ impl LockRequest {
             None => self.warden.query::<Option<i64>>(&cmd).await?,
             Some(wait) => {
                 cmd.arg("WAIT").arg(millis(wait, 0));
-                let (token, link) = self
-                    .warden
-                    .query_blocking::<Option<i64>>(&cmd, wait)
+                let link = self.warden.dedicated().await?;
+                give_back.link = link.client_id();
+                let token = link
+                    .query::<Option<i64>>(&cmd, self.warden.wait_limit(wait))
                     .await?;
                 self.warden.recycle(link);
                 token
             }
         };
+        give_back.armed = false;
         let span = tracing::Span::current();
         span.record("wait_ms", millis(sent.elapsed(), 0));
         let Some(token) = token else {
@@ -237,6 +257,52 @@ impl LockRequest {
                 runtime: Handle::current(),
             }),
         }))
+    }
+}
+
+/// Gives back, when dropped armed, what the server may have granted a fresh
+/// owner whose acquire was cancelled or failed before its reply came in.
+/// First the waiting connection is closed from the shared one (`CLIENT
+/// KILL ID`, so the server drops the waiter before the release below arrives
+/// — dropping the link alone closes its socket only some time later), then
+/// the release: owner-checked, it can only free this request's grant.
+struct GiveBack {
+    warden: Warden,
+    kind: LockKind,
+    key: String,
+    owner: String,
+    link: Option<i64>,
+    armed: bool,
+}
+
+impl Drop for GiveBack {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let Ok(runtime) = Handle::try_current() else {
+            return; // no runtime left: the lease ends the grant
+        };
+        let warden = self.warden.clone();
+        let (kind, link) = (self.kind, self.link);
+        let key = std::mem::take(&mut self.key);
+        let owner = std::mem::take(&mut self.owner);
+        runtime.spawn(async move {
+            if let Some(id) = link {
+                let mut kill = redis::cmd("CLIENT");
+                kill.arg("KILL").arg("ID").arg(id);
+                let _ = warden.query::<redis::Value>(&kill).await;
+            }
+            let mut release = redis::cmd(kind.release());
+            release.arg(&key).arg(&owner);
+            match warden.query::<i64>(&release).await {
+                Ok(1) => tracing::debug!(key, "gave back a grant that crossed a cancelled acquire"),
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::debug!(key, error = %e, "could not give back a cancelled acquire")
+                }
+            }
+        });
     }
 }
 

@@ -148,6 +148,90 @@ async fn a_cancelled_wait_leaves_the_queue() {
     assert!(lock_state(&mut c, "k").is_none(), "nobody was granted");
 }
 
+/// The acquire future is dropped after the server granted it and before its
+/// reply was read: the grant is given back, not held for its whole lease.
+async fn a_cancelled_acquire_gives_back_a_grant_that_crossed_it(kind: &str) {
+    let s = Server::start(&[]);
+    let w = warden(&s);
+    let mut c = s.conn();
+    let (acquire_cmd, release_cmd, info_cmd) = match kind {
+        "lock" => ("LOCK.ACQUIRE", "LOCK.RELEASE", "LOCK.INFO"),
+        _ => ("RWLOCK.WRITE", "RWLOCK.UNLOCK", "RWLOCK.INFO"),
+    };
+    run(&mut c, &[acquire_cmd, "k", "holder", "60000"]).unwrap();
+    let request = match kind {
+        "lock" => w.lock("k"),
+        _ => w.write_lock("k"),
+    };
+    let mut acquire = Box::pin(request.ttl(Duration::from_secs(60)).wait(LONG).acquire());
+    tokio::select! {
+        r = &mut acquire => panic!("granted while held: {r:?}"),
+        () = eventually("queued", LONG, || waiters_of(&mut c, info_cmd, "k") == 1) => {}
+    }
+    // Nobody polls the acquire any more: the grant below is never read.
+    assert_eq!(int(&mut c, &[release_cmd, "k", "holder"]), 1);
+    let holder = |c: &mut redis::Connection| -> Option<String> {
+        let fields = maybe_map(c, &[info_cmd, "k"])?;
+        let name = if info_cmd == "LOCK.INFO" {
+            "owner"
+        } else {
+            "writer"
+        };
+        Some(field_str(&fields, name))
+    };
+    let granted = holder(&mut c).expect("granted to the waiter");
+    assert_ne!(granted, "holder");
+    drop(acquire); // cancelled with its grant on the way
+    eventually("the grant given back", LONG, || holder(&mut c).is_none()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_acquire_gives_back_a_lock_granted_on_the_way() {
+    a_cancelled_acquire_gives_back_a_grant_that_crossed_it("lock").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_acquire_gives_back_a_write_lock_granted_on_the_way() {
+    a_cancelled_acquire_gives_back_a_grant_that_crossed_it("write").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_timed_out_acquire_leaves_no_hold_behind() {
+    // tokio::time::timeout cancels the acquire about when the holder lets
+    // go: granted and returned, or cancelled before or after its grant, the
+    // key never stays held by the cancelled owner.
+    let s = Server::start(&[]);
+    let w = warden(&s);
+    let mut c = s.conn();
+    for round in 0..12u64 {
+        run(&mut c, &["LOCK.ACQUIRE", "k", "holder", "60000"]).unwrap();
+        let request = w.lock("k").ttl(Duration::from_secs(60)).wait(LONG);
+        let mut acquire = Box::pin(timeout(
+            Duration::from_millis(5 * round + 1),
+            request.acquire(),
+        ));
+        let early = tokio::select! {
+            r = &mut acquire => Some(r),
+            () = eventually("queued", LONG, || waiters_of(&mut c, "LOCK.INFO", "k") == 1) => None,
+        };
+        let _ = run(&mut c, &["LOCK.RELEASE", "k", "holder"]);
+        let got = match early {
+            Some(r) => {
+                drop(acquire); // a timed-out future is cancelled once dropped
+                r
+            }
+            None => acquire.await,
+        };
+        if let Ok(guard) = got {
+            guard.unwrap().expect("granted").release().await.unwrap();
+        }
+        eventually("no hold left behind", LONG, || {
+            lock_state(&mut c, "k").is_none()
+        })
+        .await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_watchdog_keeps_the_lock_past_several_leases_and_stops_at_release() {
     let s = Server::start(&[]);

@@ -43,8 +43,8 @@ class Cache:
         self.negative_ttl = negative_ttl
 
     def _decode(self, data: Any) -> Any:
-        data = _core.encode(data)
-        return None if data == b"" else self.serializer.loads(data)
+        value = _core.unstored(data)
+        return None if value is None else self.serializer.loads(value)
 
     async def get_or_load(
         self,
@@ -62,7 +62,7 @@ class Cache:
             None if refresh is None else _core.to_ms(refresh),
         )
         for _ in range(self.retries + 1):
-            pinned = await Pinned.open(self.redis, request.key)
+            pinned = await Pinned.open(self.redis, request.key, waits=True)
             handed_off = False
             try:
                 value, lease = await pinned.call(*request.args(), timeout=request.read_timeout())
@@ -96,10 +96,11 @@ class Cache:
         try:
             value = await loader()
             if value is None:
-                data, ttl, jitter = b"", self.negative_ttl, None
+                entry, ttl, jitter = _core.NEGATIVE, self.negative_ttl, None
             else:
                 data = self.serializer.dumps(value)
-            await pinned.call(*_core.fill_args(key, lease, data, ttl, jitter))
+                entry = _core.stored(data)
+            await pinned.call(*_core.fill_args(key, lease, entry, ttl, jitter))
             filled = True
             # What a hit would answer, so every caller sees one type.
             return None if value is None else self.serializer.loads(data)
@@ -140,11 +141,15 @@ class Cache:
     def cached(
         self,
         key: Union[str, Callable[..., str]],
-        ttl: Optional[Number] = None,
+        ttl: Union[Number, None, _core.Unset] = _core.UNSET,
         jitter: Optional[Number] = None,
         refresh: Optional[Number] = None,
     ) -> Callable[[F], F]:
         """As ``warden.Cache.cached``, for coroutine functions."""
+
+        expiry = _core.cached_ttl(ttl)
+        if isinstance(key, str):
+            _core.check_key_template(key)
 
         def decorate(function: F) -> F:
             if not inspect.iscoroutinefunction(function):
@@ -159,7 +164,7 @@ class Cache:
                 return await self.get_or_load(
                     key_of(args, kwargs),
                     lambda: function(*args, **kwargs),
-                    ttl=ttl,
+                    ttl=expiry,
                     jitter=jitter,
                     refresh=refresh,
                 )

@@ -1,13 +1,17 @@
 """``warden.asyncio.Lock``: a drop-in for ``redis.asyncio.lock.Lock``, method
 for method the same as ``warden.lock`` (read that module's notes). The
-watchdog is a task; ``lost`` is an ``asyncio.Event``; a re-entrant owner is
-stable per task. A cancelled ``acquire`` closes its connection, which takes it
-out of the server's queue.
+watchdog is a task; ``lost`` is an ``asyncio.Event`` of its own for each
+hold, and ``lock.lost`` is the event of the calling task's current (or last)
+hold, so another task's acquire never clears it; a re-entrant owner is stable
+per task. A cancelled ``acquire`` closes its connection, which takes it out of
+the server's queue, and gives back what the server may have granted it,
+re-entrant or not.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 import threading
 import time
@@ -35,8 +39,9 @@ def _in_background(coroutine: Any, name: str) -> asyncio.Task[Any]:
 class _Watchdog:
     """Renews one holder's lease every third of it; sets ``lost`` when it cannot."""
 
-    def __init__(self, lock: Lock, owner: bytes, lease_ms: int) -> None:
+    def __init__(self, lock: Lock, owner: bytes, lease_ms: int, lost: asyncio.Event) -> None:
         self.lock, self.owner, self.lease_ms = lock, owner, lease_ms
+        self.lost = lost  # this hold's, not whichever hold the lock has later
         self.deadline = time.monotonic() + lease_ms / 1000
         self.task = _in_background(self.run(), f"warden-watchdog:{lock.name}")
 
@@ -53,14 +58,18 @@ class _Watchdog:
             if remaining <= 0:
                 return self._lost("its lease ended before it could be renewed")
             try:
-                renewed = await call(
-                    self.lock.redis,
-                    self.lock.name,
-                    self.lock.commands.extend,
-                    self.lock.name,
-                    self.owner,
-                    self.lease_ms,
-                    timeout=remaining,
+                # Bounded as a whole: a new connection's handshake too.
+                renewed = await asyncio.wait_for(
+                    call(
+                        self.lock.redis,
+                        self.lock.name,
+                        self.lock.commands.extend,
+                        self.lock.name,
+                        self.owner,
+                        self.lease_ms,
+                        timeout=remaining,
+                    ),
+                    remaining,
                 )
             except ResponseError as error:
                 if _core.is_wrongtype(error):
@@ -80,7 +89,15 @@ class _Watchdog:
 
     def _lost(self, why: str) -> None:
         logger.warning("lock %r lost: %s", self.lock.name, why)
-        self.lock.lost.set()
+        self.lost.set()
+
+
+# Each task's own hold events, by lock: a task sees the event of the hold it
+# took even when another task (sharing the lock's thread-local state) takes
+# the next one.
+_task_lost: contextvars.ContextVar[dict[int, asyncio.Event]] = contextvars.ContextVar(
+    "warden_task_lost"
+)
 
 
 def _holder() -> int:
@@ -120,8 +137,24 @@ class Lock:
         self.watchdog_timeout = watchdog_timeout
         self.local: Any = threading.local() if self.thread_local else SimpleNamespace()
         self.local.token = None
-        #: Set when the watchdog could not renew the lease in time.
-        self.lost = asyncio.Event()
+
+    @property
+    def lost(self) -> asyncio.Event:
+        """Set when the watchdog could not renew the lease in time: stop the
+        work the lock protects. Each hold has its own event (read it after
+        ``acquire``); this is the calling task's current or last one."""
+        event = _task_lost.get({}).get(id(self)) if self.thread_local else None
+        if event is None:
+            event = getattr(self.local, "lost", None)
+        if event is None:
+            event = self.local.lost = asyncio.Event()
+        return event
+
+    def _new_hold_event(self) -> asyncio.Event:
+        event = self.local.lost = asyncio.Event()
+        if self.thread_local:
+            _task_lost.set({**_task_lost.get({}), id(self): event})
+        return event
 
     @property
     def _token(self) -> Optional[bytes]:
@@ -182,34 +215,51 @@ class Lock:
         )
         lease_ms = self._lease_ms()
         args = _core.acquire_args(self.commands, self.name, owner, lease_ms, wait)
+        reentrant = token is None and self.reentrant
+        before = _core.REENTRANT_HOLDS.get(owner, self.name, self.commands) if reentrant else 0
+        sent: list[bool] = []
         try:
-            fence = await call(self.redis, self.name, *args, timeout=_core.read_timeout(wait))
+            fence = await call(
+                self.redis,
+                self.name,
+                *args,
+                timeout=_core.read_timeout(wait),
+                waits=wait is not None,
+                on_sent=lambda: sent.append(True),
+            )
         except ResponseError as error:
             if _core.is_wrongtype(error):
                 return False
             raise
         except BaseException:
             # A grant may have crossed the close of the connection: give back
-            # what this fresh owner may hold (in the background: we may be cancelled).
-            if token is None and not self.reentrant:
+            # what this owner may hold because of this acquire (see
+            # warden.lock), in the background: we may be cancelled.
+            if token is None and (not reentrant or before == 0 or sent):
                 _in_background(self._give_back(owner), f"warden-give-back:{self.name}")
             raise
         if fence is None:
             return False
+        if reentrant:
+            _core.REENTRANT_HOLDS.add(owner, self.name, self.commands, 1)
         if self._token != owner:
             self._forget()
-            self.lost.clear()
             self.local.token = owner
             self.local.holds = 0
+            lost = self._new_hold_event()
             if not self.timeout:
-                self.local.watchdog = _Watchdog(self, owner, lease_ms)
+                self.local.watchdog = _Watchdog(self, owner, lease_ms, lost)
         self.local.holds = getattr(self.local, "holds", 0) + 1
         self.local.fence = int(fence)
         return True
 
     async def _give_back(self, owner: bytes) -> None:
         try:
-            await call(self.redis, self.name, self.commands.release, self.name, owner, timeout=1.0)
+            released = await call(
+                self.redis, self.name, self.commands.release, self.name, owner, timeout=1.0
+            )
+            if self.reentrant:
+                _core.REENTRANT_HOLDS.released(owner, self.name, self.commands, released)
         except Exception:
             logger.debug("could not give back lock %r after a failed wait", self.name)
 
@@ -253,6 +303,8 @@ class Lock:
         except BaseException:
             self._forget()
             raise
+        if self.reentrant:
+            _core.REENTRANT_HOLDS.released(token, self.name, self.commands, released)
         if released == 0:
             self.local.holds = max(1, getattr(self.local, "holds", 1) - 1)
             return
