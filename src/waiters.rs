@@ -58,8 +58,18 @@ type Ctx = *mut raw::RedisModuleCtx;
 /// How long to wait before trying again while the server avoids writes.
 const PAUSED_RETRY_MS: i64 = 10;
 
+/// How many kinds wait on keys: each has a queue of its own on every key.
+pub const KINDS: usize = 3;
+
 /// A kind of request that waits on keys (exclusive lock, read-write lock, ...).
+/// Kinds never wait on each other: one queue per key and kind.
 pub trait Kind: Sync {
+    /// Its queue among a key's queues, below [`KINDS`].
+    fn index(&self) -> usize;
+
+    /// Its name in `WARDEN.CONTENDED`.
+    fn name(&self) -> &'static str;
+
     /// The key may have changed and the oldest waiter is of this kind: answer
     /// what the kind's rules allow, from the head of the queue, with [`pop_head`]
     /// and [`answer`].
@@ -141,10 +151,6 @@ impl Waiter {
         self.client_id
     }
 
-    fn is_of(&self, kind: &'static dyn Kind) -> bool {
-        ptr::addr_eq(self.kind, kind)
-    }
-
     /// The wait is over, whatever ended it: its length goes to its kind's histogram.
     fn ended(&self, now_ms: i64) {
         let histogram = match self.mode {
@@ -190,8 +196,8 @@ struct InFlight {
     grant: Option<(&'static dyn Kind, QueueKey, i64)>,
 }
 
-/// One key's waiters in arrival order: (handle, seq) slots, some of them
-/// left behind by waiters that went away (skipped at the head).
+/// One key's waiters of one kind in arrival order: (handle, seq) slots, some
+/// of them left behind by waiters that went away (skipped at the head).
 #[derive(Default)]
 struct Queue {
     slots: VecDeque<(usize, u64)>,
@@ -200,10 +206,17 @@ struct Queue {
     since_sum: i64,
 }
 
+/// A key's queues, one per kind.
+type Queues = [Queue; KINDS];
+
+fn live(queues: &Queues) -> usize {
+    queues.iter().map(|q| q.live).sum()
+}
+
 #[derive(Default)]
 struct Registry {
-    /// Per database, per key name: the queue.
-    queues: FxHashMap<c_int, FxHashMap<Vec<u8>, Queue>>,
+    /// Per database, per key name: the queues.
+    queues: FxHashMap<c_int, FxHashMap<Vec<u8>, Queues>>,
     /// Every queued waiter by handle.
     waiting: FxHashMap<usize, Waiter>,
     next_seq: u64,
@@ -211,8 +224,6 @@ struct Registry {
     /// lease ends, and when it fires.
     lease_timers: FxHashMap<c_int, FxHashMap<Vec<u8>, (TimerId, i64)>>,
     dirty: FxHashSet<QueueKey>,
-    /// Grants dropped on their way to a client that left.
-    revokes: Vec<(&'static dyn Kind, QueueKey, i64)>,
     tick: Option<TimerId>,
 }
 
@@ -247,13 +258,14 @@ pub fn queue_key(ctx: Ctx, name: &[u8]) -> QueueKey {
 }
 
 impl Registry {
-    fn queue(&self, db: c_int, name: &[u8]) -> Option<&Queue> {
+    /// The queues of a key with waiters.
+    fn queue(&self, db: c_int, name: &[u8]) -> Option<&Queues> {
         self.queues.get(&db)?.get(name)
     }
 
     /// The live waiter at the head of a queue, dropping slots of waiters gone.
-    fn head(&mut self, db: c_int, name: &[u8]) -> Option<&Waiter> {
-        let queue = self.queues.get_mut(&db)?.get_mut(name)?;
+    fn head(&mut self, db: c_int, name: &[u8], kind: usize) -> Option<&Waiter> {
+        let queue = &mut self.queues.get_mut(&db)?.get_mut(name)?[kind];
         loop {
             let &(handle, seq) = queue.slots.front()?;
             match self.waiting.get(&handle) {
@@ -268,8 +280,8 @@ impl Registry {
     }
 
     /// Takes the head (found by [`Registry::head`]) off its queue.
-    fn pop_head(&mut self, db: c_int, name: &[u8]) -> Option<Waiter> {
-        let queue = self.queues.get_mut(&db)?.get_mut(name)?;
+    fn pop_head(&mut self, db: c_int, name: &[u8], kind: usize) -> Option<Waiter> {
+        let queue = &mut self.queues.get_mut(&db)?.get_mut(name)?[kind];
         let (handle, _) = queue.slots.pop_front()?;
         queue.live -= 1;
         let w = self.waiting.remove(&handle)?;
@@ -285,7 +297,8 @@ impl Registry {
         let queue = self
             .queues
             .get_mut(&w.key.db)
-            .and_then(|q| q.get_mut(&w.key.name[..]));
+            .and_then(|q| q.get_mut(&w.key.name[..]))
+            .map(|q| &mut q[w.kind.index()]);
         if let Some(queue) = queue {
             queue.live -= 1;
             queue.since_sum -= w.since_ms;
@@ -307,7 +320,7 @@ impl Registry {
         let Some(queues) = self.queues.get_mut(&db) else {
             return;
         };
-        if queues.get(name).is_some_and(|q| q.live == 0) {
+        if queues.get(name).is_some_and(|q| live(q) == 0) {
             queues.remove(name);
             shrink(queues);
             if queues.is_empty() {
@@ -344,13 +357,13 @@ pub fn may_write(ctx: &Context) -> bool {
     !avoid && !ctx.get_flags().contains(ContextFlags::SLAVE)
 }
 
-/// Waiters queued on `name` in the selected database.
-pub fn queued(ctx: &Context, name: &[u8]) -> usize {
+/// Waiters of `kind` queued on `name` in the selected database.
+pub fn queued(ctx: &Context, name: &[u8], kind: &'static dyn Kind) -> usize {
     if nobody_waits() {
         return 0;
     }
     let db = selected_db(ctx.ctx);
-    with(|r| r.queue(db, name).map_or(0, |q| q.live))
+    with(|r| r.queue(db, name).map_or(0, |q| q[kind.index()].live))
 }
 
 /// All clients waiting, on every key.
@@ -358,11 +371,12 @@ pub fn total_waiting() -> usize {
     with(|r| r.waiting.len())
 }
 
-/// One key with clients waiting, as `WARDEN.CONTENDED` reports it.
+/// One key and kind with clients waiting, as `WARDEN.CONTENDED` reports it.
 #[derive(Debug, PartialEq, Eq)]
 pub struct Contention {
     pub db: c_int,
     pub name: Vec<u8>,
+    pub kind: &'static str,
     pub waiters: usize,
     pub oldest_wait_ms: i64,
     pub total_wait_ms: i64,
@@ -379,25 +393,29 @@ pub fn contended(n: usize) -> Vec<Contention> {
         // The best `n` so far, the worst of them on top (Reverse: a min-heap).
         let mut best = BinaryHeap::with_capacity(n.min(r.waiting.len()) + 1);
         for (&db, names) in &r.queues {
-            for (name, queue) in names {
-                let oldest = queue
-                    .slots
-                    .iter()
-                    .find_map(|(h, s)| r.waiting.get(h).filter(|w| w.seq == *s))
-                    .map_or(0, |w| now - w.since_ms);
-                let rank = (queue.live, oldest, Reverse((&name[..], db)));
-                best.push(Reverse((rank, queue.since_sum)));
-                if best.len() > n {
-                    best.pop();
+            for (name, queues) in names {
+                for queue in queues.iter().filter(|q| q.live > 0) {
+                    let head = queue
+                        .slots
+                        .iter()
+                        .find_map(|(h, s)| r.waiting.get(h).filter(|w| w.seq == *s));
+                    let oldest = head.map_or(0, |w| now - w.since_ms);
+                    let kind = head.map_or("", |w| w.kind.name());
+                    let rank = (queue.live, oldest, Reverse((&name[..], db, kind)));
+                    best.push(Reverse((rank, queue.since_sum)));
+                    if best.len() > n {
+                        best.pop();
+                    }
                 }
             }
         }
         best.into_sorted_vec()
             .into_iter()
             .map(
-                |Reverse(((live, oldest, Reverse((name, db))), since_sum))| Contention {
+                |Reverse(((live, oldest, Reverse((name, db, kind))), since_sum))| Contention {
                     db,
                     name: name.to_vec(),
+                    kind,
                     waiters: live,
                     oldest_wait_ms: oldest.max(0),
                     total_wait_ms: (live as i64 * now - since_sum).max(0),
@@ -451,24 +469,22 @@ pub fn block(ctx: &Context, name: &[u8], mut waiter: Waiter, timeout_ms: i64) {
         waiter.seq = r.next_seq;
         let slot = (handle as usize, waiter.seq);
         let queues = r.queues.entry(waiter.key.db).or_default();
-        if let Some(queue) = queues.get_mut(name) {
+        if !queues.contains_key(name) {
+            queues.insert(name.to_vec(), Queues::default());
+        }
+        if let Some(all) = queues.get_mut(name) {
+            let queue = &mut all[waiter.kind.index()];
             queue.slots.push_back(slot);
             queue.live += 1;
             queue.since_sum += waiter.since_ms;
-        } else {
-            let mut queue = Queue::default();
-            queue.slots.push_back(slot);
-            queue.live = 1;
-            queue.since_sum = waiter.since_ms;
-            queues.insert(name.to_vec(), queue);
         }
         r.waiting.insert(handle as usize, waiter);
     });
 }
 
-/// Takes the oldest waiter off `name`'s queue if it is of `kind` and `fits`
-/// accepts it. Heads whose deadline passed are answered nil first. The caller
-/// answers the waiter with [`answer`].
+/// Takes the oldest waiter off `name`'s queue of `kind` if `fits` accepts it.
+/// Heads whose deadline passed are answered nil first. The caller answers the
+/// waiter with [`answer`].
 pub fn pop_head(
     ctx: &Context,
     name: &[u8],
@@ -481,15 +497,16 @@ pub fn pop_head(
     let db = selected_db(ctx.ctx);
     loop {
         let now = now_ms();
+        let k = kind.index();
         let found = with(|r| {
-            let head = r.head(db, name)?;
+            let head = r.head(db, name, k)?;
             if head.deadline_ms <= now {
-                return r.pop_head(db, name).map(Err);
+                return r.pop_head(db, name, k).map(Err);
             }
-            if !head.is_of(kind) || !fits(head) {
+            if !fits(head) {
                 return None;
             }
-            r.pop_head(db, name).map(Ok)
+            r.pop_head(db, name, k).map(Ok)
         });
         match found? {
             Ok(w) => return Some(w),
@@ -511,17 +528,13 @@ pub fn drain(
     }
     let db = selected_db(ctx.ctx);
     with(|r| {
-        let Some(queue) = r.queue(db, name) else {
+        let Some(queues) = r.queue(db, name) else {
             return Vec::new();
         };
-        let chosen: Vec<usize> = queue
+        let chosen: Vec<usize> = queues[kind.index()]
             .slots
             .iter()
-            .filter(|(h, s)| {
-                r.waiting
-                    .get(h)
-                    .is_some_and(|w| w.seq == *s && w.is_of(kind) && wanted(w))
-            })
+            .filter(|(h, s)| r.waiting.get(h).is_some_and(|w| w.seq == *s && wanted(w)))
             .map(|&(h, _)| h)
             .collect();
         chosen
@@ -702,24 +715,63 @@ pub fn serve(ctx: &Context, name: &Arg) {
         return;
     }
     let q = queue_key(ctx.ctx, name);
+    if grants_held() {
+        // Taking a grant back while writes are paused: nobody new is granted
+        // until they resume (the next tick serves the key).
+        with(|r| r.dirty.insert(q));
+        return;
+    }
     serve_queue(ctx, &q, name);
 }
 
+thread_local! {
+    /// Set while undelivered grants are taken back with writes paused.
+    static GRANTS_HELD: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Whether kinds must grant nothing now (a grant is being taken back while
+/// writes are paused: deleting a live hold is safe then, granting is not).
+pub fn grants_held() -> bool {
+    GRANTS_HELD.with(std::cell::Cell::get)
+}
+
+/// Takes back a grant that never reached its client, on this master, now —
+/// also while writes are paused: a `FAILOVER` or `REPLICAOF` right after must
+/// not hand the grant to the next master. A replica takes nothing back: its
+/// master's effects decide.
+fn take_back(ctx: &Context, (kind, q, token): (&'static dyn Kind, QueueKey, i64)) {
+    if ctx.get_flags().contains(ContextFlags::SLAVE) {
+        return;
+    }
+    let paused = unsafe { raw::RedisModule_AvoidReplicaTraffic.unwrap()() } != 0;
+    GRANTS_HELD.with(|g| g.set(paused));
+    select_db(ctx, q.db);
+    let name = RedisString::create_from_slice(ctx.ctx, &q.name);
+    kind.revoke(ctx, Arg::of(&name), token);
+    GRANTS_HELD.with(|g| g.set(false));
+    with(|r| r.dirty.insert(q));
+}
+
+/// Serves each kind's queue of the key in turn.
 fn serve_queue(ctx: &Context, q: &QueueKey, name: &Arg) {
+    for kind in 0..KINDS {
+        serve_kind(ctx, q, name, kind);
+    }
+    drop_lease_timer(ctx.ctx, q);
+}
+
+fn serve_kind(ctx: &Context, q: &QueueKey, name: &Arg, k: usize) {
     loop {
         let now = now_ms();
         let head = with(|r| {
-            let head = r.head(q.db, &q.name)?;
+            let head = r.head(q.db, &q.name, k)?;
             if head.deadline_ms <= now {
-                return r.pop_head(q.db, &q.name).map(Err);
+                return r.pop_head(q.db, &q.name, k).map(Err);
             }
             Some(Ok(head.kind))
         });
         match head {
-            None => {
-                drop_lease_timer(ctx.ctx, q);
-                return;
-            }
+            None => return,
             Some(Err(late)) => time_out(ctx.ctx, late),
             Some(Ok(kind)) => match kind.serve(ctx, name) {
                 Served::Progress => {}
@@ -730,7 +782,7 @@ fn serve_queue(ctx: &Context, q: &QueueKey, name: &Arg) {
                     return;
                 }
                 Served::WrongType => {
-                    if let Some(w) = with(|r| r.pop_head(q.db, &q.name)) {
+                    if let Some(w) = with(|r| r.pop_head(q.db, &q.name, k)) {
                         deliver(ctx.ctx, w, Answer::Error(error::WRONGTYPE));
                     }
                 }
@@ -739,29 +791,19 @@ fn serve_queue(ctx: &Context, q: &QueueKey, name: &Arg) {
     }
 }
 
-/// Revokes dropped grants, then serves dirty keys — unless writes must wait
-/// (then it tries again shortly).
+/// Serves dirty keys — unless writes must wait (then it tries again shortly).
 fn tick(ctx: &Context) {
     with(|r| r.tick = None);
+    crate::cache::filter::decide();
     if !may_write(ctx) {
         let replica = ctx.get_flags().contains(ContextFlags::SLAVE);
         if replica {
-            // Replicas never grant or revoke: the master's effects decide.
-            with(|r| {
-                r.dirty.clear();
-                r.revokes.clear();
-            });
-        } else if with(|r| !r.dirty.is_empty() || !r.revokes.is_empty()) {
+            // Replicas never grant: the master's effects decide.
+            with(|r| r.dirty.clear());
+        } else if with(|r| !r.dirty.is_empty()) {
             arm_tick(ctx.ctx, PAUSED_RETRY_MS);
         }
         return;
-    }
-    let revokes = with(|r| std::mem::take(&mut r.revokes));
-    for (kind, q, token) in revokes {
-        select_db(ctx, q.db);
-        let name = RedisString::create_from_slice(ctx.ctx, &q.name);
-        kind.revoke(ctx, Arg::of(&name), token);
-        with(|r| r.dirty.insert(q));
     }
     let dirty = with(|r| {
         let d = std::mem::take(&mut r.dirty);
@@ -799,7 +841,6 @@ fn answer_everyone(ctx: Ctx, answer_of: impl Fn(&'static dyn Kind) -> Answer) {
     let all: Vec<Waiter> = with(|r| {
         r.queues.clear();
         r.dirty.clear();
-        r.revokes.clear();
         let all = r.waiting.drain().map(|(_, w)| w).collect();
         r.waiting.shrink_to_fit();
         all
@@ -866,7 +907,10 @@ extern "C" fn on_disconnect(ctx: Ctx, handle: Handle) {
         // Safety: ours, alive until Redis calls `free_in_flight`.
         if let Some(f) = unsafe { in_flight.as_mut() } {
             if let Some(grant) = f.grant.take() {
-                with(|r| r.revokes.push(grant));
+                // Taken back at once, inside whatever disconnected the client
+                // (a `CLIENT KILL` pipelined before a `FAILOVER` or
+                // `REPLICAOF`): replicated before the role can change.
+                take_back(&Context::new(ctx), grant);
                 arm_tick(ctx, 0);
             }
         }

@@ -728,10 +728,19 @@ impl Waiter {
     }
 
     /// For a killed waiter: at most one reply, then the connection ends.
+    /// (Redis 8 runs `FLUSHALL`/`FLUSHDB` in the background with their
+    /// caller blocked: a kill pipelined behind one runs after the flush has
+    /// freed the key, so the waiter may be granted and answer its marker
+    /// before the kill lands. That is still one reply per request.)
     fn replies_until_closed(&mut self) -> Result<Option<Reply>, String> {
         let first = self.wire.read_or_closed()?;
         if first.is_some() {
-            if let Some(second) = self.wire.read_or_closed()? {
+            let marker = Reply::Bulk(self.marker.clone().into_bytes());
+            let mut second = self.wire.read_or_closed()?;
+            if second == Some(marker) {
+                second = self.wire.read_or_closed()?;
+            }
+            if let Some(second) = second {
                 return Err(format!(
                     "{}: killed, yet a second reply came: {second:?}",
                     self.owner

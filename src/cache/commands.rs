@@ -163,7 +163,7 @@ fn end_lease(q: &QueueKey, token: Option<u64>) -> bool {
 /// A lease of `q` ended unfilled: if anyone waits, the oldest gets a new one.
 /// `ctx` has `q`'s database selected.
 fn lease_ended(ctx: &Context, q: QueueKey) {
-    if waiters::queued(ctx, &q.name) > 0 {
+    if waiters::queued(ctx, &q.name, &KIND) > 0 {
         waiters::mark_dirty(ctx.ctx, q);
     }
 }
@@ -294,6 +294,14 @@ pub struct CacheKind;
 pub static KIND: CacheKind = CacheKind;
 
 impl Kind for CacheKind {
+    fn index(&self) -> usize {
+        2
+    }
+
+    fn name(&self) -> &'static str {
+        "cache"
+    }
+
     fn serve(&self, ctx: &Context, name: &Arg) -> Served {
         let Ok(value) = read_value(ctx, name) else {
             return Served::WrongType;
@@ -398,7 +406,7 @@ pub fn get(ctx: &Context, args: &[Arg]) -> RedisResult {
     }
     let mut value = peek_value(ctx, name)?;
     let q = waiters::queue_key(ctx.ctx, name);
-    if waiters::queued(ctx, name) > 0 && live_lease(&q, now_ms()).is_none() {
+    if waiters::queued(ctx, name, &KIND) > 0 && live_lease(&q, now_ms()).is_none() {
         // Waiters first: a lease that just ended goes to the oldest of them.
         waiters::serve(ctx, name);
         value = peek_value(ctx, name)?;
@@ -416,7 +424,7 @@ pub fn get(ctx: &Context, args: &[Arg]) -> RedisResult {
         refresh_ms: req.refresh_ms,
         fresh: req.fresh,
     };
-    let outstanding = live_lease(&q, now).is_some() || waiters::queued(ctx, name) > 0;
+    let outstanding = live_lease(&q, now).is_some() || waiters::queued(ctx, name, &KIND) > 0;
     let read = match state::read(seen, outstanding, opts) {
         // A script serves the value; a reader outside it refreshes.
         Read::HitAndLease { stale } if in_script(ctx) => Read::Hit { stale },
@@ -537,7 +545,7 @@ pub fn abandon(ctx: &Context, args: &[Arg]) -> RedisResult {
     if !live || !end_lease(&q, Some(token)) {
         return Ok(RedisValue::Integer(0));
     }
-    if waiters::queued(ctx, &args[1]) > 0 {
+    if waiters::queued(ctx, &args[1], &KIND) > 0 {
         waiters::serve(ctx, &args[1]);
     }
     Ok(RedisValue::Integer(1))
@@ -588,7 +596,7 @@ pub fn invalidate(ctx: &Context, args: &[Arg]) -> RedisResult {
         _ => false,
     };
     notify(ctx, c"cache.invalidate", name);
-    if waiters::queued(ctx, name) > 0 {
+    if waiters::queued(ctx, name, &KIND) > 0 {
         waiters::serve(ctx, name);
     }
     Ok(RedisValue::Integer(i64::from(changed)))
@@ -631,7 +639,10 @@ pub fn info(ctx: &Context, args: &[Arg]) -> RedisResult {
                 "lease_ttl",
                 lease.map_or(Field::Int(-2), |l| Field::Int((l.deadline_ms - now).max(0))),
             ),
-            ("waiters", Field::Int(waiters::queued(ctx, name) as i64)),
+            (
+                "waiters",
+                Field::Int(waiters::queued(ctx, name, &KIND) as i64),
+            ),
         ],
     )
 }

@@ -66,7 +66,7 @@ fn grant(ctx: &Context, name: &Arg, key: &Key, owner: &[u8], ttl_ms: i64) -> u64
 /// handed over in place). Whether a waiter was granted; the key is left as it
 /// was if not.
 fn hand_off(ctx: &Context, name: &Arg, key: &Key, lock: Option<&mut Lock>) -> bool {
-    if grace::closed_until(now_ms()).is_some() {
+    if waiters::grants_held() || grace::closed_until(now_ms()).is_some() {
         // No new holder inside a grace window: the waiters wait for its end.
         return false;
     }
@@ -113,6 +113,14 @@ pub struct LockKind;
 pub static KIND: LockKind = LockKind;
 
 impl Kind for LockKind {
+    fn index(&self) -> usize {
+        0
+    }
+
+    fn name(&self) -> &'static str {
+        "lock"
+    }
+
     fn serve(&self, ctx: &Context, name: &Arg) -> Served {
         let key = Key::write(ctx, name);
         match lock_in(&key) {
@@ -190,7 +198,7 @@ pub fn acquire(ctx: &Context, args: &[Arg]) -> RedisResult {
             drop(key);
             return busy(ctx, name, &req, until);
         }
-        if waiters::queued(ctx, name) > 0 {
+        if waiters::queued(ctx, name, &KIND) > 0 {
             // Waiters go first: the oldest takes the free key, this request
             // queues behind the rest.
             if !hand_off(ctx, name, &key, None) {
@@ -288,7 +296,7 @@ pub fn info(ctx: &Context, args: &[Arg]) -> RedisResult {
         return Ok(RedisValue::Null);
     };
     let ttl = lock.ttl_left(now_ms());
-    let waiting = waiters::queued(ctx, &args[1]) as i64;
+    let waiting = waiters::queued(ctx, &args[1], &KIND) as i64;
     reply::map(
         ctx,
         &[

@@ -147,7 +147,7 @@ fn serve_open(ctx: &Context, name: &Arg, key: &Key) -> Served {
     if granted.is_empty() {
         return match lock.next_lease_end() {
             // Free, and the head is of another kind: let it be served.
-            None if waiters::queued(ctx, name) > 0 && lock.is_free() => Served::Progress,
+            None if waiters::queued(ctx, name, &KIND) > 0 && lock.is_free() => Served::Progress,
             next => Served::Wait(next),
         };
     }
@@ -170,6 +170,14 @@ pub struct RwLockKind;
 pub static KIND: RwLockKind = RwLockKind;
 
 impl Kind for RwLockKind {
+    fn index(&self) -> usize {
+        1
+    }
+
+    fn name(&self) -> &'static str {
+        "rwlock"
+    }
+
     fn serve(&self, ctx: &Context, name: &Arg) -> Served {
         serve_open(ctx, name, &Key::write(ctx, name))
     }
@@ -200,7 +208,7 @@ fn request(ctx: &Context, args: &[Arg], mode: Mode) -> RedisResult {
     let name = &args[1];
     let mut key = Key::write(ctx, name);
     rw_in(&key)?;
-    if waiters::queued(ctx, name) > 0 {
+    if waiters::queued(ctx, name, &KIND) > 0 {
         // Waiters are served first: they go before any new request.
         if let Served::Progress = serve_open(ctx, name, &key) {
             // A head of another kind: served with the key closed here.
@@ -212,7 +220,7 @@ fn request(ctx: &Context, args: &[Arg], mode: Mode) -> RedisResult {
     let now = now_ms();
     // Inside a grace window every new hold is busy, as if waiters were ahead
     // (re-entry and a writer's own read hold still pass).
-    let queued = waiters::queued(ctx, name) > 0 || grace::closed_until(now).is_some();
+    let queued = waiters::queued(ctx, name, &KIND) > 0 || grace::closed_until(now).is_some();
     let mut fresh = RwLock::default();
     let existing = rw_in(&key)?;
     let is_new = existing.is_none();
@@ -308,7 +316,7 @@ pub fn unlock(ctx: &Context, args: &[Arg]) -> RedisResult {
     };
     // Hand-off in place: the waiters that now fit join the holders in this
     // same value, published once.
-    let granted = if reply == 1 && waiters::queued(ctx, name) > 0 {
+    let granted = if reply == 1 && waiters::queued(ctx, name, &KIND) > 0 {
         grant_waiting(ctx, name, lock, now)
     } else {
         Vec::new()
@@ -391,7 +399,10 @@ pub fn info(ctx: &Context, args: &[Arg]) -> RedisResult {
                 Field::Int(lock.deadline().map_or(0, |d| (d - now).max(0))),
             ),
             ("fence", Field::Int(lock.fence as i64)),
-            ("waiters", Field::Int(waiters::queued(ctx, &args[1]) as i64)),
+            (
+                "waiters",
+                Field::Int(waiters::queued(ctx, &args[1], &KIND) as i64),
+            ),
         ],
     )
 }
