@@ -2,6 +2,7 @@
 // read-write lock (RWLOCK.*). A blocked acquire waits in the server's FIFO
 // queue on a waiter connection of its own; every grant carries a fencing token.
 
+import "./dispose.js";
 import { randomBytes } from "node:crypto";
 import type { Connections } from "./connections.js";
 import { LockBusyError, LockLostError, ReplyError } from "./errors.js";

@@ -1,3 +1,4 @@
+import "./dispose.js";
 import { Cache, type CacheOptions } from "./cache.js";
 import { type ConnectionOptions, Connections } from "./connections.js";
 import { LockLostError } from "./errors.js";

@@ -1,0 +1,152 @@
+// warden-redis against redlock (4.2.0) and redis-semaphore (Mutex) on one
+// server, all on ioredis: uncontended acquire+release latency; then 20 tasks
+// contending for one key: acquisitions/s, p50/p99 wait, and the commands the
+// server ran per acquisition (INFO commandstats deltas).
+//
+//   node bench/compare.mjs [--quick]    (after npm run build; WARDEN_SERVER,
+//                                        WARDEN_MODULE as for the tests)
+
+import { Redis } from "ioredis";
+import { Mutex } from "redis-semaphore";
+import Redlock from "redlock";
+import { Server } from "../build/test/servers.js";
+import { Warden } from "../dist/esm/index.js";
+
+const quick = process.argv.includes("--quick");
+const UNCONTENDED = quick ? 500 : 3000;
+const TASKS = 20;
+const CONTENDED_MS = quick ? 1500 : 5000;
+const TTL = 10000;
+
+function percentile(sorted, p) {
+  if (sorted.length === 0) return Number.NaN;
+  return sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))];
+}
+
+async function commandCalls(admin) {
+  const text = await admin.info("commandstats");
+  let calls = 0;
+  for (const line of text.split("\n")) {
+    const m = /^cmdstat_([^:]+):calls=(\d+)/.exec(line);
+    if (m && m[1] !== "info") calls += Number(m[2]);
+  }
+  return calls;
+}
+
+/** Each contender: `lock(key)` resolves to a release function. */
+function contenders(client) {
+  const warden = new Warden(client, { maxWaiters: TASKS });
+  const redlock = new Redlock([client], { retryCount: -1, retryDelay: 200, retryJitter: 100 });
+  redlock.on("clientError", () => {});
+  return [
+    {
+      name: "warden-redis",
+      async lock(key) {
+        const lock = await warden.lock(key, { ttl: TTL });
+        return () => lock.release();
+      },
+      close: () => warden.close(),
+    },
+    {
+      name: "redlock 4.2.0 (retryDelay 200 ms)",
+      async lock(key) {
+        const lock = await redlock.lock(key, TTL);
+        return () => lock.unlock();
+      },
+      close: async () => {},
+    },
+    {
+      name: "redis-semaphore Mutex (retryInterval 10 ms)",
+      async lock(key) {
+        const mutex = new Mutex(client, key, {
+          lockTimeout: TTL,
+          acquireTimeout: 60000,
+          retryInterval: 10,
+          refreshInterval: 0,
+        });
+        await mutex.acquire();
+        return () => mutex.release();
+      },
+      close: async () => {},
+    },
+  ];
+}
+
+async function uncontended(c, admin) {
+  for (let i = 0; i < 50; i++) await (await c.lock("warm"))();
+  const before = await commandCalls(admin);
+  const times = [];
+  for (let i = 0; i < UNCONTENDED; i++) {
+    const t0 = performance.now();
+    await (await c.lock(`solo:${c.name}`))();
+    times.push(performance.now() - t0);
+  }
+  const calls = (await commandCalls(admin)) - before;
+  times.sort((a, b) => a - b);
+  const mean = times.reduce((a, b) => a + b, 0) / times.length;
+  return {
+    mean,
+    p50: percentile(times, 50),
+    p99: percentile(times, 99),
+    calls: calls / UNCONTENDED,
+  };
+}
+
+async function contended(c, admin) {
+  const key = `shared:${c.name}`;
+  const waits = [];
+  const stop = performance.now() + CONTENDED_MS;
+  const before = await commandCalls(admin);
+  const started = performance.now();
+  await Promise.all(
+    Array.from({ length: TASKS }, async () => {
+      while (performance.now() < stop) {
+        const t0 = performance.now();
+        const release = await c.lock(key);
+        waits.push(performance.now() - t0);
+        await new Promise((resolve) => setImmediate(resolve)); // the critical section
+        await release();
+      }
+    }),
+  );
+  const elapsed = (performance.now() - started) / 1000;
+  const calls = (await commandCalls(admin)) - before;
+  waits.sort((a, b) => a - b);
+  return {
+    rate: waits.length / elapsed,
+    p50: percentile(waits, 50),
+    p99: percentile(waits, 99),
+    calls: calls / waits.length,
+  };
+}
+
+const server = await Server.start();
+const admin = server.admin();
+const client = new Redis({ path: server.socket });
+const rows = [];
+try {
+  for (const c of contenders(client)) {
+    const solo = await uncontended(c, admin);
+    const busy = await contended(c, admin);
+    await c.close();
+    rows.push({ name: c.name, solo, busy });
+  }
+} finally {
+  client.disconnect();
+  admin.disconnect();
+  await server.stop();
+}
+
+const ms = (x) => x.toFixed(3);
+console.log(
+  `One ${process.env.WARDEN_SERVER ?? "redis-server"} on a unix socket, ioredis 5; ${TASKS} contending tasks for ${CONTENDED_MS / 1000} s.\n`,
+);
+console.log(
+  "| lock | uncontended acquire+release mean / p99 (ms) | commands per uncontended acquisition | contended acquisitions/s | contended wait p50 / p99 (ms) | commands per contended acquisition |",
+);
+console.log("|---|---|---|---|---|---|");
+for (const { name, solo, busy } of rows) {
+  console.log(
+    `| ${name} | ${ms(solo.mean)} / ${ms(solo.p99)} | ${solo.calls.toFixed(1)} | ${busy.rate.toFixed(0)} | ${ms(busy.p50)} / ${ms(busy.p99)} | ${busy.calls.toFixed(1)} |`,
+  );
+}
