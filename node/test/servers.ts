@@ -35,17 +35,19 @@ export class Server {
   readonly log: string;
   readonly process: ChildProcess;
 
-  constructor(extra: string[] = []) {
+  constructor(extra: string[] = [], port = 0) {
     this.dir = mkdtempSync(join(tmpdir(), "warden-node-"));
     this.socket = join(this.dir, "redis.sock");
     this.log = join(this.dir, "server.log");
-    const args = ["--port", "0", "--unixsocket", this.socket, "--dir", this.dir, "--save", ""];
+    const args = ["--port", String(port), "--unixsocket", this.socket, "--dir", this.dir];
+    args.push("--save", "");
+    if (port) args.push("--bind", "127.0.0.1");
     args.push("--appendonly", "no", "--logfile", this.log, "--loadmodule", MODULE, ...extra);
     this.process = spawn(SERVER, args, { stdio: "ignore" });
   }
 
-  static async start(extra: string[] = []): Promise<Server> {
-    const server = new Server(extra);
+  static async start(extra: string[] = [], port = 0): Promise<Server> {
+    const server = new Server(extra, port);
     const probe = new Redis({ path: server.socket, lazyConnect: true, retryStrategy: () => null });
     probe.on("error", () => {});
     try {
