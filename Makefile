@@ -10,7 +10,7 @@ MODULE := target/release/libwarden.so
 APT_PACKAGES := redis-server redis-tools libclang1-14 libclang-common-14-dev python3-venv \
 	prometheus-redis-exporter prometheus
 
-.PHONY: run exporter test build deps venv check bench valgrind-bin cluster cluster-stop fuzz valgrind clean python-venv python-test failover-demo failover-history node-deps node-test
+.PHONY: run exporter test build deps venv check bench valgrind-bin cluster cluster-stop fuzz valgrind clean python-venv python-test failover-demo failover-history node-deps node-test node-bench
 
 FUZZ_SECONDS ?= 600
 
@@ -154,6 +154,11 @@ node-deps:
 	cd node && npm run --silent build
 	@ln -sfn $(CURDIR)/node $(NODE_DIR)/node_modules/warden-redis
 
+# warden-redis against redlock and redis-semaphore (node/bench/compare.mjs).
+node-bench: build node-deps
+	@cd node && npx tsc -p tsconfig.test.json && \
+		WARDEN_SERVER=$(SERVER_BIN) WARDEN_MODULE=$(CURDIR)/$(MODULE) node bench/compare.mjs $(if $(QUICK),--quick,)
+
 # The Node package (node/): tsc --noEmit and biome, then its tests (node --test)
 # on both clients against $(SERVER_BIN) with the module.
 node-test: node-deps $(SERVER_DEPS)
@@ -180,7 +185,7 @@ valgrind-bin:
 	@command -v valgrind >/dev/null || { SUDO=""; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
 		$$SUDO apt-get install -y -qq valgrind >/dev/null; }
 
-bench: build venv $(REDISBLOOM) valgrind-bin
+bench: build venv node-deps $(REDISBLOOM) valgrind-bin
 ifeq ($(SECTION),instructions)
 	$(PYTHON) bench/instructions.py $(CURDIR)/$(MODULE) $(CURDIR)/$(REDISBLOOM) | tee bench/results/instructions.md
 else
@@ -193,6 +198,8 @@ ifeq ($(SECTION),)
 		printf '\n%s\n' "$$late" >> bench/results/latest.md
 	@py=$$($(PYTHON) bench/python_clients.py $(CURDIR)/$(MODULE) $(if $(QUICK),--quick,)) && echo "$$py" && \
 		printf '\n%s\n' "$$py" >> bench/results/latest.md
+	@nb=$$($(MAKE) --no-print-directory -s node-bench) && echo "$$nb" && \
+		printf '\n%s\n' "$$nb" >> bench/results/latest.md
 	@ins=$$($(PYTHON) bench/instructions.py $(CURDIR)/$(MODULE) $(CURDIR)/$(REDISBLOOM)) && echo "$$ins" && \
 		printf '\n%s\n' "$$ins" | tee bench/results/instructions.md >> bench/results/latest.md
 	@$(PYTHON) -c "import matplotlib" 2>/dev/null || $(VENV)/bin/pip install -q matplotlib

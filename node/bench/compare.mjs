@@ -98,12 +98,14 @@ async function contended(c, admin) {
   const stop = performance.now() + CONTENDED_MS;
   const before = await commandCalls(admin);
   const started = performance.now();
+  const perTask = Array(TASKS).fill(0);
   await Promise.all(
-    Array.from({ length: TASKS }, async () => {
+    Array.from({ length: TASKS }, async (_, task) => {
       while (performance.now() < stop) {
         const t0 = performance.now();
         const release = await c.lock(key);
         waits.push(performance.now() - t0);
+        perTask[task] += 1;
         await new Promise((resolve) => setImmediate(resolve)); // the critical section
         await release();
       }
@@ -116,6 +118,9 @@ async function contended(c, admin) {
     rate: waits.length / elapsed,
     p50: percentile(waits, 50),
     p99: percentile(waits, 99),
+    max: waits[waits.length - 1],
+    fewest: Math.min(...perTask),
+    most: Math.max(...perTask),
     calls: calls / waits.length,
   };
 }
@@ -142,11 +147,11 @@ console.log(
   `One ${process.env.WARDEN_SERVER ?? "redis-server"} on a unix socket, ioredis 5; ${TASKS} contending tasks for ${CONTENDED_MS / 1000} s.\n`,
 );
 console.log(
-  "| lock | uncontended acquire+release mean / p99 (ms) | commands per uncontended acquisition | contended acquisitions/s | contended wait p50 / p99 (ms) | commands per contended acquisition |",
+  "| lock | uncontended acquire+release mean / p99 (ms) | commands per uncontended acquisition | contended acquisitions/s | contended wait p50 / p99 / max (ms) | acquisitions per task, fewest / most | commands per contended acquisition |",
 );
-console.log("|---|---|---|---|---|---|");
+console.log("|---|---|---|---|---|---|---|");
 for (const { name, solo, busy } of rows) {
   console.log(
-    `| ${name} | ${ms(solo.mean)} / ${ms(solo.p99)} | ${solo.calls.toFixed(1)} | ${busy.rate.toFixed(0)} | ${ms(busy.p50)} / ${ms(busy.p99)} | ${busy.calls.toFixed(1)} |`,
+    `| ${name} | ${ms(solo.mean)} / ${ms(solo.p99)} | ${solo.calls.toFixed(1)} | ${busy.rate.toFixed(0)} | ${ms(busy.p50)} / ${ms(busy.p99)} / ${ms(busy.max)} | ${busy.fewest} / ${busy.most} | ${busy.calls.toFixed(1)} |`,
   );
 }
