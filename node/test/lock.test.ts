@@ -234,6 +234,27 @@ test("ioredis' commandTimeout does not cut a wait", async () => {
   }
 });
 
+test("a node-redis command timeout (node-redis 6 sets 5 s) does not cut a wait", async () => {
+  const { createClient } = await import("redis");
+  const app = createClient({
+    socket: { path: server.socket, tls: false },
+    commandOptions: { timeout: 100 },
+  });
+  app.on("error", () => {});
+  await app.connect();
+  const warden = new Warden(app);
+  try {
+    const holder = await warden.lock("node-redis-timeout", { ttl: 30000 });
+    const waiting = warden.lock("node-redis-timeout", { ttl: 1000, wait: 5000 });
+    await sleep(300);
+    await holder.release();
+    await (await waiting).release();
+  } finally {
+    await warden.close();
+    app.destroy();
+  }
+});
+
 test("the CommonJS build loads", async () => {
   const { createRequire } = await import("node:module");
   const require = createRequire(import.meta.url);

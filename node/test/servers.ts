@@ -122,6 +122,15 @@ export const CLIENTS: { name: string; open(server: Server): Promise<AppClient> }
     },
   },
   {
+    name: "node-redis RESP3",
+    async open(server: Server) {
+      const c = createClient({ socket: { path: server.socket, tls: false }, RESP: 3 });
+      c.on("error", () => {});
+      await c.connect();
+      return { client: c, close: async () => c.destroy() };
+    },
+  },
+  {
     name: "node-redis pool",
     async open(server: Server) {
       const p = createClientPool({ socket: { path: server.socket, tls: false } }, { maximum: 2 });
