@@ -125,6 +125,39 @@ async function contended(c, admin) {
   };
 }
 
+/** How long the server keeps an aborted waiter: abort, then LOCK.INFO until
+ * it shows no waiter (the first answer counts if it already shows none). */
+async function abortedWaits(client, admin) {
+  const warden = new Warden(client);
+  const times = [];
+  let firstTry = 0;
+  const rounds = quick ? 50 : 200;
+  try {
+    for (let i = 0; i < rounds; i++) {
+      const key = `abort:${i}`;
+      await admin.call("LOCK.ACQUIRE", key, "holder", TTL);
+      const abort = new AbortController();
+      const waiting = warden.lock(key, { ttl: TTL, signal: abort.signal }).catch(() => {});
+      while (Number((await admin.call("LOCK.INFO", key))[9]) !== 1);
+      const t0 = performance.now();
+      abort.abort();
+      let polls = 0;
+      for (;;) {
+        polls += 1;
+        if (Number((await admin.call("LOCK.INFO", key))[9]) === 0) break;
+      }
+      times.push(performance.now() - t0);
+      if (polls === 1) firstTry += 1;
+      await waiting;
+      await admin.call("LOCK.RELEASE", key, "holder");
+    }
+  } finally {
+    await warden.close();
+  }
+  times.sort((a, b) => a - b);
+  return { rounds, p50: percentile(times, 50), p99: percentile(times, 99), firstTry };
+}
+
 const server = await Server.start();
 const admin = server.admin();
 const client = new Redis({ path: server.socket });
@@ -136,6 +169,7 @@ try {
     await c.close();
     rows.push({ name: c.name, solo, busy });
   }
+  rows.abort = await abortedWaits(client, admin);
 } finally {
   client.disconnect();
   admin.disconnect();
@@ -155,3 +189,7 @@ for (const { name, solo, busy } of rows) {
     `| ${name} | ${ms(solo.mean)} / ${ms(solo.p99)} | ${solo.calls.toFixed(1)} | ${busy.rate.toFixed(0)} | ${ms(busy.p50)} / ${ms(busy.p99)} / ${ms(busy.max)} | ${busy.fewest} / ${busy.most} | ${busy.calls.toFixed(1)} |`,
   );
 }
+const a = rows.abort;
+console.log(
+  `\nAn aborted warden wait: gone from the server's queue after ${ms(a.p50)} ms (p50), ${ms(a.p99)} ms (p99); the first LOCK.INFO after the abort already showed it gone in ${a.firstTry} of ${a.rounds} rounds.`,
+);
