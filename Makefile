@@ -154,10 +154,12 @@ node-deps:
 	cd node && npm run --silent build
 	@ln -sfn $(CURDIR)/node $(NODE_DIR)/node_modules/warden-redis
 
-# warden-redis against redlock and redis-semaphore (node/bench/compare.mjs).
+# warden-redis against redlock and redis-semaphore (node/bench/compare.mjs),
+# into bench/results/node.md.
 node-bench: build node-deps
 	@cd node && npx tsc -p tsconfig.test.json && \
-		WARDEN_SERVER=$(SERVER_BIN) WARDEN_MODULE=$(CURDIR)/$(MODULE) node bench/compare.mjs $(if $(QUICK),--quick,)
+		WARDEN_SERVER=$(SERVER_BIN) WARDEN_MODULE=$(CURDIR)/$(MODULE) node bench/compare.mjs $(if $(QUICK),--quick,) \
+		| tee $(CURDIR)/bench/results/node.md
 
 # The Node package (node/): tsc --noEmit and biome, then its tests (node --test)
 # on both clients against $(SERVER_BIN) with the module.
