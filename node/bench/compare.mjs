@@ -7,6 +7,7 @@
 //   node bench/compare.mjs [--quick]    (after npm run build; WARDEN_SERVER,
 //                                        WARDEN_MODULE as for the tests)
 
+import { cpus, loadavg } from "node:os";
 import { Redis } from "ioredis";
 import { Mutex } from "redis-semaphore";
 import Redlock from "redlock";
@@ -180,6 +181,7 @@ const server = await Server.start();
 const admin = server.admin();
 const client = new Redis({ path: server.socket });
 const rows = [];
+const version = /(?:redis|valkey)_version:(\S+)/.exec(await admin.info("server"))?.[1];
 try {
   const all = contenders(client);
   const solos = await uncontended(all, admin);
@@ -196,8 +198,9 @@ try {
 }
 
 const ms = (x) => x.toFixed(3);
+console.log("# warden-redis, redlock and redis-semaphore (node/bench/compare.mjs)\n");
 console.log(
-  `One ${process.env.WARDEN_SERVER ?? "redis-server"} on a unix socket, ioredis 5; ${TASKS} contending tasks for ${CONTENDED_MS / 1000} s.\n`,
+  `One ${process.env.WARDEN_SERVER ?? "redis-server"} ${version} with the module on a unix socket, ioredis 5, Node ${process.version}, ${cpus().length} cores (load average ${loadavg()[0].toFixed(1)} after the run); ${TASKS} contending tasks for ${CONTENDED_MS / 1000} s. Commands: INFO commandstats calls, the ones scripts run included.\n`,
 );
 console.log(
   "| lock | uncontended acquire+release mean / p99 (ms) | commands per uncontended acquisition | contended acquisitions/s | contended wait p50 / p99 / max (ms) | acquisitions per task, fewest / most | commands per contended acquisition |",
