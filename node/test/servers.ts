@@ -9,6 +9,7 @@ import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { Redis } from "ioredis";
 import { createClient, createClientPool } from "redis";
+import { createClient as createClient6 } from "redis6";
 
 // Compiled into node/build/test: the checkout is three levels up.
 const ROOT = fileURLToPath(new URL("../../..", import.meta.url));
@@ -125,6 +126,15 @@ export const CLIENTS: { name: string; open(server: Server): Promise<AppClient> }
     name: "node-redis RESP3",
     async open(server: Server) {
       const c = createClient({ socket: { path: server.socket, tls: false }, RESP: 3 });
+      c.on("error", () => {});
+      await c.connect();
+      return { client: c, close: async () => c.destroy() };
+    },
+  },
+  {
+    name: "node-redis 6",
+    async open(server: Server) {
+      const c = createClient6({ socket: { path: server.socket, tls: false } });
       c.on("error", () => {});
       await c.connect();
       return { client: c, close: async () => c.destroy() };
