@@ -2,7 +2,7 @@ import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
 import type { Redis } from "ioredis";
 import { type Cache, Warden } from "warden-redis";
-import { type AppClient, CLIENTS, Server, sleep } from "./servers.js";
+import { type AppClient, CLIENTS, Server, sleep, until } from "./servers.js";
 
 let server: Server;
 let admin: Redis;
@@ -14,6 +14,12 @@ after(async () => {
   admin?.disconnect();
   await server?.stop();
 });
+
+/** One field of CACHE.INFO. */
+async function cacheInfo(key: string, field: string): Promise<unknown> {
+  const reply = (await admin.call("CACHE.INFO", key)) as unknown[];
+  return reply[reply.indexOf(field) + 1];
+}
 
 for (const kind of CLIENTS) {
   describe(`cache with ${kind.name}`, () => {
@@ -112,6 +118,28 @@ for (const kind of CLIENTS) {
       assert.equal(await describeIt.invalidate(1), true);
       assert.equal(await describeIt(1), "number:1:-");
       assert.equal(calls.length, 6);
+    });
+
+    test("an aborted wait for another caller's load leaves the queue", async () => {
+      const key = "slow";
+      const full = `${kind.name}:${key}`;
+      let release: () => void = () => {};
+      const gate = new Promise<void>((resolve) => {
+        release = resolve;
+      });
+      const loading = cache.getOrLoad(key, async () => {
+        await gate;
+        return "value";
+      });
+      await until(async () => (await cacheInfo(full, "lease")) !== null, "the lease");
+      const abort = new AbortController();
+      const waiting = cache.getOrLoad(key, async () => "other", { signal: abort.signal });
+      await until(async () => (await cacheInfo(full, "waiters")) === 1, "the waiter");
+      abort.abort();
+      await assert.rejects(waiting, { name: "AbortError" });
+      await until(async () => (await cacheInfo(full, "waiters")) === 0, "the waiter to leave");
+      release();
+      assert.equal(await loading, "value");
     });
 
     test("invalidate revokes a load in flight", async () => {
