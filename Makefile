@@ -10,7 +10,7 @@ MODULE := target/release/libwarden.so
 APT_PACKAGES := redis-server redis-tools libclang1-14 libclang-common-14-dev python3-venv \
 	prometheus-redis-exporter prometheus
 
-.PHONY: run exporter test build deps venv check bench valgrind-bin cluster cluster-stop fuzz valgrind clean python-venv python-test failover-demo failover-history node-deps
+.PHONY: run exporter test build deps venv check bench valgrind-bin cluster cluster-stop fuzz valgrind clean python-venv python-test failover-demo failover-history node-deps node-test node-bench
 
 FUZZ_SECONDS ?= 600
 
@@ -127,6 +127,7 @@ test: deps venv python-venv node-deps $(REDISBLOOM) $(SERVER_DEPS)
 		REDISBLOOM_MODULE=$(CURDIR)/$(REDISBLOOM) \
 		cargo test --release --workspace --no-fail-fast $(TEST_TARGETS) -- --test-threads=4
 	$(MAKE) --no-print-directory python-test
+	$(MAKE) --no-print-directory node-test
 
 # The Python package (python/) in .venv, editable, with its test tools (the
 # guide's examples in docs/patterns.md import it too).
@@ -135,8 +136,9 @@ python-venv: venv
 		|| $(VENV)/bin/pip install -q -e python pytest pytest-asyncio ruff mypy
 
 # node-redis and ioredis, at the versions tests/node/package-lock.json pins, in
-# target/node: tests/readme.rs runs the README's Node examples on them. Node and
-# npm come from apt (nodejs npm) when the machine has neither.
+# target/node, with the Node package (node/, built, linked as warden-redis):
+# tests/readme.rs runs the README's Node examples on them. Node and npm come
+# from apt (nodejs npm) when the machine has neither.
 NODE_DIR := target/node
 node-deps:
 	@command -v node >/dev/null && command -v npm >/dev/null || { \
@@ -147,6 +149,24 @@ node-deps:
 	@cmp -s tests/node/package-lock.json $(NODE_DIR)/package-lock.json && [ -d $(NODE_DIR)/node_modules ] || { \
 		mkdir -p $(NODE_DIR) && cp tests/node/package.json tests/node/package-lock.json $(NODE_DIR)/ && \
 		cd $(NODE_DIR) && npm ci --silent --no-audit --no-fund; }
+	@cmp -s node/package-lock.json node/node_modules/.installed-lock.json || { \
+		cd node && npm ci --silent --no-audit --no-fund && cp package-lock.json node_modules/.installed-lock.json; }
+	cd node && npm run --silent build
+	@ln -sfn $(CURDIR)/node $(NODE_DIR)/node_modules/warden-redis
+
+# warden-redis against redlock and redis-semaphore (node/bench/compare.mjs),
+# into bench/results/node.md.
+node-bench: build node-deps
+	@cd node && npx tsc -p tsconfig.test.json && \
+		WARDEN_SERVER=$(SERVER_BIN) WARDEN_MODULE=$(CURDIR)/$(MODULE) node bench/compare.mjs $(if $(QUICK),--quick,) \
+		| tee $(CURDIR)/bench/results/node.md
+
+# The Node package (node/): tsc --noEmit and biome, then its tests (node --test)
+# on both clients against $(SERVER_BIN) with the module.
+node-test: node-deps $(SERVER_DEPS)
+	cargo test --release --workspace --no-run
+	cd node && npm run --silent check
+	cd node && WARDEN_SERVER=$(SERVER_BIN) WARDEN_MODULE=$(CURDIR)/$(TEST_MODULE) npm test --silent
 
 # ruff and mypy --strict on the package; its tests, then redis-py's own lock
 # tests (fetched from redis-py's sdist into target/) against warden's locks.
@@ -167,7 +187,7 @@ valgrind-bin:
 	@command -v valgrind >/dev/null || { SUDO=""; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
 		$$SUDO apt-get install -y -qq valgrind >/dev/null; }
 
-bench: build venv $(REDISBLOOM) valgrind-bin $(REDIS8)
+bench: build venv node-deps $(REDISBLOOM) valgrind-bin $(REDIS8)
 ifeq ($(SECTION),instructions)
 	$(PYTHON) bench/instructions.py $(CURDIR)/$(MODULE) $(CURDIR)/$(REDISBLOOM) redis-server $(CURDIR)/$(REDIS8) | tee bench/results/instructions.md
 else
@@ -180,6 +200,8 @@ ifeq ($(SECTION),)
 		printf '\n%s\n' "$$late" >> bench/results/latest.md
 	@py=$$($(PYTHON) bench/python_clients.py $(CURDIR)/$(MODULE) $(if $(QUICK),--quick,)) && echo "$$py" && \
 		printf '\n%s\n' "$$py" >> bench/results/latest.md
+	@nb=$$($(MAKE) --no-print-directory -s node-bench) && echo "$$nb" && \
+		printf '\n%s\n' "$$nb" >> bench/results/latest.md
 	@ins=$$($(PYTHON) bench/instructions.py $(CURDIR)/$(MODULE) $(CURDIR)/$(REDISBLOOM) redis-server $(CURDIR)/$(REDIS8)) && echo "$$ins" && \
 		printf '\n%s\n' "$$ins" | tee bench/results/instructions.md >> bench/results/latest.md
 	@$(PYTHON) -c "import matplotlib" 2>/dev/null || $(VENV)/bin/pip install -q matplotlib

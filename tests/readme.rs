@@ -548,6 +548,18 @@ fn examples_of(kind: &str) -> Vec<Example> {
         .collect()
 }
 
+/// The languages of the blocks that must be run or say why not.
+const PROGRAMS: [&str; 8] = [
+    "python",
+    "js",
+    "javascript",
+    "ts",
+    "typescript",
+    "rust",
+    "java",
+    "go",
+];
+
 #[test]
 fn every_program_block_is_run_or_says_why_not() {
     let text = readme();
@@ -562,8 +574,7 @@ fn every_program_block_is_run_or_says_why_not() {
         let above = lines[..i].iter().rev().find(|l| !l.trim().is_empty());
         let marked =
             above.is_some_and(|l| marker(l, "test").is_some() || marker(l, "not run").is_some());
-        if ["python", "js", "javascript", "rust", "java", "go"].contains(&lang.as_str()) && !marked
-        {
+        if PROGRAMS.contains(&lang.as_str()) && !marked {
             unmarked.push(format!("line {}: {lang}", i + 1));
         }
         i = after;

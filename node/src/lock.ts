@@ -1,0 +1,324 @@
+// Locks held in the server: exclusive (LOCK.*) and the two sides of a
+// read-write lock (RWLOCK.*). A blocked acquire waits in the server's FIFO
+// queue on a waiter connection of its own; every grant carries a fencing token.
+
+import "./dispose.js";
+import { randomBytes } from "node:crypto";
+import type { Connections } from "./connections.js";
+import { LockBusyError, LockLostError, ReplyError } from "./errors.js";
+
+/** The commands behind one kind of lock. */
+export interface LockKind {
+  readonly acquire: string;
+  readonly release: string;
+  readonly extend: string;
+}
+
+export const EXCLUSIVE: LockKind = {
+  acquire: "LOCK.ACQUIRE",
+  release: "LOCK.RELEASE",
+  extend: "LOCK.EXTEND",
+};
+export const READ: LockKind = {
+  acquire: "RWLOCK.READ",
+  release: "RWLOCK.UNLOCK",
+  extend: "RWLOCK.EXTEND",
+};
+export const WRITE: LockKind = {
+  acquire: "RWLOCK.WRITE",
+  release: "RWLOCK.UNLOCK",
+  extend: "RWLOCK.EXTEND",
+};
+
+export interface AcquireOptions {
+  /** The lease, in ms. Without it the lease is `watchdogLease` (30 s),
+   * renewed by a watchdog until release. */
+  ttl?: number;
+  /** Renew the lease (`ttl`) every third of it until release (default: true
+   * when `ttl` is not given). */
+  watchdog?: boolean;
+  /** How long to wait for a busy lock, in ms: `0` does not wait, `Infinity`
+   * (the default) waits until granted or aborted. */
+  wait?: number;
+  /** Aborting gives up the wait (and gives back a grant already on its way). */
+  signal?: AbortSignal;
+}
+
+/** Defaults shared by the locks of one `Warden`. */
+export interface LockDefaults {
+  watchdogLease: number;
+}
+
+/** A random owner: a fresh one per acquisition (16 bytes, hex). */
+export function freshOwner(): string {
+  return randomBytes(16).toString("hex");
+}
+
+function checkMs(name: string, value: number, zero: boolean): number {
+  if (value === Number.POSITIVE_INFINITY && name === "wait") return value;
+  if (!Number.isFinite(value) || value < (zero ? 0 : 1)) {
+    throw new RangeError(`${name} must be a number of ms from ${zero ? 0 : 1}, not ${value}`);
+  }
+  return Math.ceil(value);
+}
+
+/** A held lock: one grant, to one fresh owner. */
+export class Lock implements AsyncDisposable {
+  /** Aborted (with a `LockLostError`) when the lock is lost: its lease ended,
+   * the watchdog could not renew it, or the key was deleted or overwritten. */
+  readonly lost: AbortSignal;
+  private readonly lostController = new AbortController();
+  private released = false;
+  private timer: NodeJS.Timeout | undefined;
+  private deadline: number;
+
+  /** @internal */
+  constructor(
+    private readonly connections: Connections,
+    private readonly kind: LockKind,
+    /** The lock's key. */
+    readonly key: string,
+    /** The owner the server knows this holder by. */
+    readonly owner: string,
+    /** The fencing token of this grant: higher than every earlier grant's.
+     * A bigint: exact beyond 2^53. */
+    readonly fence: bigint,
+    private ttl: number,
+    private readonly watchdog: boolean,
+    granted: number,
+  ) {
+    this.lost = this.lostController.signal;
+    this.deadline = granted + ttl;
+    this.schedule();
+  }
+
+  /** True until released or lost. */
+  get held(): boolean {
+    return !this.released && !this.lost.aborted;
+  }
+
+  /** Resets the lease to `ttl` ms from now (default: the lease it was taken
+   * with). Throws `LockLostError` if the lock is no longer ours. */
+  async extend(lease: number = this.ttl): Promise<void> {
+    const ttl = checkMs("ttl", lease, false);
+    if (!this.held) throw this.notHeld();
+    const started = performance.now();
+    let renewed: unknown;
+    try {
+      renewed = await this.connections.run(this.key, [this.kind.extend, this.key, this.owner, ttl]);
+    } catch (error) {
+      if (!isWrongType(error)) throw error;
+      renewed = "0";
+    }
+    if (Number(renewed) !== 1) {
+      this.lose("it is no longer held by this owner");
+      throw this.notHeld();
+    }
+    this.ttl = ttl;
+    this.deadline = started + ttl;
+    this.schedule();
+  }
+
+  /** Gives the lock up. Throws `LockLostError` if it was no longer ours
+   * (it had been lost already). Releasing twice is a no-op. */
+  async release(): Promise<void> {
+    if (this.released) return;
+    this.released = true;
+    this.stop();
+    let reply: unknown;
+    try {
+      reply = await this.connections.run(this.key, [this.kind.release, this.key, this.owner]);
+    } catch (error) {
+      if (!isWrongType(error)) throw error;
+      reply = "-1";
+    }
+    if (Number(reply) < 0) {
+      this.lose("it was no longer held by this owner when released");
+      throw this.notHeld();
+    }
+  }
+
+  /** `await using lock = await warden.lock(...)`: releases at the end of the
+   * block; a lock lost meanwhile is not an error here (`lost` told). */
+  async [Symbol.asyncDispose](): Promise<void> {
+    try {
+      await this.release();
+    } catch (error) {
+      if (!(error instanceof LockLostError)) throw error;
+    }
+  }
+
+  private notHeld(): LockLostError {
+    return this.lost.reason instanceof LockLostError
+      ? this.lost.reason
+      : new LockLostError(this.key, this.released ? "released" : "no longer held");
+  }
+
+  private lose(why: string): void {
+    this.stop();
+    if (!this.lost.aborted) this.lostController.abort(new LockLostError(this.key, why));
+  }
+
+  private stop(): void {
+    if (this.timer !== undefined) clearTimeout(this.timer);
+    this.timer = undefined;
+  }
+
+  /** The next renewal (watchdog), or the moment the lease ends (fixed lease). */
+  private schedule(): void {
+    this.stop();
+    if (!this.held) return;
+    const now = performance.now();
+    if (this.watchdog) {
+      const pause = Math.max(1, Math.min(this.ttl / 3, (this.deadline - now) / 2));
+      this.timer = setTimeout(() => this.renew(), pause);
+    } else {
+      this.timer = setTimeout(() => this.lose("its lease ended"), Math.max(0, this.deadline - now));
+    }
+    this.timer.unref();
+  }
+
+  private async renew(): Promise<void> {
+    this.timer = undefined;
+    if (!this.held) return;
+    if (performance.now() >= this.deadline) {
+      this.lose("its lease ended before it could be renewed");
+      return;
+    }
+    const started = performance.now();
+    let renewed: unknown;
+    try {
+      renewed = await this.connections.run(this.key, [
+        this.kind.extend,
+        this.key,
+        this.owner,
+        this.ttl,
+      ]);
+    } catch (error) {
+      if (isWrongType(error)) {
+        this.lose("the key now holds another type");
+        return;
+      }
+      renewed = undefined; // try again sooner, while the lease lasts
+    }
+    if (!this.held) return;
+    if (renewed === undefined) {
+      if (performance.now() >= this.deadline) {
+        this.lose("its lease ended before it could be renewed");
+      } else {
+        this.schedule();
+      }
+      return;
+    }
+    if (Number(renewed) !== 1) {
+      this.lose("it is no longer held by this owner");
+      return;
+    }
+    this.deadline = started + this.ttl;
+    this.schedule();
+  }
+}
+
+function isWrongType(error: unknown): boolean {
+  return error instanceof ReplyError && error.message.startsWith("WRONGTYPE");
+}
+
+/** Acquires one lock of `kind`; null when not granted within `wait`. */
+export async function acquire(
+  connections: Connections,
+  kind: LockKind,
+  key: string,
+  options: AcquireOptions,
+  defaults: LockDefaults,
+): Promise<Lock | null> {
+  const watchdog = options.watchdog ?? options.ttl === undefined;
+  const ttl = checkMs("ttl", options.ttl ?? defaults.watchdogLease, false);
+  const wait = checkMs("wait", options.wait ?? Number.POSITIVE_INFINITY, true);
+  const owner = freshOwner();
+  const args: (string | number)[] = [kind.acquire, key, owner, ttl];
+  const started = performance.now();
+  let fence: unknown;
+  if (wait === 0) {
+    if (options.signal?.aborted) throw options.signal.reason;
+    try {
+      fence = await connections.run(key, args);
+    } catch (error) {
+      if (!(error instanceof ReplyError)) giveBack(connections, kind, key, owner, undefined);
+      throw error;
+    }
+  } else {
+    // WAIT 0 is the server's "forever".
+    args.push("WAIT", Number.isFinite(wait) ? wait : 0);
+    fence = await connections.wait(key, args, wait, options.signal, (clientId) =>
+      giveBack(connections, kind, key, owner, clientId),
+    );
+  }
+  if (fence === null || fence === undefined) return null;
+  // The lease runs from the grant: for a waiter, at most the reply's trip ago.
+  const granted = wait === 0 ? started : performance.now();
+  return new Lock(connections, kind, key, owner, BigInt(String(fence)), ttl, watchdog, granted);
+}
+
+/** Throws `LockBusyError` instead of answering null. */
+export async function acquireOrThrow(
+  connections: Connections,
+  kind: LockKind,
+  key: string,
+  options: AcquireOptions,
+  defaults: LockDefaults,
+): Promise<Lock> {
+  const lock = await acquire(connections, kind, key, options, defaults);
+  if (lock === null) throw new LockBusyError(key);
+  return lock;
+}
+
+/** An acquire gave up (aborted, timed out, connection lost) with its reply
+ * unread: a grant may be on its way to the fresh owner. Release it — at once
+ * (a grant already sent), and again once the server has seen the waiter's
+ * connection go (a grant made in between). Owner-checked: it never touches
+ * anyone else's hold. */
+function giveBack(
+  connections: Connections,
+  kind: LockKind,
+  key: string,
+  owner: string,
+  clientId: string | undefined,
+): void {
+  const release = () => connections.run(key, [kind.release, key, owner]);
+  (async () => {
+    if (Number(await release()) === 1 || clientId === undefined) return;
+    await connections.gone(key, clientId);
+    await release();
+  })().catch(() => {});
+}
+
+/** Both sides of one read-write lock. */
+export class ReadWriteLock {
+  /** @internal */
+  constructor(
+    private readonly connections: Connections,
+    /** The lock's key. */
+    readonly key: string,
+    private readonly defaults: LockDefaults,
+  ) {}
+
+  /** A shared read lock (`RWLOCK.READ`); `LockBusyError` if not granted within `wait`. */
+  read(options: AcquireOptions = {}): Promise<Lock> {
+    return acquireOrThrow(this.connections, READ, this.key, options, this.defaults);
+  }
+
+  /** The exclusive write lock (`RWLOCK.WRITE`); `LockBusyError` if not granted within `wait`. */
+  write(options: AcquireOptions = {}): Promise<Lock> {
+    return acquireOrThrow(this.connections, WRITE, this.key, options, this.defaults);
+  }
+
+  /** A read lock, or null when busy after `wait` (default: no wait). */
+  tryRead(options: AcquireOptions = {}): Promise<Lock | null> {
+    return acquire(this.connections, READ, this.key, { wait: 0, ...options }, this.defaults);
+  }
+
+  /** The write lock, or null when busy after `wait` (default: no wait). */
+  tryWrite(options: AcquireOptions = {}): Promise<Lock | null> {
+    return acquire(this.connections, WRITE, this.key, { wait: 0, ...options }, this.defaults);
+  }
+}

@@ -1,0 +1,270 @@
+// How warden's commands reach the server, for ioredis and node-redis alike.
+//
+// The application's client is only a template: warden opens connections of its
+// own from it (ioredis `duplicate()`, node-redis `duplicate()` of a client, of
+// a pooled client or of a cluster node's client), so that
+//
+// - a command is never retried or re-sent after a reconnect (a re-sent acquire
+//   can turn a grant nobody read into a second hold);
+// - no client-side command timeout cuts a `WAIT` (node-redis 6 has one by
+//   default, ioredis' `commandTimeout` abandons a waiter the server grants);
+// - integers come back as exact decimal strings (fencing tokens);
+// - a waiting request holds a connection of its own, never the application's.
+
+import { ConnectionError, ReplyError } from "./errors.js";
+import { keySlot } from "./slot.js";
+
+/** A command's arguments. */
+export type Args = readonly (string | number)[];
+
+/** One connection warden opened, to one server. */
+export interface Connection {
+  /** The node it is connected to (`""` for a standalone server). */
+  readonly node: string;
+  /** Its `CLIENT ID`, to tell when the server has seen it go. */
+  readonly clientId: string;
+  /** Sends one command; integers in the reply are decimal strings. */
+  send(args: Args): Promise<unknown>;
+  /** Closes it at once: the server drops a request still waiting on it. */
+  destroy(): void;
+  readonly broken: boolean;
+}
+
+/** Where a client's keys live, and how to open connections there. */
+export interface Transport {
+  /** The node serving `key` (`""` without a cluster). */
+  nodeOf(key: string): Promise<string>;
+  /** A new connection to `node`, no retries, no command timeout. */
+  open(node: string): Promise<Connection>;
+  /** A cluster redirect (`MOVED`, `ASK`) answered for `key`: learn the slots again. */
+  refresh(key: string): Promise<void>;
+}
+
+/** The clients this package takes: ioredis `Redis` or `Cluster`, node-redis
+ * `createClient()`, `createClientPool()` or `createCluster()`. */
+// biome-ignore lint/suspicious/noExplicitAny: the two libraries' many generic client types
+export type Client = any;
+
+function fail(error: unknown): never {
+  if (error instanceof ReplyError || error instanceof ConnectionError) throw error;
+  const e = error as { name?: string; message?: string };
+  const message = e?.message ?? String(error);
+  // ioredis: ReplyError; node-redis: ErrorReply (and its subclasses).
+  if (e?.name === "ReplyError" || e?.name === "ErrorReply" || isReplyText(message)) {
+    throw new ReplyError(message);
+  }
+  throw new ConnectionError(message);
+}
+
+function isReplyText(message: string): boolean {
+  return /^(ERR|WRONGTYPE|READONLY|OOM|MOVED|ASK|NOSCRIPT|NOPERM|UNBLOCKED|CLUSTERDOWN|TRYAGAIN|LOADING|BUSY|NOAUTH) /.test(
+    message,
+  );
+}
+
+export function isRedirect(error: unknown): boolean {
+  return error instanceof ReplyError && /^(MOVED|ASK) /.test(error.message);
+}
+
+// --- ioredis ---------------------------------------------------------------
+
+const IOREDIS_OWN = {
+  maxRetriesPerRequest: 0, // a request in flight when the connection drops fails...
+  autoResendUnfulfilledCommands: false, // ...and is never sent again
+  enableAutoPipelining: false,
+  commandTimeout: undefined, // the wait bounds itself: see `Waiters`
+  stringNumbers: true, // exact tokens
+  lazyConnect: true,
+  retryStrategy: () => null, // a broken connection is dropped, never reconnected
+  reconnectOnError: () => false,
+  enableReadyCheck: false,
+};
+
+class IoredisConnection implements Connection {
+  broken = false;
+  constructor(
+    readonly node: string,
+    private readonly redis: Client,
+    readonly clientId: string,
+  ) {}
+
+  static async open(template: Client, node: string): Promise<IoredisConnection> {
+    const redis = template.duplicate(IOREDIS_OWN);
+    redis.on("error", () => {}); // failures reach the command that was on it
+    try {
+      await redis.connect();
+      const id = String(await redis.call("CLIENT", "ID"));
+      const conn = new IoredisConnection(node, redis, id);
+      redis.on("close", () => {
+        conn.broken = true;
+      });
+      return conn;
+    } catch (error) {
+      redis.disconnect();
+      fail(error);
+    }
+  }
+
+  send(args: Args): Promise<unknown> {
+    const [command, ...rest] = args;
+    return this.redis.call(String(command), ...rest.map(String)).catch((error: unknown) => {
+      if (!(error as { name?: string })?.name?.includes("ReplyError")) this.broken = true;
+      fail(error);
+    });
+  }
+
+  destroy(): void {
+    this.broken = true;
+    this.redis.disconnect();
+  }
+}
+
+function ioredisStandalone(redis: Client): Transport {
+  return {
+    nodeOf: async () => "",
+    open: (node) => IoredisConnection.open(redis, node),
+    refresh: async () => {},
+  };
+}
+
+function ioredisCluster(cluster: Client): Transport {
+  const ready = (): Promise<void> =>
+    cluster.status === "ready"
+      ? Promise.resolve()
+      : new Promise((resolve, reject) => {
+          cluster.once("ready", resolve);
+          cluster.once("end", () => reject(new ConnectionError("the cluster client is closed")));
+          if (cluster.status === "wait") cluster.connect().catch(reject);
+        });
+  return {
+    async nodeOf(key) {
+      await ready();
+      const node = cluster.slots[keySlot(key)]?.[0];
+      if (node === undefined) throw new ConnectionError(`no node serves the slot of ${key}`);
+      return String(node);
+    },
+    async open(node) {
+      const template = cluster.connectionPool.getInstanceByKey(node);
+      if (template === undefined) throw new ConnectionError(`unknown cluster node ${node}`);
+      return IoredisConnection.open(template, node);
+    },
+    refresh: () =>
+      new Promise<void>((resolve) => {
+        cluster.refreshSlotsCache(() => resolve());
+      }),
+  };
+}
+
+// --- node-redis ------------------------------------------------------------
+
+// RESP_TYPES.NUMBER (':'): integers as strings; no per-command timeout.
+const NODE_REDIS_COMMAND = { typeMapping: { 58: String }, timeout: undefined };
+
+class NodeRedisConnection implements Connection {
+  broken = false;
+  constructor(
+    readonly node: string,
+    private readonly client: Client,
+    readonly clientId: string,
+  ) {}
+
+  static async open(template: Client, node: string): Promise<NodeRedisConnection> {
+    const options = template.options ?? {};
+    const client = template.duplicate({
+      socket: { ...options.socket, reconnectStrategy: false },
+      disableOfflineQueue: true,
+      commandOptions: undefined,
+    });
+    client.on("error", () => {}); // failures reach the command that was on it
+    try {
+      await client.connect();
+      const id = String(await client.sendCommand(["CLIENT", "ID"], NODE_REDIS_COMMAND));
+      const conn = new NodeRedisConnection(node, client, id);
+      client.on("end", () => {
+        conn.broken = true;
+      });
+      return conn;
+    } catch (error) {
+      try {
+        client.destroy();
+      } catch {}
+      fail(error);
+    }
+  }
+
+  send(args: Args): Promise<unknown> {
+    return this.client.sendCommand(args.map(String), NODE_REDIS_COMMAND).catch((error: unknown) => {
+      const name = (error as { name?: string })?.name ?? "";
+      if (!name.includes("ErrorReply")) this.broken = true;
+      fail(error);
+    });
+  }
+
+  destroy(): void {
+    this.broken = true;
+    try {
+      this.client.destroy();
+    } catch {}
+  }
+}
+
+function nodeRedisStandalone(client: Client): Transport {
+  return {
+    nodeOf: async () => "",
+    open: (node) => NodeRedisConnection.open(client, node),
+    refresh: async () => {},
+  };
+}
+
+function nodeRedisPool(pool: Client): Transport {
+  return {
+    nodeOf: async () => "",
+    // A pooled client is the template; it goes back to the pool at once.
+    open: async (node) => NodeRedisConnection.open(await pool.execute((c: Client) => c), node),
+    refresh: async () => {},
+  };
+}
+
+function nodeRedisCluster(cluster: Client): Transport {
+  return {
+    async nodeOf(key) {
+      const master = cluster.slots?.[keySlot(key)]?.master;
+      if (master === undefined) throw new ConnectionError(`no node serves the slot of ${key}`);
+      return `${master.host}:${master.port}`;
+    },
+    async open(node) {
+      const master = cluster.masters.find(
+        (m: { host: string; port: number }) => `${m.host}:${m.port}` === node,
+      );
+      if (master === undefined) throw new ConnectionError(`unknown cluster node ${node}`);
+      return NodeRedisConnection.open(await cluster.nodeClient(master), node);
+    },
+    async refresh(key) {
+      // A keyed command through the cluster client: its own MOVED handling
+      // rediscovers the slots.
+      await cluster.sendCommand(key, true, ["EXISTS", key]).catch(() => {});
+    },
+  };
+}
+
+/** The transport for one application client, whichever library made it. */
+export function transportFor(client: Client): Transport {
+  if (client === null || typeof client !== "object") {
+    throw new TypeError("warden needs an ioredis or node-redis client");
+  }
+  const ioredis = typeof client.call === "function" && typeof client.status === "string";
+  if (ioredis && client.isCluster === true) return ioredisCluster(client);
+  if (ioredis && typeof client.duplicate === "function") return ioredisStandalone(client);
+  if (typeof client.getSlotMaster === "function" && Array.isArray(client.masters)) {
+    return nodeRedisCluster(client);
+  }
+  if (typeof client.execute === "function" && typeof client.sendCommand === "function") {
+    return nodeRedisPool(client);
+  }
+  if (typeof client.duplicate === "function" && typeof client.sendCommand === "function") {
+    return nodeRedisStandalone(client);
+  }
+  throw new TypeError(
+    "warden needs an ioredis Redis or Cluster, or a node-redis client, pool or cluster",
+  );
+}

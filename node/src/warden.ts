@@ -1,0 +1,101 @@
+import "./dispose.js";
+import { Cache, type CacheOptions } from "./cache.js";
+import { type ConnectionOptions, Connections } from "./connections.js";
+import { LockLostError } from "./errors.js";
+import {
+  type AcquireOptions,
+  EXCLUSIVE,
+  type Lock,
+  type LockDefaults,
+  ReadWriteLock,
+  acquire,
+  acquireOrThrow,
+} from "./lock.js";
+import { type Client, transportFor } from "./transport.js";
+
+export interface WardenOptions extends Partial<ConnectionOptions> {
+  /** The lease of a lock taken without `ttl`, renewed by its watchdog every
+   * third of it until release (ms; default 30000). */
+  watchdogLease?: number;
+}
+
+/** A routine run under a lock: `signal` aborts if the lock is lost. */
+export type Routine<T> = (signal: AbortSignal, lock: Lock) => Promise<T>;
+
+/**
+ * warden's locks and cache for one ioredis or node-redis client (a `Redis`
+ * or `Cluster` of ioredis; a client, pool or cluster of node-redis).
+ *
+ * The client is the template of warden's own connections: one per node for
+ * releases and renewals, and up to `maxWaiters` for waits, never the
+ * application's. `close()` closes them (the client stays yours).
+ */
+export class Warden implements AsyncDisposable {
+  private readonly connections: Connections;
+  private readonly defaults: LockDefaults;
+
+  constructor(client: Client, options: WardenOptions = {}) {
+    this.connections = new Connections(transportFor(client), {
+      maxWaiters: options.maxWaiters ?? 32,
+      maxIdleWaiters: options.maxIdleWaiters ?? 8,
+      readMargin: options.readMargin ?? 5000,
+    });
+    this.defaults = { watchdogLease: options.watchdogLease ?? 30000 };
+  }
+
+  /** Takes the exclusive lock `key` (`LOCK.ACQUIRE`), waiting in the
+   * server's queue up to `wait` ms (default: until granted or aborted).
+   * Throws `LockBusyError` if not granted in time. */
+  lock(key: string, options: AcquireOptions = {}): Promise<Lock> {
+    return acquireOrThrow(this.connections, EXCLUSIVE, key, options, this.defaults);
+  }
+
+  /** The lock `key`, or null when busy (default: no wait). */
+  tryLock(key: string, options: AcquireOptions = {}): Promise<Lock | null> {
+    return acquire(this.connections, EXCLUSIVE, key, { wait: 0, ...options }, this.defaults);
+  }
+
+  /**
+   * Runs `routine` holding the lock `key`, with a `ttl` ms lease renewed
+   * until it ends (redlock's `using`); `signal` aborts if the lock is lost.
+   * Releases when the routine settles.
+   */
+  using<T>(key: string, ttl: number, routine: Routine<T>): Promise<T>;
+  using<T>(key: string, ttl: number, options: AcquireOptions, routine: Routine<T>): Promise<T>;
+  async using<T>(
+    key: string,
+    ttl: number,
+    options: AcquireOptions | Routine<T>,
+    routine?: Routine<T>,
+  ): Promise<T> {
+    const [opts, fn] =
+      typeof options === "function" ? [{}, options] : [options, routine as Routine<T>];
+    const lock = await this.lock(key, { watchdog: true, ...opts, ttl });
+    try {
+      return await fn(lock.lost, lock);
+    } finally {
+      await lock.release().catch((error: unknown) => {
+        if (!(error instanceof LockLostError)) throw error;
+      });
+    }
+  }
+
+  /** The read-write lock `key` (`RWLOCK.*`): `.read()` and `.write()`. */
+  readWriteLock(key: string): ReadWriteLock {
+    return new ReadWriteLock(this.connections, key, this.defaults);
+  }
+
+  /** A cache on warden's leases (`CACHE.*`). */
+  cache(options: CacheOptions = {}): Cache {
+    return new Cache(this.connections, options);
+  }
+
+  /** Closes warden's own connections (waits in progress fail). */
+  close(): Promise<void> {
+    return this.connections.close();
+  }
+
+  async [Symbol.asyncDispose](): Promise<void> {
+    await this.close();
+  }
+}
