@@ -29,6 +29,7 @@ pub fn contended(ctx: &Context, args: &[Arg]) -> RedisResult {
             &[
                 ("key", Field::Bytes(&k.name)),
                 ("db", Field::Int(i64::from(k.db))),
+                ("kind", Field::Bytes(k.kind.as_bytes())),
                 ("waiters", Field::Int(k.waiters as i64)),
                 ("oldest_wait_ms", Field::Int(k.oldest_wait_ms)),
                 ("total_wait_ms", Field::Int(k.total_wait_ms)),

@@ -98,6 +98,17 @@ pub enum Mode {
     FillFresh,
 }
 
+impl Mode {
+    /// The kind of key a waiter in this mode waits on, as `WARDEN.CONTENDED` names it.
+    pub fn kind_name(self) -> &'static str {
+        match self {
+            Mode::Exclusive => "lock",
+            Mode::Read | Mode::Write => "rwlock",
+            Mode::Fill | Mode::FillFresh => "cache",
+        }
+    }
+}
+
 /// A blocked request: which kind, who, for how long, in which mode.
 pub struct Waiter {
     pub kind: &'static dyn Kind,
@@ -364,6 +375,8 @@ pub fn total_waiting() -> usize {
 pub struct Contention {
     pub db: c_int,
     pub name: Vec<u8>,
+    /// What the oldest waiter waits for: `lock`, `rwlock` or `cache`.
+    pub kind: &'static str,
     pub waiters: usize,
     pub oldest_wait_ms: i64,
     pub total_wait_ms: i64,
@@ -381,13 +394,14 @@ pub fn contended(n: usize) -> Vec<Contention> {
         let mut best = BinaryHeap::with_capacity(n.min(r.waiting.len()) + 1);
         for (&db, names) in &r.queues {
             for (name, queue) in names {
-                let oldest = queue
+                let head = queue
                     .slots
                     .iter()
-                    .find_map(|(h, s)| r.waiting.get(h).filter(|w| w.seq == *s))
-                    .map_or(0, |w| now - w.since_ms);
+                    .find_map(|(h, s)| r.waiting.get(h).filter(|w| w.seq == *s));
+                let oldest = head.map_or(0, |w| now - w.since_ms);
+                let kind = head.map_or("lock", |w| w.mode.kind_name());
                 let rank = (queue.live, oldest, Reverse((&name[..], db)));
-                best.push(Reverse((rank, queue.since_sum)));
+                best.push(Reverse((rank, queue.since_sum, kind)));
                 if best.len() > n {
                     best.pop();
                 }
@@ -396,9 +410,10 @@ pub fn contended(n: usize) -> Vec<Contention> {
         best.into_sorted_vec()
             .into_iter()
             .map(
-                |Reverse(((live, oldest, Reverse((name, db))), since_sum))| Contention {
+                |Reverse(((live, oldest, Reverse((name, db))), since_sum, kind))| Contention {
                     db,
                     name: name.to_vec(),
+                    kind,
                     waiters: live,
                     oldest_wait_ms: oldest.max(0),
                     total_wait_ms: (live as i64 * now - since_sum).max(0),
