@@ -138,10 +138,14 @@ def main() -> None:
     for artefact in (tarball, wheel, crate):
         shutil.copy(artefact, scratch)
     pidfile = scratch / "redis.pid"
+    # redis-server in the background on the test port, answering before the
+    # next line runs; redis-cli talks to it.
     prelude = (
         f"redis-server() {{ command {shlex.quote(server_bin)} \"$@\" --port {port} "
         f"--bind 127.0.0.1 --dir {scratch} --daemonize yes --pidfile {pidfile} "
-        f"--logfile {scratch / 'redis.log'} --warden.grace 0; }}\n"
+        f"--logfile {scratch / 'redis.log'} --warden.grace 0 && "
+        f"for _ in $(seq 600); do command redis-cli -p {port} PING >/dev/null 2>&1 && return; "
+        f"sleep 0.05; done; cat {scratch / 'redis.log'}; return 1; }}\n"
         f"redis-cli() {{ command redis-cli -p {port} \"$@\"; }}\n"
     )
     try:
