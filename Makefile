@@ -144,13 +144,13 @@ test: deps venv python-venv node-deps $(REDISBLOOM) $(SERVER_DEPS)
 VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n 1)
 DIST := dist
 dist: deps venv
-	@$(PYTHON) -c "import build" 2>/dev/null || $(VENV)/bin/pip install -q build
+	@$(PYTHON) -c "import build, hatchling" 2>/dev/null || $(VENV)/bin/pip install -q build "hatchling>=1.18"
 	@for f in python/pyproject.toml warden-client/Cargo.toml; do \
 		grep -q '^version = "$(VERSION)"' $$f || { echo "$$f: not version $(VERSION) (Cargo.toml's)"; exit 1; }; done
 	rm -rf $(DIST) && mkdir -p $(DIST)
 	cargo build --release --lib -p warden --target-dir target/dist
 	scripts/dist-module.sh target/dist/release/libwarden.so $(VERSION) $(DIST)
-	$(PYTHON) -m build --outdir $(DIST) python
+	$(PYTHON) -m build --no-isolation --outdir $(DIST) python
 	cargo package -p warden-client --no-verify --allow-dirty --target-dir target/dist
 	cp target/dist/package/warden-client-$(VERSION).crate $(DIST)/
 	cd $(DIST) && sha256sum * > SHA256SUMS && ls -l

@@ -430,7 +430,14 @@ fn contended(c: &mut Connection, words: &[&str]) -> Vec<(String, i64, i64, i64, 
             let names: Vec<&str> = fields.iter().map(|(k, _)| k.as_str()).collect();
             assert_eq!(
                 names,
-                ["key", "db", "kind", "waiters", "oldest_wait_ms", "total_wait_ms"]
+                [
+                    "key",
+                    "db",
+                    "kind",
+                    "waiters",
+                    "oldest_wait_ms",
+                    "total_wait_ms"
+                ]
             );
             (
                 field_str(&fields, "key"),

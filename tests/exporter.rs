@@ -657,10 +657,7 @@ fn contended_keys_are_exported_with_waiters_and_wait() {
         let db = field(entry, "db").int().unwrap();
         let kind = field(entry, "kind").text().unwrap();
         keys.push((db, key.clone(), kind.clone()));
-        let labels = format!(
-            "{{db=\"{db}\",kind=\"{kind}\",key=\"{}\"}}",
-            label(&key)
-        );
+        let labels = format!("{{db=\"{db}\",kind=\"{kind}\",key=\"{}\"}}", label(&key));
         for (name, value) in entry
             .iter()
             .filter(|(k, _)| !["key", "db", "kind"].contains(&k.as_str()))

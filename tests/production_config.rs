@@ -57,10 +57,17 @@ fn a_server_on_the_example_config_opens_a_window_and_caps_leases() {
     let s = Server::start(&args);
     let mut c = s.conn();
     for name in ["warden.max-lease", "warden.grace", "min-replicas-max-lag"] {
-        let got: Vec<String> = redis::cmd("CONFIG").arg("GET").arg(name).query(&mut c).unwrap();
+        let got: Vec<String> = redis::cmd("CONFIG")
+            .arg("GET")
+            .arg(name)
+            .query(&mut c)
+            .unwrap();
         assert_eq!(got[1], setting(name).unwrap().to_string(), "{name}");
     }
-    assert!(warden_stat(&mut c, "grace_remaining_ms") > 0, "a window opened at the start");
+    assert!(
+        warden_stat(&mut c, "grace_remaining_ms") > 0,
+        "a window opened at the start"
+    );
     assert!(
         is_nil(&mut c, &["LOCK.ACQUIRE", "k", "a", "10000"]),
         "no new holder inside the window"

@@ -344,10 +344,7 @@ fn run_sh(example: &Example, s: &Server) {
             let s = warden_keys_server();
             finish(shell(&s.socket(), &example.code), Duration::from_secs(60))
         }
-        Some(other) => panic!(
-            "{} line {}: no server {other}",
-            example.page, example.line
-        ),
+        Some(other) => panic!("{} line {}: no server {other}", example.page, example.line),
     };
     check_output(example, &out);
 }
@@ -503,15 +500,12 @@ fn code_lines(code: &str) -> Vec<String> {
 }
 
 fn run_rust(example: &Example, s: &Server) {
-    let path = example
-        .options
-        .get("example")
-        .unwrap_or_else(|| {
-            panic!(
-                "{} line {}: rust needs example=PATH",
-                example.page, example.line
-            )
-        });
+    let path = example.options.get("example").unwrap_or_else(|| {
+        panic!(
+            "{} line {}: rust needs example=PATH",
+            example.page, example.line
+        )
+    });
     let source_path = root().join(path);
     let source = std::fs::read_to_string(&source_path)
         .unwrap_or_else(|e| panic!("{}: {e}", source_path.display()));
@@ -620,7 +614,11 @@ fn run_in_order(examples: &[Example]) -> HashMap<String, usize> {
 fn readme_examples_run_in_page_order_on_one_server() {
     let ran = run_in_order(&examples("README", &readme()));
     for (kind, at_least, what) in [
-        ("redis-cli", 3, "the quick start, cache and Bloom transcripts"),
+        (
+            "redis-cli",
+            3,
+            "the quick start, cache and Bloom transcripts",
+        ),
         ("python", 3, "the package and redis-py by hand"),
         ("node", 3, "node-redis (lock, cache) and ioredis"),
         ("rust", 2, "warden-client and redis-rs by hand"),

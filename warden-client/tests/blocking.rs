@@ -72,7 +72,10 @@ fn inside_an_async_runtime_calls_are_errors_not_panics() {
         let inside = |e: warden_client::Error| e.to_string().contains("inside an async runtime");
         assert!(Warden::open(&url).err().is_some_and(inside));
         assert!(w.lock("k").acquire().err().is_some_and(inside));
-        assert!(guard.extend(Duration::from_secs(5)).err().is_some_and(inside));
+        assert!(guard
+            .extend(Duration::from_secs(5))
+            .err()
+            .is_some_and(inside));
         let cache = w.cache();
         let read = cache.get_or_load("v", Duration::from_secs(1), || {
             Ok::<_, std::io::Error>("x".to_string())
