@@ -1026,7 +1026,7 @@ fn documented_prometheus_config_names_every_series() {
     assert_eq!(waiters.value, 3.0);
     assert!(find(
         "warden_contended_oldest_wait_ms",
-        &[("db", "0"), ("key", "orders:42")]
+        &[("db", "0"), ("kind", "lock"), ("key", "orders:42")]
     )
     .is_some());
     let answer = prometheus.query("sort_desc(warden_contended_waiters)");
