@@ -190,12 +190,17 @@ print("python: warden-redis", warden.__version__, "from the wheel: lock and cach
         print(run([venv / "bin/python", "-c", smoke], cwd=scratch, env=env).stdout, end="")
 
         # The crate, unpacked, as the dependency the README's Cargo.toml names.
+        # Both in target/dist-smoke, at paths that stay put: cargo keeps what
+        # it built there, so a later run recompiles only what changed.
+        smoke_dir = ROOT / "target/dist-smoke"
+        unpacked = smoke_dir / f"warden-client-{version}"
+        project = smoke_dir / "project"
+        shutil.rmtree(unpacked, ignore_errors=True)
+        shutil.rmtree(project, ignore_errors=True)
         with tarfile.open(crate) as t:
             # The "data" filter where this Python has it (3.11.4, 3.12, backports).
             safe = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
-            t.extractall(scratch, **safe)
-        unpacked = scratch / f"warden-client-{version}"
-        project = scratch / "smoke"
+            t.extractall(smoke_dir, **safe)
         (project / "src").mkdir(parents=True)
         (project / "Cargo.toml").write_text(
             '[package]\nname = "warden-dist-smoke"\nversion = "0.0.0"\nedition = "2021"\n'
@@ -205,7 +210,7 @@ print("python: warden-redis", warden.__version__, "from the wheel: lock and cach
         )
         shutil.copy(ROOT / "Cargo.lock", project / "Cargo.lock")
         shutil.copy(unpacked / "examples/readme.rs", project / "src/main.rs")
-        cargo_env = {**os.environ, "CARGO_TARGET_DIR": str(ROOT / "target/dist-smoke")}
+        cargo_env = {**os.environ, "CARGO_TARGET_DIR": str(smoke_dir)}
         out = run(["cargo", "run", "-q"], cwd=project,
                   env={**cargo_env, "WARDEN_URL": f"redis://127.0.0.1:{port}/"})
         if "written with fence" not in out.stdout:
