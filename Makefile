@@ -1,16 +1,17 @@
 # warden — make run: start redis-server with the module; make test: run every test
 # (the module's and the Rust client's, warden-client/; make test SERVER=redis8 or
 # SERVER=valkey: the integration tests on Redis 8.2 or Valkey 9.1); make exporter: Prometheus metrics of
-# make run's server (docs/metrics.md).
+# make run's server (docs/metrics.md); make dist: the release artefacts, into dist/.
 SHELL := /bin/bash
 PORT ?= 6379
 MODULE := target/release/libwarden.so
 # prometheus-redis-exporter and prometheus (with promtool): tests/exporter.rs
 # runs them on the script and the configuration docs/metrics.md gives.
+# binutils: objdump, for the oldest glibc the module's tarball needs (make dist).
 APT_PACKAGES := redis-server redis-tools libclang1-14 libclang-common-14-dev python3-venv \
-	prometheus-redis-exporter prometheus
+	prometheus-redis-exporter prometheus binutils
 
-.PHONY: run exporter test build deps venv check bench valgrind-bin cluster cluster-stop fuzz valgrind clean python-venv python-test failover-demo failover-history node-deps node-test node-bench
+.PHONY: run exporter test build deps venv check bench valgrind-bin cluster cluster-stop fuzz valgrind clean python-venv python-test failover-demo failover-history node-deps node-test node-bench dist dist-test
 
 FUZZ_SECONDS ?= 600
 
@@ -69,11 +70,15 @@ build: deps
 # run/<server>-<port> (a Redis 7, a Redis 8 and a Valkey never share an
 # append-only file, nor do two binaries given by path that share a name).
 RUN_DIR := $(CURDIR)/run/$(SERVER_NAME)-$(PORT)
+# GRACE=0 (or any ms) overrides redis.conf.example's warden.grace: a try-out
+# server need not refuse new lock holders for 41 s after it starts.
+GRACE ?=
 run: build $(SERVER_DEPS)
 	@if (exec 3<>/dev/tcp/127.0.0.1/$(PORT)) 2>/dev/null; then \
 		echo "port $(PORT) is taken (another redis-server?): stop it or use make run PORT=<port>"; exit 1; fi
 	mkdir -p $(RUN_DIR)
-	$(SERVER_BIN) redis.conf.example --port $(PORT) --dir $(RUN_DIR) --loadmodule $(CURDIR)/$(MODULE)
+	$(SERVER_BIN) redis.conf.example --port $(PORT) --dir $(RUN_DIR) --loadmodule $(CURDIR)/$(MODULE) \
+		$(if $(GRACE),--warden.grace $(GRACE),)
 
 # Debian's Prometheus Redis exporter for make run's server (PORT), with the
 # script that exports INFO warden and the contended keys: metrics on
@@ -128,6 +133,36 @@ test: deps venv python-venv node-deps $(REDISBLOOM) $(SERVER_DEPS)
 		cargo test --release --workspace --no-fail-fast $(TEST_TARGETS) -- --test-threads=4
 	$(MAKE) --no-print-directory python-test
 	$(MAKE) --no-print-directory node-test
+	$(MAKE) --no-print-directory dist-test
+
+# The release artefacts, into dist/: the module as a tarball named for its
+# target and the oldest glibc it needs (libwarden.so, redis.conf.example,
+# README.md, LICENSE: a server needs neither Rust nor libclang), the Python
+# package's wheel and sdist (python -m build), the Rust client's .crate
+# (cargo package; make dist-test builds it from the .crate), and SHA256SUMS.
+# The module is built in target/dist: sharing target/release with cargo test
+# would make each rebuild the other's libwarden.so (see TEST_MODULE).
+VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n 1)
+DIST := dist
+dist: deps venv
+	@$(PYTHON) -c "import build, hatchling" 2>/dev/null || $(VENV)/bin/pip install -q build "hatchling>=1.18"
+	@for f in python/pyproject.toml warden-client/Cargo.toml; do \
+		grep -q '^version = "$(VERSION)"' $$f || { echo "$$f: not version $(VERSION) (Cargo.toml's)"; exit 1; }; done
+	rm -rf $(DIST) && mkdir -p $(DIST)
+	cargo build --release --lib -p warden --target-dir target/dist
+	scripts/dist-module.sh target/dist/release/libwarden.so $(VERSION) $(DIST)
+	$(PYTHON) -m build --no-isolation --outdir $(DIST) python
+	cargo package -p warden-client --no-verify --allow-dirty --target-dir target/dist
+	cp target/dist/package/warden-client-$(VERSION).crate $(DIST)/
+	cd $(DIST) && sha256sum * > SHA256SUMS && ls -l
+
+# What a user installs, installed and run (make test runs it; under a minute
+# once target/dist-smoke holds the crate's dependencies): the README's Install
+# lines against the tarball's server, the wheel in a fresh venv, and the
+# crate's examples/readme.rs built from the .crate.
+dist-test: dist $(SERVER_DEPS)
+	WARDEN_SERVER=$(SERVER_BIN) WARDEN_REDIS_PY="redis==$$($(PYTHON) -c 'import redis; print(redis.__version__)')" \
+		python3 scripts/dist-test.py $(DIST) $(VERSION)
 
 # The Python package (python/) in .venv, editable, with its test tools (the
 # guide's examples in docs/patterns.md import it too).

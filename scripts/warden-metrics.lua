@@ -16,7 +16,7 @@
 --     ...,le_inf=9,count=9,sum=40       warden_lock_wait_ms_bucket{le="+Inf"},
 --                                       warden_lock_wait_ms_count, warden_lock_wait_ms_sum
 --   warden_version:1.1.0              warden_version_info{version="1.1.0"} (value 1)
---   WARDEN.CONTENDED entries          warden_contended_waiters{db="0",key="orders:42"},
+--   WARDEN.CONTENDED entries          warden_contended_waiters{db="0",kind="lock",key="orders:42"},
 --                                       warden_contended_oldest_wait_ms{...},
 --                                       warden_contended_total_wait_ms{...}
 --
@@ -140,9 +140,13 @@ if type(contended) == 'table' and contended.err == nil then
         for i = 1, #entry - 1, 2 do
             fields[entry[i]] = entry[i + 1]
         end
-        local key, db = fields['key'], fields['db']
+        local key, db, kind = fields['key'], fields['db'], fields['kind']
+        if type(kind) ~= 'string' then
+            kind = '' -- a warden that does not report the kind (1.1.0): no kind label
+        end
         if type(key) == 'string' and type(db) == 'number' then
-            local labels = '{db="' .. string.format('%d', db) .. '",key="' .. label(key) .. '"}'
+            local labels = '{db="' .. string.format('%d', db) .. '",kind="' .. label(kind)
+                .. '",key="' .. label(key) .. '"}'
             for i = 1, #entry - 1, 2 do
                 local field, value = entry[i], entry[i + 1]
                 if field ~= 'key' and field ~= 'db' and type(value) == 'number' then

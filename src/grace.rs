@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
 
 use redis_module::raw::RedisModuleTimerID;
-use redis_module::{logging, raw, Context, ContextFlags};
+use redis_module::{raw, Context, ContextFlags};
 
 use crate::config::{GRACE, MAX_LEASE};
 use crate::error;
@@ -117,15 +117,16 @@ fn open(ctx: &Context, why: &str) {
     if opened {
         stats::GRACE_WINDOWS.add(1);
     }
-    logging::log_notice(format!(
-        "warden: grace window {} ({why}): no lock gets a new holder for {} ms",
+    // Logged through the module's context: Redis prefixes the line `<warden>`.
+    ctx.log_notice(&format!(
+        "grace window {} ({why}): no lock gets a new holder for {} ms",
         if opened { "opens" } else { "restarts" },
         w.end_ms - now
     ));
     let max_lease = MAX_LEASE.load(Ordering::Relaxed);
     if max_lease == 0 || max_lease > grace {
-        logging::log_warning(format!(
-            "warden: warden.grace ({grace} ms) is below warden.max-lease ({}): a lease \
+        ctx.log_warning(&format!(
+            "warden.grace ({grace} ms) is below warden.max-lease ({}): a lease \
              lost with the old master may outlive the window",
             if max_lease == 0 {
                 "no cap".to_string()
@@ -156,7 +157,7 @@ fn on_window_end(ctx: &Context, _: ()) {
         if END_MS.swap(0, Ordering::Relaxed) == 0 {
             return; // closed already (became a replica)
         }
-        logging::log_notice("warden: grace window ends: locks are granted again");
+        ctx.log_notice("grace window ends: locks are granted again");
         crate::waiters::mark_all_dirty(ctx.ctx);
     })
 }
@@ -186,7 +187,7 @@ fn on_role_change(ctx: &Context, master: bool) {
     if master {
         open(ctx, "became master");
     } else if END_MS.swap(0, Ordering::Relaxed) != 0 {
-        logging::log_notice("warden: grace window ends: this server is now a replica");
+        ctx.log_notice("grace window ends: this server is now a replica");
     }
 }
 

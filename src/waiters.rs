@@ -376,6 +376,7 @@ pub fn total_waiting() -> usize {
 pub struct Contention {
     pub db: c_int,
     pub name: Vec<u8>,
+    /// What its waiters wait for: `lock`, `rwlock` or `cache`.
     pub kind: &'static str,
     pub waiters: usize,
     pub oldest_wait_ms: i64,

@@ -410,8 +410,8 @@ fn cache_leases_unfilled_counts_every_end_but_a_fill() {
     });
 }
 
-/// `WARDEN.CONTENDED`'s reply as (key, db, waiters, oldest, total).
-fn contended(c: &mut Connection, words: &[&str]) -> Vec<(String, i64, i64, i64, i64)> {
+/// `WARDEN.CONTENDED`'s reply as (key, db, waiters, oldest, total, kind).
+fn contended(c: &mut Connection, words: &[&str]) -> Vec<(String, i64, i64, i64, i64, String)> {
     let mut all = vec!["WARDEN.CONTENDED"];
     all.extend_from_slice(words);
     let Value::Array(rows) = run(c, &all).unwrap() else {
@@ -430,7 +430,14 @@ fn contended(c: &mut Connection, words: &[&str]) -> Vec<(String, i64, i64, i64, 
             let names: Vec<&str> = fields.iter().map(|(k, _)| k.as_str()).collect();
             assert_eq!(
                 names,
-                ["key", "db", "waiters", "oldest_wait_ms", "total_wait_ms"]
+                [
+                    "key",
+                    "db",
+                    "kind",
+                    "waiters",
+                    "oldest_wait_ms",
+                    "total_wait_ms"
+                ]
             );
             (
                 field_str(&fields, "key"),
@@ -438,6 +445,7 @@ fn contended(c: &mut Connection, words: &[&str]) -> Vec<(String, i64, i64, i64, 
                 field_int(&fields, "waiters"),
                 field_int(&fields, "oldest_wait_ms"),
                 field_int(&fields, "total_wait_ms"),
+                field_str(&fields, "kind"),
             )
         })
         .collect()
@@ -499,13 +507,21 @@ fn contended_lists_keys_by_waiters_then_longest_wait() {
     );
 
     let rows = contended(&mut c, &[]);
-    let order: Vec<(&str, i64, i64)> = rows.iter().map(|r| (r.0.as_str(), r.1, r.2)).collect();
+    let order: Vec<(&str, i64, i64, &str)> = rows
+        .iter()
+        .map(|r| (r.0.as_str(), r.1, r.2, r.5.as_str()))
+        .collect();
     // Ties on waiters: the longest wait first ("old" waited before "fresh").
     assert_eq!(
         order,
-        [("busy", 0, 3), ("rw", 1, 2), ("old", 0, 1), ("fresh", 0, 1)]
+        [
+            ("busy", 0, 3, "lock"),
+            ("rw", 1, 2, "rwlock"),
+            ("old", 0, 1, "lock"),
+            ("fresh", 0, 1, "cache")
+        ]
     );
-    for (key, _, n, oldest, total) in &rows {
+    for (key, _, n, oldest, total, _) in &rows {
         assert!(
             *oldest >= 0 && *total >= *oldest && *total <= n * oldest,
             "{key}: {rows:?}"

@@ -655,9 +655,13 @@ fn contended_keys_are_exported_with_waiters_and_wait() {
             "the order changed"
         );
         let db = field(entry, "db").int().unwrap();
-        keys.push((db, key.clone()));
-        let labels = format!("{{db=\"{db}\",key=\"{}\"}}", label(&key));
-        for (name, value) in entry.iter().filter(|(k, _)| k != "key" && k != "db") {
+        let kind = field(entry, "kind").text().unwrap();
+        keys.push((db, key.clone(), kind.clone()));
+        let labels = format!("{{db=\"{db}\",kind=\"{kind}\",key=\"{}\"}}", label(&key));
+        for (name, value) in entry
+            .iter()
+            .filter(|(k, _)| !["key", "db", "kind"].contains(&k.as_str()))
+        {
             let series = format!("warden_contended_{name}{labels}");
             let got = *exported
                 .get(&series)
@@ -687,23 +691,23 @@ fn contended_keys_are_exported_with_waiters_and_wait() {
     );
     keys.sort();
     let mut want = vec![
-        (0, b"orders:42".to_vec()),
-        (0, b"page:/".to_vec()),
-        (0, b"report".to_vec()),
-        (3, odd.to_vec()),
+        (0, b"orders:42".to_vec(), "lock".to_string()),
+        (0, b"page:/".to_vec(), "cache".to_string()),
+        (0, b"report".to_vec(), "rwlock".to_string()),
+        (3, odd.to_vec(), "lock".to_string()),
     ];
     want.sort();
-    assert_eq!(keys, want, "every contended key, once");
-    let waiters = |db: i64, key: &[u8]| {
+    assert_eq!(keys, want, "every contended key, once, with its kind");
+    let waiters = |db: i64, kind: &str, key: &[u8]| {
         exported[&format!(
-            "warden_contended_waiters{{db=\"{db}\",key=\"{}\"}}",
+            "warden_contended_waiters{{db=\"{db}\",kind=\"{kind}\",key=\"{}\"}}",
             label(key)
         )]
     };
-    assert_eq!(waiters(0, b"orders:42"), 3.0);
-    assert_eq!(waiters(3, odd), 2.0);
-    assert_eq!(waiters(0, b"report"), 1.0);
-    assert_eq!(waiters(0, b"page:/"), 1.0);
+    assert_eq!(waiters(0, "lock", b"orders:42"), 3.0);
+    assert_eq!(waiters(3, "lock", odd), 2.0);
+    assert_eq!(waiters(0, "rwlock", b"report"), 1.0);
+    assert_eq!(waiters(0, "cache", b"page:/"), 1.0);
     assert_eq!(
         label(odd),
         "k\\xff\"}\\x0a",
@@ -1016,13 +1020,13 @@ fn documented_prometheus_config_names_every_series() {
 
     let waiters = find(
         "warden_contended_waiters",
-        &[("db", "0"), ("key", "orders:42")],
+        &[("db", "0"), ("kind", "lock"), ("key", "orders:42")],
     )
     .unwrap_or_else(|| panic!("no contended key in Prometheus: {stored:?}"));
     assert_eq!(waiters.value, 3.0);
     assert!(find(
         "warden_contended_oldest_wait_ms",
-        &[("db", "0"), ("key", "orders:42")]
+        &[("db", "0"), ("kind", "lock"), ("key", "orders:42")]
     )
     .is_some());
     let answer = prometheus.query("sort_desc(warden_contended_waiters)");

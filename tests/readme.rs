@@ -1,4 +1,6 @@
-//! Runs the README's examples as written, each against a fresh server.
+//! Runs the README's examples as written, in page order, on one server (each
+//! keeps to keys of its own, so a reader can try them one after the other);
+//! and the examples of `docs/migrating.md` the same way.
 //!
 //! A code block runs when an HTML comment names how, on the line above its
 //! fence:
@@ -15,7 +17,9 @@
 //!   with one key of each RedisBloom type;
 //! - `<!-- test: rust example=PATH -->` the region of the example file PATH
 //!   between `// README begin` and `// README end`, which must equal the
-//!   block; the example (built by `cargo test --workspace`) is run.
+//!   block; the example (built by `cargo test --workspace`) is run;
+//! - `<!-- test: install -->` the Install section's lines, which need the
+//!   release artefacts: `make dist-test` runs them (scripts/dist-test.py).
 //!
 //! A block followed by `<!-- output -->` and a fenced block must print that
 //! (with the same rule for numbers). Every `python`, `js` and `rust` block of
@@ -33,7 +37,9 @@ use common::*;
 /// One marked block of the README.
 #[derive(Debug)]
 struct Example {
-    /// The README line of its fence, for messages.
+    /// The page (`README.md`, `docs/migrating.md`), for messages.
+    page: &'static str,
+    /// The line of its fence, for messages.
     line: usize,
     kind: String,
     options: HashMap<String, String>,
@@ -80,7 +86,7 @@ fn fenced(lines: &[&str], i: usize) -> Option<(String, String, usize)> {
 }
 
 /// Every marked block, in page order.
-fn examples(markdown: &str) -> Vec<Example> {
+fn examples(page: &'static str, markdown: &str) -> Vec<Example> {
     let lines: Vec<&str> = markdown.lines().collect();
     let mut found = Vec::new();
     let mut i = 0;
@@ -119,6 +125,7 @@ fn examples(markdown: &str) -> Vec<Example> {
             next = after;
         }
         found.push(Example {
+            page,
             line: i + 2,
             kind,
             options,
@@ -163,7 +170,8 @@ fn check_output(example: &Example, out: &Output) {
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),
-        "README line {}: the {} example failed ({}):\n{stdout}\n{}",
+        "{} line {}: the {} example failed ({}):\n{stdout}\n{}",
+        example.page,
         example.line,
         example.kind,
         out.status,
@@ -173,7 +181,8 @@ fn check_output(example: &Example, out: &Output) {
         assert_eq!(
             shaped_lines(&stdout),
             shaped_lines(expected),
-            "README line {}: the {} example printed\n{stdout}",
+            "{} line {}: the {} example printed\n{stdout}",
+            example.page,
             example.line,
             example.kind
         );
@@ -207,13 +216,12 @@ fn url(s: &Server) -> String {
     format!("redis://127.0.0.1:{}", s.port.expect("a TCP port"))
 }
 
-fn run_python(example: &Example) {
-    let s = Server::start_tcp(&[]);
+fn run_python(example: &Example, s: &Server) {
     let mut command = Command::new(python());
     command
         .arg("-c")
         .arg(&example.code)
-        .env("REDIS_URL", url(&s));
+        .env("REDIS_URL", url(s));
     check_output(example, &finish(command, Duration::from_secs(60)));
 }
 
@@ -238,14 +246,13 @@ fn node_dir() -> PathBuf {
     dir
 }
 
-fn run_node(example: &Example) {
+fn run_node(example: &Example, s: &Server) {
     let dir = node_dir();
-    let s = Server::start_tcp(&[]);
     // In the directory of node_modules, so that `import "redis"` finds it.
     let file = dir.join(format!("readme-line-{}.mjs", example.line));
     std::fs::write(&file, &example.code).unwrap();
     let mut command = Command::new("node");
-    command.arg(&file).env("REDIS_URL", url(&s));
+    command.arg(&file).env("REDIS_URL", url(s));
     let out = finish(command, Duration::from_secs(60));
     let _ = std::fs::remove_file(&file);
     check_output(example, &out);
@@ -324,12 +331,10 @@ fn step_on(server: &str) -> Example {
         .unwrap_or_else(|| panic!("a checklist step run with server={server}"))
 }
 
-fn run_sh(example: &Example) {
+/// A shell example: on `s`, or on the server its `server=` option names.
+fn run_sh(example: &Example, s: &Server) {
     let out = match example.options.get("server").map(String::as_str) {
-        None => {
-            let s = Server::start(&[]);
-            finish(shell(&s.socket(), &example.code), Duration::from_secs(60))
-        }
+        None => finish(shell(&s.socket(), &example.code), Duration::from_secs(60)),
         Some("redisbloom") => {
             let rb = redisbloom_server();
             let socket = rb.dir.path().join("redis.sock");
@@ -339,7 +344,7 @@ fn run_sh(example: &Example) {
             let s = warden_keys_server();
             finish(shell(&s.socket(), &example.code), Duration::from_secs(60))
         }
-        Some(other) => panic!("README line {}: no server {other}", example.line),
+        Some(other) => panic!("{} line {}: no server {other}", example.page, example.line),
     };
     check_output(example, &out);
 }
@@ -436,10 +441,10 @@ fn cli_lines(value: &redis::Value) -> Vec<String> {
     }
 }
 
-/// Runs a redis-cli transcript on one connection, as one redis-cli session.
-fn run_transcript(example: &Example) {
+/// Runs a redis-cli transcript on a connection of its own, as one redis-cli
+/// session.
+fn run_transcript(example: &Example, s: &Server) {
     const PROMPT: &str = "127.0.0.1:6379> ";
-    let s = Server::start(&[]);
     let mut c = s.conn();
     // (command, the answer the page shows)
     let mut steps: Vec<(String, Vec<String>)> = Vec::new();
@@ -455,7 +460,8 @@ fn run_transcript(example: &Example) {
     }
     assert!(
         !steps.is_empty(),
-        "README line {}: no commands",
+        "{} line {}: no commands",
+        example.page,
         example.line
     );
     let mut seen = HashMap::new();
@@ -472,7 +478,8 @@ fn run_transcript(example: &Example) {
         assert_eq!(
             actual.iter().map(|l| shape(l)).collect::<Vec<_>>(),
             expected.iter().map(|l| shape(l)).collect::<Vec<_>>(),
-            "README line {}: `{cmd}` answered\n{}",
+            "{} line {}: `{cmd}` answered\n{}",
+            example.page,
             example.line,
             actual.join("\n")
         );
@@ -492,11 +499,13 @@ fn code_lines(code: &str) -> Vec<String> {
         .collect()
 }
 
-fn run_rust(example: &Example) {
-    let path = example
-        .options
-        .get("example")
-        .unwrap_or_else(|| panic!("README line {}: rust needs example=PATH", example.line));
+fn run_rust(example: &Example, s: &Server) {
+    let path = example.options.get("example").unwrap_or_else(|| {
+        panic!(
+            "{} line {}: rust needs example=PATH",
+            example.page, example.line
+        )
+    });
     let source_path = root().join(path);
     let source = std::fs::read_to_string(&source_path)
         .unwrap_or_else(|e| panic!("{}: {e}", source_path.display()));
@@ -508,7 +517,8 @@ fn run_rust(example: &Example) {
     assert_eq!(
         code_lines(&example.code),
         code_lines(region),
-        "README line {} and {path} differ",
+        "{} line {} and {path} differ",
+        example.page,
         example.line
     );
     // cargo test --workspace builds the workspace's examples beside the test binaries.
@@ -535,14 +545,13 @@ fn run_rust(example: &Example) {
         "{} is older than {path}: run `cargo test --release --workspace --no-run`",
         binary.display()
     );
-    let s = Server::start_tcp(&[]);
     let mut command = Command::new(&binary);
-    command.env("WARDEN_URL", format!("{}/", url(&s)));
+    command.env("WARDEN_URL", format!("{}/", url(s)));
     check_output(example, &finish(command, Duration::from_secs(60)));
 }
 
 fn examples_of(kind: &str) -> Vec<Example> {
-    examples(&readme())
+    examples("README", &readme())
         .into_iter()
         .filter(|e| e.kind == kind)
         .collect()
@@ -562,7 +571,13 @@ const PROGRAMS: [&str; 8] = [
 
 #[test]
 fn every_program_block_is_run_or_says_why_not() {
-    let text = readme();
+    let guide = std::fs::read_to_string(root().join("docs/migrating.md")).unwrap();
+    for (page, text) in [("README", readme()), ("docs/migrating.md", guide)] {
+        program_blocks_are_run_or_say_why_not(page, &text);
+    }
+}
+
+fn program_blocks_are_run_or_say_why_not(page: &str, text: &str) {
     let lines: Vec<&str> = text.lines().collect();
     let mut i = 0;
     let mut unmarked = Vec::new();
@@ -581,61 +596,68 @@ fn every_program_block_is_run_or_says_why_not() {
     }
     assert!(
         unmarked.is_empty(),
-        "README blocks neither run nor marked `not run`: {unmarked:?}"
+        "{page} blocks neither run nor marked `not run`: {unmarked:?}"
     );
 }
 
+/// Runs `examples` in order on one server; the kinds each page must have run.
+fn run_in_order(examples: &[Example]) -> HashMap<String, usize> {
+    let s = Server::start_tcp(&[]);
+    let mut ran = HashMap::new();
+    for e in examples {
+        match e.kind.as_str() {
+            "redis-cli" => run_transcript(e, &s),
+            "python" => run_python(e, &s),
+            "node" => run_node(e, &s),
+            "sh" => run_sh(e, &s),
+            "rust" => run_rust(e, &s),
+            "install" => continue, // make dist-test, on the artefacts
+            other => panic!("{} line {}: no way to run {other}", e.page, e.line),
+        }
+        *ran.entry(e.kind.clone()).or_default() += 1;
+    }
+    ran
+}
+
+/// The README's examples, in page order, on one server: as a reader who
+/// tries each in turn on one `make run` server would run them.
 #[test]
-fn redis_cli_transcripts_answer_as_shown() {
-    let examples = examples_of("redis-cli");
+fn readme_examples_run_in_page_order_on_one_server() {
+    let ran = run_in_order(&examples("README", &readme()));
+    for (kind, at_least, what) in [
+        (
+            "redis-cli",
+            3,
+            "the quick start, cache and Bloom transcripts",
+        ),
+        ("python", 3, "the package and redis-py by hand"),
+        ("node", 3, "node-redis (lock, cache) and ioredis"),
+        ("rust", 2, "warden-client and redis-rs by hand"),
+    ] {
+        assert!(
+            ran.get(kind).copied().unwrap_or(0) >= at_least,
+            "{what}: {ran:?}"
+        );
+    }
+}
+
+/// `docs/migrating.md`: its examples (the rolling deploy among them), in
+/// page order, on one server.
+#[test]
+fn migration_guide_examples_run_in_page_order_on_one_server() {
+    let text = std::fs::read_to_string(root().join("docs/migrating.md")).unwrap();
+    let ran = run_in_order(&examples("docs/migrating.md", &text));
     assert!(
-        examples.len() >= 3,
-        "the quick start, cache and Bloom transcripts"
+        ran.get("python").copied().unwrap_or(0) >= 2,
+        "the rolling deploy and the differences: {ran:?}"
     );
-    for e in &examples {
-        run_transcript(e);
-    }
-}
-
-#[test]
-fn python_examples_run_as_written() {
-    let examples = examples_of("python");
-    assert!(examples.len() >= 3, "the package and redis-py by hand");
-    for e in &examples {
-        run_python(e);
-    }
-}
-
-#[test]
-fn node_examples_run_as_written() {
-    let examples = examples_of("node");
-    assert!(examples.len() >= 3, "node-redis (lock, cache) and ioredis");
-    for e in &examples {
-        run_node(e);
-    }
-}
-
-#[test]
-fn shell_examples_run_as_written() {
-    for e in &examples_of("sh") {
-        run_sh(e);
-    }
-}
-
-#[test]
-fn rust_examples_are_the_compiled_ones_and_run() {
-    let examples = examples_of("rust");
-    assert!(examples.len() >= 2, "warden-client and redis-rs by hand");
-    for e in &examples {
-        run_rust(e);
-    }
 }
 
 #[test]
 fn every_marked_block_has_a_runner() {
-    for e in examples(&readme()) {
+    for e in examples("README", &readme()) {
         assert!(
-            ["redis-cli", "python", "node", "sh", "rust"].contains(&e.kind.as_str()),
+            ["redis-cli", "python", "node", "sh", "rust", "install"].contains(&e.kind.as_str()),
             "README line {}: no way to run {}",
             e.line,
             e.kind

@@ -6,11 +6,19 @@ missing value once however many callers ask. ``warden.asyncio`` has the same
 names for ``redis.asyncio`` clients.
 """
 
+from importlib.metadata import PackageNotFoundError, version
+
 from redis.exceptions import LockError, LockNotOwnedError
 
 from ._core import BytesSerializer, CacheWaitTimeout, JsonSerializer, Serializer, TextSerializer
 from .cache import Cache
 from .lock import Lock, ReadLock, ReadWriteLock, WriteLock
+
+try:
+    # The installed distribution's version (pyproject.toml), never a second copy.
+    __version__ = version("warden-redis")
+except PackageNotFoundError:  # imported from a source tree, not installed
+    __version__ = "0+unknown"
 
 __all__ = [
     "BytesSerializer",
@@ -25,4 +33,5 @@ __all__ = [
     "Serializer",
     "TextSerializer",
     "WriteLock",
+    "__version__",
 ]

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 async fn write_order(fence: i64) -> Result<(), std::io::Error> {
-    println!("order:42 written with fence {fence}");
+    println!("ledger:42 written with fence {fence}");
     Ok(())
 }
 
@@ -19,12 +19,12 @@ async fn readme(url: &str) -> Result<String, Box<dyn std::error::Error>> {
     use warden_client::Warden;
 
     let warden = Warden::open(url)?;               // redis://host/, rediss://host/ with a TLS feature
-    if let Some(guard) = warden.lock("order:42").ttl(Duration::from_secs(10))
+    if let Some(guard) = warden.lock("ledger:42").ttl(Duration::from_secs(10))
         .wait(Duration::from_secs(5)).watchdog(true).acquire().await?
     {
         tokio::select! {
             r = write_order(guard.token()) => r?,          // the store rejects lower fences
-            _ = guard.lost() => return Err("lost order:42".into()), // lost, or about to be: stop
+            _ = guard.lost() => return Err("lost ledger:42".into()), // lost, or about to be: stop
         }
         guard.release().await?;                        // the watchdog stops before the release is sent
     }

@@ -11,11 +11,11 @@ fn readme(url: &str) -> redis::RedisResult<()> {
     let mut con = client.get_connection()?;                   // this waiter's own connection
     con.set_read_timeout(Some(Duration::from_secs(10)))?;     // above the WAIT
     let owner = uuid::Uuid::new_v4().to_string();             // a fresh owner per acquisition
-    let fence: Option<i64> = redis::cmd("LOCK.ACQUIRE").arg("order:42").arg(&owner).arg(30_000)
+    let fence: Option<i64> = redis::cmd("LOCK.ACQUIRE").arg("batch:42").arg(&owner).arg(30_000)
         .arg("WAIT").arg(5_000).query(&mut con)?;             // sent once: redis-rs never re-sends
     if let Some(fence) = fence {
-        println!("writing order 42 with fence {fence}");      // the store rejects lower fences
-        let _: i64 = redis::cmd("LOCK.RELEASE").arg("order:42").arg(&owner).query(&mut con)?;
+        println!("writing batch 42 with fence {fence}");      // the store rejects lower fences
+        let _: i64 = redis::cmd("LOCK.RELEASE").arg("batch:42").arg(&owner).query(&mut con)?;
     }
     // README end
     Ok(())

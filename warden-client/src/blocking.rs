@@ -3,8 +3,9 @@
 //! worker thread), where watchdogs renew and dropped guards release in the
 //! background.
 //!
-//! Call it from plain threads, not from inside an async runtime (blocking
-//! there would panic or stall the runtime).
+//! Call it from plain threads, not from inside an async runtime: there every
+//! call (and opening a client) answers [`Error::Client`] instead of blocking
+//! the runtime's thread; use [`crate::Warden`] there.
 //!
 //! ```no_run
 //! use std::time::Duration;
@@ -30,20 +31,61 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use redis::{FromRedisValue, ToRedisArgs};
-use tokio::runtime::Runtime;
 use tokio::time::Instant;
 
 use crate::error::{Error, LoaderError, Result};
 use crate::{Config, LockKind, Release};
 
+/// Blocking inside an async runtime would stall (or, in tokio, panic): an error instead.
+fn outside_runtime() -> Result<()> {
+    if tokio::runtime::Handle::try_current().is_ok() {
+        return Err(Error::Client(
+            "warden_client::blocking called inside an async runtime: use warden_client::Warden there"
+                .into(),
+        ));
+    }
+    Ok(())
+}
+
+/// `runtime.block_on(f)`, or an error when called inside an async runtime.
+fn block_on<F: std::future::Future>(runtime: &Runtime, f: F) -> Result<F::Output> {
+    outside_runtime()?;
+    Ok(runtime.block_on(f))
+}
+
 fn runtime() -> Result<Arc<Runtime>> {
+    outside_runtime()?;
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .thread_name("warden-client")
         .enable_all()
         .build()
-        .map(Arc::new)
+        .map(|r| Arc::new(Runtime(Some(r))))
         .map_err(|e| Error::Client(Box::new(e)))
+}
+
+/// The facade's runtime. Dropped (with the last client or guard) inside an
+/// async runtime, it shuts down in the background: tokio panics on a runtime
+/// dropped where blocking is not allowed.
+#[derive(Debug)]
+struct Runtime(Option<tokio::runtime::Runtime>);
+
+impl std::ops::Deref for Runtime {
+    type Target = tokio::runtime::Runtime;
+
+    fn deref(&self) -> &Self::Target {
+        self.0.as_ref().expect("present until dropped")
+    }
+}
+
+impl Drop for Runtime {
+    fn drop(&mut self) {
+        if let Some(runtime) = self.0.take() {
+            if tokio::runtime::Handle::try_current().is_ok() {
+                runtime.shutdown_background();
+            }
+        }
+    }
 }
 
 /// The blocking twin of [`crate::Warden`]; cheap to clone.
@@ -150,7 +192,7 @@ impl LockRequest {
     /// The guard, or `None` if the lock stayed busy.
     pub fn acquire(self) -> Result<Option<LockGuard>> {
         let runtime = self.runtime;
-        let guard = runtime.block_on(self.inner.acquire())?;
+        let guard = block_on(&runtime, self.inner.acquire())??;
         Ok(guard.map(|inner| LockGuard { inner, runtime }))
     }
 }
@@ -194,10 +236,11 @@ impl LockGuard {
     }
 
     pub fn extend(&self, ttl: Duration) -> Result<bool> {
-        self.runtime.block_on(self.inner.extend(ttl))
+        block_on(&self.runtime, self.inner.extend(ttl))?
     }
 
     pub fn release(self) -> Result<Release> {
+        outside_runtime()?;
         let LockGuard { inner, runtime } = self;
         runtime.block_on(inner.release())
     }
@@ -252,7 +295,6 @@ impl Cache {
                 Err(e) => Err::<V, LoaderError>(Box::new(e)),
             }
         };
-        self.runtime
-            .block_on(self.inner.get_or_load(key, lease, load))
+        block_on(&self.runtime, self.inner.get_or_load(key, lease, load))?
     }
 }

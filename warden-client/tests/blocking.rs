@@ -56,3 +56,33 @@ fn locks_and_cache_reads_without_a_runtime() {
     let stored: String = redis::cmd("GET").arg("user").query(&mut c).unwrap();
     assert_eq!(stored, "Ada");
 }
+
+#[test]
+fn inside_an_async_runtime_calls_are_errors_not_panics() {
+    let s = Server::start(&[]);
+    // Opened outside, used and dropped inside a runtime.
+    let w = Warden::open(&url(&s)).unwrap();
+    let guard = w.lock("held").acquire().unwrap().unwrap();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let url = url(&s);
+    runtime.block_on(async move {
+        let inside = |e: warden_client::Error| e.to_string().contains("inside an async runtime");
+        assert!(Warden::open(&url).err().is_some_and(inside));
+        assert!(w.lock("k").acquire().err().is_some_and(inside));
+        assert!(guard
+            .extend(Duration::from_secs(5))
+            .err()
+            .is_some_and(inside));
+        let cache = w.cache();
+        let read = cache.get_or_load("v", Duration::from_secs(1), || {
+            Ok::<_, std::io::Error>("x".to_string())
+        });
+        assert!(read.err().is_some_and(inside));
+        assert!(guard.release().err().is_some_and(inside));
+        drop(cache);
+        drop(w); // the last handle of the facade's runtime
+    });
+}
