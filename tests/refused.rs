@@ -279,6 +279,33 @@ fn expiry_in_the_past_revokes_even_on_a_missing_key() {
     }
 }
 
+/// A command that only reads the key is no write, whoever answers it.
+#[test]
+fn a_read_revokes_nothing() {
+    let reads: &[&[&str]] = &[
+        &["GET", "k"],
+        &["STRLEN", "k"],
+        &["HGET", "k", "f"],
+        &["LRANGE", "k", "0", "-1"],
+        &["TTL", "k"],
+        &["EXISTS", "k"],
+        &["LOCK.INFO", "k"],
+        &["BF.EXISTS", "k", "x"],
+        &["ECHO", "k"],
+        &["EVAL", "return redis.call('EXISTS', KEYS[1])", "1", "k"],
+    ];
+    let s = Server::start(&[]);
+    let mut c = s.conn();
+    for before in [Before::MissingWithWaiter, Before::Value] {
+        run(&mut c, &["FLUSHALL"]).unwrap();
+        let (token, waiter) = prepare(&s, &mut c, before);
+        for words in reads {
+            let _ = run(&mut c, words);
+        }
+        assert_untouched(&mut c, &format!("reads, {before:?}"), token, waiter);
+    }
+}
+
 /// warden hears other commands (a command filter, client disconnects) only
 /// while its lease table has entries.
 #[test]

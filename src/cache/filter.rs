@@ -20,16 +20,19 @@
 //! and Valkey) the keys wait for that client's `EXEC`, which counts unless it
 //! answered `EXECABORT`; `DISCARD` and a disconnect drop them.
 //!
-//! Invariant: a lease is revoked only for a command that named its key and
-//! was not refused; revoking more than needed (a write that changed nothing,
+//! Which commands count: those the server lists in `@write`, and commands it
+//! does not list at all (another module's) but warden's own reads.
+//!
+//! Invariant: a lease is revoked only for a command that named its key, may
+//! write, and was not refused; revoking more than needed (a write that changed nothing,
 //! a blocked or paused write) is safe: it only costs a reload.
 
 use std::cell::{Cell, RefCell};
 use std::ffi::CStr;
 use std::os::raw::{c_char, c_int, c_void};
 
-use redis_module::raw;
-use rustc_hash::FxHashMap;
+use redis_module::{raw, Context, RedisValue};
+use rustc_hash::{FxHashMap, FxHashSet};
 
 use crate::cache::commands;
 use crate::events;
@@ -37,51 +40,73 @@ use crate::guard;
 
 type FilterCtx = *mut raw::RedisModuleCommandFilterCtx;
 
-/// Commands that never write the keys they name (reads, and warden's own
-/// cache commands, which keep the table themselves). Scripts and functions
-/// are here too: the commands they run pass the filter one by one.
-const READS: &[&[u8]] = &[
-    b"get",
-    b"mget",
-    b"exists",
-    b"ttl",
-    b"pttl",
-    b"expiretime",
-    b"pexpiretime",
-    b"type",
-    b"strlen",
-    b"getrange",
-    b"substr",
-    b"getbit",
-    b"bitcount",
-    b"bitpos",
-    b"bitfield_ro",
-    b"lcs",
-    b"dump",
-    b"object",
-    b"memory",
-    b"touch",
-    b"watch",
-    b"scan",
-    b"keys",
-    b"echo",
-    b"ping",
-    b"publish",
-    b"spublish",
-    b"command",
-    b"sort_ro",
-    b"eval",
-    b"evalsha",
-    b"eval_ro",
-    b"evalsha_ro",
-    b"fcall",
-    b"fcall_ro",
+/// warden's commands that never write the key they name as a cache value
+/// does (reads, and the cache commands, which keep the table themselves).
+const OWN_READS: &[&[u8]] = &[
     b"cache.get",
     b"cache.fill",
     b"cache.abandon",
     b"cache.invalidate",
     b"cache.info",
+    b"lock.info",
+    b"rwlock.info",
+    b"bf.exists",
+    b"bf.mexists",
+    b"bf.info",
+    b"bf.card",
+    b"bf.debug",
+    b"bf.scandump",
 ];
+
+/// The server's commands, read once at load (`COMMAND LIST`): those that may
+/// write (ACL category `@write`) and all of them. A command the server does
+/// not list there (another module's, on Redis 7.0 where module commands have
+/// no category) counts as a write unless it is one of warden's reads.
+/// Scripts and functions are not writes themselves: the commands they run
+/// pass the filter one by one.
+#[derive(Default)]
+struct Catalogue {
+    writes: FxHashSet<Vec<u8>>,
+    all: FxHashSet<Vec<u8>>,
+}
+
+impl Catalogue {
+    fn may_write(&self, name: &[u8]) -> bool {
+        let lower = name.to_ascii_lowercase();
+        if self.writes.contains(&lower) {
+            return true;
+        }
+        !self.all.contains(&lower) && !OWN_READS.iter().any(|r| *r == &lower[..])
+    }
+}
+
+fn names_of(ctx: &Context, args: &[&str]) -> FxHashSet<Vec<u8>> {
+    let mut set = FxHashSet::default();
+    if let Ok(RedisValue::Array(items)) = ctx.call("COMMAND", args) {
+        for item in items {
+            let name = match item {
+                RedisValue::SimpleString(s) | RedisValue::BulkString(s) => s.into_bytes(),
+                RedisValue::BulkRedisString(s) => s.as_slice().to_vec(),
+                RedisValue::StringBuffer(b) => b,
+                _ => continue,
+            };
+            set.insert(name.to_ascii_lowercase());
+        }
+    }
+    set
+}
+
+/// Reads the server's command table (at load, after warden's own commands
+/// are registered).
+pub fn read_catalogue(ctx: &Context) -> bool {
+    let catalogue = Catalogue {
+        writes: names_of(ctx, &["LIST", "FILTERBY", "ACLCAT", "write"]),
+        all: names_of(ctx, &["LIST"]),
+    };
+    let known = !catalogue.all.is_empty() && catalogue.writes.contains(&b"set"[..]);
+    CATALOGUE.with(|c| *c.borrow_mut() = catalogue);
+    known
+}
 
 /// A command that named leased keys, waiting to be decided.
 struct Pending {
@@ -97,6 +122,7 @@ thread_local! {
     /// Per client in `MULTI`: the leased keys its queued commands name.
     static QUEUED: RefCell<FxHashMap<u64, Vec<Vec<u8>>>> = RefCell::new(FxHashMap::default());
     static ANY_PENDING: Cell<bool> = const { Cell::new(false) };
+    static CATALOGUE: RefCell<Catalogue> = RefCell::new(Catalogue::default());
 }
 
 fn arg(fctx: FilterCtx, pos: c_int) -> &'static [u8] {
@@ -108,10 +134,6 @@ fn arg(fctx: FilterCtx, pos: c_int) -> &'static [u8] {
     let ptr = raw::string_ptr_len(s, &mut len);
     // The argument lives until the filter returns; the slice does not escape it.
     unsafe { std::slice::from_raw_parts(ptr.cast::<u8>(), len) }
-}
-
-fn is_read(name: &[u8]) -> bool {
-    READS.iter().any(|r| r.eq_ignore_ascii_case(name))
 }
 
 /// The client that sent the command, where the server says (Redis ≥ 7.2, Valkey).
@@ -257,7 +279,7 @@ extern "C" fn on_command(fctx: FilterCtx) {
             .filter(|a| commands::names(a))
             .map(<[u8]>::to_vec)
             .collect();
-        if names.is_empty() || is_read(name) {
+        if names.is_empty() || !CATALOGUE.with(|c| c.borrow().may_write(name)) {
             return;
         }
         match client {
