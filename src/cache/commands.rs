@@ -65,7 +65,12 @@ fn err(text: &'static str) -> RedisError {
 }
 
 fn with<T>(f: impl FnOnce(&mut Table) -> T) -> T {
-    TABLE.with(|t| f(&mut t.borrow_mut()))
+    TABLE.with(|t| {
+        let mut t = t.borrow_mut();
+        let out = f(&mut t);
+        filter::set_len_mask(t.len_mask());
+        out
+    })
 }
 
 /// Starts hearing writes and disconnects at the table's first entry (they

@@ -30,11 +30,13 @@
 use std::cell::{Cell, RefCell};
 use std::ffi::CStr;
 use std::os::raw::{c_char, c_int, c_void};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use redis_module::{raw, Context, RedisValue};
 use rustc_hash::{FxHashMap, FxHashSet};
 
 use crate::cache::commands;
+use crate::cache::table::len_bit;
 use crate::events;
 use crate::guard;
 
@@ -116,12 +118,21 @@ struct Pending {
     exec: bool,
 }
 
+/// The lengths of the names in the lease table (`Table::len_mask`), kept
+/// where the filter reads it with one load.
+static LEN_MASK: AtomicU64 = AtomicU64::new(0);
+
+pub fn set_len_mask(mask: u64) {
+    LEN_MASK.store(mask, Ordering::Relaxed);
+}
+
 thread_local! {
     static FILTER: Cell<*mut raw::RedisModuleCommandFilter> = const { Cell::new(std::ptr::null_mut()) };
     static PENDING: RefCell<Option<Pending>> = const { RefCell::new(None) };
     /// Per client in `MULTI`: the leased keys its queued commands name.
     static QUEUED: RefCell<FxHashMap<u64, Vec<Vec<u8>>>> = RefCell::new(FxHashMap::default());
     static ANY_PENDING: Cell<bool> = const { Cell::new(false) };
+    static ANY_QUEUED: Cell<bool> = const { Cell::new(false) };
     static CATALOGUE: RefCell<Catalogue> = RefCell::new(Catalogue::default());
 }
 
@@ -252,6 +263,7 @@ fn transaction_end(name: &[u8], client: u64) -> bool {
     let Some(names) = QUEUED.with(|q| q.borrow_mut().remove(&client)) else {
         return false;
     };
+    ANY_QUEUED.with(|a| a.set(QUEUED.with(|q| !q.borrow().is_empty())));
     if exec {
         note(Pending {
             names,
@@ -267,24 +279,29 @@ extern "C" fn on_command(fctx: FilterCtx) {
         // The command before this one has been answered by now.
         decide();
         let argc = unsafe { raw::RedisModule_CommandFilterArgsCount.unwrap()(fctx) };
-        let name = arg(fctx, 0);
-        let client = sender(fctx);
-        if let Some(c) = client {
-            if !QUEUED.with(|q| q.borrow().is_empty()) && transaction_end(name, c) {
-                return;
+        if ANY_QUEUED.with(Cell::get) {
+            if let Some(c) = sender(fctx) {
+                if transaction_end(arg(fctx, 0), c) {
+                    return;
+                }
             }
         }
-        let names: Vec<Vec<u8>> = (1..argc)
-            .map(|i| arg(fctx, i))
-            .filter(|a| commands::names(a))
-            .map(<[u8]>::to_vec)
-            .collect();
-        if names.is_empty() || !CATALOGUE.with(|c| c.borrow().may_write(name)) {
+        // The common case costs one load and a bit test per argument.
+        let mask = LEN_MASK.load(Ordering::Relaxed);
+        let mut names: Vec<Vec<u8>> = Vec::new();
+        for i in 1..argc {
+            let a = arg(fctx, i);
+            if mask & len_bit(a.len()) != 0 && commands::names(a) {
+                names.push(a.to_vec());
+            }
+        }
+        if names.is_empty() || !CATALOGUE.with(|c| c.borrow().may_write(arg(fctx, 0))) {
             return;
         }
-        match client {
+        match sender(fctx) {
             Some(c) if in_multi(c) => {
                 QUEUED.with(|q| q.borrow_mut().entry(c).or_default().extend(names));
+                ANY_QUEUED.with(|a| a.set(true));
             }
             _ => note(Pending {
                 names,
@@ -302,6 +319,7 @@ pub fn client_gone(client: u64) {
         if q.remove(&client).is_some() && q.capacity() > 64 && q.len() * 4 < q.capacity() {
             q.shrink_to_fit();
         }
+        ANY_QUEUED.with(|a| a.set(!q.is_empty()));
     });
 }
 
@@ -323,6 +341,7 @@ pub fn listen(on: bool) {
     } else if !on && !filter.is_null() {
         decide();
         QUEUED.with(|q| *q.borrow_mut() = FxHashMap::default());
+        ANY_QUEUED.with(|a| a.set(false));
         unsafe { raw::RedisModule_UnregisterCommandFilter.unwrap()(ctx, filter) };
         FILTER.with(|c| c.set(std::ptr::null_mut()));
     }

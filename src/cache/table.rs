@@ -69,6 +69,13 @@ pub struct Table {
     stale_ends: BTreeSet<(i64, c_int, Vec<u8>)>,
     names: FxHashMap<Vec<u8>, u32>,
     by_len: [u32; NAME_LENGTHS],
+    /// Bit `min(len, 63)` set while a name of that length has an entry.
+    len_mask: u64,
+}
+
+/// The bit of `len_mask` for a name of `len` bytes.
+pub fn len_bit(len: usize) -> u64 {
+    1 << len.min(63)
 }
 
 /// Names are counted by length up to this, longer ones in the last slot.
@@ -98,6 +105,7 @@ impl Default for Table {
             stale_ends: BTreeSet::new(),
             names: FxHashMap::default(),
             by_len: [0; NAME_LENGTHS],
+            len_mask: 0,
         }
     }
 }
@@ -112,13 +120,41 @@ impl Table {
         self.by_len[len_slot(name)] != 0 && self.names.contains_key(name)
     }
 
+    /// The lengths of the names with entries, as bits: most arguments of
+    /// other commands are ruled out by this one word.
+    pub fn len_mask(&self) -> u64 {
+        self.len_mask
+    }
+
+    fn recount_len(&mut self, len: usize) {
+        let bit = len_bit(len);
+        let any = if len >= 63 {
+            self.by_len[63..].iter().any(|&n| n != 0)
+        } else {
+            self.by_len[len] != 0
+        };
+        if any {
+            self.len_mask |= bit;
+        } else {
+            self.len_mask &= !bit;
+        }
+    }
+
     /// The entry of `q`, created (and counted) if it is new.
     fn entry_mut(&mut self, q: &QueueKey) -> &mut Entry {
-        let db = self.dbs.entry(q.db).or_default();
-        if !db.entries.contains_key(&q.name) {
-            *self.names.entry(q.name.clone()).or_default() += 1;
-            self.by_len[len_slot(&q.name)] += 1;
+        let new = !self
+            .dbs
+            .get(&q.db)
+            .is_some_and(|d| d.entries.contains_key(&q.name));
+        if new {
+            let n = self.names.entry(q.name.clone()).or_default();
+            *n += 1;
+            if *n == 1 {
+                self.by_len[len_slot(&q.name)] += 1;
+                self.recount_len(q.name.len());
+            }
         }
+        let db = self.dbs.entry(q.db).or_default();
         db.entries.entry(q.name.clone()).or_default()
     }
 
@@ -128,6 +164,7 @@ impl Table {
             if *n == 0 {
                 self.names.remove(name);
                 self.by_len[len_slot(name)] -= 1;
+                self.recount_len(name.len());
                 if self.names.capacity() > 64 && self.names.len() * 4 < self.names.capacity() {
                     self.names.shrink_to_fit();
                 }
