@@ -299,7 +299,11 @@ mod tests {
             (2_500, 0, 2_000, 2_500),
         ];
         for (at, known, cap, lease) in cases {
-            assert_eq!(capped_expiry(at, known, 1_000, cap), lease, "{at} {known} {cap}");
+            assert_eq!(
+                capped_expiry(at, known, 1_000, cap),
+                lease,
+                "{at} {known} {cap}"
+            );
         }
         assert_eq!(capped_deadline(3_601_000, 1_000, 2_000), 3_000);
         assert_eq!(capped_deadline(2_500, 1_000, 2_000), 2_500);

@@ -449,11 +449,30 @@ fn bf_reserve_past_its_longest_form_is_a_syntax_error_as_command_info_says() {
         (&["BF.RESERVE", "k", "0.1"], arity),
         (&["BF.RESERVE", "k", "0.1", "1", "a", "b", "c", "d"], syntax),
         (
-            &["BF.RESERVE", "k", "0.1", "1", "NONSCALING", "NONSCALING", "NONSCALING", "NONSCALING"],
+            &[
+                "BF.RESERVE",
+                "k",
+                "0.1",
+                "1",
+                "NONSCALING",
+                "NONSCALING",
+                "NONSCALING",
+                "NONSCALING",
+            ],
             syntax,
         ),
         (
-            &["BF.RESERVE", "k", "0.1", "1", "EXPANSION", "2", "NONSCALING", "x", "y"],
+            &[
+                "BF.RESERVE",
+                "k",
+                "0.1",
+                "1",
+                "EXPANSION",
+                "2",
+                "NONSCALING",
+                "x",
+                "y",
+            ],
             syntax,
         ),
     ];
@@ -461,7 +480,15 @@ fn bf_reserve_past_its_longest_form_is_a_syntax_error_as_command_info_says() {
         assert_eq!(err(&mut c, words), expected, "{words:?}");
     }
     assert_eq!(int(&mut c, &["EXISTS", "k"]), 0);
-    let longest = ["BF.RESERVE", "k", "0.1", "1", "NONSCALING", "NONSCALING", "NONSCALING"];
+    let longest = [
+        "BF.RESERVE",
+        "k",
+        "0.1",
+        "1",
+        "NONSCALING",
+        "NONSCALING",
+        "NONSCALING",
+    ];
     run(&mut c, &longest).unwrap();
 }
 

@@ -264,12 +264,19 @@ fn a_reentry_inside_the_grace_window_waits_for_its_end() {
     assert!(grace_left(&mut c) > 0);
     // (re-entry, key, INFO command, the holder's token)
     let cases = [
-        (["LOCK.ACQUIRE", "lock", "alice", "60000"], "LOCK.INFO", lock),
+        (
+            ["LOCK.ACQUIRE", "lock", "alice", "60000"],
+            "LOCK.INFO",
+            lock,
+        ),
         (["RWLOCK.WRITE", "rw", "w", "60000"], "RWLOCK.INFO", write),
         (["RWLOCK.READ", "rr", "r", "60000"], "RWLOCK.INFO", read),
     ];
     for (words, _, _) in &cases {
-        assert!(is_nil(&mut c, words), "{words:?} re-entered inside the window");
+        assert!(
+            is_nil(&mut c, words),
+            "{words:?} re-entered inside the window"
+        );
     }
     assert!(
         is_nil(&mut c, &["RWLOCK.READ", "rw", "w", "60000"]),
@@ -327,15 +334,27 @@ fn no_command_stretches_a_lock_past_max_lease() {
         ("PERSIST", true, &[&["PERSIST", "dst"]]),
         ("RESTORE ttl", true, &[&["RESTORE", "dst", "3600000"]]),
         ("RESTORE 0", true, &[&["RESTORE", "dst", "0"]]),
-        ("COPY", true, &[&["COPY", "src", "dst"], &["PEXPIRE", "dst", "3600000"]]),
+        (
+            "COPY",
+            true,
+            &[&["COPY", "src", "dst"], &["PEXPIRE", "dst", "3600000"]],
+        ),
         ("rw PEXPIRE", false, &[&["PEXPIRE", "dst", "3600000"]]),
         ("rw RESTORE ttl", false, &[&["RESTORE", "dst", "3600000"]]),
-        ("rw COPY", false, &[&["COPY", "src", "dst"], &["PEXPIRE", "dst", "3600000"]]),
+        (
+            "rw COPY",
+            false,
+            &[&["COPY", "src", "dst"], &["PEXPIRE", "dst", "3600000"]],
+        ),
     ];
     let mut contenders = Vec::new();
     for (i, (case, exclusive, steps)) in cases.iter().enumerate() {
         let (src, dst) = (format!("src{i}"), format!("dst{i}"));
-        let acquire = if *exclusive { "LOCK.ACQUIRE" } else { "RWLOCK.WRITE" };
+        let acquire = if *exclusive {
+            "LOCK.ACQUIRE"
+        } else {
+            "RWLOCK.WRITE"
+        };
         let from_src = steps[0][0] == "RESTORE" || steps[0][0] == "COPY";
         let held = if from_src { &src } else { &dst };
         int(&mut c, &[acquire, held, "owner", &CAP.to_string()]);
@@ -365,7 +384,10 @@ fn no_command_stretches_a_lock_past_max_lease() {
         let ttl = maybe_map(&mut c, &[info, &dst]).map_or(0, |f| field_int(&f, "ttl"));
         assert!(ttl <= CAP, "{case}: lease of {ttl} ms");
         let pttl = int(&mut c, &["PTTL", &dst]);
-        assert!(pttl == -2 || (0..=CAP).contains(&pttl), "{case}: PTTL {pttl}");
+        assert!(
+            pttl == -2 || (0..=CAP).contains(&pttl),
+            "{case}: PTTL {pttl}"
+        );
         // Another owner gets the lock once the capped lease ends (the WAIT
         // bounds the wait server-side).
         let (_, reply) = spawn_command(&s, &[acquire, &dst, "next", "1000", "WAIT", "20000"]);

@@ -454,11 +454,18 @@ fn a_read_write_lock_key_gets_its_lease_back_after_persist_or_restore() {
                     .unwrap();
             }
         }
-        assert_eq!(int(&mut c, &["PTTL", &key]), -1, "{case}: the key lost its expiry");
+        assert_eq!(
+            int(&mut c, &["PTTL", &key]),
+            -1,
+            "{case}: the key lost its expiry"
+        );
         assert_eq!(write(&mut c, &key, "other"), Value::Nil, "{case}");
         let pttl = int(&mut c, &["PTTL", &key]);
         assert!((1..=60_000).contains(&pttl), "{case}: PTTL {pttl}");
         let ttl = field_int(&info(&mut c, &key).unwrap(), "ttl");
-        assert!((pttl - ttl).abs() < 1000, "{case}: PTTL {pttl}, lease {ttl}");
+        assert!(
+            (pttl - ttl).abs() < 1000,
+            "{case}: PTTL {pttl}, lease {ttl}"
+        );
     }
 }

@@ -454,9 +454,7 @@ pub fn get(ctx: &Context, args: &[Arg]) -> RedisResult {
         Read::MissBusy => {
             stats::CACHE_MISSES.add(1);
             match req.wait_ms {
-                Some(_) if waiters::can_block(ctx) && memory::over_limit() => {
-                    Err(err(error::OOM))
-                }
+                Some(_) if waiters::can_block(ctx) && memory::over_limit() => Err(err(error::OOM)),
                 Some(timeout_ms) if waiters::can_block(ctx) => {
                     let mode = if req.fresh {
                         Mode::FillFresh
