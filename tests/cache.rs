@@ -727,8 +727,9 @@ fn over_maxmemory_a_miss_answers_oom_and_a_hit_is_served() {
         used_memory(&mut c) < used + (64 << 10),
         "refused misses allocated"
     );
-    // (command, expected reply)
-    let cases: [(&[&str], Result<(Option<&str>, bool), &str>); 5] = [
+    // (command, expected reply: Ok((value, leased)) or Err(error text))
+    type Expected<'a> = Result<(Option<&'a str>, bool), &'a str>;
+    let cases: [(&[&str], Expected); 5] = [
         (&["CACHE.GET", "hit", "1000"], Ok((Some("v"), false))),
         (
             &["CACHE.GET", "hot", "1000", "REFRESH", "3600000"],
