@@ -7,9 +7,12 @@
 //! server starts, or becomes a master, no lock key gets a new holder for
 //! `grace` ms: with `grace` ≥ `max-lease` (+ `min-replicas-max-lag`) every
 //! lost lease has ended before anyone else is granted its key. Holders in the
-//! dataset keep re-entering, extending and releasing; requests that would
-//! make a new holder are busy (nil, or queued with `WAIT` and served, FIFO,
-//! when the window ends).
+//! dataset keep extending and releasing; requests that would make a new hold
+//! — a re-entry included: the owner's release may have been lost — are busy
+//! (nil, or queued with `WAIT` and served, FIFO, when the window ends).
+//! Nothing stretches a lease past `max-lease` either: an expiry or a value
+//! from outside warden's own grants is capped ([`capped_expiry`],
+//! [`capped_deadline`]).
 //!
 //! The rules are the pure [`Window`] and [`lease_allowed`]; the rest records
 //! when windows open (start, load, promotion) and ends them with a timer.
