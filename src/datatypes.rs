@@ -11,6 +11,7 @@ use redis_module::raw;
 
 use crate::args::MAX_OWNER;
 use crate::fence::{self, FENCES};
+use crate::grace;
 use crate::guard;
 use crate::keyspace::Key;
 use crate::lock::state::{Lock, MAX_HOLDS};
@@ -187,10 +188,13 @@ unsafe extern "C" fn lock_rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) 
         // expiry. Encoding 1 has none, and earlier builds saved "never" for a
         // key without expiry: 0 then, until the key's expiry (set right after
         // loading) is read into it.
+        // Under `warden.max-lease` no loaded lease (a `RESTORE`d payload
+        // included) ends later than the cap from now.
         let deadline_ms = match encver {
             1 => 0,
             _ => match raw::load_signed(rdb) {
-                Ok(at) if at >= 0 => bounded_deadline(at),
+                Ok(0) => 0,
+                Ok(at) if at > 0 => grace::cap_deadline(bounded_deadline(at), system_ms()),
                 _ => return std::ptr::null_mut(),
             },
         };
@@ -277,10 +281,17 @@ unsafe extern "C" fn lock_copy(
     _to: *mut raw::RedisModuleString,
     value: *const c_void,
 ) -> *mut c_void {
-    // The copy is a new value whose holds this server did not grant.
+    // The copy is a new value whose holds this server did not grant, and
+    // whose lease no longer than `warden.max-lease` from now.
+    let lock = &*value.cast::<Lock>();
+    let deadline_ms = match lock.deadline_ms {
+        0 => 0,
+        at => grace::cap_deadline(at, system_ms()),
+    };
     boxed(Lock {
         granted_ms: 0,
-        ..(*value.cast::<Lock>()).clone()
+        deadline_ms,
+        ..lock.clone()
     })
 }
 
@@ -406,6 +417,15 @@ pub fn valid_rwlock(lock: &RwLock) -> bool {
         })
 }
 
+/// Under `warden.max-lease`, no hold of a loaded or copied read-write lock
+/// ends later than the cap from now.
+fn cap_holds(lock: &mut RwLock) {
+    let now = system_ms();
+    for hold in lock.writer.iter_mut().chain(&mut lock.readers) {
+        hold.deadline_ms = grace::cap_deadline(hold.deadline_ms, now);
+    }
+}
+
 fn load_hold(rdb: *mut raw::RedisModuleIO) -> Option<Hold> {
     let owner = raw::load_string_buffer(rdb).ok()?;
     let holds = raw::load_unsigned(rdb).ok()?;
@@ -438,13 +458,17 @@ unsafe extern "C" fn rwlock_rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int
             for _ in 0..count {
                 readers.push(load_hold(rdb)?);
             }
-            let lock = RwLock {
+            let mut lock = RwLock {
                 writer,
                 readers,
                 fence,
                 ended: Vec::new(),
             };
-            valid_rwlock(&lock).then_some(lock)
+            if !valid_rwlock(&lock) {
+                return None;
+            }
+            cap_holds(&mut lock);
+            Some(lock)
         };
         match load() {
             Some(lock) => {
@@ -531,6 +555,7 @@ unsafe extern "C" fn rwlock_copy(
     for hold in copy.writer.iter_mut().chain(&mut copy.readers) {
         hold.granted_ms = 0;
     }
+    cap_holds(&mut copy);
     boxed(copy)
 }
 

@@ -29,6 +29,8 @@ pub const JITTER_WITHOUT_PX: &str = "ERR JITTER needs PX";
 pub const LEASE_IN_SCRIPT: &str =
     "ERR CACHE.GET grants no lease inside a script or function: a lease must end with its caller's connection";
 pub const READONLY: &str = "READONLY You can't write against a read only replica.";
+/// The server's own text for a command refused over `maxmemory`.
+pub const OOM: &str = "OOM command not allowed when used memory > 'maxmemory'.";
 
 /// A `ttl` above `warden.max-lease` (`max_ms`, not 0).
 pub fn ttl_above_max_lease(max_ms: i64) -> String {

@@ -7,9 +7,12 @@
 //! server starts, or becomes a master, no lock key gets a new holder for
 //! `grace` ms: with `grace` ≥ `max-lease` (+ `min-replicas-max-lag`) every
 //! lost lease has ended before anyone else is granted its key. Holders in the
-//! dataset keep re-entering, extending and releasing; requests that would
-//! make a new holder are busy (nil, or queued with `WAIT` and served, FIFO,
-//! when the window ends).
+//! dataset keep extending and releasing; requests that would make a new hold
+//! — a re-entry included: the owner's release may have been lost — are busy
+//! (nil, or queued with `WAIT` and served, FIFO, when the window ends).
+//! Nothing stretches a lease past `max-lease` either: an expiry or a value
+//! from outside warden's own grants is capped ([`capped_expiry`],
+//! [`capped_deadline`]).
 //!
 //! The rules are the pure [`Window`] and [`lease_allowed`]; the rest records
 //! when windows open (start, load, promotion) and ends them with a timer.
@@ -61,6 +64,43 @@ impl Window {
 /// Whether a lock may be asked for `ttl_ms` under a cap of `max_lease_ms` (0: no cap).
 pub fn lease_allowed(ttl_ms: i64, max_lease_ms: i64) -> bool {
     max_lease_ms == 0 || ttl_ms <= max_lease_ms
+}
+
+/// The lease a lock key's expiry `at_ms` gives, when warden last set the
+/// lease to end at `known_ms` (0: not known) and `max_lease_ms` caps leases
+/// (0: no cap). Without a cap the key's expiry is the lease. With one, an
+/// expiry set by anything else may shorten the lease but not lengthen it:
+/// never past `known_ms`, or past `max_lease_ms` from now when that is all
+/// that is known.
+pub fn capped_expiry(at_ms: i64, known_ms: i64, now_ms: i64, max_lease_ms: i64) -> i64 {
+    if max_lease_ms == 0 {
+        return at_ms;
+    }
+    let limit = if known_ms > 0 {
+        known_ms
+    } else {
+        now_ms.saturating_add(max_lease_ms)
+    };
+    at_ms.min(limit)
+}
+
+/// A lease deadline read from outside warden's own grants (`RESTORE`, `COPY`,
+/// an RDB): at most `max_lease_ms` from now (0: no cap).
+pub fn capped_deadline(deadline_ms: i64, now_ms: i64, max_lease_ms: i64) -> i64 {
+    if max_lease_ms == 0 {
+        return deadline_ms;
+    }
+    deadline_ms.min(now_ms.saturating_add(max_lease_ms))
+}
+
+/// [`capped_expiry`] under the configured `warden.max-lease`.
+pub fn cap_expiry(at_ms: i64, known_ms: i64, now_ms: i64) -> i64 {
+    capped_expiry(at_ms, known_ms, now_ms, MAX_LEASE.load(Ordering::Relaxed))
+}
+
+/// [`capped_deadline`] under the configured `warden.max-lease`.
+pub fn cap_deadline(deadline_ms: i64, now_ms: i64) -> i64 {
+    capped_deadline(deadline_ms, now_ms, MAX_LEASE.load(Ordering::Relaxed))
 }
 
 /// The window of this server (its end, read by `INFO` too).
@@ -250,6 +290,28 @@ mod tests {
         w.open(1_000, 1_000);
         assert!(w.open(2_000, 1_000));
         assert_eq!(w.closed_until(2_000), Some(3_000));
+    }
+
+    #[test]
+    fn an_outside_expiry_shortens_a_lease_but_never_lengthens_it_under_a_cap() {
+        let cases = [
+            // (key expiry, lease warden set, cap, lease)
+            (5_000, 3_000, 0, 5_000),
+            (5_000, 3_000, 2_000, 3_000),
+            (2_500, 3_000, 2_000, 2_500),
+            (3_600_000, 0, 2_000, 3_000),
+            (2_500, 0, 2_000, 2_500),
+        ];
+        for (at, known, cap, lease) in cases {
+            assert_eq!(
+                capped_expiry(at, known, 1_000, cap),
+                lease,
+                "{at} {known} {cap}"
+            );
+        }
+        assert_eq!(capped_deadline(3_601_000, 1_000, 2_000), 3_000);
+        assert_eq!(capped_deadline(2_500, 1_000, 2_000), 2_500);
+        assert_eq!(capped_deadline(3_601_000, 1_000, 0), 3_601_000);
     }
 
     #[test]

@@ -27,10 +27,20 @@ pub fn room() -> u64 {
     if max == 0 {
         return u64::MAX;
     }
-    // Used memory as eviction counts it (replication and AOF buffers left out).
-    let ratio = unsafe { raw::RedisModule_GetUsedMemoryRatio }.map_or(0.0, |f| unsafe { f() });
-    let used = (f64::from(ratio) * max as f64) as u64;
+    let used = (f64::from(used_ratio()) * max as f64) as u64;
     room_at(max, used, EVICTS.load(Ordering::Relaxed))
+}
+
+/// Whether the server is over `maxmemory` now (Redis has run its evictions
+/// before the command: what is left over could not be evicted).
+pub fn over_limit() -> bool {
+    MAXMEMORY.load(Ordering::Relaxed) != 0 && used_ratio() > 1.0
+}
+
+/// Used memory as eviction counts it (replication and AOF buffers left
+/// out), as a fraction of `maxmemory`.
+fn used_ratio() -> f32 {
+    unsafe { raw::RedisModule_GetUsedMemoryRatio }.map_or(0.0, |f| unsafe { f() })
 }
 
 fn room_at(max: u64, used: u64, evicts: bool) -> u64 {

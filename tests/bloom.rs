@@ -407,7 +407,6 @@ fn every_error_text_matches_redisbloom() {
     assert_eq!(int(&mut c, &["EXISTS", "n", "new", "missing"]), 0);
     for words in [
         &["BF.RESERVE", "k", "0.1"][..],
-        &["BF.RESERVE", "k", "0.1", "1", "a", "b", "c", "d"],
         &["BF.ADD", "k"],
         &["BF.ADD", "k", "a", "b"],
         &["BF.MADD", "k"],
@@ -427,6 +426,70 @@ fn every_error_text_matches_redisbloom() {
             "{words:?}"
         );
     }
+}
+
+/// `COMMAND INFO` gives `BF.RESERVE` arity -4: at least four words (an
+/// arity cannot say "at most"). More words than its longest form (seven)
+/// are then a syntax error, not an arity error, and create nothing.
+#[test]
+fn bf_reserve_past_its_longest_form_is_a_syntax_error_as_command_info_says() {
+    let s = Server::start(&[]);
+    let mut c = s.conn();
+    let info = run(&mut c, &["COMMAND", "INFO", "bf.reserve"]).unwrap();
+    let Value::Array(commands) = info else {
+        panic!("{info:?}")
+    };
+    let Value::Array(fields) = &commands[0] else {
+        panic!("{commands:?}")
+    };
+    assert_eq!(fields[1], Value::Int(-4), "COMMAND INFO arity");
+    let arity = "ERR wrong number of arguments for 'bf.reserve' command";
+    let syntax = "ERR syntax error";
+    let cases: [(&[&str], &str); 4] = [
+        (&["BF.RESERVE", "k", "0.1"], arity),
+        (&["BF.RESERVE", "k", "0.1", "1", "a", "b", "c", "d"], syntax),
+        (
+            &[
+                "BF.RESERVE",
+                "k",
+                "0.1",
+                "1",
+                "NONSCALING",
+                "NONSCALING",
+                "NONSCALING",
+                "NONSCALING",
+            ],
+            syntax,
+        ),
+        (
+            &[
+                "BF.RESERVE",
+                "k",
+                "0.1",
+                "1",
+                "EXPANSION",
+                "2",
+                "NONSCALING",
+                "x",
+                "y",
+            ],
+            syntax,
+        ),
+    ];
+    for (words, expected) in cases {
+        assert_eq!(err(&mut c, words), expected, "{words:?}");
+    }
+    assert_eq!(int(&mut c, &["EXISTS", "k"]), 0);
+    let longest = [
+        "BF.RESERVE",
+        "k",
+        "0.1",
+        "1",
+        "NONSCALING",
+        "NONSCALING",
+        "NONSCALING",
+    ];
+    run(&mut c, &longest).unwrap();
 }
 
 #[test]

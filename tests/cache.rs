@@ -640,7 +640,6 @@ fn replicas_answer_readonly_to_every_cache_command() {
             &["CACHE.FILL", "k", "1", "v"],
             &["CACHE.ABANDON", "k", "1"],
             &["CACHE.INVALIDATE", "k"],
-            &["CACHE.INFO", "k"],
         ] {
             assert!(
                 err(&mut r, words).starts_with("READONLY"),
@@ -648,6 +647,112 @@ fn replicas_answer_readonly_to_every_cache_command() {
             );
         }
     }
+}
+
+/// `CACHE.INFO` is no write: a replica answers it from its keys, with no
+/// lease and no waiters (leases live in the master's memory only).
+#[test]
+fn a_replica_answers_cache_info_from_its_keys() {
+    let master = Server::start_tcp(&[]);
+    let replica = Server::start_tcp(&[]);
+    replicate(&master, &replica);
+    let mut m = master.conn();
+    run(&mut m, &["SET", "hit", "v", "PX", "600000"]).unwrap();
+    run(&mut m, &["SET", "forever", "v"]).unwrap();
+    take_lease(&mut m, "miss");
+    sync_replicas(&mut m, 1);
+    let mut r = replica.conn();
+    // (key, value, ttl: -1 none, -2 missing, 0 some)
+    let cases = [
+        ("hit", "hit", 0),
+        ("forever", "hit", -1),
+        ("miss", "miss", -2),
+    ];
+    for (key, value, ttl) in cases {
+        let info = cache_info(&mut r, key);
+        assert_eq!(field_str(&info, "value"), value, "{key}");
+        match ttl {
+            0 => assert!(field_int(&info, "ttl") > 0, "{key}: {info:?}"),
+            t => assert_eq!(field_int(&info, "ttl"), t, "{key}"),
+        }
+        let lease = info.iter().find(|(k, _)| k == "lease").map(|(_, v)| v);
+        assert_eq!(lease, Some(&Value::Nil), "{key}: no lease on a replica");
+        assert_eq!(field_int(&info, "lease_ttl"), -2, "{key}");
+        assert_eq!(field_int(&info, "waiters"), 0, "{key}");
+    }
+    let master_view = cache_info(&mut m, "miss");
+    assert!(
+        field_int(&master_view, "lease_ttl") > 0,
+        "the master has it"
+    );
+}
+
+/// Over `maxmemory` a miss that would grant a lease or queue a waiter gets
+/// the server's own OOM and allocates nothing; hits are served (a due
+/// refresh without its lease), and a miss that would allocate nothing too.
+#[test]
+fn over_maxmemory_a_miss_answers_oom_and_a_hit_is_served() {
+    const OOM: &str = "OOM command not allowed when used memory > 'maxmemory'.";
+    const LIMIT: i64 = 8 << 20;
+    let s = Server::start(&["--maxmemory", "8mb", "--maxmemory-policy", "noeviction"]);
+    let mut c = s.conn();
+    run(&mut c, &["SET", "hit", "v"]).unwrap();
+    run(&mut c, &["SET", "hot", "h", "PX", "600000"]).unwrap();
+    take_lease(&mut c, "held");
+    // One connection takes leases on long names until the server says OOM.
+    let pad = "k".repeat(1000);
+    let mut refused = None;
+    for i in 0..20_000 {
+        if let Err(e) = run(&mut c, &["CACHE.GET", &format!("{pad}{i}"), "600000"]) {
+            refused = Some((i, error_text(&e)));
+            break;
+        }
+    }
+    let (leases, text) = refused.expect("20,000 leases of 1 KB granted under maxmemory 8mb");
+    assert_eq!(text, OOM, "after {leases} leases");
+    let used = used_memory(&mut c);
+    assert!(
+        used < LIMIT + (1 << 20),
+        "used_memory {used} past maxmemory"
+    );
+    // Well over the limit now (at the limit itself used memory goes up and
+    // down by a few bytes between commands): every miss is refused.
+    let lower = (used - (1 << 20)).to_string();
+    run(&mut c, &["CONFIG", "SET", "maxmemory", &lower]).unwrap();
+    for i in 0..200 {
+        let e = err(&mut c, &["CACHE.GET", &format!("more{i}"), "600000"]);
+        assert_eq!(e, OOM);
+    }
+    assert!(
+        used_memory(&mut c) < used + (64 << 10),
+        "refused misses allocated"
+    );
+    // (command, expected reply: Ok((value, leased)) or Err(error text))
+    type Expected<'a> = Result<(Option<&'a str>, bool), &'a str>;
+    let cases: [(&[&str], Expected); 5] = [
+        (&["CACHE.GET", "hit", "1000"], Ok((Some("v"), false))),
+        (
+            &["CACHE.GET", "hot", "1000", "REFRESH", "3600000"],
+            Ok((Some("h"), false)),
+        ),
+        (&["CACHE.GET", "held", "1000"], Ok((None, false))),
+        (&["CACHE.GET", "held", "1000", "WAIT", "100"], Err(OOM)),
+        (&["CACHE.GET", "new", "1000"], Err(OOM)),
+    ];
+    for (words, expected) in cases {
+        match expected {
+            Ok((value, leased)) => {
+                let (v, lease) = get(&mut c, words);
+                assert_eq!(
+                    (v.as_deref(), lease.is_some()),
+                    (value, leased),
+                    "{words:?}"
+                );
+            }
+            Err(text) => assert_eq!(err(&mut c, words), text, "{words:?}"),
+        }
+    }
+    assert_eq!(waiters(&mut c, "held"), 0, "nobody queued");
 }
 
 #[test]

@@ -148,14 +148,13 @@ fn a_restart_that_lost_a_grant_refuses_new_holders_until_the_window_ends() {
     ] {
         assert!(is_nil(&mut c, words), "{words:?} granted inside the window");
     }
-    // Holders in the dataset keep working.
-    assert_eq!(
-        int(&mut c, &["LOCK.ACQUIRE", "kept", "alice", "8000"]),
-        kept
-    );
+    // Holders in the dataset keep extending and releasing; a re-entry is a
+    // new hold, refused like any other.
+    assert!(is_nil(&mut c, &["LOCK.ACQUIRE", "kept", "alice", "8000"]));
+    assert!(is_nil(&mut c, &["RWLOCK.READ", "rw", "r1", "8000"]));
     assert_eq!(int(&mut c, &["LOCK.EXTEND", "kept", "alice", "8000"]), 1);
-    assert_eq!(int(&mut c, &["LOCK.RELEASE", "kept", "alice"]), 0);
-    assert!(int(&mut c, &["RWLOCK.READ", "rw", "r1", "8000"]) > 0);
+    assert_eq!(lock_state(&mut c, "kept").unwrap().2, kept);
+    assert_eq!(int(&mut c, &["LOCK.RELEASE", "kept", "alice"]), 1);
     assert_eq!(int(&mut c, &["RWLOCK.EXTEND", "rw", "r1", "8000"]), 1);
 
     let (_, carol) = spawn_command(&s, &["LOCK.ACQUIRE", "lost", "carol", "8000", "WAIT", "0"]);
@@ -214,10 +213,11 @@ fn a_promoted_replica_grants_nobody_new_before_the_lost_lease_could_end() {
     assert!(grace_left(&mut r) > 0);
     assert!(is_nil(&mut r, &["LOCK.ACQUIRE", "lost", "carol", "3000"]));
     assert!(is_nil(&mut r, &["RWLOCK.WRITE", "rw", "w", "3000"]));
-    assert_eq!(
-        int(&mut r, &["LOCK.ACQUIRE", "kept", "alice", "3000"]),
-        kept
+    assert!(
+        is_nil(&mut r, &["LOCK.ACQUIRE", "kept", "alice", "3000"]),
+        "a re-entry is a new hold"
     );
+    assert_eq!(lock_state(&mut r, "kept").unwrap().2, kept);
 
     // A hand-off inside the window waits for its end.
     let (_, dave) = spawn_command(
@@ -231,7 +231,6 @@ fn a_promoted_replica_grants_nobody_new_before_the_lost_lease_could_end() {
     wait_for("two waiters", Duration::from_secs(5), || {
         waiting(&mut r) == 2
     });
-    assert_eq!(int(&mut r, &["LOCK.RELEASE", "kept", "alice"]), 0);
     assert_eq!(int(&mut r, &["LOCK.RELEASE", "kept", "alice"]), 1);
     assert!(grace_left(&mut r) > 0);
     assert_eq!(waiting(&mut r), 2, "handed off inside the window");
@@ -249,6 +248,159 @@ fn a_promoted_replica_grants_nobody_new_before_the_lost_lease_could_end() {
         "{dave} {carol} not above {lost}"
     );
     assert_eq!(warden_stat(&mut r, "grace_windows"), 1);
+}
+
+/// Inside a grace window a holder's re-entry is a new hold: nil at once, or
+/// with `WAIT` queued and granted (same token, one more hold) when the
+/// window ends. Extend and release keep working.
+#[test]
+fn a_reentry_inside_the_grace_window_waits_for_its_end() {
+    let mut s = Server::start(&[]);
+    let mut c = s.conn();
+    let lock = int(&mut c, &["LOCK.ACQUIRE", "lock", "alice", "60000"]);
+    let write = int(&mut c, &["RWLOCK.WRITE", "rw", "w", "60000"]);
+    let read = int(&mut c, &["RWLOCK.READ", "rr", "r", "60000"]);
+    run(&mut c, &["SAVE"]).unwrap();
+    s.start_again_with(&["--warden.grace", "5000"]);
+    let mut c = s.conn();
+    assert!(grace_left(&mut c) > 0);
+    // (re-entry, key, INFO command, the holder's token)
+    let cases = [
+        (
+            ["LOCK.ACQUIRE", "lock", "alice", "60000"],
+            "LOCK.INFO",
+            lock,
+        ),
+        (["RWLOCK.WRITE", "rw", "w", "60000"], "RWLOCK.INFO", write),
+        (["RWLOCK.READ", "rr", "r", "60000"], "RWLOCK.INFO", read),
+    ];
+    for (words, _, _) in &cases {
+        assert!(
+            is_nil(&mut c, words),
+            "{words:?} re-entered inside the window"
+        );
+    }
+    assert!(
+        is_nil(&mut c, &["RWLOCK.READ", "rw", "w", "60000"]),
+        "the writer's own read hold is a new hold too"
+    );
+    assert_eq!(int(&mut c, &["LOCK.EXTEND", "lock", "alice", "60000"]), 1);
+    assert_eq!(int(&mut c, &["RWLOCK.EXTEND", "rw", "w", "60000"]), 1);
+    assert_eq!(int(&mut c, &["RWLOCK.EXTEND", "rr", "r", "60000"]), 1);
+    let pending: Vec<_> = cases
+        .iter()
+        .map(|(words, info, token)| {
+            let mut waiting: Vec<&str> = words.to_vec();
+            waiting.extend(["WAIT", "0"]);
+            let (_, reply) = spawn_command(&s, &waiting);
+            wait_queued(&mut c, info, words[1], 1);
+            (words, *info, *token, reply)
+        })
+        .collect();
+    assert!(grace_left(&mut c) > 0, "the window ended while queueing");
+    for (words, info, token, reply) in pending {
+        assert_eq!(granted(reply), token, "{words:?}: the holder's own token");
+        assert_eq!(grace_left(&mut c), 0, "{words:?} granted inside the window");
+        let fields = map(&mut c, &[info, words[1]]);
+        assert_eq!(field_int(&fields, "holds"), 2, "{words:?}");
+        assert_eq!(field_int(&fields, "waiters"), 0, "{words:?}");
+    }
+    assert_eq!(int(&mut c, &["LOCK.RELEASE", "lock", "alice"]), 0);
+    assert_eq!(int(&mut c, &["LOCK.RELEASE", "lock", "alice"]), 1);
+}
+
+/// Under `warden.max-lease` nothing stretches a lock's lease: `PEXPIRE`,
+/// `EXPIRE`, `PERSIST`, `RESTORE` with or without a ttl, `COPY`. The lease
+/// warden enforces is capped, and the key's expiry is put back to it by the
+/// next warden command on the key.
+#[test]
+fn no_command_stretches_a_lock_past_max_lease() {
+    const CAP: i64 = 2000;
+    let s = Server::start(&["--warden.max-lease", "2000"]);
+    let mut c = s.conn();
+    let dump = |c: &mut Connection, key: &str| -> Vec<u8> {
+        redis::cmd("DUMP").arg(key).query(c).unwrap()
+    };
+    let restore = |c: &mut Connection, key: &str, ttl: &str, payload: &[u8]| {
+        let _: () = redis::cmd("RESTORE")
+            .arg(key)
+            .arg(ttl)
+            .arg(payload)
+            .query(c)
+            .unwrap();
+    };
+    // (case, exclusive lock?, how the key `dst` gets its long expiry)
+    let cases: [(&str, bool, &[&[&str]]); 9] = [
+        ("PEXPIRE", true, &[&["PEXPIRE", "dst", "3600000"]]),
+        ("EXPIRE", true, &[&["EXPIRE", "dst", "3600"]]),
+        ("PERSIST", true, &[&["PERSIST", "dst"]]),
+        ("RESTORE ttl", true, &[&["RESTORE", "dst", "3600000"]]),
+        ("RESTORE 0", true, &[&["RESTORE", "dst", "0"]]),
+        (
+            "COPY",
+            true,
+            &[&["COPY", "src", "dst"], &["PEXPIRE", "dst", "3600000"]],
+        ),
+        ("rw PEXPIRE", false, &[&["PEXPIRE", "dst", "3600000"]]),
+        ("rw RESTORE ttl", false, &[&["RESTORE", "dst", "3600000"]]),
+        (
+            "rw COPY",
+            false,
+            &[&["COPY", "src", "dst"], &["PEXPIRE", "dst", "3600000"]],
+        ),
+    ];
+    let mut contenders = Vec::new();
+    for (i, (case, exclusive, steps)) in cases.iter().enumerate() {
+        let (src, dst) = (format!("src{i}"), format!("dst{i}"));
+        let acquire = if *exclusive {
+            "LOCK.ACQUIRE"
+        } else {
+            "RWLOCK.WRITE"
+        };
+        let from_src = steps[0][0] == "RESTORE" || steps[0][0] == "COPY";
+        let held = if from_src { &src } else { &dst };
+        int(&mut c, &[acquire, held, "owner", &CAP.to_string()]);
+        for step in *steps {
+            let words: Vec<&str> = step
+                .iter()
+                .map(|w| match *w {
+                    "src" => src.as_str(),
+                    "dst" => dst.as_str(),
+                    w => w,
+                })
+                .collect();
+            if words[0] == "RESTORE" {
+                let payload = dump(&mut c, &src);
+                restore(&mut c, &dst, words[2], &payload);
+            } else {
+                int(&mut c, &words);
+            }
+        }
+        // A warden command that changes nothing reads the lease and caps it.
+        let (info, refused) = if *exclusive {
+            ("LOCK.INFO", ["LOCK.RELEASE", &dst, "nobody"])
+        } else {
+            ("RWLOCK.INFO", ["RWLOCK.UNLOCK", &dst, "nobody"])
+        };
+        assert_eq!(int(&mut c, &refused), -1, "{case}");
+        let ttl = maybe_map(&mut c, &[info, &dst]).map_or(0, |f| field_int(&f, "ttl"));
+        assert!(ttl <= CAP, "{case}: lease of {ttl} ms");
+        let pttl = int(&mut c, &["PTTL", &dst]);
+        assert!(
+            pttl == -2 || (0..=CAP).contains(&pttl),
+            "{case}: PTTL {pttl}"
+        );
+        // Another owner gets the lock once the capped lease ends (the WAIT
+        // bounds the wait server-side).
+        let (_, reply) = spawn_command(&s, &[acquire, &dst, "next", "1000", "WAIT", "20000"]);
+        contenders.push((case, reply));
+    }
+    for (case, reply) in contenders {
+        match reply.join().unwrap() {
+            Ok(Value::Int(fence)) => assert!(fence > 0, "{case}"),
+            other => panic!("{case}: the lease outlived max-lease: {other:?}"),
+        }
+    }
 }
 
 /// A master, two replicas and three Sentinels, all with the same warden settings.

@@ -428,3 +428,44 @@ fn writers_and_readers_under_contention_never_see_torn_values() {
         "{info}"
     );
 }
+
+/// Like an exclusive lock, a read-write lock whose key lost its expiry
+/// (`PERSIST`, `RESTORE` without a ttl) gets its latest lease back on the
+/// key at the next warden command, even one that changes nothing.
+#[test]
+fn a_read_write_lock_key_gets_its_lease_back_after_persist_or_restore() {
+    let s = Server::start(&[]);
+    let mut c = s.conn();
+    for case in ["PERSIST", "RESTORE"] {
+        let key = format!("rw-{case}");
+        match case {
+            "PERSIST" => {
+                fence(read(&mut c, &key, "r"));
+                assert_eq!(int(&mut c, &["PERSIST", &key]), 1);
+            }
+            _ => {
+                fence(write(&mut c, "src", "w"));
+                let payload: Vec<u8> = redis::cmd("DUMP").arg("src").query(&mut c).unwrap();
+                let _: () = redis::cmd("RESTORE")
+                    .arg(&key)
+                    .arg(0)
+                    .arg(payload)
+                    .query(&mut c)
+                    .unwrap();
+            }
+        }
+        assert_eq!(
+            int(&mut c, &["PTTL", &key]),
+            -1,
+            "{case}: the key lost its expiry"
+        );
+        assert_eq!(write(&mut c, &key, "other"), Value::Nil, "{case}");
+        let pttl = int(&mut c, &["PTTL", &key]);
+        assert!((1..=60_000).contains(&pttl), "{case}: PTTL {pttl}");
+        let ttl = field_int(&info(&mut c, &key).unwrap(), "ttl");
+        assert!(
+            (pttl - ttl).abs() < 1000,
+            "{case}: PTTL {pttl}, lease {ttl}"
+        );
+    }
+}

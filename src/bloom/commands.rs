@@ -65,8 +65,13 @@ fn chain_in(key: &Key) -> Result<Option<&mut Chain>, RedisError> {
 
 /// `BF.RESERVE key error_rate capacity [EXPANSION expansion] [NONSCALING]`
 pub fn reserve(ctx: &Context, args: &[Arg]) -> RedisResult {
-    if !(4..=7).contains(&args.len()) {
+    if args.len() < 4 {
         return Err(RedisError::WrongArity);
+    }
+    // `COMMAND INFO` says -4 (an arity cannot say "at most"): more words than
+    // the longest form takes are a syntax error, not an arity one.
+    if args.len() > 7 {
+        return Err(err(error::SYNTAX));
     }
     let error = parse_float(&args[2]).ok_or(err(error::BF_BAD_ERROR_RATE))?;
     if !(error > 0.0 && error < 1.0) {

@@ -39,6 +39,7 @@ use crate::error;
 use crate::events::{self, Listener, Server};
 use crate::fence::FENCES;
 use crate::guard;
+use crate::memory;
 // A replica has no lease table: every `CACHE.*` command is the master's.
 use crate::keyspace::{notify, now_ms, refuse_on_replica, Key};
 use crate::reply::{self, Field};
@@ -434,6 +435,10 @@ pub fn get(ctx: &Context, args: &[Arg]) -> RedisResult {
         // A script serves the value; a reader outside it refreshes.
         Read::HitAndLease { stale } if in_script(ctx) => Read::Hit { stale },
         Read::MissAndLease if in_script(ctx) => return Err(err(error::LEASE_IN_SCRIPT)),
+        // Over `maxmemory` a hit is served without the refresh lease, and a
+        // miss gets the server's own OOM: nothing is allocated.
+        Read::HitAndLease { stale } if memory::over_limit() => Read::Hit { stale },
+        Read::MissAndLease if memory::over_limit() => return Err(err(error::OOM)),
         read => read,
     };
     match read {
@@ -462,6 +467,7 @@ pub fn get(ctx: &Context, args: &[Arg]) -> RedisResult {
         Read::MissBusy => {
             stats::CACHE_MISSES.add(1);
             match req.wait_ms {
+                Some(_) if waiters::can_block(ctx) && memory::over_limit() => Err(err(error::OOM)),
                 Some(timeout_ms) if waiters::can_block(ctx) => {
                     let mode = if req.fresh {
                         Mode::FillFresh
@@ -612,7 +618,8 @@ pub fn info(ctx: &Context, args: &[Arg]) -> RedisResult {
     if args.len() != 2 {
         return Err(RedisError::WrongArity);
     }
-    refuse_on_replica(ctx)?;
+    // Not a write: a replica answers from its keys (it has no lease table,
+    // so no lease and no waiters).
     let name = &args[1];
     let key = Key::read(ctx, name);
     let present = key.string().map_err(err)?.is_some();
@@ -624,13 +631,22 @@ pub fn info(ctx: &Context, args: &[Arg]) -> RedisResult {
     };
     drop(key);
     let q = waiters::queue_key(ctx.ctx, name);
-    let e = entry(&q);
-    let value = match (present, e.is_stale(now)) {
+    let replica = ctx.get_flags().contains(ContextFlags::SLAVE);
+    let (stale, lease, waiting) = if replica {
+        (false, None, 0)
+    } else {
+        let stale = entry(&q).is_stale(now);
+        (
+            stale,
+            live_lease(&q, now),
+            waiters::queued(ctx, name, &KIND),
+        )
+    };
+    let value = match (present, stale) {
         (false, _) => "miss",
         (true, true) => "stale",
         (true, false) => "hit",
     };
-    let lease = live_lease(&q, now);
     reply::map(
         ctx,
         &[
@@ -644,10 +660,7 @@ pub fn info(ctx: &Context, args: &[Arg]) -> RedisResult {
                 "lease_ttl",
                 lease.map_or(Field::Int(-2), |l| Field::Int((l.deadline_ms - now).max(0))),
             ),
-            (
-                "waiters",
-                Field::Int(waiters::queued(ctx, name, &KIND) as i64),
-            ),
+            ("waiters", Field::Int(waiting as i64)),
         ],
     )
 }

@@ -25,15 +25,24 @@ fn err(text: &'static str) -> RedisError {
 /// The lock in `key`, with its deadline read from the key's expiry. A lock
 /// whose key lost its expiry (`PERSIST`) keeps the lease it was granted: the
 /// key gets that deadline back, and a lock whose lease has ended is no lock.
+/// Under `warden.max-lease` an expiry set by anything but warden (`PEXPIRE`,
+/// `EXPIRE`, `RESTORE` with a ttl) may shorten the lease, never lengthen it.
 fn lock_in(key: &Key) -> Result<Option<&mut Lock>, RedisError> {
     let Some(lock) = key.value::<Lock>(&LOCK_TYPE).map_err(err)? else {
         return Ok(None);
     };
+    let now = now_ms();
     match key.expire_at() {
-        Some(at) => lock.deadline_ms = at,
+        Some(at) => {
+            let capped = grace::cap_expiry(at, lock.deadline_ms, now);
+            if capped != at {
+                key.set_expire_at(capped);
+            }
+            lock.deadline_ms = capped;
+        }
         None => key.set_expire_at(lock.deadline_ms),
     }
-    Ok(lock.is_live(now_ms()).then_some(lock))
+    Ok(lock.is_live(now).then_some(lock))
 }
 
 /// Writes the lock's lease to the key and sends its full state to replicas and the AOF.
@@ -108,6 +117,26 @@ fn hand_off(ctx: &Context, name: &Arg, key: &Key, lock: Option<&mut Lock>) -> bo
     true
 }
 
+/// Grants the oldest waiter its re-entry if it is the holder's own request
+/// (one that waited for a grace window to end). Whether one was answered.
+fn reenter_waiting(ctx: &Context, name: &Arg, key: &Key, lock: &mut Lock) -> bool {
+    let Some(waiter) = waiters::pop_head(ctx, name, &KIND, |w| w.owner == lock.owner) else {
+        return false;
+    };
+    let answer = match lock.enter(&waiter.owner, now_ms(), waiter.ttl_ms) {
+        Entry::Reentered { fence } => {
+            publish(ctx, name, key, lock);
+            notify(ctx, c"lock.acquire", name);
+            Answer::Integer(fence as i64)
+        }
+        Entry::Overflow => Answer::Error(error::HOLDS_OVERFLOW),
+        // `lock_in` found it live and held by this owner.
+        Entry::Busy => Answer::Nil,
+    };
+    waiters::answer(ctx, waiter, answer);
+    true
+}
+
 /// The exclusive lock as a kind of waiter: the oldest waiter is granted a free key.
 pub struct LockKind;
 pub static KIND: LockKind = LockKind;
@@ -125,7 +154,14 @@ impl Kind for LockKind {
         let key = Key::write(ctx, name);
         match lock_in(&key) {
             Err(_) => Served::WrongType,
-            Ok(Some(lock)) => Served::Wait(Some(lock.deadline_ms)),
+            Ok(Some(lock)) => {
+                if grace::closed_until(now_ms()).is_none() && reenter_waiting(ctx, name, &key, lock)
+                {
+                    Served::Progress
+                } else {
+                    Served::Wait(Some(lock.deadline_ms))
+                }
+            }
             Ok(None) => {
                 let taken = evicted::taken_until(ctx, name);
                 if let Some(until) = taken.or_else(|| grace::closed_until(now_ms())) {
@@ -211,6 +247,13 @@ pub fn acquire(ctx: &Context, args: &[Arg]) -> RedisResult {
         notify(ctx, c"lock.acquire", name);
         return Ok(RedisValue::Integer(fence as i64));
     };
+    if let Some(until) = grace::closed_until(now) {
+        if lock.is_held_by(req.owner, now) {
+            // A re-entry is a new hold: none inside a grace window.
+            drop(key);
+            return busy(ctx, name, &req, until);
+        }
+    }
     match lock.enter(req.owner, now, req.ttl_ms) {
         Entry::Reentered { fence } => {
             publish(ctx, name, &key, lock);

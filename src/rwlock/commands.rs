@@ -14,7 +14,7 @@ use crate::keyspace::{
     effects_needed, effects_only, notify, now_ms, refuse_on_replica, replicate_del, Key,
 };
 use crate::reply::{self, Field};
-use crate::rwlock::state::{Hold, Mode, Outcome, RwLock, Unlock};
+use crate::rwlock::state::{Gate, Hold, Mode, Outcome, RwLock, Unlock};
 use crate::stats;
 use crate::waiters::{self, Answer, Kind, Served, Waiter};
 
@@ -29,8 +29,18 @@ fn waiter_mode(mode: Mode) -> waiters::Mode {
     }
 }
 
+/// The read-write lock in `key`. Its holds carry their own leases; the key's
+/// expiry is put back to the latest of them when it was lost (`PERSIST`,
+/// `RESTORE` without a ttl) or lies beyond it (`PEXPIRE`, `RESTORE` with a
+/// longer ttl): it never keeps the key longer than its holds.
 fn rw_in(key: &Key) -> Result<Option<&mut RwLock>, RedisError> {
-    key.value::<RwLock>(&RWLOCK_TYPE).map_err(err)
+    let lock = key.value::<RwLock>(&RWLOCK_TYPE).map_err(err)?;
+    if let Some(deadline) = lock.as_ref().and_then(|l| l.deadline()) {
+        if key.expire_at().is_none_or(|at| at > deadline) {
+            key.set_expire_at(deadline);
+        }
+    }
+    Ok(lock)
 }
 
 /// Writes the state's expiry to the key and sends the full state to replicas
@@ -218,9 +228,15 @@ fn request(ctx: &Context, args: &[Arg], mode: Mode) -> RedisResult {
         }
     }
     let now = now_ms();
-    // Inside a grace window every new hold is busy, as if waiters were ahead
-    // (re-entry and a writer's own read hold still pass).
-    let queued = waiters::queued(ctx, name, &KIND) > 0 || grace::closed_until(now).is_some();
+    // Inside a grace window every hold is busy, re-entry included: the
+    // owner's release may have been lost with the old master.
+    let gate = if grace::closed_until(now).is_some() {
+        Gate::Closed
+    } else if waiters::queued(ctx, name, &KIND) > 0 {
+        Gate::Queued
+    } else {
+        Gate::Open
+    };
     let mut fresh = RwLock::default();
     let existing = rw_in(&key)?;
     let is_new = existing.is_none();
@@ -232,7 +248,7 @@ fn request(ctx: &Context, args: &[Arg], mode: Mode) -> RedisResult {
     let lock = existing.unwrap_or(&mut fresh);
     let outcome = match taken {
         Some(_) => Outcome::Busy,
-        None => lock.request(mode, req.owner, now, req.ttl_ms, queued, &mut || {
+        None => lock.request(mode, req.owner, now, req.ttl_ms, gate, &mut || {
             FENCES.draw(now)
         }),
     };

@@ -60,6 +60,19 @@ pub enum Outcome {
     Overflow,
 }
 
+/// Who may get a hold now, besides the rules between the holders.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Gate {
+    /// Anyone the holders admit.
+    Open,
+    /// Waiters are queued ahead: new holds wait; re-entry and the writer's
+    /// own read hold do not.
+    Queued,
+    /// A grace window: every hold waits, re-entry included (the owner's
+    /// release may have been lost with the old master).
+    Closed,
+}
+
 /// What an unlock did.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Unlock {
@@ -119,23 +132,24 @@ impl RwLock {
         self.writer.as_ref().is_some_and(|w| w.owner == owner)
     }
 
-    /// Whether a new hold in `mode` by `owner` fits the current holders.
+    /// Whether a hold in `mode` by `owner` fits the current holders (the
+    /// writer's own re-entry, from the queue, included).
     pub fn admits(&self, mode: Mode, owner: &[u8]) -> bool {
         match mode {
             Mode::Read => self.writer.is_none() || self.is_writer(owner),
-            Mode::Write => self.is_free(),
+            Mode::Write => self.is_free() || self.is_writer(owner),
         }
     }
 
-    /// A request; `queued` says whether waiters are ahead (new holds then wait,
-    /// re-entry and the writer's own read hold do not).
+    /// A request; `gate` says whether waiters are ahead or a grace window
+    /// is open.
     pub fn request(
         &mut self,
         mode: Mode,
         owner: &[u8],
         now_ms: i64,
         ttl_ms: i64,
-        queued: bool,
+        gate: Gate,
         draw: &mut dyn FnMut() -> u64,
     ) -> Outcome {
         self.prune(now_ms);
@@ -145,6 +159,9 @@ impl RwLock {
             Mode::Write => self.writer.as_mut().filter(|w| w.owner == owner),
         };
         if let Some(hold) = existing {
+            if gate == Gate::Closed {
+                return Outcome::Busy;
+            }
             if hold.holds >= MAX_HOLDS {
                 return Outcome::Overflow;
             }
@@ -156,7 +173,12 @@ impl RwLock {
             return Outcome::Upgrade;
         }
         let own_downgrade = mode == Mode::Read && self.is_writer(owner);
-        if !self.admits(mode, owner) || (queued && !own_downgrade) {
+        let passes = match gate {
+            Gate::Open => true,
+            Gate::Queued => own_downgrade,
+            Gate::Closed => false,
+        };
+        if !self.admits(mode, owner) || !passes {
             return Outcome::Busy;
         }
         Outcome::Granted {
@@ -168,12 +190,15 @@ impl RwLock {
     /// reading that is granted a read again (two of its requests waited
     /// together) gets one more hold on its existing entry: one entry per owner.
     pub fn grant(&mut self, mode: Mode, owner: &[u8], now_ms: i64, ttl_ms: i64, fence: u64) -> u64 {
-        if mode == Mode::Read {
-            if let Some(hold) = self.reader_mut(owner) {
-                hold.holds = hold.holds.saturating_add(1).min(MAX_HOLDS);
-                hold.deadline_ms = hold.deadline_ms.max(now_ms.saturating_add(ttl_ms));
-                return hold.fence;
-            }
+        // A re-entry that waited (a grace window) joins the owner's hold.
+        let own = match mode {
+            Mode::Read => self.reader_mut(owner),
+            Mode::Write => self.writer.as_mut().filter(|w| w.owner == owner),
+        };
+        if let Some(hold) = own {
+            hold.holds = hold.holds.saturating_add(1).min(MAX_HOLDS);
+            hold.deadline_ms = hold.deadline_ms.max(now_ms.saturating_add(ttl_ms));
+            return hold.fence;
         }
         let hold = Hold::new(owner, fence, now_ms, ttl_ms);
         match mode {
@@ -325,7 +350,7 @@ mod tests {
         now: i64,
         draw: &mut dyn FnMut() -> u64,
     ) -> Outcome {
-        l.request(mode, owner.as_bytes(), now, 100, false, draw)
+        l.request(mode, owner.as_bytes(), now, 100, Gate::Open, draw)
     }
 
     #[test]
@@ -439,8 +464,8 @@ mod tests {
     fn each_reader_has_its_own_lease() {
         let mut t = tokens();
         let mut l = RwLock::default();
-        l.request(Mode::Read, b"short", 0, 10, false, &mut t);
-        l.request(Mode::Read, b"long", 0, 1000, false, &mut t);
+        l.request(Mode::Read, b"short", 0, 10, Gate::Open, &mut t);
+        l.request(Mode::Read, b"long", 0, 1000, Gate::Open, &mut t);
         assert_eq!(l.deadline(), Some(1000));
         assert_eq!(l.next_lease_end(), Some(10));
         l.prune(11);
@@ -452,29 +477,54 @@ mod tests {
     fn waiters_ahead_make_new_readers_wait_but_not_reentry_or_downgrade() {
         let mut t = tokens();
         let mut l = RwLock::default();
-        l.request(Mode::Read, b"r", 0, 100, false, &mut t);
+        l.request(Mode::Read, b"r", 0, 100, Gate::Open, &mut t);
         assert_eq!(
-            l.request(Mode::Read, b"new", 0, 100, true, &mut t),
+            l.request(Mode::Read, b"new", 0, 100, Gate::Queued, &mut t),
             Outcome::Busy
         );
         assert!(matches!(
-            l.request(Mode::Read, b"r", 0, 100, true, &mut t),
+            l.request(Mode::Read, b"r", 0, 100, Gate::Queued, &mut t),
             Outcome::Reentered { .. }
         ));
         let mut w = RwLock::default();
-        w.request(Mode::Write, b"w", 0, 100, false, &mut t);
+        w.request(Mode::Write, b"w", 0, 100, Gate::Open, &mut t);
         assert!(matches!(
-            w.request(Mode::Read, b"w", 0, 100, true, &mut t),
+            w.request(Mode::Read, b"w", 0, 100, Gate::Queued, &mut t),
             Outcome::Granted { .. }
         ));
+    }
+
+    #[test]
+    fn a_closed_gate_makes_every_hold_wait_reentry_and_downgrade_included() {
+        let mut t = tokens();
+        let mut w = RwLock::default();
+        let fence = match w.request(Mode::Write, b"w", 0, 100, Gate::Open, &mut t) {
+            Outcome::Granted { fence } => fence,
+            other => panic!("{other:?}"),
+        };
+        let before = w.clone();
+        for mode in [Mode::Write, Mode::Read] {
+            assert_eq!(
+                w.request(mode, b"w", 0, 100, Gate::Closed, &mut t),
+                Outcome::Busy
+            );
+        }
+        assert_eq!(w, before, "a refused request changes nothing");
+        // Once the window ends, the waiting re-entry joins the writer's hold.
+        assert!(w.admits(Mode::Write, b"w"));
+        assert!(!w.admits(Mode::Write, b"other"));
+        assert_eq!(w.grant(Mode::Write, b"w", 50, 100, 99), fence);
+        let writer = w.writer.as_ref().unwrap();
+        assert_eq!((writer.holds, writer.deadline_ms), (2, 150));
+        assert_eq!(w.fence, fence, "no new token for a re-entry");
     }
 
     #[test]
     fn extend_resets_every_lease_of_the_owner() {
         let mut t = tokens();
         let mut l = RwLock::default();
-        l.request(Mode::Write, b"w", 0, 10, false, &mut t);
-        l.request(Mode::Read, b"w", 0, 20, false, &mut t);
+        l.request(Mode::Write, b"w", 0, 10, Gate::Open, &mut t);
+        l.request(Mode::Read, b"w", 0, 20, Gate::Open, &mut t);
         assert!(l.extend(b"w", 5, 500));
         assert_eq!(l.writer.as_ref().unwrap().deadline_ms, 505);
         assert_eq!(l.readers[0].deadline_ms, 505);
@@ -485,9 +535,9 @@ mod tests {
     fn expired_writer_frees_the_lock() {
         let mut t = tokens();
         let mut l = RwLock::default();
-        l.request(Mode::Write, b"w", 0, 10, false, &mut t);
+        l.request(Mode::Write, b"w", 0, 10, Gate::Open, &mut t);
         assert!(matches!(
-            l.request(Mode::Read, b"r", 11, 10, false, &mut t),
+            l.request(Mode::Read, b"r", 11, 10, Gate::Open, &mut t),
             Outcome::Granted { .. }
         ));
         assert_eq!(l.unlock(b"w", 11), Unlock::NotHeld);
