@@ -32,7 +32,15 @@ pub fn integer(bytes: &[u8]) -> Option<i64> {
     if digits == b"0" && bytes.len() == 2 {
         return None;
     }
-    std::str::from_utf8(bytes).ok()?.parse().ok()
+    // Digits to a number without a detour through `str` (every command parses some).
+    let magnitude = digits.iter().try_fold(0u64, |n, d| {
+        n.checked_mul(10)?.checked_add(u64::from(d - b'0'))
+    })?;
+    if bytes[0] == b'-' {
+        0i64.checked_sub_unsigned(magnitude)
+    } else {
+        i64::try_from(magnitude).ok()
+    }
 }
 
 pub fn owner(bytes: &[u8]) -> Result<&[u8], &'static str> {

@@ -179,6 +179,14 @@ pub fn effects_needed(ctx: &Context) -> bool {
 
 static LISTENERS: AtomicBool = AtomicBool::new(false);
 
+/// Whether this server is a replica, as the last role change (or the load)
+/// said: lets hot paths skip the context-flags call on a master.
+static REPLICA: AtomicBool = AtomicBool::new(false);
+
+pub fn maybe_replica() -> bool {
+    REPLICA.load(Ordering::Relaxed)
+}
+
 /// What may add listeners to the effect stream: a fork (an AOF rewrite, a
 /// full sync) and a replica. Heard until the first, then never again.
 const LISTENER_EVENTS: [u64; 2] = [
@@ -234,6 +242,10 @@ extern "C" fn on_listener_event(
 /// Watches for what may add listeners to the effect stream. At load time a
 /// server that already replicates (or is a replica) counts as listened to.
 pub fn watch_listeners(ctx: &Context) -> bool {
+    REPLICA.store(
+        ctx.get_flags().contains(ContextFlags::SLAVE),
+        Ordering::Relaxed,
+    );
     let replicating = ctx.get_flags().contains(ContextFlags::SLAVE)
         || ctx.call("INFO", &["replication"]).map_or(true, |info| {
             let text = format!("{info:?}");
@@ -248,7 +260,8 @@ pub fn watch_listeners(ctx: &Context) -> bool {
 }
 
 fn on_server(_ctx: *mut raw::RedisModuleCtx, event: &Server) {
-    if let Server::Role { .. } = event {
+    if let Server::Role { master } = event {
+        REPLICA.store(!master, Ordering::Relaxed);
         listened_to();
     }
 }

@@ -41,7 +41,7 @@ use crate::fence::FENCES;
 use crate::guard;
 use crate::memory;
 // A replica has no lease table: every `CACHE.*` command is the master's.
-use crate::keyspace::{notify, now_ms, refuse_on_replica, Key};
+use crate::keyspace::{self, notify, now_ms, refuse_on_replica, Key};
 use crate::reply::{self, Field};
 use crate::stats;
 use crate::waiters::{self, Answer, Kind, Mode, QueueKey, Served, Waiter};
@@ -390,7 +390,9 @@ pub fn get(ctx: &Context, args: &[Arg]) -> RedisResult {
         return Err(RedisError::WrongArity);
     }
     let req = args::cache_get(&args[2..]).map_err(RedisError::String)?;
-    refuse_on_replica(ctx)?;
+    if keyspace::maybe_replica() {
+        refuse_on_replica(ctx)?;
+    }
     let name = &args[1];
     // The common case, as lean as `GET`: a value, no entry (lease, stale
     // mark, waiters) for its key, no refresh due: one key open, no allocation.

@@ -30,7 +30,7 @@
 use std::cell::{Cell, RefCell};
 use std::ffi::CStr;
 use std::os::raw::{c_char, c_int, c_void};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use redis_module::{raw, Context, RedisValue};
 use rustc_hash::{FxHashMap, FxHashSet};
@@ -121,6 +121,11 @@ struct Pending {
 /// The lengths of the names in the lease table (`Table::len_mask`), kept
 /// where the filter reads it with one load.
 static LEN_MASK: AtomicU64 = AtomicU64::new(0);
+/// Whether a command waits to be decided, and whether a transaction holds
+/// keys: statics, not thread-locals (each thread-local costs a call in a
+/// shared library, on every command).
+static ANY_PENDING: AtomicBool = AtomicBool::new(false);
+static ANY_QUEUED: AtomicBool = AtomicBool::new(false);
 
 pub fn set_len_mask(mask: u64) {
     LEN_MASK.store(mask, Ordering::Relaxed);
@@ -131,8 +136,6 @@ thread_local! {
     static PENDING: RefCell<Option<Pending>> = const { RefCell::new(None) };
     /// Per client in `MULTI`: the leased keys its queued commands name.
     static QUEUED: RefCell<FxHashMap<u64, Vec<Vec<u8>>>> = RefCell::new(FxHashMap::default());
-    static ANY_PENDING: Cell<bool> = const { Cell::new(false) };
-    static ANY_QUEUED: Cell<bool> = const { Cell::new(false) };
     static CATALOGUE: RefCell<Catalogue> = RefCell::new(Catalogue::default());
 }
 
@@ -215,7 +218,7 @@ fn exec_aborts() -> u64 {
 
 fn note(pending: Pending) {
     PENDING.with(|p| *p.borrow_mut() = Some(pending));
-    ANY_PENDING.with(|a| a.set(true));
+    ANY_PENDING.store(true, Ordering::Relaxed);
     // Decided on the next command, or on the next timer turn.
     unsafe {
         raw::RedisModule_CreateTimer.unwrap()(
@@ -229,10 +232,9 @@ fn note(pending: Pending) {
 
 /// Decides the command noted last: its keys' leases end if it was not refused.
 pub fn decide() {
-    if !ANY_PENDING.with(Cell::get) {
+    if !ANY_PENDING.load(Ordering::Relaxed) || !ANY_PENDING.swap(false, Ordering::Relaxed) {
         return;
     }
-    ANY_PENDING.with(|a| a.set(false));
     let Some(p) = PENDING.with(|p| p.borrow_mut().take()) else {
         return;
     };
@@ -263,7 +265,7 @@ fn transaction_end(name: &[u8], client: u64) -> bool {
     let Some(names) = QUEUED.with(|q| q.borrow_mut().remove(&client)) else {
         return false;
     };
-    ANY_QUEUED.with(|a| a.set(QUEUED.with(|q| !q.borrow().is_empty())));
+    ANY_QUEUED.store(QUEUED.with(|q| !q.borrow().is_empty()), Ordering::Relaxed);
     if exec {
         note(Pending {
             names,
@@ -279,7 +281,7 @@ extern "C" fn on_command(fctx: FilterCtx) {
         // The command before this one has been answered by now.
         decide();
         let argc = unsafe { raw::RedisModule_CommandFilterArgsCount.unwrap()(fctx) };
-        if ANY_QUEUED.with(Cell::get) {
+        if ANY_QUEUED.load(Ordering::Relaxed) {
             if let Some(c) = sender(fctx) {
                 if transaction_end(arg(fctx, 0), c) {
                     return;
@@ -301,7 +303,7 @@ extern "C" fn on_command(fctx: FilterCtx) {
         match sender(fctx) {
             Some(c) if in_multi(c) => {
                 QUEUED.with(|q| q.borrow_mut().entry(c).or_default().extend(names));
-                ANY_QUEUED.with(|a| a.set(true));
+                ANY_QUEUED.store(true, Ordering::Relaxed);
             }
             _ => note(Pending {
                 names,
@@ -319,7 +321,7 @@ pub fn client_gone(client: u64) {
         if q.remove(&client).is_some() && q.capacity() > 64 && q.len() * 4 < q.capacity() {
             q.shrink_to_fit();
         }
-        ANY_QUEUED.with(|a| a.set(!q.is_empty()));
+        ANY_QUEUED.store(!q.is_empty(), Ordering::Relaxed);
     });
 }
 
@@ -341,7 +343,7 @@ pub fn listen(on: bool) {
     } else if !on && !filter.is_null() {
         decide();
         QUEUED.with(|q| *q.borrow_mut() = FxHashMap::default());
-        ANY_QUEUED.with(|a| a.set(false));
+        ANY_QUEUED.store(false, Ordering::Relaxed);
         unsafe { raw::RedisModule_UnregisterCommandFilter.unwrap()(ctx, filter) };
         FILTER.with(|c| c.set(std::ptr::null_mut()));
     }
