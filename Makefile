@@ -130,7 +130,7 @@ test: deps venv python-venv node-deps $(REDISBLOOM) $(SERVER_DEPS)
 	cargo test --release --workspace --no-run
 	WARDEN_SERVER=$(SERVER_BIN) WARDEN_MODULE=$(CURDIR)/$(TEST_MODULE) WARDEN_PYTHON=$(CURDIR)/$(PYTHON) \
 		REDISBLOOM_MODULE=$(CURDIR)/$(REDISBLOOM) \
-		cargo test --release --workspace --no-fail-fast $(TEST_TARGETS) -- --test-threads=4
+		cargo test --release --workspace --no-fail-fast $(TEST_TARGETS) -- --test-threads=4 --show-output
 	$(MAKE) --no-print-directory python-test
 	$(MAKE) --no-print-directory node-test
 	$(MAKE) --no-print-directory dist-test

@@ -266,7 +266,18 @@ fn an_evicted_lock_keeps_its_key_taken_until_its_lease_ends() {
 /// 7.2 and later, Valkey): only there do evicted locks outlive a reload.
 fn has_aux_save2(c: &mut Connection) -> bool {
     let info: String = redis::cmd("INFO").arg("server").query(c).unwrap();
-    is_valkey() || !info.contains("redis_version:7.0.") && !info.contains("redis_version:7.1.")
+    let has =
+        is_valkey() || !info.contains("redis_version:7.0.") && !info.contains("redis_version:7.1.");
+    println!(
+        "version-dependent: {:?}: RDB aux data {}",
+        server_version(c),
+        if has {
+            "through aux_save2, only when there is some (the >= 7.2 path)"
+        } else {
+            "through aux_save (the 7.0 path)"
+        }
+    );
+    has
 }
 
 #[test]

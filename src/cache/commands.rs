@@ -69,7 +69,7 @@ fn with<T>(f: impl FnOnce(&mut Table) -> T) -> T {
     TABLE.with(|t| {
         let mut t = t.borrow_mut();
         let out = f(&mut t);
-        filter::set_len_mask(t.len_mask());
+        filter::set_masks(t.len_mask(), t.tail_mask());
         out
     })
 }

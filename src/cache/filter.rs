@@ -36,7 +36,7 @@ use redis_module::{raw, Context, RedisValue};
 use rustc_hash::{FxHashMap, FxHashSet};
 
 use crate::cache::commands;
-use crate::cache::table::len_bit;
+use crate::cache::table::{len_bit, tail_bit};
 use crate::events;
 use crate::guard;
 
@@ -118,17 +118,20 @@ struct Pending {
     exec: bool,
 }
 
-/// The lengths of the names in the lease table (`Table::len_mask`), kept
-/// where the filter reads it with one load.
+/// The lengths and last bytes of the names in the lease table
+/// (`Table::len_mask`, `Table::tail_mask`), kept where the filter reads them
+/// with a load each.
 static LEN_MASK: AtomicU64 = AtomicU64::new(0);
+static TAIL_MASK: AtomicU64 = AtomicU64::new(0);
 /// Whether a command waits to be decided, and whether a transaction holds
 /// keys: statics, not thread-locals (each thread-local costs a call in a
 /// shared library, on every command).
 static ANY_PENDING: AtomicBool = AtomicBool::new(false);
 static ANY_QUEUED: AtomicBool = AtomicBool::new(false);
 
-pub fn set_len_mask(mask: u64) {
-    LEN_MASK.store(mask, Ordering::Relaxed);
+pub fn set_masks(len_mask: u64, tail_mask: u64) {
+    LEN_MASK.store(len_mask, Ordering::Relaxed);
+    TAIL_MASK.store(tail_mask, Ordering::Relaxed);
 }
 
 thread_local! {
@@ -288,12 +291,13 @@ extern "C" fn on_command(fctx: FilterCtx) {
                 }
             }
         }
-        // The common case costs one load and a bit test per argument.
+        // The common case costs two loads and a bit test or two per argument.
         let mask = LEN_MASK.load(Ordering::Relaxed);
+        let tails = TAIL_MASK.load(Ordering::Relaxed);
         let mut names: Vec<Vec<u8>> = Vec::new();
         for i in 1..argc {
             let a = arg(fctx, i);
-            if mask & len_bit(a.len()) != 0 && commands::names(a) {
+            if mask & len_bit(a.len()) != 0 && tails & tail_bit(a) != 0 && commands::names(a) {
                 names.push(a.to_vec());
             }
         }

@@ -71,6 +71,18 @@ pub struct Table {
     by_len: [u32; NAME_LENGTHS],
     /// Bit `min(len, 63)` set while a name of that length has an entry.
     len_mask: u64,
+    /// Names by their last byte (`tail_bit`), and the bits of those counted.
+    by_tail: [u32; 64],
+    tail_mask: u64,
+}
+
+/// The bit of `tail_mask` for a name: its last byte, folded to 64 values.
+pub fn tail_bit(name: &[u8]) -> u64 {
+    1 << (name.last().copied().unwrap_or(0) & 63)
+}
+
+fn tail_slot(name: &[u8]) -> usize {
+    usize::from(name.last().copied().unwrap_or(0) & 63)
 }
 
 /// The bit of `len_mask` for a name of `len` bytes.
@@ -106,6 +118,8 @@ impl Default for Table {
             names: FxHashMap::default(),
             by_len: [0; NAME_LENGTHS],
             len_mask: 0,
+            by_tail: [0; 64],
+            tail_mask: 0,
         }
     }
 }
@@ -124,6 +138,25 @@ impl Table {
     /// other commands are ruled out by this one word.
     pub fn len_mask(&self) -> u64 {
         self.len_mask
+    }
+
+    /// The last bytes of the names with entries, as bits (`tail_bit`).
+    pub fn tail_mask(&self) -> u64 {
+        self.tail_mask
+    }
+
+    fn count_tail(&mut self, name: &[u8], up: bool) {
+        let slot = tail_slot(name);
+        if up {
+            self.by_tail[slot] += 1;
+        } else {
+            self.by_tail[slot] -= 1;
+        }
+        if self.by_tail[slot] == 0 {
+            self.tail_mask &= !tail_bit(name);
+        } else {
+            self.tail_mask |= tail_bit(name);
+        }
     }
 
     fn recount_len(&mut self, len: usize) {
@@ -152,6 +185,7 @@ impl Table {
             if *n == 1 {
                 self.by_len[len_slot(&q.name)] += 1;
                 self.recount_len(q.name.len());
+                self.count_tail(&q.name, true);
             }
         }
         let db = self.dbs.entry(q.db).or_default();
@@ -165,6 +199,7 @@ impl Table {
                 self.names.remove(name);
                 self.by_len[len_slot(name)] -= 1;
                 self.recount_len(name.len());
+                self.count_tail(name, false);
                 if self.names.capacity() > 64 && self.names.len() * 4 < self.names.capacity() {
                     self.names.shrink_to_fit();
                 }
@@ -600,6 +635,8 @@ mod tests {
         t.forget_db(-1);
         assert!(!t.names(b"s") && !t.names(long.as_bytes()));
         assert!(t.names.is_empty() && t.by_len.iter().all(|&n| n == 0));
+        assert!(t.by_tail.iter().all(|&n| n == 0));
+        assert_eq!((t.len_mask(), t.tail_mask()), (0, 0));
     }
 
     #[test]

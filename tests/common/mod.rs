@@ -48,10 +48,21 @@ pub fn is_valkey() -> bool {
 /// Redis' timeout path cannot drop an answer already handed over (Redis 7.4+,
 /// Valkey 8+); elsewhere it answers 0 and the waiter keeps waiting.
 pub fn unblock_ends_wait(c: &mut Connection) -> bool {
-    match info_version(c, "valkey_version:") {
+    let ends = match info_version(c, "valkey_version:") {
         Some(v) => v >= (8, 0),
         None => info_version(c, "redis_version:").is_some_and(|v| v >= (7, 4)),
-    }
+    };
+    println!(
+        "version-dependent: {} {:?}: CLIENT UNBLOCK {}",
+        if is_valkey() { "Valkey" } else { "Redis" },
+        info_version(c, "valkey_version:").unwrap_or_else(|| server_version(c)),
+        if ends {
+            "ends a wait (the >= 7.4 path)"
+        } else {
+            "answers 0, the wait goes on (the 7.0-7.2 path)"
+        }
+    );
+    ends
 }
 
 fn info_version(c: &mut Connection, field: &str) -> Option<(u32, u32)> {
