@@ -366,6 +366,21 @@ pub fn queued(ctx: &Context, name: &[u8], kind: &'static dyn Kind) -> usize {
     with(|r| r.queue(db, name).map_or(0, |q| q[kind.index()].live))
 }
 
+/// Whether waiters of another kind are queued on `name`: a request that
+/// finds the key free lets them be served first (they were there when it
+/// was freed; their turn may still be on its way from the next tick).
+pub fn others_queued(ctx: &Context, name: &[u8], kind: &'static dyn Kind) -> bool {
+    if nobody_waits() {
+        return false;
+    }
+    let db = selected_db(ctx.ctx);
+    let k = kind.index();
+    with(|r| {
+        r.queue(db, name)
+            .is_some_and(|q| q.iter().enumerate().any(|(i, q)| i != k && q.live > 0))
+    })
+}
+
 /// All clients waiting, on every key.
 pub fn total_waiting() -> usize {
     with(|r| r.waiting.len())

@@ -226,6 +226,9 @@ pub fn acquire(ctx: &Context, args: &[Arg]) -> RedisResult {
     grace::check_lease(req.ttl_ms).map_err(RedisError::String)?;
     refuse_on_replica(ctx)?;
     let name = &args[1];
+    if waiters::others_queued(ctx, name, &KIND) {
+        waiters::serve(ctx, name);
+    }
     let key = Key::write(ctx, name);
     let now = now_ms();
     let Some(lock) = lock_in(&key)? else {

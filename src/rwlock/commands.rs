@@ -216,6 +216,9 @@ fn request(ctx: &Context, args: &[Arg], mode: Mode) -> RedisResult {
     grace::check_lease(req.ttl_ms).map_err(RedisError::String)?;
     refuse_on_replica(ctx)?;
     let name = &args[1];
+    if waiters::others_queued(ctx, name, &KIND) {
+        waiters::serve(ctx, name);
+    }
     let mut key = Key::write(ctx, name);
     rw_in(&key)?;
     if waiters::queued(ctx, name, &KIND) > 0 {
