@@ -168,7 +168,9 @@ pub enum Answer {
     Nil,
     Error(&'static str),
     /// `[value, lease]`, each possibly nil (cache reads).
-    Pair(Option<Vec<u8>>, Option<i64>),
+    /// The value is shared by every waiter a fill answers: one copy, however
+    /// many wait.
+    Pair(Option<std::rc::Rc<[u8]>>, Option<i64>),
 }
 
 impl Answer {

@@ -358,3 +358,50 @@ fn a_big_cache_hit_is_not_copied() {
         );
     }
 }
+
+/// A fill answers every waiter with one shared copy of the value, however
+/// many wait.
+#[test]
+fn a_fill_answers_its_waiters_from_one_copy() {
+    const WAITERS: usize = 20;
+    let s = Server::start(&[]);
+    let mut c = s.conn();
+    let token = match redis::cmd("CACHE.GET")
+        .arg("big")
+        .arg(60000)
+        .query::<Vec<redis::Value>>(&mut c)
+        .unwrap()[1]
+    {
+        redis::Value::Int(t) => t,
+        ref other => panic!("{other:?}"),
+    };
+    let waiting: Vec<_> = (0..WAITERS)
+        .map(|_| spawn_command(&s, &["CACHE.GET", "big", "60000", "WAIT", "30000"]).1)
+        .collect();
+    wait_for("the waiters", std::time::Duration::from_secs(10), || {
+        field_int(&map(&mut c, &["CACHE.INFO", "big"]), "waiters") == WAITERS as i64
+    });
+    let value = "x".repeat(4 << 20);
+    let before = warden_stat(&mut c, "module_allocated_total");
+    let filled: i64 = redis::cmd("CACHE.FILL")
+        .arg("big")
+        .arg(token)
+        .arg(&value)
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(filled, 1);
+    for w in waiting {
+        match w.join().unwrap().unwrap() {
+            redis::Value::Array(v) => {
+                assert!(matches!(&v[0], redis::Value::BulkString(b) if b.len() == value.len()))
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+    let copied = warden_stat(&mut c, "module_allocated_total") - before;
+    assert!(
+        copied < 2 * value.len() as i64,
+        "{WAITERS} waiters: the module allocated {copied} bytes for a {} byte value",
+        value.len()
+    );
+}

@@ -289,9 +289,9 @@ pub static EVENTS: Listener = Listener {
 
 /// The key's cached value, copied for the waiters it answers; `Err` if it
 /// holds another type.
-fn read_value(ctx: &Context, name: &Arg) -> Result<Option<Vec<u8>>, RedisError> {
+fn read_value(ctx: &Context, name: &Arg) -> Result<Option<std::rc::Rc<[u8]>>, RedisError> {
     let key = Key::read(ctx, name);
-    Ok(key.string().map_err(err)?.map(<[u8]>::to_vec))
+    Ok(key.string().map_err(err)?.map(std::rc::Rc::from))
 }
 
 /// The cache fill as a kind of waiter: a value answers every waiter at once;
