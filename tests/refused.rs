@@ -279,6 +279,60 @@ fn expiry_in_the_past_revokes_even_on_a_missing_key() {
     }
 }
 
+/// A write that ran counts even when an error follows it at once: a
+/// script's own error, or a malformed request behind it on its connection.
+#[test]
+fn a_write_followed_by_an_error_still_revokes() {
+    use std::io::{Read, Write};
+    let s = Server::start(&[]);
+    let mut c = s.conn();
+    let cases: &[&str] = &["script error", "function error", "protocol error"];
+    run(
+        &mut c,
+        &[
+            "FUNCTION",
+            "LOAD",
+            "#!lua name=attack\nredis.register_function('w', function(keys) \
+             redis.call('SET', keys[1], 'new'); return redis.error_reply('ERR x') end)",
+        ],
+    )
+    .unwrap();
+    for case in cases {
+        for before in [Before::MissingWithWaiter, Before::Value] {
+            run(&mut c, &["DEL", "k"]).unwrap();
+            let (token, waiter) = prepare(&s, &mut c, before);
+            match *case {
+                "script error" => {
+                    let script = "redis.call('SET', KEYS[1], 'new'); error('boom')";
+                    assert!(run(&mut c, &["EVAL", script, "1", "k"]).is_err());
+                }
+                "function error" => assert!(run(&mut c, &["FCALL", "w", "1", "k"]).is_err()),
+                _ => {
+                    let mut raw = std::os::unix::net::UnixStream::connect(s.socket()).unwrap();
+                    raw.write_all(b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$3\r\nnew\r\n*abc\r\n")
+                        .unwrap();
+                    let mut out = Vec::new();
+                    raw.read_to_end(&mut out).unwrap();
+                    assert!(out.starts_with(b"+OK\r\n-ERR Protocol error"), "{out:?}");
+                }
+            }
+            let filled = int(&mut c, &["CACHE.FILL", "k", &token.to_string(), "stale"]);
+            assert_eq!(
+                filled, 0,
+                "{case}, {before:?}: the fill after a write is refused"
+            );
+            if let Some(w) = waiter {
+                match w.join().unwrap() {
+                    Value::Array(v) => {
+                        assert_eq!(v[0], Value::BulkString(b"new".to_vec()), "{case}")
+                    }
+                    other => panic!("{case}: {other:?}"),
+                }
+            }
+        }
+    }
+}
+
 /// A command that only reads the key is no write, whoever answers it.
 #[test]
 fn a_read_revokes_nothing() {

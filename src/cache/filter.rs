@@ -11,17 +11,21 @@
 //!
 //! A filter sees a command before the server decides to run it (before
 //! authentication, ACL, arity, `OOM`, `READONLY`, `MULTI` queueing). A
-//! command the server refuses is no write, so a command naming a leased key
-//! is only noted here, with the server's count of error replies, and decided
-//! when the next command arrives (or on the next timer turn, whichever is
-//! first: nothing else can reach the lease table in between): a refused
-//! command was answered with an error, a command that ran with none. Inside
+//! command the server refuses is no write. An unknown command or a wrong
+//! number of arguments is told from the server's command table (read at
+//! load); any other command naming a leased key is noted here, with the
+//! server's count of refusals (`NOAUTH`, `NOPERM`, `OOM`, `NOREPLICAS`, ...
+//! in `INFO errorstats`), and decided when the next command arrives (or on
+//! the next timer turn, whichever is first: nothing else can reach the lease
+//! table in between): a refused command moved that count, a command that ran
+//! did not (an `ERR` after it — a script's own error, a malformed request —
+//! does not count). Inside
 //! `MULTI` (where the server says which client sent the command, Redis ≥ 7.2
 //! and Valkey) the keys wait for that client's `EXEC`, which counts unless it
 //! answered `EXECABORT`; `DISCARD` and a disconnect drop them.
 //!
-//! Which commands count: those the server lists in `@write`, and commands it
-//! does not list at all (another module's) but warden's own reads.
+//! Which commands count: those the server flags `write` (module commands
+//! included), but warden's cache commands.
 //!
 //! Invariant: a lease is revoked only for a command that named its key, may
 //! write, and was not refused; revoking more than needed (a write that changed nothing,
@@ -33,7 +37,7 @@ use std::os::raw::{c_char, c_int, c_void};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use redis_module::{raw, Context, RedisValue};
-use rustc_hash::{FxHashMap, FxHashSet};
+use rustc_hash::FxHashMap;
 
 use crate::cache::commands;
 use crate::cache::table::{len_bit, tail_bit};
@@ -42,70 +46,94 @@ use crate::guard;
 
 type FilterCtx = *mut raw::RedisModuleCommandFilterCtx;
 
-/// warden's commands that never write the key they name as a cache value
-/// does (reads, and the cache commands, which keep the table themselves).
-const OWN_READS: &[&[u8]] = &[
+/// warden's cache commands: they keep the lease table themselves.
+const OWN: &[&[u8]] = &[
     b"cache.get",
     b"cache.fill",
     b"cache.abandon",
     b"cache.invalidate",
     b"cache.info",
-    b"lock.info",
-    b"rwlock.info",
-    b"bf.exists",
-    b"bf.mexists",
-    b"bf.info",
-    b"bf.card",
-    b"bf.debug",
-    b"bf.scandump",
 ];
 
-/// The server's commands, read once at load (`COMMAND LIST`): those that may
-/// write (ACL category `@write`) and all of them. A command the server does
-/// not list there (another module's, on Redis 7.0 where module commands have
-/// no category) counts as a write unless it is one of warden's reads.
-/// Scripts and functions are not writes themselves: the commands they run
-/// pass the filter one by one.
+/// The error codes of commands the server refuses before running them
+/// (`-ERR` ones, wrong arity and unknown command, are told apart when the
+/// command is seen: an `ERR` after a write may be a script's own error or a
+/// malformed request, and the write ran).
+const REFUSALS: &[&CStr] = &[
+    c"errorstat_NOAUTH",
+    c"errorstat_NOPERM",
+    c"errorstat_OOM",
+    c"errorstat_READONLY",
+    c"errorstat_NOREPLICAS",
+    c"errorstat_MISCONF",
+    c"errorstat_LOADING",
+    c"errorstat_BUSY",
+    c"errorstat_MASTERDOWN",
+    c"errorstat_MOVED",
+    c"errorstat_ASK",
+    c"errorstat_TRYAGAIN",
+    c"errorstat_CROSSSLOT",
+    c"errorstat_CLUSTERDOWN",
+];
+
+/// The server's commands, read once at load (`COMMAND INFO`): each one's
+/// arity and whether it is flagged `write` (module commands included, on
+/// every version). A command the server does not know is refused as
+/// unknown; one with the wrong number of arguments is refused too.
 #[derive(Default)]
 struct Catalogue {
-    writes: FxHashSet<Vec<u8>>,
-    all: FxHashSet<Vec<u8>>,
+    commands: FxHashMap<Vec<u8>, (i64, bool)>,
 }
 
 impl Catalogue {
-    fn may_write(&self, name: &[u8]) -> bool {
+    /// Whether the command may write what it names, and will not be refused
+    /// for its name or its number of arguments.
+    fn may_write(&self, name: &[u8], argc: c_int) -> bool {
         let lower = name.to_ascii_lowercase();
-        if self.writes.contains(&lower) {
-            return true;
-        }
-        !self.all.contains(&lower) && !OWN_READS.iter().any(|r| *r == &lower[..])
+        let Some(&(arity, write)) = self.commands.get(&lower) else {
+            return false;
+        };
+        let argc = i64::from(argc);
+        let arity_ok = if arity >= 0 {
+            argc == arity
+        } else {
+            argc >= -arity
+        };
+        write && arity_ok && !OWN.iter().any(|r| *r == &lower[..])
     }
 }
 
-fn names_of(ctx: &Context, args: &[&str]) -> FxHashSet<Vec<u8>> {
-    let mut set = FxHashSet::default();
-    if let Ok(RedisValue::Array(items)) = ctx.call("COMMAND", args) {
-        for item in items {
-            let name = match item {
-                RedisValue::SimpleString(s) | RedisValue::BulkString(s) => s.into_bytes(),
-                RedisValue::BulkRedisString(s) => s.as_slice().to_vec(),
-                RedisValue::StringBuffer(b) => b,
-                _ => continue,
-            };
-            set.insert(name.to_ascii_lowercase());
-        }
+fn text(v: &RedisValue) -> Option<Vec<u8>> {
+    match v {
+        RedisValue::SimpleString(s) | RedisValue::BulkString(s) => Some(s.as_bytes().to_vec()),
+        RedisValue::SimpleStringStatic(s) => Some(s.as_bytes().to_vec()),
+        RedisValue::BulkRedisString(s) => Some(s.as_slice().to_vec()),
+        RedisValue::StringBuffer(b) => Some(b.clone()),
+        _ => None,
     }
-    set
 }
 
 /// Reads the server's command table (at load, after warden's own commands
 /// are registered).
 pub fn read_catalogue(ctx: &Context) -> bool {
-    let catalogue = Catalogue {
-        writes: names_of(ctx, &["LIST", "FILTERBY", "ACLCAT", "write"]),
-        all: names_of(ctx, &["LIST"]),
-    };
-    let known = !catalogue.all.is_empty() && catalogue.writes.contains(&b"set"[..]);
+    let mut catalogue = Catalogue::default();
+    if let Ok(RedisValue::Array(items)) = ctx.call("COMMAND", &["INFO"]) {
+        for item in items {
+            let RedisValue::Array(fields) = item else {
+                continue;
+            };
+            let (Some(name), Some(RedisValue::Integer(arity)), Some(RedisValue::Array(flags))) =
+                (fields.first().and_then(text), fields.get(1), fields.get(2))
+            else {
+                continue;
+            };
+            let write = flags.iter().filter_map(text).any(|f| f == b"write");
+            catalogue
+                .commands
+                .insert(name.to_ascii_lowercase(), (*arity, write));
+        }
+    }
+    let known = catalogue.commands.get(&b"set"[..]).is_some_and(|c| c.1);
     CATALOGUE.with(|c| *c.borrow_mut() = catalogue);
     known
 }
@@ -113,7 +141,7 @@ pub fn read_catalogue(ctx: &Context) -> bool {
 /// A command that named leased keys, waiting to be decided.
 struct Pending {
     names: Vec<Vec<u8>>,
-    /// The server's error count before it (for an `EXEC`: its `EXECABORT` count).
+    /// The server's refusal count before it (for an `EXEC`: its `EXECABORT` count).
     errors: u64,
     exec: bool,
 }
@@ -181,42 +209,45 @@ fn in_multi(client: u64) -> bool {
         && info.flags & u64::from(raw::REDISMODULE_CLIENTINFO_FLAG_MULTI) != 0
 }
 
-/// A number from the server's INFO `section` (0 if it has none).
-fn info_number(section: &CStr, field: &CStr, errorstat: bool) -> u64 {
+/// Refusals the server has answered (`NOAUTH`, `NOPERM`, `OOM`, ...).
+fn refusals() -> u64 {
     let ctx = events::detached();
     unsafe {
-        let data = raw::RedisModule_GetServerInfo.unwrap()(ctx, section.as_ptr());
+        let data = raw::RedisModule_GetServerInfo.unwrap()(ctx, c"errorstats".as_ptr());
         if data.is_null() {
             return 0;
         }
-        let n = if errorstat {
-            // `errorstat_EXECABORT:count=3`
-            let v = raw::RedisModule_ServerInfoGetFieldC.unwrap()(data, field.as_ptr());
-            if v.is_null() {
-                0
-            } else {
-                let text = CStr::from_ptr(v.cast::<c_char>()).to_bytes();
-                text.strip_prefix(b"count=")
-                    .and_then(|d| std::str::from_utf8(d).ok())
-                    .and_then(|d| d.split(',').next()?.parse().ok())
-                    .unwrap_or(0)
-            }
-        } else {
-            let mut err = 0;
-            raw::RedisModule_ServerInfoGetFieldUnsigned.unwrap()(data, field.as_ptr(), &mut err)
-        };
+        let n = REFUSALS.iter().map(|f| count_field(data, f)).sum();
         raw::RedisModule_FreeServerInfo.unwrap()(ctx, data);
         n
     }
 }
 
-/// Error replies the server has sent (refused commands among them).
-fn error_replies() -> u64 {
-    info_number(c"stats", c"total_error_replies", false)
+/// `errorstat_X:count=3` → 3.
+unsafe fn count_field(data: *mut raw::RedisModuleServerInfoData, field: &CStr) -> u64 {
+    let v = raw::RedisModule_ServerInfoGetFieldC.unwrap()(data, field.as_ptr());
+    if v.is_null() {
+        return 0;
+    }
+    CStr::from_ptr(v.cast::<c_char>())
+        .to_bytes()
+        .strip_prefix(b"count=")
+        .and_then(|d| std::str::from_utf8(d).ok())
+        .and_then(|d| d.split(',').next()?.parse().ok())
+        .unwrap_or(0)
 }
 
 fn exec_aborts() -> u64 {
-    info_number(c"errorstats", c"errorstat_EXECABORT", true)
+    let ctx = events::detached();
+    unsafe {
+        let data = raw::RedisModule_GetServerInfo.unwrap()(ctx, c"errorstats".as_ptr());
+        if data.is_null() {
+            return 0;
+        }
+        let n = count_field(data, c"errorstat_EXECABORT");
+        raw::RedisModule_FreeServerInfo.unwrap()(ctx, data);
+        n
+    }
 }
 
 fn note(pending: Pending) {
@@ -244,7 +275,7 @@ pub fn decide() {
     let ran = if p.exec {
         exec_aborts() == p.errors
     } else {
-        error_replies() == p.errors
+        refusals() == p.errors
     };
     if ran {
         for name in &p.names {
@@ -301,7 +332,7 @@ extern "C" fn on_command(fctx: FilterCtx) {
                 names.push(a.to_vec());
             }
         }
-        if names.is_empty() || !CATALOGUE.with(|c| c.borrow().may_write(arg(fctx, 0))) {
+        if names.is_empty() || !CATALOGUE.with(|c| c.borrow().may_write(arg(fctx, 0), argc)) {
             return;
         }
         match sender(fctx) {
@@ -311,7 +342,7 @@ extern "C" fn on_command(fctx: FilterCtx) {
             }
             _ => note(Pending {
                 names,
-                errors: error_replies(),
+                errors: refusals(),
                 exec: false,
             }),
         }
