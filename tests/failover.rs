@@ -492,6 +492,25 @@ impl Group {
         (promoted, at)
     }
 
+    /// Waits until every other server replicates `master` with its link up.
+    fn wait_replicas_follow(&self, master: usize) {
+        let port = format!("master_port:{}", self.servers[master].port.unwrap());
+        for (i, s) in self.servers.iter().enumerate() {
+            if i == master {
+                continue;
+            }
+            let mut c = s.conn();
+            wait_for(
+                "replicas following the new master",
+                Duration::from_secs(60),
+                || {
+                    let info: String = redis::cmd("INFO").arg("replication").query(&mut c).unwrap();
+                    info.contains(&port) && info.contains("master_link_status:up")
+                },
+            );
+        }
+    }
+
     /// Brings the old master back as a replica of the new one.
     fn rejoin(&mut self, old: usize, new: usize) {
         let port = self.servers[new].port.unwrap().to_string();
@@ -739,6 +758,10 @@ fn history(ttl_ms: i64, grace_ms: i64, failovers: usize) -> Report {
         unavailable_ms.push(grants_on(new_port, at).unwrap() - at);
         group.rejoin(master, promoted);
         master = promoted;
+        // Sentinel promotes only a replica that follows the master: the next
+        // round starts once every replica does (a reconfiguration still
+        // syncing when the master dies leaves no replica to promote).
+        group.wait_replicas_follow(master);
     }
     shared.stop.store(true, Ordering::Relaxed);
     for c in clients {
