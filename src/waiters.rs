@@ -742,15 +742,14 @@ pub fn serve(ctx: &Context, name: &Arg) {
     serve_queue(ctx, &q, name);
 }
 
-thread_local! {
-    /// Set while undelivered grants are taken back with writes paused.
-    static GRANTS_HELD: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-}
+/// Set while undelivered grants are taken back with writes paused (a
+/// static: a thread-local costs a call on every hand-off in a shared library).
+static GRANTS_HELD: AtomicBool = AtomicBool::new(false);
 
 /// Whether kinds must grant nothing now (a grant is being taken back while
 /// writes are paused: deleting a live hold is safe then, granting is not).
 pub fn grants_held() -> bool {
-    GRANTS_HELD.with(std::cell::Cell::get)
+    GRANTS_HELD.load(Ordering::Relaxed)
 }
 
 /// Takes back a grant that never reached its client, on this master, now —
@@ -762,11 +761,11 @@ fn take_back(ctx: &Context, (kind, q, token): (&'static dyn Kind, QueueKey, i64)
         return;
     }
     let paused = unsafe { raw::RedisModule_AvoidReplicaTraffic.unwrap()() } != 0;
-    GRANTS_HELD.with(|g| g.set(paused));
+    GRANTS_HELD.store(paused, Ordering::Relaxed);
     select_db(ctx, q.db);
     let name = RedisString::create_from_slice(ctx.ctx, &q.name);
     kind.revoke(ctx, Arg::of(&name), token);
-    GRANTS_HELD.with(|g| g.set(false));
+    GRANTS_HELD.store(false, Ordering::Relaxed);
     with(|r| r.dirty.insert(q));
 }
 
