@@ -199,6 +199,61 @@ pub fn stale_option<A: Deref<Target = [u8]>>(args: &[A]) -> Result<Option<i64>, 
     }
 }
 
+/// A semaphore acquire: `key owner ttl LIMIT n [PERMITS k] [WAIT timeout]`.
+#[derive(Debug, PartialEq, Eq)]
+pub struct SemRequest<'a> {
+    pub owner: &'a [u8],
+    pub ttl_ms: i64,
+    pub limit: u64,
+    pub permits: u64,
+    /// `None`: answer at once when busy; `Some(0)`: wait forever.
+    pub wait_ms: Option<i64>,
+}
+
+/// A semaphore limit, 1..=2^31.
+pub fn limit(bytes: &[u8]) -> Result<u64, &'static str> {
+    match integer(bytes) {
+        Some(n) if (1..=crate::semaphore::state::MAX_LIMIT as i64).contains(&n) => Ok(n as u64),
+        _ => Err(error::INVALID_LIMIT),
+    }
+}
+
+/// Parses `owner ttl LIMIT n [PERMITS k] [WAIT timeout]` (the arguments
+/// after the key; options in any order, each once). `PERMITS` is 1..=`LIMIT`.
+pub fn sem_request<A: Deref<Target = [u8]>>(args: &[A]) -> Result<SemRequest<'_>, String> {
+    let [owner_arg, ttl_arg, rest @ ..] = args else {
+        return Err(error::SYNTAX.to_string());
+    };
+    let owner = owner(owner_arg).map_err(str::to_string)?;
+    let ttl_ms = ttl(ttl_arg).map_err(str::to_string)?;
+    let (mut limit_n, mut permits, mut wait_ms) = (None, None, None);
+    let mut rest = rest.iter();
+    while let Some(arg) = rest.next() {
+        if is_keyword(arg, "LIMIT") && limit_n.is_none() {
+            limit_n = Some(limit(option_value(rest.next())?).map_err(str::to_string)?);
+        } else if is_keyword(arg, "PERMITS") && permits.is_none() {
+            permits = Some(integer(option_value(rest.next())?).ok_or(error::INVALID_PERMITS)?);
+        } else if is_keyword(arg, "WAIT") && wait_ms.is_none() {
+            wait_ms = Some(timeout(option_value(rest.next())?).map_err(str::to_string)?);
+        } else {
+            return Err(error::SYNTAX.to_string());
+        }
+    }
+    let limit = limit_n.ok_or(error::LIMIT_MISSING)?;
+    let permits = match permits {
+        None => 1,
+        Some(k) if (1..=limit as i64).contains(&k) => k as u64,
+        Some(_) => return Err(error::INVALID_PERMITS.to_string()),
+    };
+    Ok(SemRequest {
+        owner,
+        ttl_ms,
+        limit,
+        permits,
+        wait_ms,
+    })
+}
+
 /// The value after an option's keyword; none is Redis' `ERR syntax error`.
 fn option_value<A: Deref<Target = [u8]>>(value: Option<&A>) -> Result<&[u8], String> {
     value
@@ -220,6 +275,42 @@ mod tests {
 
     fn v(args: &[&str]) -> Vec<Vec<u8>> {
         args.iter().map(|a| a.as_bytes().to_vec()).collect()
+    }
+
+    #[test]
+    fn semaphore_requests_need_a_limit_and_fitting_permits() {
+        let args = v(&["o", "100", "permits", "3", "LIMIT", "5", "wait", "0"]);
+        let req = sem_request(&args).unwrap();
+        assert_eq!((req.limit, req.permits, req.wait_ms), (5, 3, Some(0)));
+        assert_eq!(
+            sem_request(&v(&["o", "100", "LIMIT", "5"]))
+                .unwrap()
+                .permits,
+            1
+        );
+        let err = |a: &[&str]| sem_request(&v(a)).unwrap_err();
+        assert_eq!(err(&["o", "100"]), error::LIMIT_MISSING);
+        assert_eq!(err(&["o", "100", "PERMITS", "1"]), error::LIMIT_MISSING);
+        assert_eq!(err(&["o", "100", "LIMIT", "0"]), error::INVALID_LIMIT);
+        assert_eq!(
+            err(&["o", "100", "LIMIT", "2147483649"]),
+            error::INVALID_LIMIT
+        );
+        assert_eq!(
+            err(&["o", "100", "LIMIT", "5", "PERMITS", "6"]),
+            error::INVALID_PERMITS
+        );
+        assert_eq!(
+            err(&["o", "100", "LIMIT", "5", "PERMITS", "0"]),
+            error::INVALID_PERMITS
+        );
+        assert_eq!(
+            err(&["o", "100", "LIMIT", "5", "LIMIT", "5"]),
+            error::SYNTAX
+        );
+        assert_eq!(err(&["o", "100", "LIMIT"]), error::SYNTAX);
+        assert_eq!(err(&["o", "100", "LIMITS", "5"]), error::SYNTAX);
+        assert_eq!(err(&["o", "0", "LIMIT", "5"]), error::INVALID_TTL);
     }
 
     #[test]

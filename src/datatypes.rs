@@ -156,7 +156,7 @@ pub fn bounded_deadline(at_ms: i64) -> i64 {
 }
 
 /// The system clock in ms (callbacks may run where Redis' clock is not at hand).
-fn system_ms() -> i64 {
+pub(crate) fn system_ms() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as i64)
@@ -225,7 +225,7 @@ unsafe extern "C" fn lock_rdb_save(rdb: *mut raw::RedisModuleIO, value: *mut c_v
 /// renamed or moved away): its waiters are served, and the eviction guard
 /// learns which lock it held. This callback, not a keyspace subscription, is
 /// how the lock kinds hear of their own keys: it costs other keys nothing.
-unsafe fn note_unlink(ctx: *mut raw::RedisModuleKeyOptCtx, deadline_ms: i64) {
+pub(crate) unsafe fn note_unlink(ctx: *mut raw::RedisModuleKeyOptCtx, deadline_ms: i64) {
     let db = raw::RedisModule_GetDbIdFromOptCtx.unwrap()(ctx);
     let key = raw::RedisModule_GetKeyNameFromOptCtx.unwrap()(ctx);
     let mut len = 0;

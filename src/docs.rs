@@ -74,6 +74,11 @@ const fn keyword(token: &'static str, name: &'static str, ty: ArgType) -> ArgDoc
     }
 }
 
+/// `TOKEN value`, required, an integer.
+const fn keyword_arg(token: &'static str, name: &'static str) -> ArgDoc {
+    keyword(token, name, INTEGER)
+}
+
 const fn many(name: &'static str, ty: ArgType) -> ArgDoc {
     ArgDoc {
         name,
@@ -123,6 +128,12 @@ pub const DOCS: &[Doc] = &[
     Doc { name: "rwlock.extend", summary: "Resets every lease of the owner on a read-write lock", complexity: "O(N) where N is the number of readers", arity: 4, writes: true, args: &[KEY_ARG, OWNER, TTL] },
     Doc { name: "rwlock.info", summary: "Returns the mode, writer, readers, holds, ttl, fencing token and waiters of a read-write lock", complexity: "O(N) where N is the number of readers", arity: 2, writes: false, args: &[KEY_ARG] },
     Doc { name: "warden.rwset", summary: "Sets the whole state of a read-write lock (replication stream and AOF)", complexity: "O(N) where N is the number of holds", arity: -8, writes: true, args: &[KEY_ARG, arg("fence", INTEGER), ArgDoc { name: "hold", ty: BLOCK, token: None, flags: raw::REDISMODULE_CMD_ARG_MULTIPLE, sub: &[arg("mode", STRING), OWNER, arg("holds", INTEGER), arg("fence", INTEGER), arg("deadline", INTEGER)] }] },
+    Doc { name: "sem.acquire", summary: "Acquires permits of a semaphore (at most LIMIT held at once), optionally waiting in a FIFO queue; returns a fencing token or nil", complexity: "O(log N + W) where N is the number of holders and W the waiters granted", arity: -6, writes: true, args: &[KEY_ARG, OWNER, TTL, keyword_arg("LIMIT", "limit"), option("PERMITS", "permits", INTEGER), WAIT] },
+    Doc { name: "sem.release", summary: "Releases the owner's permits of a semaphore and grants the waiters that now fit", complexity: "O(log N + W) where N is the number of holders and W the waiters granted", arity: 3, writes: true, args: &[KEY_ARG, OWNER] },
+    Doc { name: "sem.extend", summary: "Resets the lease of the owner's permits of a semaphore", complexity: "O(log N) where N is the number of holders", arity: 4, writes: true, args: &[KEY_ARG, OWNER, TTL] },
+    Doc { name: "sem.setlimit", summary: "Changes the limit of a semaphore; waiters that now fit are granted at once", complexity: "O(Q + W) where Q is the number of waiters", arity: 3, writes: true, args: &[KEY_ARG, arg("limit", INTEGER)] },
+    Doc { name: "sem.info", summary: "Returns the limit, permits used, holders and waiters of a semaphore, and optionally one owner's permits and ttl", complexity: "O(N) where N is the number of holders", arity: -2, writes: false, args: &[KEY_ARG, ArgDoc { name: "owner", ty: STRING, token: None, flags: raw::REDISMODULE_CMD_ARG_OPTIONAL, sub: &[] }] },
+    Doc { name: "warden.semset", summary: "Sets the changed holds (or the whole state) of a semaphore (replication stream and AOF)", complexity: "O(H log N) where H is the number of holds named", arity: -6, writes: true, args: &[KEY_ARG, arg("limit", INTEGER), arg("fence", INTEGER), arg("now", INTEGER), ArgDoc { name: "mode", ty: ONEOF, token: None, flags: 0, sub: &[choice("SET"), choice("MERGE")] }, ArgDoc { name: "hold", ty: BLOCK, token: None, flags: raw::REDISMODULE_CMD_ARG_OPTIONAL | raw::REDISMODULE_CMD_ARG_MULTIPLE, sub: &[OWNER, arg("permits", INTEGER), arg("fence", INTEGER), arg("deadline", INTEGER)] }] },
     Doc { name: "cache.get", summary: "Reads a cached string value; on a miss grants one fill lease per key, and with WAIT queues until the fill answers with the value; returns [value, lease]", complexity: "O(1)", arity: -3, writes: true, args: &[KEY_ARG, arg("lease_ms", INTEGER), WAIT, option("REFRESH", "ms", INTEGER), flag("FRESH")] },
     Doc { name: "cache.fill", summary: "Stores a value under the key's current fill lease and answers every waiter with it; refused if the lease is not current", complexity: "O(1 + W) where W is the number of waiters", arity: -4, writes: true, args: &[KEY_ARG, arg("lease", INTEGER), arg("value", STRING), ArgDoc { name: "expiry", ty: BLOCK, token: None, flags: raw::REDISMODULE_CMD_ARG_OPTIONAL, sub: &[keyword("PX", "ms", INTEGER), option("JITTER", "ms", INTEGER)] }] },
     Doc { name: "cache.abandon", summary: "Ends a fill lease unfilled; the oldest waiter gets a new lease", complexity: "O(1)", arity: 3, writes: true, args: &[KEY_ARG, arg("lease", INTEGER)] },
@@ -143,7 +154,15 @@ pub const DOCS: &[Doc] = &[
 ];
 
 /// The version that added a command, where it is not 1.0.0.
-const SINCE: &[(&str, &str)] = &[("warden.contended", "1.1.0")];
+const SINCE: &[(&str, &str)] = &[
+    ("warden.contended", "1.1.0"),
+    ("sem.acquire", "1.1.0"),
+    ("sem.release", "1.1.0"),
+    ("sem.extend", "1.1.0"),
+    ("sem.setlimit", "1.1.0"),
+    ("sem.info", "1.1.0"),
+    ("warden.semset", "1.1.0"),
+];
 
 fn since(name: &str) -> &'static str {
     SINCE

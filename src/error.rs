@@ -28,9 +28,21 @@ pub const INVALID_STALE: &str =
 pub const JITTER_WITHOUT_PX: &str = "ERR JITTER needs PX";
 pub const LEASE_IN_SCRIPT: &str =
     "ERR CACHE.GET grants no lease inside a script or function: a lease must end with its caller's connection";
+pub const INVALID_LIMIT: &str = "ERR invalid limit: expected an integer from 1 to 2147483648";
+pub const LIMIT_MISSING: &str = "ERR LIMIT is required: every acquire states the semaphore's limit";
+pub const INVALID_PERMITS: &str = "ERR invalid permits: expected an integer from 1 to the limit";
+pub const ALREADY_HOLDS: &str = "ERR owner already holds this semaphore";
+/// A waiter asking for more permits than a lowered limit allows.
+pub const PERMITS_ABOVE_LIMIT: &str =
+    "ERR the semaphore's limit was lowered below the permits this request asks for";
 pub const READONLY: &str = "READONLY You can't write against a read only replica.";
 /// The server's own text for a command refused over `maxmemory`.
 pub const OOM: &str = "OOM command not allowed when used memory > 'maxmemory'.";
+
+/// An acquire stating another limit than the semaphore's.
+pub fn other_limit(limit: u64, stated: u64) -> String {
+    format!("ERR semaphore limit is {limit}, not {stated}")
+}
 
 /// A `ttl` above `warden.max-lease` (`max_ms`, not 0).
 pub fn ttl_above_max_lease(max_ms: i64) -> String {

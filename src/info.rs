@@ -66,6 +66,7 @@ extern "C" fn report(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_report: c_int
         let fields = [
             ("lock_keys", stats::LOCK_KEYS.get()),
             ("rwlock_keys", stats::RWLOCK_KEYS.get()),
+            ("semaphore_keys", stats::SEM_KEYS.get()),
             ("waiting_clients", waiters::total_waiting() as i64),
             ("grants", stats::GRANTS.get() as i64),
             ("handoffs", stats::HANDOFFS.get() as i64),
@@ -122,8 +123,10 @@ extern "C" fn report(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_report: c_int
             ("lock_wait_ms", &stats::LOCK_WAIT),
             ("rwlock_wait_ms", &stats::RWLOCK_WAIT),
             ("cache_wait_ms", &stats::CACHE_WAIT),
+            ("semaphore_wait_ms", &stats::SEM_WAIT),
             ("lock_hold_ms", &stats::LOCK_HOLD),
             ("rwlock_hold_ms", &stats::RWLOCK_HOLD),
+            ("semaphore_hold_ms", &stats::SEM_HOLD),
         ];
         for (name, h) in histograms {
             add_histogram(ctx, name, h);

@@ -1,5 +1,5 @@
-//! warden: native distributed locks, read-write locks and Bloom filters for
-//! Redis. This file is only the registration table.
+//! warden: native distributed locks, read-write locks, semaphores, cache
+//! leases and Bloom filters for Redis. This file is only the registration table.
 
 #[cfg(not(any(test, fuzzing)))]
 mod alloc;
@@ -24,6 +24,7 @@ mod lock;
 mod memory;
 mod reply;
 mod rwlock;
+mod semaphore;
 mod stats;
 mod waiters;
 
@@ -32,6 +33,7 @@ use redis_module::{redis_module, Context, RedisString, Status};
 use crate::bloom::datatype::{BLOOM_TYPE, REDISBLOOM_TYPE};
 use crate::command::Command;
 use crate::datatypes::RWLOCK_TYPE_FIRST;
+use crate::semaphore::datatype::SEM_TYPE;
 
 #[cfg(not(any(test, fuzzing)))]
 type Allocator = alloc::RedisAllocator;
@@ -65,6 +67,20 @@ const CORE_COMMANDS: &[Command] = &[
     command!("rwlock.extend", rwlock::commands::extend, "write fast"),
     command!("rwlock.info", rwlock::commands::info, "readonly fast"),
     command!("warden.rwset", rwlock::commands::set, "write deny-oom"),
+    command!(
+        "sem.acquire",
+        semaphore::commands::acquire,
+        "write deny-oom"
+    ),
+    command!("sem.release", semaphore::commands::release, "write fast"),
+    command!("sem.extend", semaphore::commands::extend, "write fast"),
+    command!(
+        "sem.setlimit",
+        semaphore::commands::setlimit,
+        "write deny-oom"
+    ),
+    command!("sem.info", semaphore::commands::info, "readonly fast"),
+    command!("warden.semset", semaphore::commands::set, "write deny-oom"),
     command!("cache.get", cache::commands::get, "write"),
     command!("cache.fill", cache::commands::fill, "write deny-oom"),
     command!("cache.abandon", cache::commands::abandon, "write fast"),
@@ -137,6 +153,6 @@ redis_module! {
     name: "warden",
     version: info::VERSION_NUMBER,
     allocator: (Allocator, ALLOCATOR),
-    data_types: [RWLOCK_TYPE_FIRST, BLOOM_TYPE],
+    data_types: [RWLOCK_TYPE_FIRST, BLOOM_TYPE, SEM_TYPE],
     init: init,
 }

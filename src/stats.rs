@@ -50,6 +50,8 @@ impl Gauge {
 pub static LOCK_KEYS: Gauge = Gauge::new();
 /// Keys holding a read-write lock.
 pub static RWLOCK_KEYS: Gauge = Gauge::new();
+/// Semaphore keys.
+pub static SEM_KEYS: Gauge = Gauge::new();
 /// Bloom filter keys, their bytes and sub-filters.
 pub static BLOOM_FILTERS: Gauge = Gauge::new();
 pub static BLOOM_BYTES: Gauge = Gauge::new();
@@ -139,10 +141,12 @@ fn bucket_of(ms: u64) -> usize {
 /// How long clients waited in `WAIT` (whatever ended the wait), per kind.
 pub static LOCK_WAIT: Histogram = Histogram::new();
 pub static RWLOCK_WAIT: Histogram = Histogram::new();
+pub static SEM_WAIT: Histogram = Histogram::new();
 pub static CACHE_WAIT: Histogram = Histogram::new();
 /// How long holds lasted, from grant to release, lease end or deletion.
 pub static LOCK_HOLD: Histogram = Histogram::new();
 pub static RWLOCK_HOLD: Histogram = Histogram::new();
+pub static SEM_HOLD: Histogram = Histogram::new();
 
 #[cfg(test)]
 mod tests {

@@ -59,7 +59,7 @@ type Ctx = *mut raw::RedisModuleCtx;
 const PAUSED_RETRY_MS: i64 = 10;
 
 /// How many kinds wait on keys: each has a queue of its own on every key.
-pub const KINDS: usize = 3;
+pub const KINDS: usize = 4;
 
 /// A kind of request that waits on keys (exclusive lock, read-write lock, ...).
 /// Kinds never wait on each other: one queue per key and kind.
@@ -105,6 +105,11 @@ pub enum Mode {
     /// A cache reader waiting for a fill; `Fresh`: a stale value will not do.
     Fill,
     FillFresh,
+    /// A semaphore request for `permits`, stating the semaphore's `limit`.
+    Permits {
+        permits: u64,
+        limit: u64,
+    },
 }
 
 /// A blocked request: which kind, who, for how long, in which mode.
@@ -157,6 +162,7 @@ impl Waiter {
             Mode::Exclusive => &stats::LOCK_WAIT,
             Mode::Read | Mode::Write => &stats::RWLOCK_WAIT,
             Mode::Fill | Mode::FillFresh => &stats::CACHE_WAIT,
+            Mode::Permits { .. } => &stats::SEM_WAIT,
         };
         histogram.observe(now_ms - self.since_ms);
     }
@@ -531,6 +537,44 @@ pub fn pop_head(
             Err(late) => time_out(ctx.ctx, late),
         }
     }
+}
+
+/// What `look` makes of the oldest live waiter of `kind` on `name`, if any.
+pub fn peek<T>(
+    ctx: &Context,
+    name: &[u8],
+    kind: &'static dyn Kind,
+    look: impl FnOnce(&Waiter) -> T,
+) -> Option<T> {
+    if nobody_waits() {
+        return None;
+    }
+    let db = selected_db(ctx.ctx);
+    with(|r| r.head(db, name, kind.index()).map(look))
+}
+
+/// Lets `change` rewrite the request of every waiter of `kind` on `name`
+/// (its place in the queue stays).
+pub fn update(
+    ctx: &Context,
+    name: &[u8],
+    kind: &'static dyn Kind,
+    mut change: impl FnMut(&mut Waiter),
+) {
+    if nobody_waits() {
+        return;
+    }
+    let db = selected_db(ctx.ctx);
+    with(|r| {
+        let Some(queues) = r.queues.get(&db).and_then(|q| q.get(name)) else {
+            return;
+        };
+        for (h, s) in &queues[kind.index()].slots {
+            if let Some(w) = r.waiting.get_mut(h).filter(|w| w.seq == *s) {
+                change(w);
+            }
+        }
+    });
 }
 
 /// Takes every waiter of `kind` that `wanted` accepts off `name`'s queue,

@@ -1,0 +1,222 @@
+//! The semaphore type `warden-sm` and its `extern "C"` callbacks (RDB, AOF,
+//! copy, memory, free, unlink). Decoding validates every field: `RESTORE`
+//! hands hostile bytes to `rdb_load`, which must answer with an error, never
+//! a crash or a huge allocation.
+
+use std::os::raw::{c_char, c_int, c_void};
+
+use redis_module::native_types::RedisType;
+use redis_module::raw;
+
+use crate::args::MAX_OWNER;
+use crate::datatypes::{bounded_deadline, boxed, note_unlink, release_value, system_ms, Tracked};
+use crate::fence::{self, FENCES};
+use crate::grace;
+use crate::guard;
+use crate::semaphore::state::{Hold, Semaphore, MAX_LIMIT};
+use crate::stats;
+
+impl Tracked for Semaphore {
+    fn track(&self, sign: i64) {
+        stats::SEM_KEYS.add(sign);
+    }
+
+    fn freed(&self, now_ms: i64) {
+        let holds = self.holds().filter_map(|(_, h)| h.held_for(now_ms));
+        for held_ms in self.ended.iter().copied().chain(holds) {
+            stats::SEM_HOLD.observe(held_ms);
+        }
+    }
+}
+
+/// Encoding version of `warden-sm` values: 1: limit, fence, holds (owner,
+/// permits, fence, deadline).
+const SEM_ENCVER: c_int = 1;
+
+/// The name of the command that carries a semaphore's changes to replicas
+/// and the AOF.
+pub const SEM_EFFECT: &str = "WARDEN.SEMSET";
+
+pub static SEM_TYPE: RedisType = RedisType::new(
+    "warden-sm",
+    SEM_ENCVER,
+    raw::RedisModuleTypeMethods {
+        version: raw::REDISMODULE_TYPE_METHOD_VERSION as u64,
+        rdb_load: Some(sem_rdb_load),
+        rdb_save: Some(sem_rdb_save),
+        aof_rewrite: Some(sem_aof_rewrite),
+        mem_usage: Some(sem_mem_usage),
+        digest: None,
+        free: Some(sem_free),
+        aux_load: None,
+        aux_save: None,
+        aux_save2: None,
+        aux_save_triggers: 0,
+        free_effort: None,
+        unlink: None,
+        copy: Some(sem_copy),
+        defrag: None,
+        copy2: None,
+        free_effort2: None,
+        mem_usage2: None,
+        unlink2: Some(sem_unlink),
+    },
+);
+
+/// Checks one hold read from outside (RDB, `RESTORE`, a replicated effect).
+/// Permits may exceed a limit lowered after they were granted.
+pub fn valid_hold(owner: &[u8], hold: &Hold, key_fence: u64) -> bool {
+    (1..=MAX_OWNER).contains(&owner.len())
+        && (1..=MAX_LIMIT).contains(&hold.permits)
+        && fence::acceptable(hold.fence)
+        && hold.fence <= key_fence
+        && hold.deadline_ms >= 0
+        && bounded_deadline(hold.deadline_ms) == hold.deadline_ms
+}
+
+/// Checks the key-wide fields read from outside.
+pub fn valid_header(limit: u64, fence: u64) -> bool {
+    (1..=MAX_LIMIT).contains(&limit) && fence::acceptable(fence)
+}
+
+/// Under `warden.max-lease`, no hold of a loaded or copied semaphore ends
+/// later than the cap from now.
+fn cap_holds(sem: &mut Semaphore) {
+    let now = system_ms();
+    sem.map_deadlines(|d| grace::cap_deadline(d, now));
+}
+
+unsafe extern "C" fn sem_rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *mut c_void {
+    guard::callback(std::ptr::null_mut(), || {
+        let load = || -> Option<Semaphore> {
+            if !(1..=SEM_ENCVER).contains(&encver) {
+                return None;
+            }
+            let limit = raw::load_unsigned(rdb).ok()?;
+            let fence = raw::load_unsigned(rdb).ok()?;
+            if !valid_header(limit, fence) {
+                return None;
+            }
+            let mut sem = Semaphore::new(limit);
+            sem.fence = fence;
+            let count = raw::load_unsigned(rdb).ok()?;
+            // No allocation from the count: each hold must be in the payload.
+            for _ in 0..count {
+                let owner = raw::load_string_buffer(rdb).ok()?;
+                let hold = Hold {
+                    permits: raw::load_unsigned(rdb).ok()?,
+                    fence: raw::load_unsigned(rdb).ok()?,
+                    deadline_ms: raw::load_signed(rdb).ok()?,
+                    granted_ms: 0,
+                };
+                let owner = owner.as_ref();
+                if !valid_hold(owner, &hold, fence) || sem.hold(owner).is_some() {
+                    return None;
+                }
+                sem.insert(owner.to_vec(), hold);
+            }
+            if sem.is_free() {
+                return None;
+            }
+            sem.clear_changed();
+            cap_holds(&mut sem);
+            Some(sem)
+        };
+        match load() {
+            Some(sem) => {
+                FENCES.observe(sem.fence);
+                boxed(sem)
+            }
+            None => std::ptr::null_mut(),
+        }
+    })
+}
+
+unsafe extern "C" fn sem_rdb_save(rdb: *mut raw::RedisModuleIO, value: *mut c_void) {
+    let sem = &*value.cast::<Semaphore>();
+    raw::save_unsigned(rdb, sem.limit);
+    raw::save_unsigned(rdb, sem.fence);
+    raw::save_unsigned(rdb, sem.holders() as u64);
+    for (owner, hold) in sem.holds() {
+        raw::save_slice(rdb, owner);
+        raw::save_unsigned(rdb, hold.permits);
+        raw::save_unsigned(rdb, hold.fence);
+        raw::save_signed(rdb, hold.deadline_ms);
+    }
+}
+
+/// The words of `WARDEN.SEMSET` after the key: `limit fence now mode`, then
+/// `owner permits fence deadline` per hold named.
+pub fn effect_words<'a>(
+    sem: &'a Semaphore,
+    mode: &'static [u8],
+    owners: &'a [Vec<u8>],
+) -> Vec<Vec<u8>> {
+    let mut words = Vec::with_capacity(4 + 4 * owners.len());
+    words.push(sem.limit.to_string().into_bytes());
+    words.push(sem.fence.to_string().into_bytes());
+    words.push(sem.pruned_at.to_string().into_bytes());
+    words.push(mode.to_vec());
+    for owner in owners {
+        let (permits, fence, deadline) = sem
+            .hold(owner)
+            .map_or((0, 0, 0), |h| (h.permits, h.fence, h.deadline_ms));
+        words.push(owner.clone());
+        words.push(permits.to_string().into_bytes());
+        words.push(fence.to_string().into_bytes());
+        words.push(deadline.to_string().into_bytes());
+    }
+    words
+}
+
+unsafe extern "C" fn sem_aof_rewrite(
+    aof: *mut raw::RedisModuleIO,
+    key: *mut raw::RedisModuleString,
+    value: *mut c_void,
+) {
+    let sem = &*value.cast::<Semaphore>();
+    let owners: Vec<Vec<u8>> = sem.holds().map(|(o, _)| o.clone()).collect();
+    let words = effect_words(sem, b"SET", &owners);
+    let create = raw::RedisModule_CreateString.unwrap();
+    let strings: Vec<*mut raw::RedisModuleString> = words
+        .iter()
+        .map(|w| create(std::ptr::null_mut(), w.as_ptr().cast::<c_char>(), w.len()))
+        .collect();
+    raw::RedisModule_EmitAOF.unwrap()(
+        aof,
+        c"WARDEN.SEMSET".as_ptr(),
+        c"sv".as_ptr(),
+        key,
+        strings.as_ptr(),
+        strings.len(),
+    );
+    for s in strings {
+        raw::RedisModule_FreeString.unwrap()(std::ptr::null_mut(), s);
+    }
+}
+
+unsafe extern "C" fn sem_mem_usage(value: *const c_void) -> usize {
+    (*value.cast::<Semaphore>()).memory()
+}
+
+unsafe extern "C" fn sem_free(value: *mut c_void) {
+    release_value::<Semaphore>(value, |sem, now| sem.deadline().is_some_and(|d| d < now));
+}
+
+unsafe extern "C" fn sem_unlink(ctx: *mut raw::RedisModuleKeyOptCtx, value: *const c_void) {
+    let deadline = (*value.cast::<Semaphore>()).deadline().unwrap_or(0);
+    guard::callback((), || note_unlink(ctx, deadline))
+}
+
+unsafe extern "C" fn sem_copy(
+    _from: *mut raw::RedisModuleString,
+    _to: *mut raw::RedisModuleString,
+    value: *const c_void,
+) -> *mut c_void {
+    // The copy is a new value whose holds this server did not grant, and
+    // whose leases end no later than `warden.max-lease` from now.
+    let mut copy = (*value.cast::<Semaphore>()).copied();
+    cap_holds(&mut copy);
+    copy.clear_changed();
+    boxed(copy)
+}
