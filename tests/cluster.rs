@@ -19,6 +19,11 @@ const COMMANDS: &[&[&str]] = &[
     &["RWLOCK.INFO", "{order:42}:rw"],
     &["RWLOCK.UNLOCK", "{order:42}:rw", "o"],
     &["RWLOCK.WRITE", "{order:42}:rw", "o", "60000"],
+    &["SEM.ACQUIRE", "{order:42}:sem", "o", "60000", "LIMIT", "3"],
+    &["SEM.EXTEND", "{order:42}:sem", "o", "60000"],
+    &["SEM.SETLIMIT", "{order:42}:sem", "4"],
+    &["SEM.INFO", "{order:42}:sem", "o"],
+    &["SEM.RELEASE", "{order:42}:sem", "o"],
     &["BF.RESERVE", "{order:42}:bf", "0.01", "100"],
     &["BF.ADD", "{order:42}:bf", "a"],
     &["BF.MADD", "{order:42}:bf", "b", "c"],
@@ -83,7 +88,7 @@ fn every_command_routes_like_a_builtin_and_survives_resharding() {
     assert!(text.trim().parse::<i64>().is_ok_and(|f| f > 0), "{text}");
 
     // Reshard the slot holding a lock, a read-write lock and a filter.
-    let keys = ["{mv}:lock", "{mv}:rw", "{mv}:bf"];
+    let keys = ["{mv}:lock", "{mv}:rw", "{mv}:sem", "{mv}:bf"];
     // Far above the other masters' counters (about a year of clock ahead).
     let planted = plant_fence(&mut cluster.master_of("{mv}:lock").conn(), 1 << 38);
     let high_fence = planted;
@@ -92,6 +97,12 @@ fn every_command_routes_like_a_builtin_and_survives_resharding() {
         .unwrap();
     con.req_command(&command(&["RWLOCK.READ", "{mv}:rw", "r2", "30000"]))
         .unwrap();
+    for (owner, permits) in [("s1", "2"), ("s2", "1")] {
+        con.req_command(&command(&[
+            "SEM.ACQUIRE", "{mv}:sem", owner, "60000", "LIMIT", "5", "PERMITS", permits,
+        ]))
+        .unwrap();
+    }
     con.req_command(&command(&["BF.RESERVE", "{mv}:bf", "0.01", "100"]))
         .unwrap();
     for i in 0..300 {
@@ -159,6 +170,8 @@ fn describe(con: &mut redis::cluster::ClusterConnection, key: &str) -> Value {
         vec!["LOCK.INFO", key]
     } else if key.ends_with("rw") {
         vec!["RWLOCK.INFO", key]
+    } else if key.ends_with("sem") {
+        vec!["SEM.INFO", key, "s1"]
     } else {
         vec!["BF.INFO", key]
     };
