@@ -45,6 +45,7 @@ class LockCommands:
 EXCLUSIVE = LockCommands("LOCK.ACQUIRE", "LOCK.RELEASE", "LOCK.EXTEND", "LOCK.INFO")
 READ = LockCommands("RWLOCK.READ", "RWLOCK.UNLOCK", "RWLOCK.EXTEND", "RWLOCK.INFO")
 WRITE = LockCommands("RWLOCK.WRITE", "RWLOCK.UNLOCK", "RWLOCK.EXTEND", "RWLOCK.INFO")
+SEMAPHORE = LockCommands("SEM.ACQUIRE", "SEM.RELEASE", "SEM.EXTEND", "SEM.INFO")
 
 
 def to_ms(seconds: Number) -> int:
@@ -77,6 +78,17 @@ def acquire_args(
     commands: LockCommands, name: str, owner: bytes, lease_ms: int, wait: Optional[int]
 ) -> list[Any]:
     args: list[Any] = [commands.acquire, name, owner, lease_ms]
+    if wait is not None:
+        args += ["WAIT", wait]
+    return args
+
+
+def semaphore_args(
+    name: str, owner: bytes, lease_ms: int, limit: int, permits: int, wait: Optional[int]
+) -> list[Any]:
+    args: list[Any] = [SEMAPHORE.acquire, name, owner, lease_ms, "LIMIT", limit]
+    if permits != 1:
+        args += ["PERMITS", permits]
     if wait is not None:
         args += ["WAIT", wait]
     return args
@@ -136,7 +148,7 @@ def text(value: Any) -> Any:
 
 
 def info_map(reply: Any) -> Optional[dict[str, Any]]:
-    """``LOCK.INFO``/``RWLOCK.INFO``/``CACHE.INFO`` as a dict with str keys,
+    """``LOCK.INFO``/``RWLOCK.INFO``/``SEM.INFO``/``CACHE.INFO`` as a dict with str keys,
     whether the connection speaks RESP2 (flat list) or RESP3 (map, bytes keys)."""
     if reply is None:
         return None

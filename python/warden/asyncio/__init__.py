@@ -11,6 +11,7 @@ from .._core import (
 )
 from .cache import Cache
 from .lock import Lock, ReadLock, ReadWriteLock, WriteLock
+from .semaphore import Semaphore
 
 __all__ = [
     "BytesSerializer",
@@ -22,6 +23,7 @@ __all__ = [
     "LockNotOwnedError",
     "ReadLock",
     "ReadWriteLock",
+    "Semaphore",
     "Serializer",
     "TextSerializer",
     "WriteLock",

@@ -13,7 +13,7 @@ from typing import Any, Callable, Optional, TypeVar, Union, cast
 from .. import _core
 from .._core import CacheRequest, CacheWaitTimeout, Number, Serializer
 from ._connection import Pinned, call
-from .lock import _in_background
+from ._holder import in_background
 
 logger = logging.getLogger(__name__)
 
@@ -72,7 +72,7 @@ class Cache:
                     continue
                 if value is not None:  # refresh ahead: serve now, reload behind
                     handed_off = True
-                    _in_background(
+                    in_background(
                         self._refresh(pinned, request.key, lease, loader, ttl, jitter),
                         f"warden-refresh:{request.key}",
                     )

@@ -1,0 +1,274 @@
+"""What a sync ``Lock`` and ``Semaphore`` share: the holder's state (owner,
+fence, the ``lost`` event of each hold), the watchdog that renews a lease,
+the acquire that waits in the server without taking the client's
+connections, and the give-back of an acquire that was interrupted.
+
+Each hold has its own ``lost`` event: ``holder.lost`` is the event of the
+calling thread's current (or last) hold (with ``thread_local=False``, of the
+object's), so another thread's acquire never clears it. An acquire that is
+interrupted (``KeyboardInterrupt``, a read timeout, a dropped connection)
+gives back what the server may have granted it. Waiting acquires run on
+connections of their own beside the client's pool (see
+``warden._connection``), so a bounded pool full of waiters never starves a
+release or a renewal.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from types import SimpleNamespace, TracebackType
+from typing import Any, Callable, Literal, Optional, TypeVar
+
+from redis.exceptions import LockError, LockNotOwnedError, ResponseError
+
+from . import _core
+from ._connection import call
+from ._core import LockCommands, Number, lock_error
+
+logger = logging.getLogger(__name__)
+
+_H = TypeVar("_H", bound="Holder")
+
+
+class _Watchdog(threading.Thread):
+    """Renews one hold's lease every third of it; sets ``lost`` when it cannot."""
+
+    def __init__(self, holder: Holder, owner: bytes, lease_ms: int, lost: threading.Event) -> None:
+        super().__init__(name=f"warden-watchdog:{holder.name}", daemon=True)
+        self.holder, self.owner, self.lease_ms = holder, owner, lease_ms
+        self.lost = lost  # this hold's, not whichever hold the holder has later
+        self.stopped = threading.Event()
+        self.deadline = time.monotonic() + lease_ms / 1000
+
+    def run(self) -> None:
+        holder = self.holder
+        lease = self.lease_ms / 1000
+        pause = lease / 3
+        while not self.stopped.wait(pause):
+            started = time.monotonic()
+            remaining = self.deadline - started
+            if remaining <= 0:
+                return self._lost("its lease ended before it could be renewed")
+            # Also a renewal stuck before its send (a new connection's
+            # handshake with a paused server) must not outlive the lease.
+            overdue = threading.Timer(
+                remaining, self._lost, ("its lease ended before it could be renewed",)
+            )
+            overdue.daemon = True
+            overdue.start()
+            try:
+                renewed = call(
+                    holder.redis,
+                    holder.name,
+                    holder.commands.extend,
+                    holder.name,
+                    self.owner,
+                    self.lease_ms,
+                    timeout=remaining,
+                )
+            except ResponseError as error:
+                if _core.is_wrongtype(error):
+                    return self._lost("the key now holds another type")
+                renewed = None
+                logger.warning("renewing %s %r failed: %s", holder.kind, holder.name, error)
+            except Exception as error:
+                renewed = None
+                logger.warning("renewing %s %r failed: %s", holder.kind, holder.name, error)
+            finally:
+                overdue.cancel()
+            if self.stopped.is_set() or self.lost.is_set():
+                return
+            if renewed is None:  # try again soon, while the lease lasts
+                pause = max(0.01, min(lease / 3, (self.deadline - time.monotonic()) / 2))
+                continue
+            if renewed != 1:
+                return self._lost("it is no longer held by this owner")
+            self.deadline = started + lease
+            pause = lease / 3
+
+    def _lost(self, why: str) -> None:
+        if not self.stopped.is_set():
+            logger.warning("%s %r lost: %s", self.holder.kind, self.holder.name, why)
+            self.lost.set()
+
+
+class Holder:
+    """One name's holds as seen by this process: a ``Lock`` or a ``Semaphore``."""
+
+    commands: LockCommands
+    #: What the messages call it.
+    kind = "lock"
+
+    def __init__(
+        self,
+        redis: Any,
+        name: str,
+        timeout: Optional[Number],
+        blocking: bool,
+        blocking_timeout: Optional[Number],
+        thread_local: bool,
+        raise_on_release_error: bool,
+        watchdog_timeout: Number,
+    ) -> None:
+        self.redis = redis
+        self.name = name
+        self.timeout = timeout
+        self.blocking = blocking
+        self.blocking_timeout = blocking_timeout
+        self.thread_local = bool(thread_local)
+        self.raise_on_release_error = raise_on_release_error
+        self.watchdog_timeout = watchdog_timeout
+        self.local: Any = threading.local() if self.thread_local else SimpleNamespace()
+        self.local.token = None
+
+    # --- what this holder knows -------------------------------------------
+
+    @property
+    def lost(self) -> threading.Event:
+        """Set when the watchdog could not renew the lease in time (or found
+        the hold taken away): stop the work the hold protects. Each hold has
+        its own event (read it after ``acquire``); this is the calling
+        thread's current or last one."""
+        event: Optional[threading.Event] = getattr(self.local, "lost", None)
+        if event is None:
+            event = self.local.lost = threading.Event()
+        return event
+
+    @property
+    def _token(self) -> Optional[bytes]:
+        return getattr(self.local, "token", None)
+
+    @property
+    def fence(self) -> Optional[int]:
+        """The fencing token of the current grant (None when not held)."""
+        return getattr(self.local, "fence", None) if self._token is not None else None
+
+    def _forget(self) -> None:
+        dog: Optional[_Watchdog] = getattr(self.local, "watchdog", None)
+        if dog is not None:
+            dog.stopped.set()
+        self.local.token = None
+        self.local.fence = None
+        self.local.holds = 0
+        self.local.watchdog = None
+
+    def _lease_ms(self) -> int:
+        return _core.to_ms(self.timeout if self.timeout else self.watchdog_timeout)
+
+    # --- the context manager ----------------------------------------------
+
+    def __enter__(self: _H) -> _H:
+        if self.acquire():
+            return self
+        raise lock_error(
+            LockError, f"Unable to acquire {self.kind} within the time specified", self.name
+        )
+
+    def __exit__(
+        self,
+        exc_type: Optional[type[BaseException]],
+        exc_value: Optional[BaseException],
+        traceback: Optional[TracebackType],
+    ) -> None:
+        try:
+            self.release()
+        except LockError:
+            if self.raise_on_release_error:
+                raise
+            logger.warning(
+                "%s was unlocked or no longer owned when exiting context manager.",
+                self.kind.capitalize(),
+            )
+
+    def acquire(self) -> bool:
+        raise NotImplementedError
+
+    def release(self) -> None:
+        raise NotImplementedError
+
+    # --- the parts of acquire and release ---------------------------------
+
+    def _wait(self, blocking: Optional[bool], blocking_timeout: Optional[Number]) -> Optional[int]:
+        """The ``WAIT`` of an acquire, from its arguments or the holder's defaults."""
+        return _core.wait_ms(
+            self.blocking if blocking is None else blocking,
+            self.blocking_timeout if blocking_timeout is None else blocking_timeout,
+        )
+
+    def _request(
+        self, args: list[Any], owner: bytes, wait: Optional[int], may_hold: Callable[[bool], bool]
+    ) -> Optional[int]:
+        """Send an acquire: its fencing token, or None (busy, or the name holds
+        another type). If it fails in flight, what ``owner`` may hold because
+        of it (``may_hold(sent)``) is given back."""
+        sent: list[bool] = []
+        try:
+            fence = call(
+                self.redis,
+                self.name,
+                *args,
+                timeout=_core.read_timeout(wait),
+                waits=wait is not None,
+                on_sent=lambda: sent.append(True),
+            )
+        except ResponseError as error:
+            if _core.is_wrongtype(error):
+                return None  # the name holds someone's data: never ours
+            raise
+        except BaseException:
+            # The connection is closed (the server dropped the waiter), but a
+            # grant may have crossed the close: give it back.
+            if may_hold(bool(sent)):
+                self._give_back(owner)
+            raise
+        return None if fence is None else int(fence)
+
+    def _new_hold(self, owner: bytes, lease_ms: int) -> None:
+        """``owner`` now holds: a new ``lost`` event, and a watchdog if the
+        lease is the watchdog's."""
+        self._forget()
+        self.local.token = owner
+        self.local.holds = 0
+        self.local.lost = lost = threading.Event()
+        if not self.timeout:
+            dog = _Watchdog(self, owner, lease_ms, lost)
+            self.local.watchdog = dog
+            dog.start()
+
+    def _give_back(self, owner: bytes) -> None:
+        try:
+            released = call(
+                self.redis, self.name, self.commands.release, self.name, owner, timeout=1.0
+            )
+            self._gave_back(owner, released)
+        except Exception:  # the lease bounds what this costs
+            logger.debug("could not give back %s %r after a failed wait", self.kind, self.name)
+
+    def _gave_back(self, owner: bytes, reply: Any) -> None:
+        """Account for the reply of a give-back."""
+
+    def _send_release(self, token: bytes) -> Any:
+        """The release's reply (a key of another type: -1); a failure in
+        flight forgets the hold (its lease bounds what it costs)."""
+        try:
+            return call(self.redis, self.name, self.commands.release, self.name, token)
+        except ResponseError as error:
+            if not _core.is_wrongtype(error):
+                raise
+            return -1
+        except BaseException:
+            self._forget()
+            raise
+
+    def _renew(self, ms: int, message: str) -> Literal[True]:
+        try:
+            renewed = call(self.redis, self.name, self.commands.extend, self.name, self._token, ms)
+        except ResponseError as error:
+            if not _core.is_wrongtype(error):
+                raise
+            renewed = 0
+        if renewed != 1:
+            raise lock_error(LockNotOwnedError, message, self.name)
+        return True

@@ -1,0 +1,287 @@
+"""What an asyncio ``Lock`` and ``Semaphore`` share, as ``warden._holder``
+for sync clients (read that module's notes). The watchdog is a task; ``lost``
+is an ``asyncio.Event`` of its own for each hold, and ``holder.lost`` is the
+event of the calling task's current (or last) hold, so another task's acquire
+never clears it. A cancelled ``acquire`` closes its connection, which takes
+it out of the server's queue, and gives back what the server may have
+granted it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import logging
+import threading
+import time
+from types import SimpleNamespace, TracebackType
+from typing import Any, Callable, Literal, Optional, TypeVar
+
+from redis.exceptions import LockError, LockNotOwnedError, ResponseError
+
+from .. import _core
+from .._core import LockCommands, Number, lock_error
+from ._connection import call
+
+logger = logging.getLogger(__name__)
+
+_H = TypeVar("_H", bound="Holder")
+
+_background: set[asyncio.Task[Any]] = set()
+
+
+def in_background(coroutine: Any, name: str) -> asyncio.Task[Any]:
+    task: asyncio.Task[Any] = asyncio.ensure_future(coroutine)
+    _background.add(task)
+    task.add_done_callback(_background.discard)
+    return task
+
+
+def holder_id() -> int:
+    """The calling task (or, outside one, thread)."""
+    task = asyncio.current_task()
+    return id(task) if task is not None else threading.get_ident()
+
+
+class _Watchdog:
+    """Renews one hold's lease every third of it; sets ``lost`` when it cannot."""
+
+    def __init__(self, holder: Holder, owner: bytes, lease_ms: int, lost: asyncio.Event) -> None:
+        self.holder, self.owner, self.lease_ms = holder, owner, lease_ms
+        self.lost = lost  # this hold's, not whichever hold the holder has later
+        self.deadline = time.monotonic() + lease_ms / 1000
+        self.task = in_background(self.run(), f"warden-watchdog:{holder.name}")
+
+    def stop(self) -> None:
+        self.task.cancel()
+
+    async def run(self) -> None:
+        holder = self.holder
+        lease = self.lease_ms / 1000
+        pause = lease / 3
+        while True:
+            await asyncio.sleep(pause)
+            started = time.monotonic()
+            remaining = self.deadline - started
+            if remaining <= 0:
+                return self._lost("its lease ended before it could be renewed")
+            try:
+                # Bounded as a whole: a new connection's handshake too.
+                renewed = await asyncio.wait_for(
+                    call(
+                        holder.redis,
+                        holder.name,
+                        holder.commands.extend,
+                        holder.name,
+                        self.owner,
+                        self.lease_ms,
+                        timeout=remaining,
+                    ),
+                    remaining,
+                )
+            except ResponseError as error:
+                if _core.is_wrongtype(error):
+                    return self._lost("the key now holds another type")
+                renewed = None
+                logger.warning("renewing %s %r failed: %s", holder.kind, holder.name, error)
+            except Exception as error:
+                renewed = None
+                logger.warning("renewing %s %r failed: %s", holder.kind, holder.name, error)
+            if renewed is None:
+                pause = max(0.01, min(lease / 3, (self.deadline - time.monotonic()) / 2))
+                continue
+            if renewed != 1:
+                return self._lost("it is no longer held by this owner")
+            self.deadline = started + lease
+            pause = lease / 3
+
+    def _lost(self, why: str) -> None:
+        logger.warning("%s %r lost: %s", self.holder.kind, self.holder.name, why)
+        self.lost.set()
+
+
+# Each task's own hold events, by holder: a task sees the event of the hold it
+# took even when another task (sharing the holder's thread-local state) takes
+# the next one.
+_task_lost: contextvars.ContextVar[dict[int, asyncio.Event]] = contextvars.ContextVar(
+    "warden_task_lost"
+)
+
+
+class Holder:
+    """One name's holds as seen by this process: a ``Lock`` or a ``Semaphore``."""
+
+    commands: LockCommands
+    #: What the messages call it.
+    kind = "lock"
+
+    def __init__(
+        self,
+        redis: Any,
+        name: Any,
+        timeout: Optional[Number],
+        blocking: bool,
+        blocking_timeout: Optional[Number],
+        thread_local: bool,
+        raise_on_release_error: bool,
+        watchdog_timeout: Number,
+    ) -> None:
+        self.redis = redis
+        self.name: Any = name
+        self.timeout = timeout
+        self.blocking = blocking
+        self.blocking_timeout = blocking_timeout
+        self.thread_local = bool(thread_local)
+        self.raise_on_release_error = raise_on_release_error
+        self.watchdog_timeout = watchdog_timeout
+        self.local: Any = threading.local() if self.thread_local else SimpleNamespace()
+        self.local.token = None
+
+    @property
+    def lost(self) -> asyncio.Event:
+        """Set when the watchdog could not renew the lease in time: stop the
+        work the hold protects. Each hold has its own event (read it after
+        ``acquire``); this is the calling task's current or last one."""
+        event = _task_lost.get({}).get(id(self)) if self.thread_local else None
+        if event is None:
+            event = getattr(self.local, "lost", None)
+        if event is None:
+            event = self.local.lost = asyncio.Event()
+        return event
+
+    @property
+    def _token(self) -> Optional[bytes]:
+        return getattr(self.local, "token", None)
+
+    @property
+    def fence(self) -> Optional[int]:
+        """The fencing token of the current grant (None when not held)."""
+        return getattr(self.local, "fence", None) if self._token is not None else None
+
+    def _forget(self) -> None:
+        dog: Optional[_Watchdog] = getattr(self.local, "watchdog", None)
+        if dog is not None:
+            dog.stop()
+        self.local.token = None
+        self.local.fence = None
+        self.local.holds = 0
+        self.local.watchdog = None
+
+    def _lease_ms(self) -> int:
+        return _core.to_ms(self.timeout if self.timeout else self.watchdog_timeout)
+
+    async def __aenter__(self: _H) -> _H:
+        if await self.acquire():
+            return self
+        raise lock_error(
+            LockError, f"Unable to acquire {self.kind} within the time specified", self.name
+        )
+
+    async def __aexit__(
+        self,
+        exc_type: Optional[type[BaseException]],
+        exc_value: Optional[BaseException],
+        traceback: Optional[TracebackType],
+    ) -> None:
+        try:
+            await self.release()
+        except LockError:
+            if self.raise_on_release_error:
+                raise
+            logger.warning(
+                "%s was unlocked or no longer owned when exiting context manager.",
+                self.kind.capitalize(),
+            )
+
+    async def acquire(self) -> bool:
+        raise NotImplementedError
+
+    async def release(self) -> None:
+        raise NotImplementedError
+
+    # --- the parts of acquire and release ---------------------------------
+
+    def _wait(self, blocking: Optional[bool], blocking_timeout: Optional[Number]) -> Optional[int]:
+        """The ``WAIT`` of an acquire, from its arguments or the holder's defaults."""
+        return _core.wait_ms(
+            self.blocking if blocking is None else blocking,
+            self.blocking_timeout if blocking_timeout is None else blocking_timeout,
+        )
+
+    async def _request(
+        self, args: list[Any], owner: bytes, wait: Optional[int], may_hold: Callable[[bool], bool]
+    ) -> Optional[int]:
+        """Send an acquire: its fencing token, or None (busy, or the name holds
+        another type). If it fails in flight or is cancelled, what ``owner``
+        may hold because of it (``may_hold(sent)``) is given back."""
+        sent: list[bool] = []
+        try:
+            fence = await call(
+                self.redis,
+                self.name,
+                *args,
+                timeout=_core.read_timeout(wait),
+                waits=wait is not None,
+                on_sent=lambda: sent.append(True),
+            )
+        except ResponseError as error:
+            if _core.is_wrongtype(error):
+                return None
+            raise
+        except BaseException:
+            # A grant may have crossed the close of the connection: give it
+            # back, in the background (we may be cancelled).
+            if may_hold(bool(sent)):
+                in_background(self._give_back(owner), f"warden-give-back:{self.name}")
+            raise
+        return None if fence is None else int(fence)
+
+    def _new_hold(self, owner: bytes, lease_ms: int) -> None:
+        """``owner`` now holds: a new ``lost`` event (the calling task's), and
+        a watchdog if the lease is the watchdog's."""
+        self._forget()
+        self.local.token = owner
+        self.local.holds = 0
+        lost = self.local.lost = asyncio.Event()
+        if self.thread_local:
+            _task_lost.set({**_task_lost.get({}), id(self): lost})
+        if not self.timeout:
+            self.local.watchdog = _Watchdog(self, owner, lease_ms, lost)
+
+    async def _give_back(self, owner: bytes) -> None:
+        try:
+            released = await call(
+                self.redis, self.name, self.commands.release, self.name, owner, timeout=1.0
+            )
+            self._gave_back(owner, released)
+        except Exception:
+            logger.debug("could not give back %s %r after a failed wait", self.kind, self.name)
+
+    def _gave_back(self, owner: bytes, reply: Any) -> None:
+        """Account for the reply of a give-back."""
+
+    async def _send_release(self, token: bytes) -> Any:
+        """The release's reply (a key of another type: -1); a failure in
+        flight forgets the hold (its lease bounds what it costs)."""
+        try:
+            return await call(self.redis, self.name, self.commands.release, self.name, token)
+        except ResponseError as error:
+            if not _core.is_wrongtype(error):
+                raise
+            return -1
+        except BaseException:
+            self._forget()
+            raise
+
+    async def _renew(self, ms: int, message: str) -> Literal[True]:
+        try:
+            renewed = await call(
+                self.redis, self.name, self.commands.extend, self.name, self._token, ms
+            )
+        except ResponseError as error:
+            if not _core.is_wrongtype(error):
+                raise
+            renewed = 0
+        if renewed != 1:
+            raise lock_error(LockNotOwnedError, message, self.name)
+        return True
