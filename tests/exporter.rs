@@ -335,6 +335,7 @@ fn traffic(s: &Server, c: &mut Connection) -> Vec<Wire> {
     evict_a_lock(s, c, &mut w);
     lock_traffic(s, c, &mut w);
     rwlock_traffic(s, c, &mut w);
+    semaphore_traffic(s, c, &mut w);
     bloom_traffic(&mut w);
     cache_traffic(s, c, &mut w);
     keep_waiting(s, c, w)
@@ -408,6 +409,17 @@ fn rwlock_traffic(s: &Server, c: &mut Connection, w: &mut Wire) {
     assert_eq!(w.int(&["RWLOCK.UNLOCK", "rw", "w"]).unwrap(), 1);
     reply_int(reader.read().unwrap(), "hand-off");
     assert_eq!(w.int(&["RWLOCK.UNLOCK", "rw", "r"]).unwrap(), 1);
+}
+
+/// A waiter granted the permit a holder released; it keeps it (a semaphore
+/// key stays).
+fn semaphore_traffic(s: &Server, c: &mut Connection, w: &mut Wire) {
+    let acquire = |owner| ["SEM.ACQUIRE", "sem", owner, "600000", "LIMIT", "1", "WAIT", "0"];
+    reply_int(w.ok(&acquire("a")).unwrap(), "acquire");
+    let mut next = blocked(s, &acquire("b"));
+    wait_queued(c, "SEM.INFO", "sem", 1);
+    assert_eq!(w.int(&["SEM.RELEASE", "sem", "a"]).unwrap(), 1);
+    reply_int(next.read().unwrap(), "hand-off");
 }
 
 /// Two filters, one of them scaled out.
