@@ -214,8 +214,10 @@ python-test: python-venv $(SERVER_DEPS)
 	cd target/redis-py-lock-tests && $(PY_ENV) $(CURDIR)/$(PYTHON) -m pytest -q -p no:cacheprovider -rx tests
 
 # Side by side in one run; QUICK=1 for a short run; SECTION=cache (stampede
-# and consistency race) or SECTION=big-filters for one section alone, into its
-# own file. Writes bench/results/.
+# and consistency race), SECTION=big-filters or SECTION=semaphore (against a
+# Redisson-style and redis-semaphore's sorted-set semaphore, with their
+# callgrind instructions) for one section alone, into its own file. Writes
+# bench/results/.
 # Server instructions per operation under callgrind (valgrind from apt): a
 # figure a busy machine does not move. SECTION=instructions runs it alone.
 valgrind-bin:
@@ -229,6 +231,10 @@ else
 	cargo build --release --example bench
 	WARDEN_MODULE=$(CURDIR)/$(MODULE) REDISBLOOM_MODULE=$(CURDIR)/$(REDISBLOOM) \
 		./target/release/examples/bench $(if $(QUICK),--quick,) $(if $(SECTION),--$(SECTION),)
+endif
+ifeq ($(SECTION),semaphore)
+	@ins=$$(WARDEN_BENCH_ONLY=semaphore $(PYTHON) bench/instructions.py $(CURDIR)/$(MODULE) $(CURDIR)/$(REDISBLOOM) redis-server) && \
+		echo "$$ins" && printf '\n%s\n' "$$ins" >> bench/results/semaphore.md
 endif
 ifeq ($(SECTION),)
 	@late=$$($(PYTHON) bench/wait_lateness.py $(CURDIR)/$(MODULE)) && echo "$$late" && \

@@ -11,6 +11,10 @@ by the operations done in it.
   tracking       the same hand-off with warden.latency-tracking on and off
                  (the cost of the wait and hold histograms)
   lock.acquire   LOCK.ACQUIRE on fresh keys, against SET key owner NX PX
+  semaphore      SEM.ACQUIRE … LIMIT 5 + SEM.RELEASE, one client, uncontended
+                 (per pair), against the Redisson-style Lua semaphore and the
+                 sorted set of npm redis-semaphore (bench/lua/, the scripts
+                 of make bench SECTION=semaphore)
   bf.add         BF.ADD of new items, warden against RedisBloom
   bf.exists      BF.EXISTS of present items, warden against RedisBloom
   tax            what loading warden costs other commands: SET, INCR, GET,
@@ -19,7 +23,8 @@ by the operations done in it.
                  GET — on each server given (Redis 7.0 and 8.2 in make bench)
 
 Usage: instructions.py WARDEN.so REDISBLOOM.so [SERVER [SERVER ...]]
-Prints markdown tables.
+Prints markdown tables. WARDEN_BENCH_ONLY=semaphore prints the semaphore
+rows alone; WARDEN_BENCH_ONLY=tax the tax tables alone.
 """
 
 import glob
@@ -239,6 +244,69 @@ def tax(servers, warden):
         print(f"| {name} | {n:,} | {hit:,.0f} | {get:,.0f} | {hit / get:.3f}× |")
 
 
+LUA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "lua")
+NO_LEASE = "922337203685477"
+
+
+def semaphore_pairs(kind, batch=50):
+    """One client acquiring and releasing one permit of a semaphore of limit
+    5, `batch` pairs a round trip; an operation is one pair."""
+    def workload(port, stop, ops):
+        c = Conn(port)
+        sha = {}
+        for name in ("redisson_semaphore_acquire", "redisson_semaphore_release",
+                     "sorted_set_semaphore_acquire"):
+            with open(os.path.join(LUA, name + ".lua")) as f:
+                sha[name] = c.call("SCRIPT", "LOAD", f.read())
+        if kind == "redisson":
+            c.call("SET", "rsem", 5)  # Redisson's trySetPermits(5)
+        i = 0
+        while not stop.is_set():
+            now = int(time.time() * 1000)
+            commands = []
+            for j in range(i, i + batch):
+                if kind == "warden":
+                    commands += [("SEM.ACQUIRE", "sem", f"o{j}", 10000, "LIMIT", 5),
+                                 ("SEM.RELEASE", "sem", f"o{j}")]
+                elif kind == "redisson":
+                    commands += [("EVALSHA", sha["redisson_semaphore_acquire"], 3, "rsem", "{rsem}:timeout",
+                                  "redisson_sc:{rsem}", 1, now + 10000, now, NO_LEASE, f"id{j}"),
+                                 ("EVALSHA", sha["redisson_semaphore_release"], 3, "rsem", "redisson_sc:{rsem}",
+                                  "{rsem}:timeout", f"id{j}", 1, now)]
+                else:
+                    commands += [("EVALSHA", sha["sorted_set_semaphore_acquire"], 1, "ssem", 5, f"id{j}", 10000, now),
+                                 ("ZREM", "ssem", f"id{j}")]
+            c.s.sendall(b"".join(enc(*w) for w in commands))
+            for _ in commands:
+                reply = c.reply()
+                if isinstance(reply, bytes) and reply.startswith(b"-"):
+                    raise SystemExit(f"{kind}: {reply.decode()}")
+            i += batch
+            ops[0] += batch
+    workload.__name__ = f"semaphore ({kind})"
+    return workload
+
+
+def semaphore_rows(server, warden):
+    """SEM.ACQUIRE + SEM.RELEASE against the two Lua semaphores: (name, ours,
+    theirs, baseline) rows."""
+    ours = counted(server, [warden], semaphore_pairs("warden"))
+    name = "SEM.ACQUIRE + SEM.RELEASE (limit 5, one client, uncontended)"
+    return [
+        (name, ours, counted(server, [warden], semaphore_pairs("redisson")),
+         "Redisson-style Lua semaphore (acquire script + release script)"),
+        (name, ours, counted(server, [warden], semaphore_pairs("sorted_set")),
+         "redis-semaphore sorted set (acquire script + ZREM)"),
+    ]
+
+
+def print_rows(rows):
+    print("| operation | warden | baseline | baseline instructions | ratio |")
+    print("|---|---:|---|---:|---:|")
+    for name, ours, theirs, baseline in rows:
+        print(f"| {name} | {ours:,.0f} | {baseline} | {theirs:,.0f} | {ours / theirs:.2f}× |")
+
+
 def reserve_and_fill(c):
     c.call("BF.RESERVE", "bf", "0.01", 10_000_000)
     for start in range(0, 100_000, 1000):
@@ -255,6 +323,16 @@ def main():
         raise SystemExit("valgrind is missing: make bench installs it")
     if os.environ.get("WARDEN_BENCH_ONLY") == "tax":
         tax(servers, warden)
+        return
+    if os.environ.get("WARDEN_BENCH_ONLY") == "semaphore":
+        rows = semaphore_rows(server, warden)
+        print("## Semaphore acquire + release: server instructions (callgrind)\n")
+        print("Counted with `valgrind --tool=callgrind` on the server over a fixed window; one")
+        print("client, pipelines of 50 pairs, each pair acquiring and releasing one permit.\n")
+        print_rows(rows)
+        ratio = rows[0][1] / rows[0][2]
+        print(f"\nTarget: at most 1/3 of the Redisson-style semaphore's instructions: "
+              f"{ratio:.2f}× — {'met' if ratio <= 1 / 3 else 'MISSED'}.")
         return
     rows = []
 
@@ -275,6 +353,8 @@ def main():
         counted(server, [warden], pipelined(lambda i: ("LOCK.ACQUIRE", f"k{i}", "owner", 600000))),
         counted(server, [warden], pipelined(lambda i: ("SET", f"k{i}", "owner", "NX", "PX", 600000))),
         "SET NX PX")
+    for r in semaphore_rows(server, warden):
+        row(*r)
     reserve = lambda c: c.call("BF.RESERVE", "bf", "0.01", 10_000_000)  # noqa: E731
     row("BF.ADD of a new item",
         counted(server, [warden], preload_then(reserve, lambda i: ("BF.ADD", "bf", f"new-{i}"))),
@@ -287,10 +367,7 @@ def main():
     print("## Server instructions per operation (callgrind)\n")
     print("Counted with `valgrind --tool=callgrind` on the server over a fixed window; the")
     print("same driver for both sides. A busy machine does not move these figures.\n")
-    print("| operation | warden | baseline | baseline instructions | ratio |")
-    print("|---|---:|---|---:|---:|")
-    for name, ours, theirs, baseline in rows:
-        print(f"| {name} | {ours:,.0f} | {baseline} | {theirs:,.0f} | {ours / theirs:.2f}× |")
+    print_rows(rows)
     tax(servers, warden)
 
 

@@ -9,6 +9,7 @@
 mod big_filters;
 mod race;
 mod scripts;
+mod semaphore;
 mod stampede;
 
 use std::collections::HashMap;
@@ -36,6 +37,10 @@ struct Settings {
     stampede: Duration,
     /// Wall time of each consistency race round.
     race: Duration,
+    /// Wall time of each semaphore contention run.
+    semaphore: Duration,
+    /// Crashed holders per semaphore implementation and repetition.
+    crash_rounds: usize,
 }
 
 impl Settings {
@@ -51,6 +56,8 @@ impl Settings {
                 big_filters: &[100_000_000],
                 stampede: Duration::from_secs(3),
                 race: Duration::from_secs(1),
+                semaphore: Duration::from_secs(2),
+                crash_rounds: 3,
             }
         } else {
             Self {
@@ -63,6 +70,8 @@ impl Settings {
                 big_filters: &[100_000_000, 1_000_000_000],
                 stampede: Duration::from_secs(10),
                 race: Duration::from_secs(3),
+                semaphore: Duration::from_secs(5),
+                crash_rounds: 5,
             }
         }
     }
@@ -603,9 +612,20 @@ fn main() {
         report(&rows, &notes, quick, &dir, "cache");
         return;
     }
+    let sem = || local.block_on(&runtime, semaphore_section(&settings, &warden_so));
+    // `--semaphore`: the semaphore comparison alone.
+    if std::env::args().any(|a| a == "--semaphore") {
+        let (rows, notes) = sem();
+        report(&rows, &notes, quick, &dir, "semaphore");
+        return;
+    }
     let mut rows = local.block_on(&runtime, run(&settings, &warden_so, &bloom_so));
-    let (cache_rows, notes) = cache();
+    let (cache_rows, mut notes) = cache();
     rows.extend(cache_rows);
+    let (sem_rows, sem_notes) = sem();
+    rows.extend(sem_rows);
+    notes.push('\n');
+    notes.push_str(&sem_notes);
     big(&mut rows);
     report(&rows, &notes, quick, &dir, "latest");
 }
@@ -620,6 +640,12 @@ async fn cache_sections(s: &Settings, warden_so: &Path) -> (Vec<Row>, String) {
     notes.push('\n');
     notes.push_str(&race_notes);
     (rows, notes)
+}
+
+/// The semaphore comparison, on a server of its own.
+async fn semaphore_section(s: &Settings, warden_so: &Path) -> (Vec<Row>, String) {
+    let warden = Server::start(warden_so);
+    semaphore::rows(&warden, s.reps, s.semaphore, s.crash_rounds).await
 }
 
 async fn run(s: &Settings, warden_so: &Path, bloom_so: &Path) -> Vec<Row> {
