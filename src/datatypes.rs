@@ -519,6 +519,16 @@ unsafe extern "C" fn rwlock_aof_rewrite(
         words.push(h.fence.to_string().into_bytes());
         words.push(h.deadline_ms.to_string().into_bytes());
     }
+    emit_aof(aof, c"WARDEN.RWSET", key, &words);
+}
+
+/// Writes `cmd key words...` to the AOF being rewritten.
+pub(crate) unsafe fn emit_aof(
+    aof: *mut raw::RedisModuleIO,
+    cmd: &std::ffi::CStr,
+    key: *mut raw::RedisModuleString,
+    words: &[Vec<u8>],
+) {
     let create = raw::RedisModule_CreateString.unwrap();
     let strings: Vec<*mut raw::RedisModuleString> = words
         .iter()
@@ -526,7 +536,7 @@ unsafe extern "C" fn rwlock_aof_rewrite(
         .collect();
     raw::RedisModule_EmitAOF.unwrap()(
         aof,
-        c"WARDEN.RWSET".as_ptr(),
+        cmd.as_ptr(),
         c"sv".as_ptr(),
         key,
         strings.as_ptr(),

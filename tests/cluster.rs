@@ -99,7 +99,14 @@ fn every_command_routes_like_a_builtin_and_survives_resharding() {
         .unwrap();
     for (owner, permits) in [("s1", "2"), ("s2", "1")] {
         con.req_command(&command(&[
-            "SEM.ACQUIRE", "{mv}:sem", owner, "60000", "LIMIT", "5", "PERMITS", permits,
+            "SEM.ACQUIRE",
+            "{mv}:sem",
+            owner,
+            "60000",
+            "LIMIT",
+            "5",
+            "PERMITS",
+            permits,
         ]))
         .unwrap();
     }

@@ -414,7 +414,18 @@ fn rwlock_traffic(s: &Server, c: &mut Connection, w: &mut Wire) {
 /// A waiter granted the permit a holder released; it keeps it (a semaphore
 /// key stays).
 fn semaphore_traffic(s: &Server, c: &mut Connection, w: &mut Wire) {
-    let acquire = |owner| ["SEM.ACQUIRE", "sem", owner, "600000", "LIMIT", "1", "WAIT", "0"];
+    let acquire = |owner| {
+        [
+            "SEM.ACQUIRE",
+            "sem",
+            owner,
+            "600000",
+            "LIMIT",
+            "1",
+            "WAIT",
+            "0",
+        ]
+    };
     reply_int(w.ok(&acquire("a")).unwrap(), "acquire");
     let mut next = blocked(s, &acquire("b"));
     wait_queued(c, "SEM.INFO", "sem", 1);

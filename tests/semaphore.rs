@@ -109,7 +109,16 @@ fn an_acquire_stating_another_limit_or_a_second_hold_is_refused_and_changes_noth
     fence(acquire(&mut c, "s", "a", 10, 1));
     let before = (counts(&mut c, "s"), int(&mut c, &["PEXPIRETIME", "s"]));
     let words = |owner: &'static str, limit: &'static str| -> Vec<&'static str> {
-        vec!["SEM.ACQUIRE", "s", owner, "1000", "LIMIT", limit, "WAIT", "100"]
+        vec![
+            "SEM.ACQUIRE",
+            "s",
+            owner,
+            "1000",
+            "LIMIT",
+            limit,
+            "WAIT",
+            "100",
+        ]
     };
     assert_eq!(
         err(&mut c, &words("b", "20")),
@@ -157,7 +166,16 @@ fn bad_input_gets_a_clear_error_and_changes_nothing() {
             "ERR invalid permits: expected an integer from 1 to the limit",
         ),
         (
-            &["SEM.ACQUIRE", "k", "o", "100", "LIMIT", "3", "PERMITS", "-1"],
+            &[
+                "SEM.ACQUIRE",
+                "k",
+                "o",
+                "100",
+                "LIMIT",
+                "3",
+                "PERMITS",
+                "-1",
+            ],
             "ERR invalid permits: expected an integer from 1 to the limit",
         ),
         (
@@ -209,7 +227,18 @@ fn bad_input_gets_a_clear_error_and_changes_nothing() {
             "ERR invalid owner: expected a string of 1 to 1024 bytes",
         ),
         (
-            &["WARDEN.SEMSET", "held", "9", "1", "1", "SET", "x", "1", "1", "1"],
+            &[
+                "WARDEN.SEMSET",
+                "held",
+                "9",
+                "1",
+                "1",
+                "SET",
+                "x",
+                "1",
+                "1",
+                "1",
+            ],
             "ERR effect commands are accepted only from the master link and the AOF",
         ),
     ];
@@ -277,7 +306,16 @@ fn a_holder_that_never_releases_gives_its_permits_back_at_its_lease_end() {
         fence(
             run(
                 &mut holder,
-                &["SEM.ACQUIRE", "s", "crashed", "300", "LIMIT", "2", "PERMITS", "2"],
+                &[
+                    "SEM.ACQUIRE",
+                    "s",
+                    "crashed",
+                    "300",
+                    "LIMIT",
+                    "2",
+                    "PERMITS",
+                    "2",
+                ],
             )
             .unwrap(),
         );
@@ -289,7 +327,10 @@ fn a_holder_that_never_releases_gives_its_permits_back_at_its_lease_end() {
     assert_eq!(hold_of(&mut c, "s", "next").0, 2);
     assert_eq!(hold_of(&mut c, "s", "crashed"), (0, -2));
     let i: String = redis::cmd("INFO").arg("warden").query(&mut c).unwrap();
-    assert!(i.contains("lease_expiries:") && i.contains("semaphore_keys:1"), "{i}");
+    assert!(
+        i.contains("lease_expiries:") && i.contains("semaphore_keys:1"),
+        "{i}"
+    );
 }
 
 #[test]
@@ -303,14 +344,21 @@ fn extend_resets_only_the_owners_lease() {
     assert_eq!(int(&mut c, &["SEM.EXTEND", "missing", "a", "50000"]), 0);
     assert!(hold_of(&mut c, "s", "a").1 > 40_000);
     assert!(hold_of(&mut c, "s", "b").1 <= 1000);
-    assert!(int(&mut c, &["PTTL", "s"]) > 40_000, "the key lives as long as its last lease");
+    assert!(
+        int(&mut c, &["PTTL", "s"]) > 40_000,
+        "the key lives as long as its last lease"
+    );
 }
 
 #[test]
 fn setlimit_moves_the_bound_on_purpose() {
     let s = Server::start(&[]);
     let mut c = s.conn();
-    assert_eq!(int(&mut c, &["SEM.SETLIMIT", "s", "5"]), 0, "no semaphore yet");
+    assert_eq!(
+        int(&mut c, &["SEM.SETLIMIT", "s", "5"]),
+        0,
+        "no semaphore yet"
+    );
     assert_eq!(int(&mut c, &["EXISTS", "s"]), 0);
     fence(acquire(&mut c, "s", "a", 2, 2));
     let w1 = wait_for_permits(&s, "s", "w1", 2, 1);
@@ -340,7 +388,11 @@ fn setlimit_moves_the_bound_on_purpose() {
     let w3 = wait_for_permits(&s, "s", "w3", 1, 1);
     queued(&mut c, "s", 1);
     assert_eq!(int(&mut c, &["SEM.RELEASE", "s", "a"]), 1);
-    assert_eq!(counts(&mut c, "s"), (1, 1, 1, 1), "1 held > limit - 1: w3 waits");
+    assert_eq!(
+        counts(&mut c, "s"),
+        (1, 1, 1, 1),
+        "1 held > limit - 1: w3 waits"
+    );
     assert_eq!(int(&mut c, &["SEM.RELEASE", "s", "w1"]), 1);
     granted(w3);
     assert_eq!(counts(&mut c, "s"), (1, 1, 1, 0));
@@ -526,7 +578,10 @@ fn a_release_replicates_one_hold_whatever_the_number_of_holders() {
 fn no_new_holder_inside_the_grace_window() {
     let s = Server::start(&["--warden.grace", "3000"]);
     let mut c = s.conn();
-    assert!(is_nil(&mut c, &["SEM.ACQUIRE", "s", "a", "1000", "LIMIT", "2"]));
+    assert!(is_nil(
+        &mut c,
+        &["SEM.ACQUIRE", "s", "a", "1000", "LIMIT", "2"]
+    ));
     // Queued, and granted in order once the window ends.
     let w = wait_for_permits(&s, "s", "w", 2, 2);
     queued(&mut c, "s", 1);
@@ -540,8 +595,10 @@ fn no_new_holder_inside_the_grace_window() {
 fn leases_are_capped_by_max_lease() {
     let s = Server::start(&["--warden.max-lease", "2000"]);
     let mut c = s.conn();
-    assert!(err(&mut c, &["SEM.ACQUIRE", "s", "a", "3000", "LIMIT", "2"])
-        .starts_with("ERR ttl exceeds warden.max-lease"));
+    assert!(
+        err(&mut c, &["SEM.ACQUIRE", "s", "a", "3000", "LIMIT", "2"])
+            .starts_with("ERR ttl exceeds warden.max-lease")
+    );
     run(&mut c, &["SEM.ACQUIRE", "s", "a", "2000", "LIMIT", "2"]).unwrap();
     assert!(err(&mut c, &["SEM.EXTEND", "s", "a", "3000"])
         .starts_with("ERR ttl exceeds warden.max-lease"));

@@ -3,13 +3,15 @@
 //! hands hostile bytes to `rdb_load`, which must answer with an error, never
 //! a crash or a huge allocation.
 
-use std::os::raw::{c_char, c_int, c_void};
+use std::os::raw::{c_int, c_void};
 
 use redis_module::native_types::RedisType;
 use redis_module::raw;
 
 use crate::args::MAX_OWNER;
-use crate::datatypes::{bounded_deadline, boxed, note_unlink, release_value, system_ms, Tracked};
+use crate::datatypes::{
+    bounded_deadline, boxed, emit_aof, note_unlink, release_value, system_ms, Tracked,
+};
 use crate::fence::{self, FENCES};
 use crate::grace;
 use crate::guard;
@@ -177,22 +179,7 @@ unsafe extern "C" fn sem_aof_rewrite(
     let sem = &*value.cast::<Semaphore>();
     let owners: Vec<Vec<u8>> = sem.holds().map(|(o, _)| o.clone()).collect();
     let words = effect_words(sem, b"SET", &owners);
-    let create = raw::RedisModule_CreateString.unwrap();
-    let strings: Vec<*mut raw::RedisModuleString> = words
-        .iter()
-        .map(|w| create(std::ptr::null_mut(), w.as_ptr().cast::<c_char>(), w.len()))
-        .collect();
-    raw::RedisModule_EmitAOF.unwrap()(
-        aof,
-        c"WARDEN.SEMSET".as_ptr(),
-        c"sv".as_ptr(),
-        key,
-        strings.as_ptr(),
-        strings.len(),
-    );
-    for s in strings {
-        raw::RedisModule_FreeString.unwrap()(std::ptr::null_mut(), s);
-    }
+    emit_aof(aof, c"WARDEN.SEMSET", key, &words);
 }
 
 unsafe extern "C" fn sem_mem_usage(value: *const c_void) -> usize {
