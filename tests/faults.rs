@@ -1,5 +1,6 @@
-//! The fault matrix: for `LOCK` and `RWLOCK`, every way a lock is freed or a
-//! lease ends × the state the server is in × what the waiting client does.
+//! The fault matrix: for `LOCK`, `RWLOCK` and `SEM`, every way a lock is
+//! freed or a lease ends × the state the server is in × what the waiting
+//! client does.
 //!
 //! The product is generated in code; combinations that cannot happen are
 //! skipped with the reason in `skip_reason`. After every case: the server is
@@ -32,6 +33,10 @@ use common::{is_valkey, replicate, Server};
 enum Kind {
     Lock,
     RwLock,
+    /// A semaphore of limit 2: the holder takes 1 permit, the waiter under
+    /// test asks for 2 (so it waits although a permit is free) and the
+    /// second waiter for 1 (it fits, yet must not overtake the waiter ahead).
+    Semaphore,
 }
 
 /// Every way a lock is freed or its lease ends.
@@ -89,7 +94,7 @@ enum Client {
     DeadlineAtFree,
 }
 
-const KINDS: [Kind; 2] = [Kind::Lock, Kind::RwLock];
+const KINDS: [Kind; 3] = [Kind::Lock, Kind::RwLock, Kind::Semaphore];
 const FREES: [Free; 14] = [
     Free::Release,
     Free::LeaseEnd,
@@ -125,19 +130,97 @@ const CLIENTS: [Client; 5] = [
     Client::DeadlineAtFree,
 ];
 
+/// How a request asks for a kind: `<command> key owner ttl <terms>`.
+#[derive(Clone, Copy, Debug)]
+struct Ask {
+    command: &'static str,
+    terms: &'static [&'static str],
+}
+
+impl Ask {
+    /// The request, then `rest` (a `WAIT`).
+    fn words(self, key: &str, owner: &str, ttl: i64, rest: &[&str]) -> Vec<String> {
+        [self.command, key, owner, &ttl.to_string()]
+            .into_iter()
+            .chain(self.terms.iter().copied())
+            .chain(rest.iter().copied())
+            .map(String::from)
+            .collect()
+    }
+
+    /// The permits it asks for (a lock's holder holds "one permit of one").
+    fn permits(self) -> u64 {
+        self.terms
+            .iter()
+            .position(|t| *t == "PERMITS")
+            .and_then(|i| self.terms.get(i + 1)?.parse().ok())
+            .unwrap_or(1)
+    }
+
+    fn cmd(self, key: &str, owner: &str, ttl: i64, rest: &[&str]) -> Cmd {
+        self.words(key, owner, ttl, rest)
+            .into_iter()
+            .map(String::into_bytes)
+            .collect()
+    }
+}
+
+fn strs(words: &[String]) -> Vec<&str> {
+    words.iter().map(String::as_str).collect()
+}
+
 impl Kind {
-    fn acquire(self) -> &'static str {
+    /// How the holder asks (and a restored lock's owner).
+    fn holder(self) -> Ask {
         match self {
-            Kind::Lock => "LOCK.ACQUIRE",
-            Kind::RwLock => "RWLOCK.WRITE",
+            Kind::Lock => Ask {
+                command: "LOCK.ACQUIRE",
+                terms: &[],
+            },
+            Kind::RwLock => Ask {
+                command: "RWLOCK.WRITE",
+                terms: &[],
+            },
+            Kind::Semaphore => Ask {
+                command: "SEM.ACQUIRE",
+                terms: &["LIMIT", "2"],
+            },
         }
     }
 
-    /// How the second waiter asks (readers for RWLOCK, for variety).
-    fn acquire_second(self) -> &'static str {
+    /// How the waiter under test asks (and a request that must not be
+    /// granted while the holder holds: inside MULTI/EVAL, on a replica).
+    fn waiter(self) -> Ask {
         match self {
-            Kind::Lock => "LOCK.ACQUIRE",
-            Kind::RwLock => "RWLOCK.READ",
+            Kind::Semaphore => Ask {
+                command: "SEM.ACQUIRE",
+                terms: &["LIMIT", "2", "PERMITS", "2"],
+            },
+            kind => kind.holder(),
+        }
+    }
+
+    /// How the second waiter asks (readers for RWLOCK, one permit for SEM,
+    /// for variety).
+    fn second(self) -> Ask {
+        match self {
+            Kind::RwLock => Ask {
+                command: "RWLOCK.READ",
+                terms: &[],
+            },
+            Kind::Semaphore => Ask {
+                command: "SEM.ACQUIRE",
+                terms: &["LIMIT", "2", "PERMITS", "1"],
+            },
+            kind => kind.holder(),
+        }
+    }
+
+    /// Permits held at once at most (a lock: one holder).
+    fn limit(self) -> u64 {
+        match self {
+            Kind::Semaphore => 2,
+            _ => 1,
         }
     }
 
@@ -145,6 +228,15 @@ impl Kind {
         match self {
             Kind::Lock => "LOCK.RELEASE",
             Kind::RwLock => "RWLOCK.UNLOCK",
+            Kind::Semaphore => "SEM.RELEASE",
+        }
+    }
+
+    /// What `release` answers an owner that holds nothing.
+    fn not_held(self) -> i64 {
+        match self {
+            Kind::Semaphore => 0,
+            _ => -1,
         }
     }
 
@@ -152,6 +244,7 @@ impl Kind {
         match self {
             Kind::Lock => "LOCK.EXTEND",
             Kind::RwLock => "RWLOCK.EXTEND",
+            Kind::Semaphore => "SEM.EXTEND",
         }
     }
 
@@ -159,6 +252,7 @@ impl Kind {
         match self {
             Kind::Lock => "LOCK.INFO",
             Kind::RwLock => "RWLOCK.INFO",
+            Kind::Semaphore => "SEM.INFO",
         }
     }
 }
@@ -192,7 +286,7 @@ macro_rules! names {
     };
 }
 
-names!(Kind { Lock => "lock", RwLock => "rwlock" });
+names!(Kind { Lock => "lock", RwLock => "rwlock", Semaphore => "semaphore" });
 names!(Free {
     Release => "release", LeaseEnd => "lease-end", Del => "del", Unlink => "unlink",
     EvictAllkeysLru => "evict-allkeys-lru", EvictVolatileTtl => "evict-volatile-ttl",
@@ -314,10 +408,12 @@ impl Wire {
     }
 }
 
-/// A lock as one atomic read: its fields and its key's absolute expiry.
+/// A lock as one atomic read: its fields and its key's absolute expiry (a
+/// semaphore's fields as `owner` sees them).
 struct Snapshot {
     fields: Vec<(String, Reply)>,
     expires: i64,
+    owner: String,
 }
 
 impl Snapshot {
@@ -325,22 +421,47 @@ impl Snapshot {
         field(&self.fields, "fence").and_then(Reply::int)
     }
 
-    /// The exclusive holder: a lock's owner, a rwlock's writer.
+    /// Whether the lock shows `fence` as its token. `SEM.INFO` tells no
+    /// tokens: a semaphore's hold is matched by its owner alone.
+    fn shows(&self, kind: Kind, fence: i64) -> bool {
+        kind == Kind::Semaphore || self.fence() == Some(fence)
+    }
+
+    /// The exclusive holder: a lock's owner, a rwlock's writer, the asked
+    /// owner if it holds permits of a semaphore.
     fn holder(&self, kind: Kind) -> String {
         let name = match kind {
             Kind::Lock => "owner",
             Kind::RwLock => "writer",
+            Kind::Semaphore => {
+                let permits = field(&self.fields, "permits").and_then(Reply::int);
+                return match permits {
+                    Some(p) if p > 0 => self.owner.clone(),
+                    _ => String::new(),
+                };
+            }
         };
         field(&self.fields, name)
             .and_then(Reply::text)
             .unwrap_or_default()
     }
+
+    /// How many owners hold (a semaphore's `holders`; a lock's: one).
+    fn holders(&self) -> i64 {
+        field(&self.fields, "holders")
+            .and_then(Reply::int)
+            .unwrap_or(1)
+    }
 }
 
-fn snapshot(c: &mut Wire, kind: Kind, key: &str) -> Result<Option<Snapshot>, String> {
+fn snapshot(c: &mut Wire, kind: Kind, key: &str, owner: &str) -> Result<Option<Snapshot>, String> {
+    let info = match kind {
+        Kind::Semaphore => cmd(&[kind.info(), key, owner]),
+        _ => cmd(&[kind.info(), key]),
+    };
     c.send(&[
         cmd(&["MULTI"]),
-        cmd(&[kind.info(), key]),
+        info,
         cmd(&["PEXPIRETIME", key]),
         cmd(&["EXEC"]),
     ])?;
@@ -357,6 +478,7 @@ fn snapshot(c: &mut Wire, kind: Kind, key: &str) -> Result<Option<Snapshot>, Str
                 .map(|kv| (kv[0].text().unwrap_or_default(), kv[1].clone()))
                 .collect(),
             expires: *expires,
+            owner: owner.to_string(),
         })),
         _ => Ok(None),
     }
@@ -377,18 +499,59 @@ fn field<'a>(fields: &'a [(String, Reply)], name: &str) -> Option<&'a Reply> {
     fields.iter().find(|(k, _)| k == name).map(|(_, v)| v)
 }
 
-/// Who holds `key` exclusively (the owner of a lock, the writer of a rwlock).
+/// Every owner a case uses.
+const OWNERS: [&str; 6] = ["H", "W", "W2", "Z", "P", "R"];
+
+/// Who holds `key` exclusively (the owner of a lock, the writer of a rwlock,
+/// the owners holding permits of a semaphore joined by commas) and its fence
+/// (a semaphore's permits in use).
 fn exclusive_holder(c: &mut Wire, kind: Kind, key: &str) -> Result<Option<(String, i64)>, String> {
+    if kind == Kind::Semaphore {
+        return semaphore_holders(c, key);
+    }
     let Some(f) = c.lock_info(kind, key)? else {
         return Ok(None);
     };
     let name = match kind {
-        Kind::Lock => "owner",
         Kind::RwLock => "writer",
+        _ => "owner",
     };
     let holder = field(&f, name).and_then(Reply::text).unwrap_or_default();
     let fence = field(&f, "fence").and_then(Reply::int).unwrap_or(0);
     Ok(Some((holder, fence)))
+}
+
+/// `SEM.INFO` names no holders: asks about every owner a case uses, in one
+/// pipeline (not in `MULTI`: a server over `maxmemory` refuses to queue any
+/// command, and the eviction case asks while it is).
+fn semaphore_holders(c: &mut Wire, key: &str) -> Result<Option<(String, i64)>, String> {
+    let pipeline: Vec<Cmd> = OWNERS.iter().map(|o| cmd(&["SEM.INFO", key, o])).collect();
+    c.send(&pipeline)?;
+    let mut replies = Vec::new();
+    for _ in OWNERS {
+        replies.push(c.read()?);
+    }
+    let mut holders = Vec::new();
+    let mut used = None;
+    for (owner, r) in OWNERS.iter().zip(&replies) {
+        match r {
+            Reply::Array(items) => {
+                let f: Vec<(String, Reply)> = items
+                    .chunks(2)
+                    .map(|kv| (kv[0].text().unwrap_or_default(), kv[1].clone()))
+                    .collect();
+                used = field(&f, "used").and_then(Reply::int);
+                if field(&f, "permits").and_then(Reply::int).unwrap_or(0) > 0 {
+                    holders.push(*owner);
+                }
+            }
+            // No semaphore, or overwritten by another type.
+            Reply::Nil => {}
+            Reply::Error(e) if e.starts_with("WRONGTYPE") => {}
+            r => return Err(format!("SEM.INFO {key} {owner}: {r:?}")),
+        }
+    }
+    Ok(used.map(|used| (holders.join(","), used)))
 }
 
 // ---------------------------------------------------------------------------
@@ -396,6 +559,7 @@ fn exclusive_holder(c: &mut Wire, kind: Kind, key: &str) -> Result<Option<(Strin
 
 struct Hold {
     who: &'static str,
+    permits: u64,
     from: i64,
     until: i64,
 }
@@ -404,8 +568,13 @@ struct Hold {
 struct Ledger(Vec<Hold>);
 
 impl Ledger {
-    fn hold(&mut self, who: &'static str, from: i64, until: i64) {
-        self.0.push(Hold { who, from, until });
+    fn hold(&mut self, who: &'static str, permits: u64, from: i64, until: i64) {
+        self.0.push(Hold {
+            who,
+            permits,
+            from,
+            until,
+        });
     }
 
     fn end(&mut self, who: &'static str, at: i64) {
@@ -414,16 +583,26 @@ impl Ledger {
         }
     }
 
-    /// Never two holders at once (1 ms of clock rounding allowed).
-    fn check(&self) -> Result<(), String> {
-        for (i, a) in self.0.iter().enumerate() {
-            for b in &self.0[i + 1..] {
-                if a.from < b.until - 1 && b.from < a.until - 1 {
-                    return Err(format!(
-                        "two holders at once: {} [{}, {}) and {} [{}, {})",
-                        a.who, a.from, a.until, b.who, b.from, b.until
-                    ));
-                }
+    /// Never more than `limit` permits held at once (a lock: never two
+    /// holders), 1 ms of clock rounding allowed: the most held at once is
+    /// held at some hold's start.
+    fn check(&self, limit: u64) -> Result<(), String> {
+        for b in &self.0 {
+            let at: Vec<&Hold> = self
+                .0
+                .iter()
+                .filter(|h| h.from <= b.from && b.from < h.until - 1)
+                .collect();
+            if at.iter().map(|h| h.permits).sum::<u64>() > limit {
+                let who: Vec<String> = at
+                    .iter()
+                    .map(|h| format!("{} ×{} [{}, {})", h.who, h.permits, h.from, h.until))
+                    .collect();
+                return Err(format!(
+                    "more than {limit} permits held at {}: {}",
+                    b.from,
+                    who.join(", ")
+                ));
             }
         }
         Ok(())
@@ -497,6 +676,7 @@ impl Env {
             let k = format!("warm{i}");
             c.ok(&["LOCK.ACQUIRE", &k, "w", "60000"])?;
             c.ok(&["RWLOCK.WRITE", &format!("{k}rw"), "w", "60000"])?;
+            c.ok(&["SEM.ACQUIRE", &format!("{k}sm"), "w", "60000", "LIMIT", "2"])?;
         }
         c.ok(&["FLUSHALL"])?;
         let used = c
@@ -635,6 +815,7 @@ struct Waiter {
     wire: Wire,
     id: i64,
     owner: &'static str,
+    permits: u64,
     ttl: i64,
     wait: i64,
     /// Server time just before the request ran.
@@ -649,7 +830,7 @@ struct Waiter {
 impl Waiter {
     fn start(
         server: &Server,
-        command: &str,
+        ask: Ask,
         key: &str,
         owner: &'static str,
         ttl: i64,
@@ -659,10 +840,9 @@ impl Waiter {
         let mut wire = Wire::open(&server.socket())?;
         let id = wire.int(&["CLIENT", "ID"])?;
         let marker = format!("after-{owner}-{key}");
-        let (ttl_s, wait_s) = (ttl.to_string(), wait.to_string());
         let mut cmds = vec![
             cmd(&["TIME"]),
-            cmd(&[command, key, owner, &ttl_s, "WAIT", &wait_s]),
+            ask.cmd(key, owner, ttl, &["WAIT", &wait.to_string()]),
         ];
         if let Some(counter) = &counter {
             cmds.push(cmd(&["INCR", counter]));
@@ -675,6 +855,7 @@ impl Waiter {
             wire,
             id,
             owner,
+            permits: ask.permits(),
             ttl,
             wait,
             sent,
@@ -805,9 +986,10 @@ impl Run<'_> {
         let t0 = self.c.now()?;
         let h_fence = self
             .c
-            .int(&[kind.acquire(), &key, "H", &h_ttl.to_string()])?;
+            .int(&strs(&kind.holder().words(&key, "H", h_ttl, &[])))?;
         let h_deadline = self.c.int(&["PEXPIRETIME", &key])?;
-        self.ledger.hold("H", t0, h_deadline);
+        self.ledger
+            .hold("H", kind.holder().permits(), t0, h_deadline);
         if h_fence > MAX_SAFE_TOKEN {
             return Err(format!("token {h_fence} above 2^53-1"));
         }
@@ -829,7 +1011,7 @@ impl Run<'_> {
         let counter = (client == Client::Pipelined).then(|| format!("{key}:counter"));
         let mut w = Waiter::start(
             &self.env.main,
-            kind.acquire(),
+            kind.waiter(),
             &key,
             "W",
             w_ttl,
@@ -849,7 +1031,7 @@ impl Run<'_> {
         if matches!(client, Client::KilledAtGrant | Client::UnblockedAtGrant) {
             w2 = Some(Waiter::start(
                 &self.env.main,
-                kind.acquire_second(),
+                kind.second(),
                 &key,
                 "W2",
                 LONG,
@@ -876,7 +1058,7 @@ impl Run<'_> {
             State::Multi => {
                 self.c.send(&[
                     cmd(&["MULTI"]),
-                    cmd(&[kind.acquire(), &key, "P", "1000", "WAIT", "0"]),
+                    kind.waiter().cmd(&key, "P", 1000, &["WAIT", "0"]),
                     cmd(&["EXEC"]),
                 ])?;
                 let replies = [self.c.read()?, self.c.read()?, self.c.read()?];
@@ -887,9 +1069,11 @@ impl Run<'_> {
                 }
             }
             State::Eval => {
+                let ask = kind.waiter();
+                let terms: String = ask.terms.iter().map(|t| format!(", '{t}'")).collect();
                 let script = format!(
-                    "return redis.call('{}', KEYS[1], 'P', 1000, 'WAIT', 0)",
-                    kind.acquire()
+                    "return redis.call('{}', KEYS[1], 'P', 1000{terms}, 'WAIT', 0)",
+                    ask.command
                 );
                 let r = self.c.call(&["EVAL", &script, "1", &key])?;
                 if r != Reply::Nil {
@@ -917,16 +1101,17 @@ impl Run<'_> {
             // The old holder lost it: refused, and nothing changes.
             let extend = self.c.int(&[kind.extend(), &key, "H", "60000"])?;
             let release = self.c.int(&[kind.release(), &key, "H"])?;
-            if (extend, release) != (0, -1) {
+            if (extend, release) != (0, kind.not_held()) {
                 return Err(format!(
-                    "after eviction the old holder's EXTEND/RELEASE answered {extend}/{release}, not 0/-1"
+                    "after eviction the old holder's EXTEND/RELEASE answered {extend}/{release}, not 0/{}",
+                    kind.not_held()
                 ));
             }
         }
         if free == Free::RestoreReplace {
             let zkey = format!("{key}:z");
             self.c
-                .int(&[kind.acquire(), &zkey, "Z", &LONG.to_string()])?;
+                .int(&strs(&kind.holder().words(&zkey, "Z", LONG, &[])))?;
             self.c
                 .send(&[cmd(&["DUMP", &zkey]), cmd(&["PTTL", &zkey])])?;
             let Reply::Bulk(payload) = self.c.read()? else {
@@ -1002,7 +1187,8 @@ impl Run<'_> {
                 self.ledger.end(who, t);
             }
             if step.starts_z {
-                self.ledger.hold("Z", t, i64::MAX);
+                let permits = self.case.kind.holder().permits();
+                self.ledger.hold("Z", permits, t, i64::MAX);
             }
         }
 
@@ -1024,7 +1210,7 @@ impl Run<'_> {
                 Some(_) => {}
             }
         }
-        self.ledger.check()
+        self.ledger.check(self.case.kind.limit())
     }
 
     fn waiters(&mut self) -> Result<i64, String> {
@@ -1285,8 +1471,8 @@ impl Run<'_> {
                 }
             }
             Reply::Nil => {
-                if let Some((holder, _)) = exclusive_holder(&mut self.c, kind, &key)? {
-                    if holder == w.owner {
+                if let Some((holders, _)) = exclusive_holder(&mut self.c, kind, &key)? {
+                    if holders.split(',').any(|h| h == w.owner) {
                         return Err("answered nil, yet it holds the lock".into());
                     }
                 }
@@ -1315,7 +1501,7 @@ impl Run<'_> {
             // Granted once the first waiter let go (or never got it).
             self.second_waiter(w2)?;
         }
-        self.ledger.check()
+        self.ledger.check(self.case.kind.limit())
     }
 
     /// The waiter behind: granted, or told the key is no lock any more.
@@ -1337,13 +1523,14 @@ impl Run<'_> {
     fn killed_waiter(&mut self, w: &mut Waiter, w2: &mut Waiter) -> Result<(), String> {
         let kind = self.case.kind;
         let key = self.key.clone();
-        let seen = snapshot(&mut self.c, kind, &key)?;
+        let seen = snapshot(&mut self.c, kind, &key, w.owner)?;
         // Only a token that reached the client makes it believe it holds.
         if let Some(Reply::Int(fence)) = w.replies_until_closed()? {
             check_token(fence)?;
             match seen {
-                Some(s) if s.fence() == Some(fence) && s.holder(kind) == w.owner => {
-                    self.ledger.hold(w.owner, s.expires - w.ttl, s.expires);
+                Some(s) if s.shows(kind, fence) && s.holder(kind) == w.owner => {
+                    self.ledger
+                        .hold(w.owner, w.permits, s.expires - w.ttl, s.expires);
                 }
                 _ => {
                     return Err(format!(
@@ -1360,25 +1547,32 @@ impl Run<'_> {
         let kind = self.case.kind;
         let key = self.key.clone();
         check_token(fence)?;
-        let Some(s) = snapshot(&mut self.c, kind, &key)? else {
+        let Some(s) = snapshot(&mut self.c, kind, &key, w.owner)? else {
             return Err(format!(
                 "{} was granted {fence} but holds nothing: its lock is gone already",
                 w.owner
             ));
         };
-        if s.fence() != Some(fence) {
+        if !s.shows(kind, fence) {
             return Err(format!(
                 "{} was granted {fence} but the lock says {:?}",
                 w.owner, s.fields
             ));
         }
         // The second waiter of a rwlock is a reader: no single holder to name.
-        let exclusive = kind == Kind::Lock || w.owner != "W2";
+        let exclusive = kind != Kind::RwLock || w.owner != "W2";
         if exclusive && s.holder(kind) != w.owner {
             return Err(format!(
                 "{} was granted {fence} but {} holds",
                 w.owner,
                 s.holder(kind)
+            ));
+        }
+        // Nobody else holds (so the key's expiry is this hold's lease end).
+        if s.holders() != 1 {
+            return Err(format!(
+                "{} was granted {fence} beside others: {:?}",
+                w.owner, s.fields
             ));
         }
         let grant = s.expires - w.ttl;
@@ -1399,7 +1593,7 @@ impl Run<'_> {
                 ));
             }
         }
-        self.ledger.hold(w.owner, grant, grant + w.ttl);
+        self.ledger.hold(w.owner, w.permits, grant, grant + w.ttl);
         Ok(())
     }
 
@@ -1411,7 +1605,7 @@ impl Run<'_> {
         for (i, replica) in self.env.replicas.iter().enumerate() {
             let counter = (self.case.client == Client::Pipelined).then(|| format!("{key}:c{i}"));
             // A short WAIT: a replica that queues (wrongly) answers soon anyway.
-            let mut w = Waiter::start(replica, kind.acquire(), &key, "R", 1000, 300, counter)?;
+            let mut w = Waiter::start(replica, kind.waiter(), &key, "R", 1000, 300, counter)?;
             let first = w.replies().map_err(|e| format!("replica {i}: {e}"))?;
             if !matches!(&first, Reply::Error(e) if e.starts_with("READONLY")) {
                 return Err(format!("replica {i} answered {first:?}, not READONLY"));
@@ -1629,6 +1823,23 @@ fn the_matrix_is_the_whole_product_with_reasons_for_every_skip() {
 }
 
 #[test]
+fn the_ledger_counts_permits_against_the_limit() {
+    let mut ledger = Ledger::default();
+    ledger.hold("H", 1, 0, 100);
+    ledger.hold("W2", 1, 50, 150);
+    assert!(ledger.check(2).is_ok(), "1 + 1 permits under a limit of 2");
+    assert!(ledger.check(1).is_err(), "two holders of a lock");
+    ledger.hold("W", 2, 120, 200);
+    let e = ledger.check(2).unwrap_err();
+    assert!(e.contains("W2 ×1") && e.contains("W ×2"), "{e}");
+    // A hold that starts as another ends (1 ms of rounding) is no overlap.
+    let mut ledger = Ledger::default();
+    ledger.hold("H", 1, 0, 100);
+    ledger.hold("W", 1, 99, 200);
+    assert!(ledger.check(1).is_ok());
+}
+
+#[test]
 fn faults_in_normal_operation() {
     run_state(State::Normal, 2);
 }
@@ -1684,6 +1895,18 @@ fn effect_commands_from_an_ordinary_client_are_refused() {
     for words in [
         vec!["WARDEN.LOCKSET", "k", "intruder", "1", "1", &far],
         vec!["WARDEN.RWSET", "k", "1", "W", "intruder", "1", "1", &far],
+        vec![
+            "WARDEN.SEMSET",
+            "k",
+            "2",
+            "1",
+            "0",
+            "SET",
+            "intruder",
+            "1",
+            "1",
+            &far,
+        ],
     ] {
         let r = c.call(&words).unwrap();
         assert!(r.is_error(), "{words:?} from a client answered {r:?}");
@@ -1696,8 +1919,8 @@ fn effect_commands_from_an_ordinary_client_are_refused() {
 }
 
 /// A blocked request on `key` (WAIT 3 s) with its marker behind it.
-fn queue(s: &Server, command: &str, key: &str, owner: &'static str) -> Waiter {
-    Waiter::start(s, command, key, owner, 30_000, 3_000, None).unwrap()
+fn queue(s: &Server, ask: Ask, key: &str, owner: &'static str) -> Waiter {
+    Waiter::start(s, ask, key, owner, 30_000, 3_000, None).unwrap()
 }
 
 #[test]
@@ -1706,8 +1929,9 @@ fn lock_and_rwlock_waiters_on_one_name_never_strand() {
         let s = Server::start(&[]);
         let mut c = Wire::open(&s.socket()).unwrap();
         // A waiter of the first kind queues behind its holder...
-        c.int(&[first.acquire(), "k", "holder", "30000"]).unwrap();
-        let mut a = queue(&s, first.acquire(), "k", "A");
+        c.int(&strs(&first.holder().words("k", "holder", 30_000, &[])))
+            .unwrap();
+        let mut a = queue(&s, first.waiter(), "k", "A");
         wait_until("A queued", || {
             Ok(c.lock_info(first, "k")?
                 .and_then(|f| field(&f, "waiters").and_then(Reply::int))
@@ -1715,7 +1939,8 @@ fn lock_and_rwlock_waiters_on_one_name_never_strand() {
         })
         .unwrap();
         // ...then the name becomes a lock of the other kind, and one of that kind queues.
-        c.int(&[second.acquire(), "src", "other", "30000"]).unwrap();
+        c.int(&strs(&second.holder().words("src", "other", 30_000, &[])))
+            .unwrap();
         let Reply::Bulk(payload) = c.call(&["DUMP", "src"]).unwrap() else {
             panic!("DUMP")
         };
@@ -1724,7 +1949,7 @@ fn lock_and_rwlock_waiters_on_one_name_never_strand() {
         restore.push(b"REPLACE".to_vec());
         c.send(&[restore]).unwrap();
         assert_eq!(c.read().unwrap(), Reply::Status("OK".into()));
-        let mut b = queue(&s, second.acquire(), "k", "B");
+        let mut b = queue(&s, second.waiter(), "k", "B");
         wait_until("B queued or answered", || {
             Ok(b.answered()?
                 || c.lock_info(second, "k")?
