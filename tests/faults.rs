@@ -1980,3 +1980,112 @@ fn lock_and_rwlock_waiters_on_one_name_never_strand() {
         assert_eq!(c.warden("waiting_clients").unwrap(), Some(0));
     }
 }
+
+/// A semaphore of limit 3 asked for 2 permits, and for 1.
+const SEM_TWO: Ask = Ask {
+    command: "SEM.ACQUIRE",
+    terms: &["LIMIT", "3", "PERMITS", "2"],
+};
+const SEM_ONE: Ask = Ask {
+    command: "SEM.ACQUIRE",
+    terms: &["LIMIT", "3", "PERMITS", "1"],
+};
+
+/// When the server granted `owner`'s hold of `ttl` ms on a semaphore.
+fn sem_grant_time(c: &mut Wire, key: &str, owner: &str, ttl: i64) -> Result<i64, String> {
+    c.send(&[
+        cmd(&["MULTI"]),
+        cmd(&["TIME"]),
+        cmd(&["SEM.INFO", key, owner]),
+        cmd(&["EXEC"]),
+    ])?;
+    for _ in 0..3 {
+        c.read()?;
+    }
+    let r = c.read()?;
+    let Reply::Array(parts) = &r else {
+        return Err(format!("EXEC: {r:?}"));
+    };
+    let Reply::Array(items) = &parts[1] else {
+        return Err(format!("SEM.INFO {key} {owner}: {r:?}"));
+    };
+    let fields: Vec<(String, Reply)> = items
+        .chunks(2)
+        .map(|kv| (kv[0].text().unwrap_or_default(), kv[1].clone()))
+        .collect();
+    let left = field(&fields, "ttl").and_then(Reply::int).unwrap_or(-2);
+    if left < 0 {
+        return Err(format!("{owner} holds nothing: {fields:?}"));
+    }
+    Ok(server_ms(&parts[0])? + left - ttl)
+}
+
+/// While writes are paused a lease that ends grants nobody; once the pause
+/// lifts the waiters are granted in FIFO order as far as the permits go —
+/// the one asking 1 permit never before the one asking 2 ahead of it.
+#[test]
+fn semaphore_waiters_are_granted_in_order_once_writes_resume() {
+    const PAUSE: i64 = 2000;
+    let s = Server::start(&[]);
+    let mut c = Wire::open(&s.socket()).unwrap();
+    c.int(&strs(&SEM_TWO.words("k", "H", 300, &[]))).unwrap();
+    let semaphore = |c: &mut Wire| {
+        let f = c
+            .lock_info(Kind::Semaphore, "k")
+            .unwrap()
+            .unwrap_or_default();
+        let n = |name| field(&f, name).and_then(Reply::int).unwrap_or(0);
+        (n("used"), n("waiters"))
+    };
+    // A asks 2 with 1 free: it waits, and B and C, who would fit, queue behind.
+    let mut waiters = Vec::new();
+    for (ask, owner) in [(SEM_TWO, "A"), (SEM_ONE, "B"), (SEM_ONE, "C")] {
+        waiters.push(Waiter::start(&s, ask, "k", owner, LONG, WAIT_LONG, None).unwrap());
+        let n = waiters.len() as i64;
+        wait_until("queued", || Ok(semaphore(&mut c).1 == n)).unwrap();
+    }
+    let deadline = c.int(&["PEXPIRETIME", "k"]).unwrap();
+    c.send(&[
+        cmd(&["TIME"]),
+        cmd(&["CLIENT", "PAUSE", &PAUSE.to_string(), "WRITE"]),
+    ])
+    .unwrap();
+    let paused_at = server_ms(&c.read().unwrap()).unwrap();
+    expect_ok(c.read().unwrap(), "CLIENT PAUSE").unwrap();
+    let resumed = paused_at + PAUSE;
+    // H's lease ends inside the pause: seen while it lasts, nobody is served.
+    wait_until("H's lease over", || Ok(c.now()? > deadline + 20)).unwrap();
+    let (_, queued) = semaphore(&mut c);
+    if c.now().unwrap() < resumed - 50 {
+        assert_eq!(queued, 3, "a waiter was served while writes were paused");
+    }
+    let mut tokens = Vec::new();
+    for w in &mut waiters[..2] {
+        let Reply::Int(token) = w.replies().unwrap() else {
+            panic!("{} not granted", w.owner)
+        };
+        let at = sem_grant_time(&mut c, "k", w.owner, LONG).unwrap();
+        assert!(
+            at >= resumed - 1,
+            "{} granted {} ms before writes resumed",
+            w.owner,
+            resumed - at
+        );
+        tokens.push(token);
+    }
+    assert_eq!(semaphore(&mut c), (3, 1), "A (2) and B (1) hold, C waits");
+    assert!(
+        !waiters[2].answered().unwrap(),
+        "C granted beyond the limit"
+    );
+    assert_eq!(c.int(&["SEM.RELEASE", "k", "A"]).unwrap(), 1);
+    let Reply::Int(token) = waiters[2].replies().unwrap() else {
+        panic!("C not granted after A's release")
+    };
+    tokens.push(token);
+    assert!(
+        tokens.windows(2).all(|t| t[0] < t[1]),
+        "granted out of order: {tokens:?}"
+    );
+    assert_eq!(semaphore(&mut c), (2, 0));
+}
