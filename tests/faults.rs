@@ -1,5 +1,6 @@
-//! The fault matrix: for `LOCK` and `RWLOCK`, every way a lock is freed or a
-//! lease ends × the state the server is in × what the waiting client does.
+//! The fault matrix: for `LOCK`, `RWLOCK` and `SEM`, every way a lock is
+//! freed or a lease ends × the state the server is in × what the waiting
+//! client does.
 //!
 //! The product is generated in code; combinations that cannot happen are
 //! skipped with the reason in `skip_reason`. After every case: the server is
@@ -9,7 +10,7 @@
 //! lock at once (a ledger of holds in server time, from `TIME`, `PEXPIRETIME`
 //! and `*.INFO`), nothing was granted past its waiter's deadline or while
 //! writes were paused, and nobody is left waiting. At the end of each state
-//! `used_memory` is back near where it started.
+//! `used_memory` (less the replication backlog) is back near where it started.
 //!
 //! One test per server state; each runs its cases on its own servers, reused
 //! across cases (every case ends with `FLUSHALL`, and a server that died is
@@ -32,6 +33,10 @@ use common::{is_valkey, replicate, Server};
 enum Kind {
     Lock,
     RwLock,
+    /// A semaphore of limit 2: the holder takes 1 permit, the waiter under
+    /// test asks for 2 (so it waits although a permit is free) and the
+    /// second waiter for 1 (it fits, yet must not overtake the waiter ahead).
+    Semaphore,
 }
 
 /// Every way a lock is freed or its lease ends.
@@ -89,7 +94,7 @@ enum Client {
     DeadlineAtFree,
 }
 
-const KINDS: [Kind; 2] = [Kind::Lock, Kind::RwLock];
+const KINDS: [Kind; 3] = [Kind::Lock, Kind::RwLock, Kind::Semaphore];
 const FREES: [Free; 14] = [
     Free::Release,
     Free::LeaseEnd,
@@ -125,19 +130,97 @@ const CLIENTS: [Client; 5] = [
     Client::DeadlineAtFree,
 ];
 
+/// How a request asks for a kind: `<command> key owner ttl <terms>`.
+#[derive(Clone, Copy, Debug)]
+struct Ask {
+    command: &'static str,
+    terms: &'static [&'static str],
+}
+
+impl Ask {
+    /// The request, then `rest` (a `WAIT`).
+    fn words(self, key: &str, owner: &str, ttl: i64, rest: &[&str]) -> Vec<String> {
+        [self.command, key, owner, &ttl.to_string()]
+            .into_iter()
+            .chain(self.terms.iter().copied())
+            .chain(rest.iter().copied())
+            .map(String::from)
+            .collect()
+    }
+
+    /// The permits it asks for (a lock's holder holds "one permit of one").
+    fn permits(self) -> u64 {
+        self.terms
+            .iter()
+            .position(|t| *t == "PERMITS")
+            .and_then(|i| self.terms.get(i + 1)?.parse().ok())
+            .unwrap_or(1)
+    }
+
+    fn cmd(self, key: &str, owner: &str, ttl: i64, rest: &[&str]) -> Cmd {
+        self.words(key, owner, ttl, rest)
+            .into_iter()
+            .map(String::into_bytes)
+            .collect()
+    }
+}
+
+fn strs(words: &[String]) -> Vec<&str> {
+    words.iter().map(String::as_str).collect()
+}
+
 impl Kind {
-    fn acquire(self) -> &'static str {
+    /// How the holder asks (and a restored lock's owner).
+    fn holder(self) -> Ask {
         match self {
-            Kind::Lock => "LOCK.ACQUIRE",
-            Kind::RwLock => "RWLOCK.WRITE",
+            Kind::Lock => Ask {
+                command: "LOCK.ACQUIRE",
+                terms: &[],
+            },
+            Kind::RwLock => Ask {
+                command: "RWLOCK.WRITE",
+                terms: &[],
+            },
+            Kind::Semaphore => Ask {
+                command: "SEM.ACQUIRE",
+                terms: &["LIMIT", "2"],
+            },
         }
     }
 
-    /// How the second waiter asks (readers for RWLOCK, for variety).
-    fn acquire_second(self) -> &'static str {
+    /// How the waiter under test asks (and a request that must not be
+    /// granted while the holder holds: inside MULTI/EVAL, on a replica).
+    fn waiter(self) -> Ask {
         match self {
-            Kind::Lock => "LOCK.ACQUIRE",
-            Kind::RwLock => "RWLOCK.READ",
+            Kind::Semaphore => Ask {
+                command: "SEM.ACQUIRE",
+                terms: &["LIMIT", "2", "PERMITS", "2"],
+            },
+            kind => kind.holder(),
+        }
+    }
+
+    /// How the second waiter asks (readers for RWLOCK, one permit for SEM,
+    /// for variety).
+    fn second(self) -> Ask {
+        match self {
+            Kind::RwLock => Ask {
+                command: "RWLOCK.READ",
+                terms: &[],
+            },
+            Kind::Semaphore => Ask {
+                command: "SEM.ACQUIRE",
+                terms: &["LIMIT", "2", "PERMITS", "1"],
+            },
+            kind => kind.holder(),
+        }
+    }
+
+    /// Permits held at once at most (a lock: one holder).
+    fn limit(self) -> u64 {
+        match self {
+            Kind::Semaphore => 2,
+            _ => 1,
         }
     }
 
@@ -145,6 +228,15 @@ impl Kind {
         match self {
             Kind::Lock => "LOCK.RELEASE",
             Kind::RwLock => "RWLOCK.UNLOCK",
+            Kind::Semaphore => "SEM.RELEASE",
+        }
+    }
+
+    /// What `release` answers an owner that holds nothing.
+    fn not_held(self) -> i64 {
+        match self {
+            Kind::Semaphore => 0,
+            _ => -1,
         }
     }
 
@@ -152,6 +244,7 @@ impl Kind {
         match self {
             Kind::Lock => "LOCK.EXTEND",
             Kind::RwLock => "RWLOCK.EXTEND",
+            Kind::Semaphore => "SEM.EXTEND",
         }
     }
 
@@ -159,6 +252,7 @@ impl Kind {
         match self {
             Kind::Lock => "LOCK.INFO",
             Kind::RwLock => "RWLOCK.INFO",
+            Kind::Semaphore => "SEM.INFO",
         }
     }
 }
@@ -192,7 +286,7 @@ macro_rules! names {
     };
 }
 
-names!(Kind { Lock => "lock", RwLock => "rwlock" });
+names!(Kind { Lock => "lock", RwLock => "rwlock", Semaphore => "semaphore" });
 names!(Free {
     Release => "release", LeaseEnd => "lease-end", Del => "del", Unlink => "unlink",
     EvictAllkeysLru => "evict-allkeys-lru", EvictVolatileTtl => "evict-volatile-ttl",
@@ -291,6 +385,18 @@ impl Wire {
             .map(|v| v.trim().to_string()))
     }
 
+    /// `used_memory` less the replication backlog, which fills up to its
+    /// size as cases write, whatever warden keeps.
+    fn used_memory(&mut self) -> Result<i64, String> {
+        let mut number = |name: &str| -> Result<Option<i64>, String> {
+            Ok(self
+                .info_field("memory", name)?
+                .and_then(|v| v.parse().ok()))
+        };
+        let used = number("used_memory")?.ok_or("no used_memory")?;
+        Ok(used - number("mem_replication_backlog")?.unwrap_or(0))
+    }
+
     fn warden(&mut self, name: &str) -> Result<Option<i64>, String> {
         Ok(self
             .info_field("warden", &format!("warden_{name}"))?
@@ -314,10 +420,12 @@ impl Wire {
     }
 }
 
-/// A lock as one atomic read: its fields and its key's absolute expiry.
+/// A lock as one atomic read: its fields and its key's absolute expiry (a
+/// semaphore's fields as `owner` sees them).
 struct Snapshot {
     fields: Vec<(String, Reply)>,
     expires: i64,
+    owner: String,
 }
 
 impl Snapshot {
@@ -325,22 +433,47 @@ impl Snapshot {
         field(&self.fields, "fence").and_then(Reply::int)
     }
 
-    /// The exclusive holder: a lock's owner, a rwlock's writer.
+    /// Whether the lock shows `fence` as its token. `SEM.INFO` tells no
+    /// tokens: a semaphore's hold is matched by its owner alone.
+    fn shows(&self, kind: Kind, fence: i64) -> bool {
+        kind == Kind::Semaphore || self.fence() == Some(fence)
+    }
+
+    /// The exclusive holder: a lock's owner, a rwlock's writer, the asked
+    /// owner if it holds permits of a semaphore.
     fn holder(&self, kind: Kind) -> String {
         let name = match kind {
             Kind::Lock => "owner",
             Kind::RwLock => "writer",
+            Kind::Semaphore => {
+                let permits = field(&self.fields, "permits").and_then(Reply::int);
+                return match permits {
+                    Some(p) if p > 0 => self.owner.clone(),
+                    _ => String::new(),
+                };
+            }
         };
         field(&self.fields, name)
             .and_then(Reply::text)
             .unwrap_or_default()
     }
+
+    /// How many owners hold (a semaphore's `holders`; a lock's: one).
+    fn holders(&self) -> i64 {
+        field(&self.fields, "holders")
+            .and_then(Reply::int)
+            .unwrap_or(1)
+    }
 }
 
-fn snapshot(c: &mut Wire, kind: Kind, key: &str) -> Result<Option<Snapshot>, String> {
+fn snapshot(c: &mut Wire, kind: Kind, key: &str, owner: &str) -> Result<Option<Snapshot>, String> {
+    let info = match kind {
+        Kind::Semaphore => cmd(&[kind.info(), key, owner]),
+        _ => cmd(&[kind.info(), key]),
+    };
     c.send(&[
         cmd(&["MULTI"]),
-        cmd(&[kind.info(), key]),
+        info,
         cmd(&["PEXPIRETIME", key]),
         cmd(&["EXEC"]),
     ])?;
@@ -357,6 +490,7 @@ fn snapshot(c: &mut Wire, kind: Kind, key: &str) -> Result<Option<Snapshot>, Str
                 .map(|kv| (kv[0].text().unwrap_or_default(), kv[1].clone()))
                 .collect(),
             expires: *expires,
+            owner: owner.to_string(),
         })),
         _ => Ok(None),
     }
@@ -377,18 +511,59 @@ fn field<'a>(fields: &'a [(String, Reply)], name: &str) -> Option<&'a Reply> {
     fields.iter().find(|(k, _)| k == name).map(|(_, v)| v)
 }
 
-/// Who holds `key` exclusively (the owner of a lock, the writer of a rwlock).
+/// Every owner a case uses.
+const OWNERS: [&str; 6] = ["H", "W", "W2", "Z", "P", "R"];
+
+/// Who holds `key` exclusively (the owner of a lock, the writer of a rwlock,
+/// the owners holding permits of a semaphore joined by commas) and its fence
+/// (a semaphore's permits in use).
 fn exclusive_holder(c: &mut Wire, kind: Kind, key: &str) -> Result<Option<(String, i64)>, String> {
+    if kind == Kind::Semaphore {
+        return semaphore_holders(c, key);
+    }
     let Some(f) = c.lock_info(kind, key)? else {
         return Ok(None);
     };
     let name = match kind {
-        Kind::Lock => "owner",
         Kind::RwLock => "writer",
+        _ => "owner",
     };
     let holder = field(&f, name).and_then(Reply::text).unwrap_or_default();
     let fence = field(&f, "fence").and_then(Reply::int).unwrap_or(0);
     Ok(Some((holder, fence)))
+}
+
+/// `SEM.INFO` names no holders: asks about every owner a case uses, in one
+/// pipeline (not in `MULTI`: a server over `maxmemory` refuses to queue any
+/// command, and the eviction case asks while it is).
+fn semaphore_holders(c: &mut Wire, key: &str) -> Result<Option<(String, i64)>, String> {
+    let pipeline: Vec<Cmd> = OWNERS.iter().map(|o| cmd(&["SEM.INFO", key, o])).collect();
+    c.send(&pipeline)?;
+    let mut replies = Vec::new();
+    for _ in OWNERS {
+        replies.push(c.read()?);
+    }
+    let mut holders = Vec::new();
+    let mut used = None;
+    for (owner, r) in OWNERS.iter().zip(&replies) {
+        match r {
+            Reply::Array(items) => {
+                let f: Vec<(String, Reply)> = items
+                    .chunks(2)
+                    .map(|kv| (kv[0].text().unwrap_or_default(), kv[1].clone()))
+                    .collect();
+                used = field(&f, "used").and_then(Reply::int);
+                if field(&f, "permits").and_then(Reply::int).unwrap_or(0) > 0 {
+                    holders.push(*owner);
+                }
+            }
+            // No semaphore, or overwritten by another type.
+            Reply::Nil => {}
+            Reply::Error(e) if e.starts_with("WRONGTYPE") => {}
+            r => return Err(format!("SEM.INFO {key} {owner}: {r:?}")),
+        }
+    }
+    Ok(used.map(|used| (holders.join(","), used)))
 }
 
 // ---------------------------------------------------------------------------
@@ -396,6 +571,7 @@ fn exclusive_holder(c: &mut Wire, kind: Kind, key: &str) -> Result<Option<(Strin
 
 struct Hold {
     who: &'static str,
+    permits: u64,
     from: i64,
     until: i64,
 }
@@ -404,8 +580,13 @@ struct Hold {
 struct Ledger(Vec<Hold>);
 
 impl Ledger {
-    fn hold(&mut self, who: &'static str, from: i64, until: i64) {
-        self.0.push(Hold { who, from, until });
+    fn hold(&mut self, who: &'static str, permits: u64, from: i64, until: i64) {
+        self.0.push(Hold {
+            who,
+            permits,
+            from,
+            until,
+        });
     }
 
     fn end(&mut self, who: &'static str, at: i64) {
@@ -414,16 +595,26 @@ impl Ledger {
         }
     }
 
-    /// Never two holders at once (1 ms of clock rounding allowed).
-    fn check(&self) -> Result<(), String> {
-        for (i, a) in self.0.iter().enumerate() {
-            for b in &self.0[i + 1..] {
-                if a.from < b.until - 1 && b.from < a.until - 1 {
-                    return Err(format!(
-                        "two holders at once: {} [{}, {}) and {} [{}, {})",
-                        a.who, a.from, a.until, b.who, b.from, b.until
-                    ));
-                }
+    /// Never more than `limit` permits held at once (a lock: never two
+    /// holders), 1 ms of clock rounding allowed: the most held at once is
+    /// held at some hold's start.
+    fn check(&self, limit: u64) -> Result<(), String> {
+        for b in &self.0 {
+            let at: Vec<&Hold> = self
+                .0
+                .iter()
+                .filter(|h| h.from <= b.from && b.from < h.until - 1)
+                .collect();
+            if at.iter().map(|h| h.permits).sum::<u64>() > limit {
+                let who: Vec<String> = at
+                    .iter()
+                    .map(|h| format!("{} ×{} [{}, {})", h.who, h.permits, h.from, h.until))
+                    .collect();
+                return Err(format!(
+                    "more than {limit} permits held at {}: {}",
+                    b.from,
+                    who.join(", ")
+                ));
             }
         }
         Ok(())
@@ -490,19 +681,18 @@ impl Env {
         Wire::open(&self.main.socket())
     }
 
-    /// Warms the allocator the way a case does, then reads `used_memory`.
+    /// Warms the allocator the way a case does, then reads `used_memory`
+    /// (less the replication backlog).
     fn settle_memory(&mut self) -> Result<i64, String> {
         let mut c = self.ctl()?;
         for i in 0..8 {
             let k = format!("warm{i}");
             c.ok(&["LOCK.ACQUIRE", &k, "w", "60000"])?;
             c.ok(&["RWLOCK.WRITE", &format!("{k}rw"), "w", "60000"])?;
+            c.ok(&["SEM.ACQUIRE", &format!("{k}sm"), "w", "60000", "LIMIT", "2"])?;
         }
         c.ok(&["FLUSHALL"])?;
-        let used = c
-            .info_field("memory", "used_memory")?
-            .and_then(|v| v.parse().ok())
-            .ok_or("no used_memory")?;
+        let used = c.used_memory()?;
         Ok(used)
     }
 
@@ -635,6 +825,7 @@ struct Waiter {
     wire: Wire,
     id: i64,
     owner: &'static str,
+    permits: u64,
     ttl: i64,
     wait: i64,
     /// Server time just before the request ran.
@@ -649,7 +840,7 @@ struct Waiter {
 impl Waiter {
     fn start(
         server: &Server,
-        command: &str,
+        ask: Ask,
         key: &str,
         owner: &'static str,
         ttl: i64,
@@ -659,10 +850,9 @@ impl Waiter {
         let mut wire = Wire::open(&server.socket())?;
         let id = wire.int(&["CLIENT", "ID"])?;
         let marker = format!("after-{owner}-{key}");
-        let (ttl_s, wait_s) = (ttl.to_string(), wait.to_string());
         let mut cmds = vec![
             cmd(&["TIME"]),
-            cmd(&[command, key, owner, &ttl_s, "WAIT", &wait_s]),
+            ask.cmd(key, owner, ttl, &["WAIT", &wait.to_string()]),
         ];
         if let Some(counter) = &counter {
             cmds.push(cmd(&["INCR", counter]));
@@ -675,6 +865,7 @@ impl Waiter {
             wire,
             id,
             owner,
+            permits: ask.permits(),
             ttl,
             wait,
             sent,
@@ -805,9 +996,10 @@ impl Run<'_> {
         let t0 = self.c.now()?;
         let h_fence = self
             .c
-            .int(&[kind.acquire(), &key, "H", &h_ttl.to_string()])?;
+            .int(&strs(&kind.holder().words(&key, "H", h_ttl, &[])))?;
         let h_deadline = self.c.int(&["PEXPIRETIME", &key])?;
-        self.ledger.hold("H", t0, h_deadline);
+        self.ledger
+            .hold("H", kind.holder().permits(), t0, h_deadline);
         if h_fence > MAX_SAFE_TOKEN {
             return Err(format!("token {h_fence} above 2^53-1"));
         }
@@ -829,7 +1021,7 @@ impl Run<'_> {
         let counter = (client == Client::Pipelined).then(|| format!("{key}:counter"));
         let mut w = Waiter::start(
             &self.env.main,
-            kind.acquire(),
+            kind.waiter(),
             &key,
             "W",
             w_ttl,
@@ -849,7 +1041,7 @@ impl Run<'_> {
         if matches!(client, Client::KilledAtGrant | Client::UnblockedAtGrant) {
             w2 = Some(Waiter::start(
                 &self.env.main,
-                kind.acquire_second(),
+                kind.second(),
                 &key,
                 "W2",
                 LONG,
@@ -876,7 +1068,7 @@ impl Run<'_> {
             State::Multi => {
                 self.c.send(&[
                     cmd(&["MULTI"]),
-                    cmd(&[kind.acquire(), &key, "P", "1000", "WAIT", "0"]),
+                    kind.waiter().cmd(&key, "P", 1000, &["WAIT", "0"]),
                     cmd(&["EXEC"]),
                 ])?;
                 let replies = [self.c.read()?, self.c.read()?, self.c.read()?];
@@ -887,9 +1079,11 @@ impl Run<'_> {
                 }
             }
             State::Eval => {
+                let ask = kind.waiter();
+                let terms: String = ask.terms.iter().map(|t| format!(", '{t}'")).collect();
                 let script = format!(
-                    "return redis.call('{}', KEYS[1], 'P', 1000, 'WAIT', 0)",
-                    kind.acquire()
+                    "return redis.call('{}', KEYS[1], 'P', 1000{terms}, 'WAIT', 0)",
+                    ask.command
                 );
                 let r = self.c.call(&["EVAL", &script, "1", &key])?;
                 if r != Reply::Nil {
@@ -917,16 +1111,17 @@ impl Run<'_> {
             // The old holder lost it: refused, and nothing changes.
             let extend = self.c.int(&[kind.extend(), &key, "H", "60000"])?;
             let release = self.c.int(&[kind.release(), &key, "H"])?;
-            if (extend, release) != (0, -1) {
+            if (extend, release) != (0, kind.not_held()) {
                 return Err(format!(
-                    "after eviction the old holder's EXTEND/RELEASE answered {extend}/{release}, not 0/-1"
+                    "after eviction the old holder's EXTEND/RELEASE answered {extend}/{release}, not 0/{}",
+                    kind.not_held()
                 ));
             }
         }
         if free == Free::RestoreReplace {
             let zkey = format!("{key}:z");
             self.c
-                .int(&[kind.acquire(), &zkey, "Z", &LONG.to_string()])?;
+                .int(&strs(&kind.holder().words(&zkey, "Z", LONG, &[])))?;
             self.c
                 .send(&[cmd(&["DUMP", &zkey]), cmd(&["PTTL", &zkey])])?;
             let Reply::Bulk(payload) = self.c.read()? else {
@@ -1002,7 +1197,8 @@ impl Run<'_> {
                 self.ledger.end(who, t);
             }
             if step.starts_z {
-                self.ledger.hold("Z", t, i64::MAX);
+                let permits = self.case.kind.holder().permits();
+                self.ledger.hold("Z", permits, t, i64::MAX);
             }
         }
 
@@ -1024,7 +1220,7 @@ impl Run<'_> {
                 Some(_) => {}
             }
         }
-        self.ledger.check()
+        self.ledger.check(self.case.kind.limit())
     }
 
     fn waiters(&mut self) -> Result<i64, String> {
@@ -1285,8 +1481,8 @@ impl Run<'_> {
                 }
             }
             Reply::Nil => {
-                if let Some((holder, _)) = exclusive_holder(&mut self.c, kind, &key)? {
-                    if holder == w.owner {
+                if let Some((holders, _)) = exclusive_holder(&mut self.c, kind, &key)? {
+                    if holders.split(',').any(|h| h == w.owner) {
                         return Err("answered nil, yet it holds the lock".into());
                     }
                 }
@@ -1315,7 +1511,7 @@ impl Run<'_> {
             // Granted once the first waiter let go (or never got it).
             self.second_waiter(w2)?;
         }
-        self.ledger.check()
+        self.ledger.check(self.case.kind.limit())
     }
 
     /// The waiter behind: granted, or told the key is no lock any more.
@@ -1337,13 +1533,14 @@ impl Run<'_> {
     fn killed_waiter(&mut self, w: &mut Waiter, w2: &mut Waiter) -> Result<(), String> {
         let kind = self.case.kind;
         let key = self.key.clone();
-        let seen = snapshot(&mut self.c, kind, &key)?;
+        let seen = snapshot(&mut self.c, kind, &key, w.owner)?;
         // Only a token that reached the client makes it believe it holds.
         if let Some(Reply::Int(fence)) = w.replies_until_closed()? {
             check_token(fence)?;
             match seen {
-                Some(s) if s.fence() == Some(fence) && s.holder(kind) == w.owner => {
-                    self.ledger.hold(w.owner, s.expires - w.ttl, s.expires);
+                Some(s) if s.shows(kind, fence) && s.holder(kind) == w.owner => {
+                    self.ledger
+                        .hold(w.owner, w.permits, s.expires - w.ttl, s.expires);
                 }
                 _ => {
                     return Err(format!(
@@ -1360,25 +1557,32 @@ impl Run<'_> {
         let kind = self.case.kind;
         let key = self.key.clone();
         check_token(fence)?;
-        let Some(s) = snapshot(&mut self.c, kind, &key)? else {
+        let Some(s) = snapshot(&mut self.c, kind, &key, w.owner)? else {
             return Err(format!(
                 "{} was granted {fence} but holds nothing: its lock is gone already",
                 w.owner
             ));
         };
-        if s.fence() != Some(fence) {
+        if !s.shows(kind, fence) {
             return Err(format!(
                 "{} was granted {fence} but the lock says {:?}",
                 w.owner, s.fields
             ));
         }
         // The second waiter of a rwlock is a reader: no single holder to name.
-        let exclusive = kind == Kind::Lock || w.owner != "W2";
+        let exclusive = kind != Kind::RwLock || w.owner != "W2";
         if exclusive && s.holder(kind) != w.owner {
             return Err(format!(
                 "{} was granted {fence} but {} holds",
                 w.owner,
                 s.holder(kind)
+            ));
+        }
+        // Nobody else holds (so the key's expiry is this hold's lease end).
+        if s.holders() != 1 {
+            return Err(format!(
+                "{} was granted {fence} beside others: {:?}",
+                w.owner, s.fields
             ));
         }
         let grant = s.expires - w.ttl;
@@ -1399,7 +1603,7 @@ impl Run<'_> {
                 ));
             }
         }
-        self.ledger.hold(w.owner, grant, grant + w.ttl);
+        self.ledger.hold(w.owner, w.permits, grant, grant + w.ttl);
         Ok(())
     }
 
@@ -1411,7 +1615,7 @@ impl Run<'_> {
         for (i, replica) in self.env.replicas.iter().enumerate() {
             let counter = (self.case.client == Client::Pipelined).then(|| format!("{key}:c{i}"));
             // A short WAIT: a replica that queues (wrongly) answers soon anyway.
-            let mut w = Waiter::start(replica, kind.acquire(), &key, "R", 1000, 300, counter)?;
+            let mut w = Waiter::start(replica, kind.waiter(), &key, "R", 1000, 300, counter)?;
             let first = w.replies().map_err(|e| format!("replica {i}: {e}"))?;
             if !matches!(&first, Reply::Error(e) if e.starts_with("READONLY")) {
                 return Err(format!("replica {i} answered {first:?}, not READONLY"));
@@ -1581,14 +1785,26 @@ fn run_chunk(state: State, chunk: Vec<(usize, Case)>) -> Vec<String> {
     let mut c = env.ctl().expect("ctl");
     let bound = env.baseline + (2 << 20);
     let settled = wait_until("used_memory back near its start", || {
-        let used: i64 = c
-            .info_field("memory", "used_memory")?
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(i64::MAX);
-        Ok(used < bound)
+        Ok(c.used_memory()? < bound)
     });
     if let Err(e) = settled {
-        failures.push(format!("state {state}: {e} (baseline {})", env.baseline));
+        let mut parts = Vec::new();
+        for name in [
+            "used_memory",
+            "mem_replication_backlog",
+            "mem_clients_slaves",
+            "mem_clients_normal",
+            "used_memory_dataset",
+        ] {
+            if let Ok(Some(v)) = c.info_field("memory", name) {
+                parts.push(format!("{name} {v}"));
+            }
+        }
+        failures.push(format!(
+            "state {state}: {e} (baseline {}; {})",
+            env.baseline,
+            parts.join(", ")
+        ));
     }
     failures
 }
@@ -1626,6 +1842,23 @@ fn the_matrix_is_the_whole_product_with_reasons_for_every_skip() {
             "state {state} runs no case"
         );
     }
+}
+
+#[test]
+fn the_ledger_counts_permits_against_the_limit() {
+    let mut ledger = Ledger::default();
+    ledger.hold("H", 1, 0, 100);
+    ledger.hold("W2", 1, 50, 150);
+    assert!(ledger.check(2).is_ok(), "1 + 1 permits under a limit of 2");
+    assert!(ledger.check(1).is_err(), "two holders of a lock");
+    ledger.hold("W", 2, 120, 200);
+    let e = ledger.check(2).unwrap_err();
+    assert!(e.contains("W2 ×1") && e.contains("W ×2"), "{e}");
+    // A hold that starts as another ends (1 ms of rounding) is no overlap.
+    let mut ledger = Ledger::default();
+    ledger.hold("H", 1, 0, 100);
+    ledger.hold("W", 1, 99, 200);
+    assert!(ledger.check(1).is_ok());
 }
 
 #[test]
@@ -1684,6 +1917,18 @@ fn effect_commands_from_an_ordinary_client_are_refused() {
     for words in [
         vec!["WARDEN.LOCKSET", "k", "intruder", "1", "1", &far],
         vec!["WARDEN.RWSET", "k", "1", "W", "intruder", "1", "1", &far],
+        vec![
+            "WARDEN.SEMSET",
+            "k",
+            "2",
+            "1",
+            "0",
+            "SET",
+            "intruder",
+            "1",
+            "1",
+            &far,
+        ],
     ] {
         let r = c.call(&words).unwrap();
         assert!(r.is_error(), "{words:?} from a client answered {r:?}");
@@ -1696,8 +1941,8 @@ fn effect_commands_from_an_ordinary_client_are_refused() {
 }
 
 /// A blocked request on `key` (WAIT 3 s) with its marker behind it.
-fn queue(s: &Server, command: &str, key: &str, owner: &'static str) -> Waiter {
-    Waiter::start(s, command, key, owner, 30_000, 3_000, None).unwrap()
+fn queue(s: &Server, ask: Ask, key: &str, owner: &'static str) -> Waiter {
+    Waiter::start(s, ask, key, owner, 30_000, 3_000, None).unwrap()
 }
 
 #[test]
@@ -1706,8 +1951,9 @@ fn lock_and_rwlock_waiters_on_one_name_never_strand() {
         let s = Server::start(&[]);
         let mut c = Wire::open(&s.socket()).unwrap();
         // A waiter of the first kind queues behind its holder...
-        c.int(&[first.acquire(), "k", "holder", "30000"]).unwrap();
-        let mut a = queue(&s, first.acquire(), "k", "A");
+        c.int(&strs(&first.holder().words("k", "holder", 30_000, &[])))
+            .unwrap();
+        let mut a = queue(&s, first.waiter(), "k", "A");
         wait_until("A queued", || {
             Ok(c.lock_info(first, "k")?
                 .and_then(|f| field(&f, "waiters").and_then(Reply::int))
@@ -1715,7 +1961,8 @@ fn lock_and_rwlock_waiters_on_one_name_never_strand() {
         })
         .unwrap();
         // ...then the name becomes a lock of the other kind, and one of that kind queues.
-        c.int(&[second.acquire(), "src", "other", "30000"]).unwrap();
+        c.int(&strs(&second.holder().words("src", "other", 30_000, &[])))
+            .unwrap();
         let Reply::Bulk(payload) = c.call(&["DUMP", "src"]).unwrap() else {
             panic!("DUMP")
         };
@@ -1724,7 +1971,7 @@ fn lock_and_rwlock_waiters_on_one_name_never_strand() {
         restore.push(b"REPLACE".to_vec());
         c.send(&[restore]).unwrap();
         assert_eq!(c.read().unwrap(), Reply::Status("OK".into()));
-        let mut b = queue(&s, second.acquire(), "k", "B");
+        let mut b = queue(&s, second.waiter(), "k", "B");
         wait_until("B queued or answered", || {
             Ok(b.answered()?
                 || c.lock_info(second, "k")?
@@ -1754,4 +2001,113 @@ fn lock_and_rwlock_waiters_on_one_name_never_strand() {
         }
         assert_eq!(c.warden("waiting_clients").unwrap(), Some(0));
     }
+}
+
+/// A semaphore of limit 3 asked for 2 permits, and for 1.
+const SEM_TWO: Ask = Ask {
+    command: "SEM.ACQUIRE",
+    terms: &["LIMIT", "3", "PERMITS", "2"],
+};
+const SEM_ONE: Ask = Ask {
+    command: "SEM.ACQUIRE",
+    terms: &["LIMIT", "3", "PERMITS", "1"],
+};
+
+/// When the server granted `owner`'s hold of `ttl` ms on a semaphore.
+fn sem_grant_time(c: &mut Wire, key: &str, owner: &str, ttl: i64) -> Result<i64, String> {
+    c.send(&[
+        cmd(&["MULTI"]),
+        cmd(&["TIME"]),
+        cmd(&["SEM.INFO", key, owner]),
+        cmd(&["EXEC"]),
+    ])?;
+    for _ in 0..3 {
+        c.read()?;
+    }
+    let r = c.read()?;
+    let Reply::Array(parts) = &r else {
+        return Err(format!("EXEC: {r:?}"));
+    };
+    let Reply::Array(items) = &parts[1] else {
+        return Err(format!("SEM.INFO {key} {owner}: {r:?}"));
+    };
+    let fields: Vec<(String, Reply)> = items
+        .chunks(2)
+        .map(|kv| (kv[0].text().unwrap_or_default(), kv[1].clone()))
+        .collect();
+    let left = field(&fields, "ttl").and_then(Reply::int).unwrap_or(-2);
+    if left < 0 {
+        return Err(format!("{owner} holds nothing: {fields:?}"));
+    }
+    Ok(server_ms(&parts[0])? + left - ttl)
+}
+
+/// While writes are paused a lease that ends grants nobody; once the pause
+/// lifts the waiters are granted in FIFO order as far as the permits go —
+/// the one asking 1 permit never before the one asking 2 ahead of it.
+#[test]
+fn semaphore_waiters_are_granted_in_order_once_writes_resume() {
+    const PAUSE: i64 = 2000;
+    let s = Server::start(&[]);
+    let mut c = Wire::open(&s.socket()).unwrap();
+    c.int(&strs(&SEM_TWO.words("k", "H", 300, &[]))).unwrap();
+    let semaphore = |c: &mut Wire| {
+        let f = c
+            .lock_info(Kind::Semaphore, "k")
+            .unwrap()
+            .unwrap_or_default();
+        let n = |name| field(&f, name).and_then(Reply::int).unwrap_or(0);
+        (n("used"), n("waiters"))
+    };
+    // A asks 2 with 1 free: it waits, and B and C, who would fit, queue behind.
+    let mut waiters = Vec::new();
+    for (ask, owner) in [(SEM_TWO, "A"), (SEM_ONE, "B"), (SEM_ONE, "C")] {
+        waiters.push(Waiter::start(&s, ask, "k", owner, LONG, WAIT_LONG, None).unwrap());
+        let n = waiters.len() as i64;
+        wait_until("queued", || Ok(semaphore(&mut c).1 == n)).unwrap();
+    }
+    let deadline = c.int(&["PEXPIRETIME", "k"]).unwrap();
+    c.send(&[
+        cmd(&["TIME"]),
+        cmd(&["CLIENT", "PAUSE", &PAUSE.to_string(), "WRITE"]),
+    ])
+    .unwrap();
+    let paused_at = server_ms(&c.read().unwrap()).unwrap();
+    expect_ok(c.read().unwrap(), "CLIENT PAUSE").unwrap();
+    let resumed = paused_at + PAUSE;
+    // H's lease ends inside the pause: seen while it lasts, nobody is served.
+    wait_until("H's lease over", || Ok(c.now()? > deadline + 20)).unwrap();
+    let (_, queued) = semaphore(&mut c);
+    if c.now().unwrap() < resumed - 50 {
+        assert_eq!(queued, 3, "a waiter was served while writes were paused");
+    }
+    let mut tokens = Vec::new();
+    for w in &mut waiters[..2] {
+        let Reply::Int(token) = w.replies().unwrap() else {
+            panic!("{} not granted", w.owner)
+        };
+        let at = sem_grant_time(&mut c, "k", w.owner, LONG).unwrap();
+        assert!(
+            at >= resumed - 1,
+            "{} granted {} ms before writes resumed",
+            w.owner,
+            resumed - at
+        );
+        tokens.push(token);
+    }
+    assert_eq!(semaphore(&mut c), (3, 1), "A (2) and B (1) hold, C waits");
+    assert!(
+        !waiters[2].answered().unwrap(),
+        "C granted beyond the limit"
+    );
+    assert_eq!(c.int(&["SEM.RELEASE", "k", "A"]).unwrap(), 1);
+    let Reply::Int(token) = waiters[2].replies().unwrap() else {
+        panic!("C not granted after A's release")
+    };
+    tokens.push(token);
+    assert!(
+        tokens.windows(2).all(|t| t[0] < t[1]),
+        "granted out of order: {tokens:?}"
+    );
+    assert_eq!(semaphore(&mut c), (2, 0));
 }
