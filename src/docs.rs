@@ -123,6 +123,7 @@ pub const DOCS: &[Doc] = &[
     Doc { name: "rwlock.extend", summary: "Resets every lease of the owner on a read-write lock", complexity: "O(N) where N is the number of readers", arity: 4, writes: true, args: &[KEY_ARG, OWNER, TTL] },
     Doc { name: "rwlock.info", summary: "Returns the mode, writer, readers, holds, ttl, fencing token and waiters of a read-write lock", complexity: "O(N) where N is the number of readers", arity: 2, writes: false, args: &[KEY_ARG] },
     Doc { name: "warden.rwset", summary: "Sets the whole state of a read-write lock (replication stream and AOF)", complexity: "O(N) where N is the number of holds", arity: -8, writes: true, args: &[KEY_ARG, arg("fence", INTEGER), ArgDoc { name: "hold", ty: BLOCK, token: None, flags: raw::REDISMODULE_CMD_ARG_MULTIPLE, sub: &[arg("mode", STRING), OWNER, arg("holds", INTEGER), arg("fence", INTEGER), arg("deadline", INTEGER)] }] },
+    Doc { name: "warden.rwhold", summary: "Applies the holds one command changed to a read-write lock, after dropping those whose lease ended (replication stream and AOF)", complexity: "O(N + C) where N is the number of holds and C the number of changed holds", arity: -9, writes: true, args: &[KEY_ARG, arg("now", INTEGER), arg("fence", INTEGER), ArgDoc { name: "hold", ty: BLOCK, token: None, flags: raw::REDISMODULE_CMD_ARG_MULTIPLE, sub: &[arg("mode", STRING), OWNER, arg("holds", INTEGER), arg("fence", INTEGER), arg("deadline", INTEGER)] }] },
     Doc { name: "cache.get", summary: "Reads a cached string value; on a miss grants one fill lease per key, and with WAIT queues until the fill answers with the value; returns [value, lease]", complexity: "O(1)", arity: -3, writes: true, args: &[KEY_ARG, arg("lease_ms", INTEGER), WAIT, option("REFRESH", "ms", INTEGER), flag("FRESH")] },
     Doc { name: "cache.fill", summary: "Stores a value under the key's current fill lease and answers every waiter with it; refused if the lease is not current", complexity: "O(1 + W) where W is the number of waiters", arity: -4, writes: true, args: &[KEY_ARG, arg("lease", INTEGER), arg("value", STRING), ArgDoc { name: "expiry", ty: BLOCK, token: None, flags: raw::REDISMODULE_CMD_ARG_OPTIONAL, sub: &[keyword("PX", "ms", INTEGER), option("JITTER", "ms", INTEGER)] }] },
     Doc { name: "cache.abandon", summary: "Ends a fill lease unfilled; the oldest waiter gets a new lease", complexity: "O(1)", arity: 3, writes: true, args: &[KEY_ARG, arg("lease", INTEGER)] },
@@ -143,7 +144,7 @@ pub const DOCS: &[Doc] = &[
 ];
 
 /// The version that added a command, where it is not 1.0.0.
-const SINCE: &[(&str, &str)] = &[("warden.contended", "1.1.0")];
+const SINCE: &[(&str, &str)] = &[("warden.contended", "1.1.0"), ("warden.rwhold", "1.1.0")];
 
 fn since(name: &str) -> &'static str {
     SINCE

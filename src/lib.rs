@@ -65,6 +65,7 @@ const CORE_COMMANDS: &[Command] = &[
     command!("rwlock.extend", rwlock::commands::extend, "write fast"),
     command!("rwlock.info", rwlock::commands::info, "readonly fast"),
     command!("warden.rwset", rwlock::commands::set, "write deny-oom"),
+    command!("warden.rwhold", rwlock::commands::hold, "write deny-oom"),
     command!("cache.get", cache::commands::get, "write"),
     command!("cache.fill", cache::commands::fill, "write deny-oom"),
     command!("cache.abandon", cache::commands::abandon, "write fast"),
