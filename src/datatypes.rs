@@ -361,6 +361,9 @@ const RWLOCK_ENCVER: c_int = 1;
 /// The name of the command that carries a read-write lock's full state.
 pub const RWLOCK_EFFECT: &str = "WARDEN.RWSET";
 
+/// The name of the command that carries the holds one command changed.
+pub const RWLOCK_DELTA: &str = "WARDEN.RWHOLD";
+
 pub static RWLOCK_TYPE: RedisType = RedisType::new(
     "warden-rw",
     RWLOCK_ENCVER,
@@ -462,7 +465,7 @@ unsafe extern "C" fn rwlock_rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int
                 writer,
                 readers,
                 fence,
-                ended: Vec::new(),
+                ..RwLock::default()
             };
             if !valid_rwlock(&lock) {
                 return None;
@@ -562,6 +565,8 @@ unsafe extern "C" fn rwlock_copy(
 ) -> *mut c_void {
     let mut copy = (*value.cast::<RwLock>()).clone();
     copy.ended.clear();
+    copy.changed.clear();
+    copy.lapsed_until = None;
     for hold in copy.writer.iter_mut().chain(&mut copy.readers) {
         hold.granted_ms = 0;
     }

@@ -134,6 +134,7 @@ pub const DOCS: &[Doc] = &[
     Doc { name: "sem.setlimit", summary: "Changes the limit of a semaphore; waiters that now fit are granted at once", complexity: "O(Q + W) where Q is the number of waiters", arity: 3, writes: true, args: &[KEY_ARG, arg("limit", INTEGER)] },
     Doc { name: "sem.info", summary: "Returns the limit, permits used, holders and waiters of a semaphore, and optionally one owner's permits and ttl", complexity: "O(N) where N is the number of holders", arity: -2, writes: false, args: &[KEY_ARG, ArgDoc { name: "owner", ty: STRING, token: None, flags: raw::REDISMODULE_CMD_ARG_OPTIONAL, sub: &[] }] },
     Doc { name: "warden.semset", summary: "Sets the changed holds (or the whole state) of a semaphore (replication stream and AOF)", complexity: "O(H log N) where H is the number of holds named", arity: -6, writes: true, args: &[KEY_ARG, arg("limit", INTEGER), arg("fence", INTEGER), arg("now", INTEGER), ArgDoc { name: "mode", ty: ONEOF, token: None, flags: 0, sub: &[choice("SET"), choice("MERGE")] }, ArgDoc { name: "hold", ty: BLOCK, token: None, flags: raw::REDISMODULE_CMD_ARG_OPTIONAL | raw::REDISMODULE_CMD_ARG_MULTIPLE, sub: &[OWNER, arg("permits", INTEGER), arg("fence", INTEGER), arg("deadline", INTEGER)] }] },
+    Doc { name: "warden.rwhold", summary: "Applies the holds one command changed to a read-write lock, after dropping those whose lease ended (replication stream and AOF)", complexity: "O(N + C) where N is the number of holds and C the number of changed holds", arity: -9, writes: true, args: &[KEY_ARG, arg("now", INTEGER), arg("fence", INTEGER), ArgDoc { name: "hold", ty: BLOCK, token: None, flags: raw::REDISMODULE_CMD_ARG_MULTIPLE, sub: &[arg("mode", STRING), OWNER, arg("holds", INTEGER), arg("fence", INTEGER), arg("deadline", INTEGER)] }] },
     Doc { name: "cache.get", summary: "Reads a cached string value; on a miss grants one fill lease per key, and with WAIT queues until the fill answers with the value; returns [value, lease]", complexity: "O(1)", arity: -3, writes: true, args: &[KEY_ARG, arg("lease_ms", INTEGER), WAIT, option("REFRESH", "ms", INTEGER), flag("FRESH")] },
     Doc { name: "cache.fill", summary: "Stores a value under the key's current fill lease and answers every waiter with it; refused if the lease is not current", complexity: "O(1 + W) where W is the number of waiters", arity: -4, writes: true, args: &[KEY_ARG, arg("lease", INTEGER), arg("value", STRING), ArgDoc { name: "expiry", ty: BLOCK, token: None, flags: raw::REDISMODULE_CMD_ARG_OPTIONAL, sub: &[keyword("PX", "ms", INTEGER), option("JITTER", "ms", INTEGER)] }] },
     Doc { name: "cache.abandon", summary: "Ends a fill lease unfilled; the oldest waiter gets a new lease", complexity: "O(1)", arity: 3, writes: true, args: &[KEY_ARG, arg("lease", INTEGER)] },
@@ -162,6 +163,7 @@ const SINCE: &[(&str, &str)] = &[
     ("sem.setlimit", "1.1.0"),
     ("sem.info", "1.1.0"),
     ("warden.semset", "1.1.0"),
+    ("warden.rwhold", "1.1.0"),
 ];
 
 fn since(name: &str) -> &'static str {

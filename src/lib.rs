@@ -81,6 +81,7 @@ const CORE_COMMANDS: &[Command] = &[
     ),
     command!("sem.info", semaphore::commands::info, "readonly fast"),
     command!("warden.semset", semaphore::commands::set, "write deny-oom"),
+    command!("warden.rwhold", rwlock::commands::hold, "write deny-oom"),
     command!("cache.get", cache::commands::get, "write"),
     command!("cache.fill", cache::commands::fill, "write deny-oom"),
     command!("cache.abandon", cache::commands::abandon, "write fast"),

@@ -1929,6 +1929,17 @@ fn effect_commands_from_an_ordinary_client_are_refused() {
             "1",
             &far,
         ],
+        vec![
+            "WARDEN.RWHOLD",
+            "k",
+            "1",
+            "1",
+            "W",
+            "intruder",
+            "1",
+            "1",
+            &far,
+        ],
     ] {
         let r = c.call(&words).unwrap();
         assert!(r.is_error(), "{words:?} from a client answered {r:?}");

@@ -219,6 +219,7 @@ fn thousands_of_random_argument_vectors_never_hurt_the_server() {
         "BF.LOADCHUNK",
         "WARDEN.LOCKSET",
         "WARDEN.RWSET",
+        "WARDEN.RWHOLD",
     ];
     let mut rng = Rng(0x2545f4914f6cdd1d);
     let start_memory = used_memory(&mut c);

@@ -222,6 +222,7 @@ fn command_docs_and_info_describe_every_command() {
         "bf.loadchunk",
         "warden.lockset",
         "warden.rwset",
+        "warden.rwhold",
     ];
     for name in commands {
         let docs: redis::Value = redis::cmd("COMMAND")

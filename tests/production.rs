@@ -348,6 +348,17 @@ fn clients_cannot_send_effect_commands() {
             "0",
         ],
         &["WARDEN.RWSET", "held", "5", "W", "mallory", "1", "5", "0"],
+        &[
+            "WARDEN.RWHOLD",
+            "held",
+            "1",
+            "5",
+            "W",
+            "mallory",
+            "1",
+            "5",
+            "0",
+        ],
     ];
     for words in forged {
         assert!(

@@ -469,3 +469,337 @@ fn a_read_write_lock_key_gets_its_lease_back_after_persist_or_restore() {
         );
     }
 }
+
+fn dump(c: &mut Connection, key: &str) -> Option<Vec<u8>> {
+    redis::cmd("DUMP").arg(key).query(c).unwrap()
+}
+
+fn repl_offset(c: &mut Connection) -> i64 {
+    info_int(c, "replication", "master_repl_offset")
+}
+
+/// Once the replica caught up, `key` holds the same holders, hold counts,
+/// tokens and leases, in the same order, with the same expiry, on both.
+fn same_on_replica(m: &mut Connection, r: &mut Connection, key: &str) {
+    sync_replicas(m, 1);
+    assert_eq!(dump(r, key), dump(m, key), "{key}");
+    let expiry = |c: &mut Connection| int(c, &["PEXPIRETIME", key]);
+    assert_eq!(expiry(r), expiry(m), "{key}: expiry");
+}
+
+/// Releasing, extending or adding one reader among thousands sends replicas
+/// (and the AOF) that reader, not every holder of the key.
+#[test]
+fn one_reader_among_thousands_replicates_alone() {
+    const READERS: usize = 2000;
+    let master = Server::start_tcp(&[]);
+    let replica = Server::start_tcp(&[]);
+    let mut m = master.conn();
+    let mut grants = redis::pipe();
+    for i in 0..READERS {
+        let owner = format!("reader-{i:05}");
+        grants
+            .cmd("RWLOCK.READ")
+            .arg("k")
+            .arg(owner)
+            .arg(60000)
+            .ignore();
+    }
+    grants.query::<()>(&mut m).unwrap();
+    // Attached after the grants: its full sync carries them.
+    replicate(&master, &replica);
+    let mut r = replica.conn();
+    same_on_replica(&mut m, &mut r, "k");
+    let steps: &[(&str, &[&str], i64)] = &[
+        ("unlock", &["RWLOCK.UNLOCK", "k", "reader-00007"], 1),
+        (
+            "extend",
+            &["RWLOCK.EXTEND", "k", "reader-00008", "90000"],
+            1,
+        ),
+        (
+            "a new reader",
+            &["RWLOCK.READ", "k", "newcomer", "60000"],
+            0,
+        ),
+        (
+            "re-entry",
+            &["RWLOCK.READ", "k", "reader-00009", "60000"],
+            0,
+        ),
+        (
+            "unlock of one of two holds",
+            &["RWLOCK.UNLOCK", "k", "reader-00009"],
+            0,
+        ),
+    ];
+    for (what, words, reply) in steps {
+        let before = repl_offset(&mut m);
+        let answer = int(&mut m, words);
+        let sent = repl_offset(&mut m) - before;
+        println!("{what}: {sent} bytes to the replica, {READERS} readers");
+        if *reply != 0 {
+            assert_eq!(answer, *reply, "{what}");
+        }
+        assert!(
+            sent < 1000,
+            "{what}: {sent} bytes to the replica for one of {READERS} readers"
+        );
+        same_on_replica(&mut m, &mut r, "k");
+    }
+}
+
+/// Every kind of change to a read-write lock — grants, re-entry, releases,
+/// extends, a lease that ends, hand-offs to queued waiters — leaves the
+/// replica, and the master restarted from its AOF, with exactly the
+/// master's holders, hold counts, tokens, leases and key expiry.
+#[test]
+fn the_replica_and_the_aof_follow_every_change() {
+    let mut master = Server::start_tcp(&["--appendonly", "yes"]);
+    let replica = Server::start_tcp(&[]);
+    replicate(&master, &replica);
+    let mut m = master.conn();
+    let mut r = replica.conn();
+    let keys = ["k", "w", "h"];
+    let mut check = |m: &mut Connection| {
+        for key in keys {
+            same_on_replica(m, &mut r, key);
+        }
+    };
+    for owner in ["a", "b", "c", "d", "a"] {
+        fence(read(&mut m, "k", owner));
+    }
+    check(&mut m);
+    // A lease that ends on its own: the next command's effect implies it.
+    fence(run(&mut m, &["RWLOCK.READ", "k", "brief", "50"]).unwrap());
+    wait_for("brief's lease to end", Duration::from_secs(10), || {
+        field_int(&info(&mut m, "k").unwrap(), "readers") == 4
+    });
+    assert_eq!(int(&mut m, &["RWLOCK.EXTEND", "k", "b", "90000"]), 1);
+    check(&mut m);
+    assert_eq!(int(&mut m, &["RWLOCK.UNLOCK", "k", "a"]), 0);
+    assert_eq!(int(&mut m, &["RWLOCK.UNLOCK", "k", "a"]), 1);
+    assert_eq!(int(&mut m, &["RWLOCK.UNLOCK", "k", "c"]), 1);
+    check(&mut m);
+    // A writer with its own read hold: extended together, released in turn.
+    fence(write(&mut m, "w", "x"));
+    fence(read(&mut m, "w", "x"));
+    assert_eq!(int(&mut m, &["RWLOCK.EXTEND", "w", "x", "90000"]), 1);
+    check(&mut m);
+    assert_eq!(int(&mut m, &["RWLOCK.UNLOCK", "w", "x"]), 1);
+    check(&mut m);
+    // Readers queued behind a writer that gives up join the readers holding.
+    for owner in ["r1", "r2", "r3"] {
+        fence(read(&mut m, "h", owner));
+    }
+    let (_, writer) = spawn_command(
+        &master,
+        &["RWLOCK.WRITE", "h", "wr", "60000", "WAIT", "300"],
+    );
+    queued(&mut m, "h", 1);
+    let (_, q1) = spawn_command(&master, &["RWLOCK.READ", "h", "q1", "60000", "WAIT", "0"]);
+    queued(&mut m, "h", 2);
+    let (_, q2) = spawn_command(&master, &["RWLOCK.READ", "h", "q2", "60000", "WAIT", "0"]);
+    queued(&mut m, "h", 3);
+    assert_eq!(writer.join().unwrap().unwrap(), Value::Nil);
+    granted(q1);
+    granted(q2);
+    assert_eq!(field_int(&info(&mut m, "h").unwrap(), "readers"), 5);
+    check(&mut m);
+    // The last reader's release hands the key to a writer, whose release
+    // hands it to the readers queued behind it.
+    let (_, writer) = spawn_command(&master, &["RWLOCK.WRITE", "h", "wr", "60000", "WAIT", "0"]);
+    queued(&mut m, "h", 1);
+    for owner in ["r1", "q2", "r3", "q1"] {
+        assert_eq!(int(&mut m, &["RWLOCK.UNLOCK", "h", owner]), 1);
+        check(&mut m);
+    }
+    assert_eq!(int(&mut m, &["RWLOCK.UNLOCK", "h", "r2"]), 1);
+    granted(writer);
+    check(&mut m);
+    let (_, s1) = spawn_command(&master, &["RWLOCK.READ", "h", "s1", "60000", "WAIT", "0"]);
+    queued(&mut m, "h", 1);
+    let (_, s2) = spawn_command(&master, &["RWLOCK.READ", "h", "s2", "60000", "WAIT", "0"]);
+    queued(&mut m, "h", 2);
+    assert_eq!(int(&mut m, &["RWLOCK.UNLOCK", "h", "wr"]), 1);
+    granted(s1);
+    granted(s2);
+    check(&mut m);
+    let state = |c: &mut Connection| -> Vec<(Option<Vec<u8>>, i64)> {
+        let expiry = |c: &mut Connection, key| int(c, &["PEXPIRETIME", key]);
+        keys.iter().map(|&k| (dump(c, k), expiry(c, k))).collect()
+    };
+    let before = state(&mut m);
+    drop(m);
+    master.restart(true);
+    let mut m = master.conn();
+    assert_eq!(state(&mut m), before, "after loading the AOF");
+}
+
+fn server_ms(c: &mut Connection) -> i64 {
+    let t: Vec<String> = redis::cmd("TIME").query(c).unwrap();
+    t[0].parse::<i64>().unwrap() * 1000 + t[1].parse::<i64>().unwrap() / 1000
+}
+
+/// `WARDEN.RWHOLD` from a client is refused; from the AOF, a delta no
+/// master could send is refused too, and leaves the key as it was.
+#[test]
+fn a_forged_or_impossible_delta_changes_nothing() {
+    let mut s = Server::start(&["--appendonly", "yes", "--aof-use-rdb-preamble", "no"]);
+    let mut c = s.conn();
+    for owner in ["a", "b", "c"] {
+        fence(read(&mut c, "k", owner));
+    }
+    let before = dump(&mut c, "k");
+    let now = server_ms(&mut c);
+    let (now_s, far) = (now.to_string(), (now + 60_000).to_string());
+    let from_client: &[&[&str]] = &[
+        &["WARDEN.RWHOLD", "k", &now_s, "1", "R", "a", "0", "0", "0"],
+        &[
+            "WARDEN.RWHOLD",
+            "fresh",
+            &now_s,
+            "1",
+            "W",
+            "x",
+            "1",
+            "1",
+            &far,
+        ],
+    ];
+    for words in from_client {
+        assert_eq!(
+            err(&mut c, words),
+            "ERR effect commands are accepted only from the master link and the AOF",
+            "{words:?}"
+        );
+    }
+    assert!(err(
+        &mut c,
+        &["WARDEN.RWHOLD", "k", &now_s, "1", "R", "a", "0", "0"]
+    )
+    .starts_with("ERR wrong number of arguments"));
+    assert_eq!(dump(&mut c, "k"), before);
+    assert_eq!(int(&mut c, &["EXISTS", "fresh"]), 0);
+
+    // The AOF: a whole state, deltas no master sends, then one it does.
+    s.stop(true);
+    let at = |ms: i64| (now + ms).to_string();
+    let (t1, t2) = (at(60_000), at(90_000));
+    let (now_s, late, ended) = (now.to_string(), at(1), at(-1));
+    let whole = aof_command(&["SELECT", "0"])
+        + &aof_command(&[
+            "WARDEN.RWSET",
+            "k",
+            "7",
+            "R",
+            "a",
+            "1",
+            "5",
+            &t1,
+            "R",
+            "b",
+            "1",
+            "7",
+            &t1,
+        ]);
+    // b re-enters with a later lease, c joins
+    let sent = aof_command(&[
+        "WARDEN.RWHOLD",
+        "k",
+        &late,
+        "9",
+        "R",
+        "b",
+        "2",
+        "7",
+        &t2,
+        "R",
+        "c",
+        "1",
+        "9",
+        &t1,
+    ]);
+    let refused: &[&[&str]] = &[
+        // a writer beside other owners' readers
+        &["W", "w", "1", "7", &t1],
+        // a reader with a token above the key's
+        &["R", "d", "1", "10", &t1],
+        // a hold whose lease already ended
+        &["R", "d", "1", "7", &ended],
+        // a hold that changes its token
+        &["R", "a", "1", "6", &t1],
+        // no hold left
+        &[
+            "R", "a", "0", "0", "0", "R", "b", "0", "0", "0", "R", "c", "0", "0", "0",
+        ],
+        // not a mode, not an owner, not a count
+        &["X", "d", "1", "7", &t1],
+        &["R", "", "1", "7", &t1],
+        &["R", "d", "one", "7", &t1],
+        &["R", "d", "-1", "7", &t1],
+    ];
+    let mut forged = String::new();
+    for groups in refused {
+        let mut words = vec!["WARDEN.RWHOLD", "k", &now_s, "9"];
+        words.extend_from_slice(groups);
+        forged += &aof_command(&words);
+    }
+    // the key's token going back; a key that does not exist
+    forged += &aof_command(&["WARDEN.RWHOLD", "k", &now_s, "6", "R", "d", "1", "6", &t1]);
+    forged += &aof_command(&[
+        "WARDEN.RWHOLD",
+        "nokey",
+        &now_s,
+        "9",
+        "R",
+        "d",
+        "1",
+        "7",
+        &t1,
+    ]);
+    // Each refusal is logged ("sending an error to its AOF-loading-client").
+    let refusals = |s: &Server| s.log().matches("ERR invalid replicated effect").count();
+    let mut load = |body: String| {
+        let logged = refusals(&s);
+        let aof = s.dir.path().join("appendonlydir");
+        std::fs::remove_dir_all(&aof).unwrap();
+        std::fs::create_dir_all(&aof).unwrap();
+        std::fs::write(aof.join("appendonly.aof.1.base.aof"), body).unwrap();
+        std::fs::write(
+            aof.join("appendonly.aof.manifest"),
+            "file appendonly.aof.1.base.aof seq 1 type b\n",
+        )
+        .unwrap();
+        s.restart(true);
+        let mut c = s.conn();
+        let state = (dump(&mut c, "k"), int(&mut c, &["PEXPIRETIME", "k"]));
+        assert_eq!(int(&mut c, &["EXISTS", "nokey"]), 0);
+        s.stop(true);
+        (state, refusals(&s) - logged)
+    };
+    let (expected, none) = load(whole.clone() + &sent);
+    let (with_forged, logged) = load(whole + &forged + &sent + &forged);
+    assert_eq!(with_forged, expected, "a refused delta changed the key");
+    assert_eq!(
+        (none, logged),
+        (0, 2 * (refused.len() + 2)),
+        "refusals logged"
+    );
+    assert_eq!(expected.1, now + 90_000);
+    s.start_again_with(&[]);
+    let mut c = s.conn();
+    let i = info(&mut c, "k").unwrap();
+    assert_eq!(field_str(&i, "mode"), "read");
+    let counts = ["readers", "holds", "fence"].map(|f| field_int(&i, f));
+    assert_eq!(counts, [3, 4, 9], "{i:?}");
+}
+
+/// One command as the AOF holds it.
+fn aof_command(words: &[&str]) -> String {
+    let mut out = format!("*{}\r\n", words.len());
+    for w in words {
+        out += &format!("${}\r\n{w}\r\n", w.len());
+    }
+    out
+}

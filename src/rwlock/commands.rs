@@ -5,7 +5,9 @@ use redis_module::{Context, RedisError, RedisResult, RedisValue};
 use crate::command::Arg;
 
 use crate::args;
-use crate::datatypes::{store, valid_lock, RWLOCK_EFFECT, RWLOCK_TYPE};
+use crate::datatypes::{
+    bounded_deadline, store, valid_lock, RWLOCK_DELTA, RWLOCK_EFFECT, RWLOCK_TYPE,
+};
 use crate::error;
 use crate::evicted;
 use crate::fence::FENCES;
@@ -14,7 +16,7 @@ use crate::keyspace::{
     effects_needed, effects_only, notify, now_ms, refuse_on_replica, replicate_del, Key,
 };
 use crate::reply::{self, Field};
-use crate::rwlock::state::{Gate, Hold, Mode, Outcome, RwLock, Unlock};
+use crate::rwlock::state::{DeltaHold, Gate, Hold, Mode, Outcome, RwLock, Unlock};
 use crate::stats;
 use crate::waiters::{self, Answer, Kind, Served, Waiter};
 
@@ -43,9 +45,11 @@ fn rw_in(key: &Key) -> Result<Option<&mut RwLock>, RedisError> {
     Ok(lock)
 }
 
-/// Writes the state's expiry to the key and sends the full state to replicas
-/// and the AOF; a lock with no holds left is deleted.
-fn publish(ctx: &Context, name: &Arg, key: &Key, lock: &mut RwLock) {
+/// Writes the state's expiry to the key and sends what `now_ms`'s command
+/// changed to replicas and the AOF: the changed holds (`WARDEN.RWHOLD`), or
+/// the whole state (`WARDEN.RWSET`) when that is no longer; a lock with no
+/// holds left is deleted.
+fn publish(ctx: &Context, name: &Arg, key: &Key, lock: &mut RwLock, now_ms: i64) {
     // Taken, not drained: a burst of 20k ended holds keeps no room behind.
     for held_ms in std::mem::take(&mut lock.ended) {
         stats::RWLOCK_HOLD.observe(held_ms);
@@ -57,8 +61,51 @@ fn publish(ctx: &Context, name: &Arg, key: &Key, lock: &mut RwLock) {
     };
     key.set_expire_at(deadline);
     if !effects_needed(ctx) {
+        lock.changed.clear();
+        lock.lapsed_until = None;
         return;
     }
+    match lock.take_delta(now_ms) {
+        Some(delta) => replicate_delta(ctx, name, lock.fence, now_ms, &delta),
+        None => replicate_whole(ctx, name, lock),
+    }
+}
+
+/// `WARDEN.RWHOLD key now_ms fence (W|R owner holds fence deadline_ms)...`
+fn replicate_delta(ctx: &Context, name: &Arg, fence: u64, now_ms: i64, delta: &[DeltaHold]) {
+    let numbers: Vec<[String; 3]> = delta
+        .iter()
+        .map(|h| {
+            [
+                h.holds.to_string(),
+                h.fence.to_string(),
+                h.deadline_ms.to_string(),
+            ]
+        })
+        .collect();
+    let (now, fence) = (now_ms.to_string(), fence.to_string());
+    let mut words: Vec<&[u8]> = vec![&name[..], now.as_bytes(), fence.as_bytes()];
+    for (h, n) in delta.iter().zip(&numbers) {
+        words.extend_from_slice(&[
+            mode_tag(h.mode),
+            &h.owner,
+            n[0].as_bytes(),
+            n[1].as_bytes(),
+            n[2].as_bytes(),
+        ]);
+    }
+    ctx.replicate(RWLOCK_DELTA, &words[..]);
+}
+
+fn mode_tag(mode: Mode) -> &'static [u8] {
+    match mode {
+        Mode::Write => b"W",
+        Mode::Read => b"R",
+    }
+}
+
+/// `WARDEN.RWSET key fence (W|R owner holds fence deadline_ms)...`
+fn replicate_whole(ctx: &Context, name: &Arg, lock: &RwLock) {
     let numbers: Vec<[String; 3]> = lock
         .writer
         .iter()
@@ -73,17 +120,14 @@ fn publish(ctx: &Context, name: &Arg, key: &Key, lock: &mut RwLock) {
         .collect();
     let fence = lock.fence.to_string();
     let mut words: Vec<&[u8]> = vec![&name[..], fence.as_bytes()];
-    let tags = lock
+    let tagged = lock
         .writer
         .iter()
-        .map(|_| b"W")
-        .chain(lock.readers.iter().map(|_| b"R"));
-    for ((tag, hold), n) in tags
-        .zip(lock.writer.iter().chain(&lock.readers))
-        .zip(&numbers)
-    {
+        .map(|h| (Mode::Write, h))
+        .chain(lock.readers.iter().map(|h| (Mode::Read, h)));
+    for ((mode, hold), n) in tagged.zip(&numbers) {
         words.extend_from_slice(&[
-            tag,
+            mode_tag(mode),
             &hold.owner,
             n[0].as_bytes(),
             n[1].as_bytes(),
@@ -166,7 +210,7 @@ fn serve_open(ctx: &Context, name: &Arg, key: &Key) -> Served {
         store(key, &RWLOCK_TYPE, fresh);
     }
     if let Ok(Some(lock)) = rw_in(key) {
-        publish(ctx, name, key, lock);
+        publish(ctx, name, key, lock, now);
     }
     notify(ctx, c"rwlock.handoff", name);
     answer_granted(ctx, granted);
@@ -198,10 +242,11 @@ impl Kind for RwLockKind {
         let Ok(Some(lock)) = rw_in(&key) else {
             return;
         };
-        if !lock.revoke(token as u64, now_ms()) {
+        let now = now_ms();
+        if !lock.revoke(token as u64, now) {
             return;
         }
-        publish(ctx, name, &key, lock);
+        publish(ctx, name, &key, lock, now);
         notify(ctx, c"rwlock.unlock", name);
         drop(key);
         waiters::serve(ctx, name);
@@ -287,7 +332,7 @@ fn request(ctx: &Context, args: &[Arg], mode: Mode) -> RedisResult {
         store(&key, &RWLOCK_TYPE, fresh);
     }
     if let Some(lock) = rw_in(&key)? {
-        publish(ctx, name, &key, lock);
+        publish(ctx, name, &key, lock, now);
     }
     notify(
         ctx,
@@ -341,7 +386,7 @@ pub fn unlock(ctx: &Context, args: &[Arg]) -> RedisResult {
         Vec::new()
     };
     let next = lock.next_lease_end();
-    publish(ctx, name, &key, lock);
+    publish(ctx, name, &key, lock, now);
     notify(ctx, c"rwlock.unlock", name);
     drop(key);
     if !granted.is_empty() {
@@ -370,10 +415,11 @@ pub fn extend(ctx: &Context, args: &[Arg]) -> RedisResult {
     let Some(lock) = rw_in(&key)? else {
         return Ok(RedisValue::Integer(0));
     };
-    if !lock.extend(owner, now_ms(), ttl_ms) {
+    let now = now_ms();
+    if !lock.extend(owner, now, ttl_ms) {
         return Ok(RedisValue::Integer(0));
     }
-    publish(ctx, name, &key, lock);
+    publish(ctx, name, &key, lock, now);
     notify(ctx, c"rwlock.extend", name);
     if let Some(at) = lock.next_lease_end() {
         waiters::watch_lease(ctx, name, at);
@@ -475,6 +521,68 @@ pub fn set(ctx: &Context, args: &[Arg]) -> RedisResult {
         None => store(&key, &RWLOCK_TYPE, lock),
     }
     if let Some(at) = deadline {
+        key.set_expire_at(at);
+    }
+    ctx.replicate_verbatim();
+    Ok(RedisValue::SimpleStringStatic("OK"))
+}
+
+/// `WARDEN.RWHOLD key now_ms fence (W|R owner holds fence deadline_ms)...`:
+/// the holds one command on the master changed (holds 0: gone), applied
+/// after dropping the holds whose lease ended before the master's `now_ms`.
+/// The key's expiry becomes the latest lease end.
+pub fn hold(ctx: &Context, args: &[Arg]) -> RedisResult {
+    if args.len() < 9 || !(args.len() - 4).is_multiple_of(5) {
+        return Err(RedisError::WrongArity);
+    }
+    effects_only(ctx)?;
+    let invalid = || err(error::INVALID_EFFECT);
+    let number = |arg: &Arg| args::integer(arg).and_then(|n| u64::try_from(n).ok());
+    let (Some(now), Some(fence)) = (number(&args[2]), number(&args[3])) else {
+        return Err(invalid());
+    };
+    if !crate::fence::acceptable(fence) {
+        return Err(invalid());
+    }
+    let mut delta = Vec::with_capacity((args.len() - 4) / 5);
+    for group in args[4..].chunks(5) {
+        let mode = match &group[0][..] {
+            b"W" => Mode::Write,
+            b"R" => Mode::Read,
+            _ => return Err(invalid()),
+        };
+        let (Some(holds), Some(hold_fence), Some(deadline)) =
+            (number(&group[2]), number(&group[3]), number(&group[4]))
+        else {
+            return Err(invalid());
+        };
+        let owner = &group[1][..];
+        let deadline = deadline as i64;
+        let valid = match holds {
+            0 => (1..=crate::args::MAX_OWNER).contains(&owner.len()),
+            _ => valid_lock(owner, holds, hold_fence) && bounded_deadline(deadline) == deadline,
+        };
+        if !valid {
+            return Err(invalid());
+        }
+        delta.push(DeltaHold {
+            mode,
+            owner: owner.to_vec(),
+            holds,
+            fence: hold_fence,
+            deadline_ms: deadline,
+        });
+    }
+    let key = Key::write(ctx, &args[1]);
+    // A delta needs the state it follows: the master sends a new key whole.
+    let Some(lock) = key.value::<RwLock>(&RWLOCK_TYPE).map_err(err)? else {
+        return Err(invalid());
+    };
+    if !lock.apply_delta(now as i64, fence, &delta) {
+        return Err(invalid());
+    }
+    FENCES.observe(fence);
+    if let Some(at) = lock.deadline() {
         key.set_expire_at(at);
     }
     ctx.replicate_verbatim();

@@ -1,9 +1,13 @@
 //! The read-write lock: one writer or many readers, each hold with its own
 //! lease and token. Pure rules; the time and the token source are arguments.
 
-use rustc_hash::FxHashMap;
+use rustc_hash::{FxHashMap, FxHashSet};
 
 use crate::lock::state::MAX_HOLDS;
+
+/// Up to this many holds in a delta, owners are found by scanning the
+/// readers; beyond it, through an index of them.
+const SCAN: usize = 8;
 
 /// One owner's hold in one mode.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -39,7 +43,7 @@ impl Hold {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Mode {
     Read,
     Write,
@@ -84,6 +88,27 @@ pub enum Unlock {
     NotHeld,
 }
 
+/// A hold that changed: granted, re-entered, released, extended or revoked
+/// (not one that lapsed: a replica drops those on its own).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Changed {
+    pub mode: Mode,
+    pub owner: Vec<u8>,
+    /// The hold is gone (released or revoked to 0).
+    pub gone: bool,
+}
+
+/// One hold as a replicated delta carries it: its new state, or `holds` 0
+/// when it is gone.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeltaHold {
+    pub mode: Mode,
+    pub owner: Vec<u8>,
+    pub holds: u64,
+    pub fence: u64,
+    pub deadline_ms: i64,
+}
+
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RwLock {
     pub writer: Option<Hold>,
@@ -93,23 +118,41 @@ pub struct RwLock {
     /// How long each hold lasted that ended since the caller last took them
     /// (unlocked or lapsed; not a revoked grant, which no client ever held).
     pub ended: Vec<i64>,
+    /// The holds changed since `take_delta` last ran, in order.
+    pub changed: Vec<Changed>,
+    /// The latest lease end among the holds `prune` dropped since
+    /// `take_delta` last ran: a replica told a time at or before it would
+    /// keep that hold (the clock went back).
+    pub lapsed_until: Option<i64>,
 }
 
 impl RwLock {
     /// Drops holds whose lease ended.
     pub fn prune(&mut self, now_ms: i64) {
+        let mut lapsed = self.lapsed_until;
         if let Some(w) = self.writer.take_if(|w| !w.is_live(now_ms)) {
             self.ended.extend(w.held_for(now_ms));
+            lapsed = lapsed.max(Some(w.deadline_ms));
         }
         let ended = &mut self.ended;
         self.readers.retain(|r| {
             let live = r.is_live(now_ms);
             if !live {
                 ended.extend(r.held_for(now_ms));
+                lapsed = lapsed.max(Some(r.deadline_ms));
             }
             live
         });
+        self.lapsed_until = lapsed;
         self.fit();
+    }
+
+    fn record(&mut self, mode: Mode, owner: &[u8], gone: bool) {
+        self.changed.push(Changed {
+            mode,
+            owner: owner.to_vec(),
+            gone,
+        });
     }
 
     /// Gives memory back once most readers of a burst are gone (a key that
@@ -167,7 +210,9 @@ impl RwLock {
             }
             hold.holds += 1;
             hold.deadline_ms = deadline;
-            return Outcome::Reentered { fence: hold.fence };
+            let fence = hold.fence;
+            self.record(mode, owner, false);
+            return Outcome::Reentered { fence };
         }
         if mode == Mode::Write && self.reader_mut(owner).is_some() {
             return Outcome::Upgrade;
@@ -198,7 +243,9 @@ impl RwLock {
         if let Some(hold) = own {
             hold.holds = hold.holds.saturating_add(1).min(MAX_HOLDS);
             hold.deadline_ms = hold.deadline_ms.max(now_ms.saturating_add(ttl_ms));
-            return hold.fence;
+            let fence = hold.fence;
+            self.record(mode, owner, false);
+            return fence;
         }
         let hold = Hold::new(owner, fence, now_ms, ttl_ms);
         match mode {
@@ -206,6 +253,7 @@ impl RwLock {
             Mode::Write => self.writer = Some(hold),
         }
         self.fence = self.fence.max(fence);
+        self.record(mode, owner, false);
         fence
     }
 
@@ -226,6 +274,7 @@ impl RwLock {
             .collect();
         let mut fences = Vec::with_capacity(requests.len());
         for &(owner, ttl_ms) in requests {
+            self.record(Mode::Read, owner, false);
             if let Some(&i) = index.get(owner) {
                 let hold = &mut self.readers[i];
                 hold.holds = hold.holds.saturating_add(1).min(MAX_HOLDS);
@@ -248,19 +297,34 @@ impl RwLock {
         self.prune(now_ms);
         if let Some(w) = self.writer.as_mut().filter(|w| w.fence == fence) {
             w.holds -= 1;
-            if w.holds == 0 {
+            let (owner, gone) = (w.owner.clone(), w.holds == 0);
+            if gone {
                 self.writer = None;
             }
+            self.changed.push(Changed {
+                mode: Mode::Write,
+                owner,
+                gone,
+            });
             return true;
         }
         let Some(i) = self.readers.iter().position(|r| r.fence == fence) else {
             return false;
         };
         self.readers[i].holds -= 1;
-        if self.readers[i].holds == 0 {
-            self.readers.remove(i);
+        let gone = self.readers[i].holds == 0;
+        let owner = if gone {
+            let owner = self.readers.remove(i).owner;
             self.fit();
-        }
+            owner
+        } else {
+            self.readers[i].owner.clone()
+        };
+        self.changed.push(Changed {
+            mode: Mode::Read,
+            owner,
+            gone,
+        });
         true
     }
 
@@ -270,10 +334,12 @@ impl RwLock {
         if let Some(w) = self.writer.as_mut().filter(|w| w.owner == owner) {
             w.holds -= 1;
             if w.holds > 0 {
+                self.record(Mode::Write, owner, false);
                 return Unlock::Remaining;
             }
             self.ended.extend(w.held_for(now_ms));
             self.writer = None;
+            self.record(Mode::Write, owner, true);
             return Unlock::Gone;
         }
         let Some(i) = self.readers.iter().position(|r| r.owner == owner) else {
@@ -281,11 +347,13 @@ impl RwLock {
         };
         self.readers[i].holds -= 1;
         if self.readers[i].holds > 0 {
+            self.record(Mode::Read, owner, false);
             return Unlock::Remaining;
         }
         let gone = self.readers.remove(i);
         self.ended.extend(gone.held_for(now_ms));
         self.fit();
+        self.record(Mode::Read, owner, true);
         Unlock::Gone
     }
 
@@ -293,13 +361,239 @@ impl RwLock {
     pub fn extend(&mut self, owner: &[u8], now_ms: i64, ttl_ms: i64) -> bool {
         self.prune(now_ms);
         let deadline = now_ms.saturating_add(ttl_ms);
-        let mut found = false;
-        let writer = self.writer.iter_mut().filter(|w| w.owner == owner);
-        for hold in writer.chain(self.readers.iter_mut().filter(|r| r.owner == owner)) {
-            hold.deadline_ms = deadline;
-            found = true;
+        let writing = self.writer.as_mut().filter(|w| w.owner == owner);
+        let writing = writing.map(|w| w.deadline_ms = deadline).is_some();
+        let reading = self
+            .reader_mut(owner)
+            .map(|r| r.deadline_ms = deadline)
+            .is_some();
+        if writing {
+            self.record(Mode::Write, owner, false);
         }
-        found
+        if reading {
+            self.record(Mode::Read, owner, false);
+        }
+        writing || reading
+    }
+
+    /// Takes the changes since the last call as the delta a replica applies
+    /// at `now_ms` (`apply_delta`): the holds that went, then the new state
+    /// of each changed hold — the writer, then readers in the order they
+    /// stand, so that a replica adds new ones in the same order. Holds that
+    /// lapsed are left out: the replica drops them from `now_ms`. `None`
+    /// when the whole state is no longer (a new key), or when a replica
+    /// told `now_ms` would keep a hold dropped here (the clock went back).
+    pub fn take_delta(&mut self, now_ms: i64) -> Option<Vec<DeltaHold>> {
+        let changed = std::mem::take(&mut self.changed);
+        if self.lapsed_until.take().is_some_and(|at| at >= now_ms) {
+            return None;
+        }
+        // Where each hold last went: earlier changes to it are superseded.
+        let mut last_gone: FxHashMap<(Mode, &[u8]), usize> = FxHashMap::default();
+        for (i, c) in changed.iter().enumerate().filter(|(_, c)| c.gone) {
+            last_gone.insert((c.mode, &c.owner[..]), i);
+        }
+        let mut delta: Vec<DeltaHold> = changed
+            .iter()
+            .enumerate()
+            .filter(|&(i, c)| c.gone && last_gone[&(c.mode, &c.owner[..])] == i)
+            .map(|(_, c)| DeltaHold {
+                mode: c.mode,
+                owner: c.owner.clone(),
+                holds: 0,
+                fence: 0,
+                deadline_ms: 0,
+            })
+            .collect();
+        let mut wanted: FxHashSet<(Mode, &[u8])> = FxHashSet::default();
+        for (i, c) in changed.iter().enumerate() {
+            let key = (c.mode, &c.owner[..]);
+            if !c.gone && last_gone.get(&key).is_none_or(|&g| g < i) {
+                wanted.insert(key);
+            }
+        }
+        let writer = self
+            .writer
+            .iter()
+            .filter(|w| wanted.contains(&(Mode::Write, &w.owner[..])));
+        let mut at: Vec<usize> = if wanted.len() <= SCAN {
+            // A few owners: found by scanning, no hashing of every reader.
+            let owners = wanted.iter().filter(|(m, _)| *m == Mode::Read);
+            owners
+                .filter_map(|(_, o)| self.readers.iter().position(|r| r.owner == *o))
+                .collect()
+        } else {
+            let readers = self.readers.iter().enumerate();
+            readers
+                .filter(|(_, r)| wanted.contains(&(Mode::Read, &r.owner[..])))
+                .map(|(i, _)| i)
+                .collect()
+        };
+        at.sort_unstable();
+        let readers = at.iter().map(|&i| (Mode::Read, &self.readers[i]));
+        for (mode, h) in writer.map(|w| (Mode::Write, w)).chain(readers) {
+            delta.push(DeltaHold {
+                mode,
+                owner: h.owner.clone(),
+                holds: h.holds,
+                fence: h.fence,
+                deadline_ms: h.deadline_ms,
+            });
+        }
+        let entries = usize::from(self.writer.is_some()) + self.readers.len();
+        (!delta.is_empty() && delta.len() < entries).then_some(delta)
+    }
+
+    /// Applies a master's delta (`take_delta`): drops the holds whose lease
+    /// ended before `now_ms`, sets the key's token to `fence`, then takes
+    /// each hold in order — gone (holds 0) if present, updated in place (its
+    /// token unchanged) if present, added last if not. False, and nothing
+    /// changed, if the result is no state the master could hold: `fence`
+    /// below the key's or below a hold's, a lease that already ended, a
+    /// writer beside others' readers, too many holds, or none left.
+    pub fn apply_delta(&mut self, now_ms: i64, fence: u64, delta: &[DeltaHold]) -> bool {
+        if !self.delta_fits(now_ms, fence, delta) {
+            return false;
+        }
+        self.fence = fence;
+        self.writer.take_if(|w| !w.is_live(now_ms));
+        self.readers.retain(|r| r.is_live(now_ms));
+        // A reader that goes keeps its place (holds 0) until the end, so that
+        // the index stays right.
+        let mut index: Option<FxHashMap<Vec<u8>, usize>> = (delta.len() > SCAN).then(|| {
+            let readers = self.readers.iter().enumerate();
+            readers.map(|(i, r)| (r.owner.clone(), i)).collect()
+        });
+        let mut went = false;
+        for d in delta {
+            let hold = || Hold {
+                owner: d.owner.clone(),
+                holds: d.holds,
+                fence: d.fence,
+                deadline_ms: d.deadline_ms,
+                granted_ms: 0,
+            };
+            if d.mode == Mode::Write {
+                match self.writer.as_mut().filter(|w| w.owner == d.owner) {
+                    Some(_) if d.holds == 0 => self.writer = None,
+                    Some(w) => (w.holds, w.deadline_ms) = (d.holds, d.deadline_ms),
+                    None if d.holds == 0 => {}
+                    None => self.writer = Some(hold()),
+                }
+                continue;
+            }
+            let at = match &index {
+                Some(index) => index.get(&d.owner).copied(),
+                None => self
+                    .readers
+                    .iter()
+                    .position(|r| r.holds > 0 && r.owner == d.owner),
+            };
+            match at {
+                Some(i) if d.holds == 0 => {
+                    self.readers[i].holds = 0;
+                    went = true;
+                    if let Some(index) = &mut index {
+                        index.remove(&d.owner);
+                    }
+                }
+                Some(i) => {
+                    let r = &mut self.readers[i];
+                    (r.holds, r.deadline_ms) = (d.holds, d.deadline_ms);
+                }
+                None if d.holds == 0 => {}
+                None => {
+                    if let Some(index) = &mut index {
+                        index.insert(d.owner.clone(), self.readers.len());
+                    }
+                    self.readers.push(hold());
+                }
+            }
+        }
+        if went {
+            self.readers.retain(|r| r.holds > 0);
+        }
+        self.fit();
+        true
+    }
+
+    /// Whether `apply_delta` may apply `delta`: it works the result out
+    /// without changing anything.
+    fn delta_fits(&self, now_ms: i64, fence: u64, delta: &[DeltaHold]) -> bool {
+        if fence < self.fence {
+            return false;
+        }
+        let index: Option<FxHashMap<&[u8], &Hold>> =
+            (delta.len() > SCAN).then(|| self.readers.iter().map(|r| (&r.owner[..], r)).collect());
+        let before = |mode: Mode, owner: &[u8]| -> Option<&Hold> {
+            let hold = match (mode, &index) {
+                (Mode::Write, _) => self.writer.as_ref().filter(|w| w.owner == owner),
+                (Mode::Read, Some(index)) => index.get(owner).copied(),
+                (Mode::Read, None) => self.readers.iter().find(|r| r.owner == owner),
+            };
+            hold.filter(|h| h.is_live(now_ms))
+        };
+        // Each touched hold's final state (None: gone).
+        let mut touched: FxHashMap<(Mode, &[u8]), Option<&DeltaHold>> = FxHashMap::default();
+        for d in delta {
+            let key = (d.mode, &d.owner[..]);
+            let current = match touched.get(&key) {
+                Some(state) => state.map(|d| d.fence),
+                None => before(d.mode, &d.owner).map(|h| h.fence),
+            };
+            if d.holds > 0
+                && (d.holds > MAX_HOLDS
+                    || d.fence > fence
+                    || d.deadline_ms < now_ms
+                    || current.is_some_and(|f| f != d.fence))
+            {
+                return false;
+            }
+            touched.insert(key, (d.holds > 0).then_some(d));
+        }
+        let live = self.holds_iter().filter(|h| h.is_live(now_ms));
+        let mut entries = 0usize;
+        let mut total = 0u64;
+        for h in live {
+            entries += 1;
+            total = total.saturating_add(h.holds);
+        }
+        let writer = self.writer.as_ref().filter(|w| w.is_live(now_ms));
+        let mut writer_owner = writer.map(|w| &w.owner[..]);
+        for &(mode, owner) in touched.keys() {
+            if let Some(h) = before(mode, owner) {
+                entries -= 1;
+                total -= h.holds;
+                if mode == Mode::Write {
+                    writer_owner = None;
+                }
+            }
+        }
+        for (&(mode, owner), d) in &touched {
+            let Some(d) = d else { continue };
+            entries += 1;
+            total = total.saturating_add(d.holds);
+            if mode == Mode::Write {
+                if writer_owner.is_some() {
+                    return false;
+                }
+                writer_owner = Some(owner);
+            }
+        }
+        if entries == 0 || total > MAX_HOLDS {
+            return false;
+        }
+        // Readers beside a writer are only its own (a downgrade in progress).
+        let Some(w) = writer_owner else {
+            return true;
+        };
+        let mut readers_now = touched
+            .iter()
+            .filter(|((m, _), d)| *m == Mode::Read && d.is_some());
+        let mut readers_before = self.readers.iter().filter(|r| r.is_live(now_ms));
+        readers_now.all(|((_, o), _)| *o == w)
+            && readers_before
+                .all(|r| r.owner == w || touched.contains_key(&(Mode::Read, &r.owner[..])))
     }
 
     fn holds_iter(&self) -> impl Iterator<Item = &Hold> {
@@ -605,5 +899,314 @@ mod tests {
         w.grant(Mode::Write, b"w", 0, 100, 9);
         assert!(w.revoke(9, 10));
         assert!(w.is_free());
+    }
+
+    /// What replicas must agree on: each hold's owner, count, token and
+    /// lease, in order, and the key's token.
+    fn replicated(l: &RwLock) -> (Vec<DeltaHold>, u64) {
+        let writer = l.writer.iter().map(|h| (Mode::Write, h));
+        let holds = writer.chain(l.readers.iter().map(|h| (Mode::Read, h)));
+        let holds = holds.map(|(mode, h)| DeltaHold {
+            mode,
+            owner: h.owner.clone(),
+            holds: h.holds,
+            fence: h.fence,
+            deadline_ms: h.deadline_ms,
+        });
+        (holds.collect(), l.fence)
+    }
+
+    /// The master's publish, seen from a replica: nothing left (`DEL`), the
+    /// whole state, or the delta (true).
+    fn follow(master: &mut RwLock, replica: &mut Option<RwLock>, now: i64) -> bool {
+        if master.is_free() {
+            master.changed.clear();
+            *replica = None;
+            return false;
+        }
+        let delta = master.take_delta(now);
+        match &delta {
+            Some(delta) => {
+                let r = replica.as_mut().expect("a delta follows a whole state");
+                assert!(r.apply_delta(now, master.fence, delta), "{delta:?}");
+            }
+            None => {
+                let mut whole = master.clone();
+                whole.changed.clear();
+                *replica = Some(whole);
+            }
+        }
+        assert_eq!(
+            replicated(replica.as_ref().unwrap()),
+            replicated(master),
+            "at {now}"
+        );
+        delta.is_some()
+    }
+
+    #[test]
+    fn a_replica_applying_each_delta_holds_what_the_master_holds() {
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        let mut rand = move |n: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % n
+        };
+        let mut next = 0;
+        let mut draw = move || {
+            next += 1;
+            next
+        };
+        let mut master = RwLock::default();
+        let mut replica: Option<RwLock> = None;
+        let mut now = 1_000;
+        let mut sent = [0; 2];
+        for _ in 0..20_000 {
+            // Mostly forward; now and then the clock goes back.
+            now = if rand(50) == 0 {
+                now - rand(100) as i64
+            } else {
+                now + rand(20) as i64
+            };
+            let owner = format!("o{}", rand(12)).into_bytes();
+            let ttl = 1 + rand(200) as i64;
+            let changed = match rand(7) {
+                0 | 1 => matches!(
+                    master.request(Mode::Read, &owner, now, ttl, Gate::Open, &mut draw),
+                    Outcome::Granted { .. } | Outcome::Reentered { .. }
+                ),
+                2 => matches!(
+                    master.request(Mode::Write, &owner, now, ttl, Gate::Open, &mut draw),
+                    Outcome::Granted { .. } | Outcome::Reentered { .. }
+                ),
+                3 => {
+                    let gone = master.unlock(&owner, now) == Unlock::Gone;
+                    // A hand-off: waiting readers (this owner among them, at times).
+                    if gone && rand(2) == 0 && master.writer.is_none() {
+                        let waiting: Vec<Vec<u8>> = (0..rand(12))
+                            .map(|i| format!("o{}", (i * 5) % 13).into_bytes())
+                            .collect();
+                        let requests: Vec<(&[u8], i64)> =
+                            waiting.iter().map(|o| (&o[..], ttl)).collect();
+                        master.grant_reads(&requests, now, &mut draw);
+                    }
+                    true
+                }
+                4 => master.extend(&owner, now, ttl),
+                5 => {
+                    let fences: Vec<u64> = master.holds_iter().map(|h| h.fence).collect();
+                    !fences.is_empty()
+                        && master.revoke(fences[rand(fences.len() as u64) as usize], now)
+                }
+                _ => {
+                    master.prune(now);
+                    false
+                }
+            };
+            if changed || !master.changed.is_empty() {
+                sent[usize::from(follow(&mut master, &mut replica, now))] += 1;
+            }
+        }
+        assert!(sent[0] > 1000 && sent[1] > 5000, "whole, delta: {sent:?}");
+    }
+
+    #[test]
+    fn a_delta_carries_only_the_holds_that_changed() {
+        let mut l = RwLock::default();
+        for i in 0..2000 {
+            l.grant(Mode::Read, format!("r{i}").as_bytes(), 0, 1000, i + 1);
+        }
+        assert!(l.take_delta(0).is_none(), "a new key travels whole");
+        let mut replica = l.clone();
+        let mut t = tokens();
+        for what in ["unlock", "extend", "re-entry", "new reader"] {
+            let done = match what {
+                "unlock" => l.unlock(b"r7", 10) == Unlock::Gone,
+                "extend" => l.extend(b"r8", 10, 5000),
+                "re-entry" => matches!(
+                    l.request(Mode::Read, b"r9", 10, 100, Gate::Open, &mut t),
+                    Outcome::Reentered { .. }
+                ),
+                _ => matches!(
+                    l.request(Mode::Read, b"new", 10, 100, Gate::Open, &mut t),
+                    Outcome::Granted { .. }
+                ),
+            };
+            assert!(done, "{what}");
+            let delta = l.take_delta(10).unwrap();
+            assert_eq!(delta.len(), 1, "{what}: {delta:?}");
+            assert!(replica.apply_delta(10, l.fence, &delta), "{what}");
+            assert_eq!(replicated(&replica), replicated(&l), "{what}");
+        }
+        let delta = l.take_delta(10);
+        assert_eq!(delta, None, "nothing changed: nothing to send as a delta");
+    }
+
+    #[test]
+    fn extend_changes_the_writers_hold_and_its_own_read_hold() {
+        let mut l = RwLock::default();
+        l.grant(Mode::Write, b"w", 0, 100, 5);
+        l.grant(Mode::Read, b"w", 0, 100, 6);
+        l.changed.clear();
+        assert!(l.extend(b"w", 50, 500));
+        let changed: Vec<(Mode, &[u8])> =
+            l.changed.iter().map(|c| (c.mode, &c.owner[..])).collect();
+        assert_eq!(changed, [(Mode::Write, &b"w"[..]), (Mode::Read, b"w")]);
+        assert_eq!(
+            l.take_delta(50),
+            None,
+            "two holds: the whole state is as short"
+        );
+    }
+
+    #[test]
+    fn an_owner_released_and_granted_again_in_one_command_stands_last() {
+        let mut l = RwLock::default();
+        for (i, o) in ["a", "b", "c", "d"].iter().enumerate() {
+            l.grant(Mode::Read, o.as_bytes(), 0, 100, i as u64 + 1);
+        }
+        l.take_delta(0);
+        let mut replica = l.clone();
+        assert_eq!(l.unlock(b"a", 10), Unlock::Gone);
+        let mut next = 10;
+        l.grant_reads(&[(b"e", 100), (b"a", 100)], 10, &mut || {
+            next += 1;
+            next
+        });
+        let owners: Vec<&[u8]> = l.readers.iter().map(|r| &r.owner[..]).collect();
+        assert_eq!(owners, [&b"b"[..], b"c", b"d", b"e", b"a"]);
+        let delta = l.take_delta(10).unwrap();
+        assert_eq!((delta[0].owner.as_slice(), delta[0].holds), (&b"a"[..], 0));
+        assert!(replica.apply_delta(10, l.fence, &delta));
+        assert_eq!(replicated(&replica), replicated(&l));
+    }
+
+    #[test]
+    fn lapsed_holds_are_left_to_the_replica_unless_the_clock_went_back() {
+        let mut l = RwLock::default();
+        l.grant(Mode::Read, b"short", 0, 10, 1);
+        for i in 0..4 {
+            l.grant(Mode::Read, format!("r{i}").as_bytes(), 0, 1000, i + 2);
+        }
+        l.take_delta(0);
+        let mut replica = l.clone();
+        assert!(l.extend(b"r0", 50, 1000));
+        let delta = l.take_delta(50).unwrap();
+        assert_eq!(delta.len(), 1, "the lapsed reader is implied: {delta:?}");
+        assert!(replica.apply_delta(50, l.fence, &delta));
+        assert_eq!(replicated(&replica), replicated(&l));
+        // Dropped at 100 (lease end 90), then a command at 80: a replica
+        // told 80 would keep that hold, so the whole state goes.
+        l.grant(Mode::Read, b"brief", 50, 40, 9);
+        l.take_delta(50);
+        l.prune(100);
+        assert!(l.extend(b"r1", 80, 1000));
+        assert_eq!(l.take_delta(80), None);
+    }
+
+    #[test]
+    fn a_delta_no_master_could_send_changes_nothing() {
+        let mut l = RwLock::default();
+        l.grant(Mode::Read, b"a", 0, 1000, 5);
+        l.grant(Mode::Read, b"b", 0, 1000, 6);
+        let hold = |mode, owner: &str, holds, fence, deadline_ms| DeltaHold {
+            mode,
+            owner: owner.as_bytes().to_vec(),
+            holds,
+            fence,
+            deadline_ms,
+        };
+        let cases: &[(&str, u64, Vec<DeltaHold>)] = &[
+            (
+                "a writer beside others' readers",
+                7,
+                vec![hold(Mode::Write, "w", 1, 7, 500)],
+            ),
+            (
+                "a writer beside a reader left",
+                7,
+                vec![
+                    hold(Mode::Read, "a", 0, 0, 0),
+                    hold(Mode::Write, "a", 1, 7, 500),
+                ],
+            ),
+            (
+                "two writers",
+                8,
+                vec![
+                    hold(Mode::Read, "a", 0, 0, 0),
+                    hold(Mode::Read, "b", 0, 0, 0),
+                    hold(Mode::Write, "x", 1, 7, 500),
+                    hold(Mode::Write, "y", 1, 8, 500),
+                ],
+            ),
+            (
+                "a key token going back",
+                5,
+                vec![hold(Mode::Read, "c", 1, 5, 500)],
+            ),
+            (
+                "a hold token above the key's",
+                7,
+                vec![hold(Mode::Read, "c", 1, 8, 500)],
+            ),
+            (
+                "a lease already ended",
+                7,
+                vec![hold(Mode::Read, "c", 1, 7, 9)],
+            ),
+            (
+                "a hold changing its token",
+                7,
+                vec![hold(Mode::Read, "a", 1, 7, 500)],
+            ),
+            (
+                "no hold left",
+                6,
+                vec![
+                    hold(Mode::Read, "a", 0, 0, 0),
+                    hold(Mode::Read, "b", 0, 0, 0),
+                ],
+            ),
+            (
+                "too many holds",
+                6,
+                vec![hold(Mode::Read, "a", MAX_HOLDS, 5, 500)],
+            ),
+        ];
+        for (what, fence, delta) in cases {
+            let before = l.clone();
+            assert!(!l.apply_delta(10, *fence, delta), "{what}");
+            assert_eq!(l, before, "{what}: changed");
+        }
+        // What a master does send: a hand-over to a writer once both readers went.
+        let delta = [
+            hold(Mode::Read, "a", 0, 0, 0),
+            hold(Mode::Read, "b", 0, 0, 0),
+            hold(Mode::Write, "w", 1, 7, 500),
+        ];
+        assert!(l.apply_delta(10, 7, &delta));
+        assert_eq!(l.writer.as_ref().unwrap().owner, b"w");
+        assert!(l.readers.is_empty());
+        // The same with many holds, through the index of readers.
+        let mut many = RwLock::default();
+        for i in 0..20 {
+            many.grant(Mode::Read, format!("r{i}").as_bytes(), 0, 1000, i + 1);
+        }
+        let mut delta: Vec<DeltaHold> = (0..20)
+            .map(|i| hold(Mode::Read, &format!("r{i}"), 0, 0, 0))
+            .collect();
+        delta.push(hold(Mode::Write, "r3", 1, 20, 500));
+        delta.push(hold(Mode::Read, "r4", 1, 20, 500));
+        let before = many.clone();
+        assert!(
+            !many.apply_delta(10, 20, &delta),
+            "a writer beside another's reader"
+        );
+        assert_eq!(many, before);
+        delta.pop();
+        assert!(many.apply_delta(10, 20, &delta));
+        assert_eq!(replicated(&many).0, [hold(Mode::Write, "r3", 1, 20, 500)]);
     }
 }
