@@ -118,9 +118,18 @@ impl Semaphore {
             .is_some_and(|total| total <= self.limit)
     }
 
-    /// Drops the holds whose lease ended before `now_ms`: O(ended · log n).
+    /// This key's clock: the server's, never behind a time holds were
+    /// already dropped at. A clock stepped back then makes leases longer,
+    /// never shorter (a lease drawn from the stepped-back clock would end
+    /// before a time the replicas already dropped holds at).
+    fn clock(&self, now_ms: i64) -> i64 {
+        self.pruned_at.max(now_ms)
+    }
+
+    /// Drops the holds whose lease ended before `now_ms` (or before a later
+    /// time they were dropped at already): O(ended · log n).
     pub fn prune(&mut self, now_ms: i64) {
-        self.pruned_at = self.pruned_at.max(now_ms);
+        self.pruned_at = self.clock(now_ms);
         while let Some(entry) = self.leases.first_entry() {
             if entry.key().0 >= self.pruned_at {
                 break;
@@ -177,7 +186,7 @@ impl Semaphore {
         let hold = Hold {
             permits,
             fence,
-            deadline_ms: now_ms.saturating_add(ttl_ms),
+            deadline_ms: self.clock(now_ms).saturating_add(ttl_ms),
             granted_ms: now_ms,
         };
         self.insert(owner.to_vec(), hold);
@@ -221,7 +230,7 @@ impl Semaphore {
         let Some(mut hold) = self.remove(owner) else {
             return false;
         };
-        hold.deadline_ms = now_ms.saturating_add(ttl_ms);
+        hold.deadline_ms = self.clock(now_ms).saturating_add(ttl_ms);
         self.insert(owner.to_vec(), hold);
         true
     }
@@ -418,6 +427,21 @@ mod tests {
         s.extend(b"a", 10, 200);
         assert_eq!(s.take_changed(), vec![b"a".to_vec()]);
         assert!(s.take_changed().is_empty());
+    }
+
+    #[test]
+    fn a_clock_stepped_back_makes_leases_longer_never_shorter() {
+        let mut draw = counter();
+        let mut s = Semaphore::new(4);
+        acquire(&mut s, "a", 1, 10_000, &mut draw);
+        // The clock steps back 5 s: a new 1 s lease still ends after the
+        // time holds were already dropped at.
+        s.grant(b"b", 1, 5_000, 1_000, draw());
+        assert_eq!(s.hold(b"b").unwrap().deadline_ms, 11_000);
+        s.prune(5_500);
+        assert!(s.hold(b"b").is_some());
+        assert!(s.extend(b"b", 6_000, 1_000));
+        assert_eq!(s.hold(b"b").unwrap().deadline_ms, 11_000);
     }
 
     #[test]
