@@ -76,6 +76,7 @@ mod backend;
 pub mod blocking;
 mod cache;
 mod error;
+mod hold;
 mod lease;
 mod lock;
 mod owner;
