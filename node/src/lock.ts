@@ -63,7 +63,7 @@ export function freshOwner(): string {
   return randomBytes(16).toString("hex");
 }
 
-export function checkMs(name: string, value: number, zero: boolean): number {
+function checkMs(name: string, value: number, zero: boolean): number {
   if (value === Number.POSITIVE_INFINITY && name === "wait") return value;
   if (!Number.isFinite(value) || value < (zero ? 0 : 1)) {
     throw new RangeError(`${name} must be a number of ms from ${zero ? 0 : 1}, not ${value}`);

@@ -8,6 +8,7 @@ import type { Connections } from "./connections.js";
 import { LockBusyError, SemaphoreLimitError } from "./errors.js";
 import {
   type AcquireOptions,
+  type Grant,
   Lock,
   type LockDefaults,
   type LockKind,
@@ -152,7 +153,7 @@ export class Semaphore {
   private async take(options: SemaphoreAcquireOptions): Promise<Permit | null> {
     const permits = checkCount("permits", options.permits ?? 1);
     const extra = ["LIMIT", this.stated, "PERMITS", permits];
-    let g: Awaited<ReturnType<typeof grant>>;
+    let g: Grant | null;
     try {
       g = await grant(this.connections, SEMAPHORE, this.key, options, this.defaults, extra);
     } catch (error) {
