@@ -36,6 +36,30 @@ export class ReplyError extends WardenError {
   override name = "ReplyError";
 }
 
+/** A semaphore acquire stated another limit than the semaphore's
+ * (`ERR semaphore limit is 10, not 20`): nothing was acquired.
+ * `Semaphore.setLimit()` changes the limit on purpose. */
+export class SemaphoreLimitError extends ReplyError {
+  override name = "SemaphoreLimitError";
+  constructor(
+    message: string,
+    /** The semaphore's limit on the server. */
+    readonly limit: number,
+    /** The limit the acquire stated. */
+    readonly requested: number,
+  ) {
+    super(message);
+  }
+
+  /** The server's refusal of another limit as a `SemaphoreLimitError`; any
+   * other error as it was. */
+  static from(error: unknown): unknown {
+    if (!(error instanceof ReplyError)) return error;
+    const m = /^ERR semaphore limit is (\d+), not (\d+)/.exec(error.message);
+    return m === null ? error : new SemaphoreLimitError(error.message, Number(m[1]), Number(m[2]));
+  }
+}
+
 /** The connection a command was on failed or timed out before its reply. */
 export class ConnectionError extends WardenError {
   override name = "ConnectionError";

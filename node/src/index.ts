@@ -1,6 +1,12 @@
 export { Warden, type WardenOptions, type Routine } from "./warden.js";
 export { Lock, ReadWriteLock, type AcquireOptions } from "./lock.js";
 export {
+  Permit,
+  Semaphore,
+  type SemaphoreAcquireOptions,
+  type SemaphoreInfo,
+} from "./semaphore.js";
+export {
   Cache,
   jsonSerializer,
   type Cached,
@@ -15,6 +21,7 @@ export {
   LockBusyError,
   LockLostError,
   ReplyError,
+  SemaphoreLimitError,
   WardenError,
 } from "./errors.js";
 export type { Client } from "./transport.js";

@@ -6,28 +6,34 @@ import "./dispose.js";
 import { randomBytes } from "node:crypto";
 import type { Connections } from "./connections.js";
 import { LockBusyError, LockLostError, ReplyError } from "./errors.js";
+import type { Args } from "./transport.js";
 
-/** The commands behind one kind of lock. */
+/** The commands behind one kind of lock (or semaphore). */
 export interface LockKind {
   readonly acquire: string;
   readonly release: string;
   readonly extend: string;
+  /** The least release reply that means the hold was still ours. */
+  readonly releasedFrom: number;
 }
 
 export const EXCLUSIVE: LockKind = {
   acquire: "LOCK.ACQUIRE",
   release: "LOCK.RELEASE",
   extend: "LOCK.EXTEND",
+  releasedFrom: 0,
 };
 export const READ: LockKind = {
   acquire: "RWLOCK.READ",
   release: "RWLOCK.UNLOCK",
   extend: "RWLOCK.EXTEND",
+  releasedFrom: 0,
 };
 export const WRITE: LockKind = {
   acquire: "RWLOCK.WRITE",
   release: "RWLOCK.UNLOCK",
   extend: "RWLOCK.EXTEND",
+  releasedFrom: 0,
 };
 
 export interface AcquireOptions {
@@ -43,6 +49,9 @@ export interface AcquireOptions {
   /** Aborting gives up the wait (and gives back a grant already on its way). */
   signal?: AbortSignal;
 }
+
+/** A routine run under a lock: `signal` aborts if the lock is lost. */
+export type Routine<T, L extends Lock = Lock> = (signal: AbortSignal, lock: L) => Promise<T>;
 
 /** Defaults shared by the locks of one `Warden`. */
 export interface LockDefaults {
@@ -132,7 +141,7 @@ export class Lock implements AsyncDisposable {
       if (!isWrongType(error)) throw error;
       reply = "-1";
     }
-    if (Number(reply) < 0) {
+    if (Number(reply) < this.kind.releasedFrom) {
       this.lose("it was no longer held by this owner when released");
       throw this.notHeld();
     }
@@ -223,19 +232,32 @@ function isWrongType(error: unknown): boolean {
   return error instanceof ReplyError && error.message.startsWith("WRONGTYPE");
 }
 
-/** Acquires one lock of `kind`; null when not granted within `wait`. */
-export async function acquire(
+/** What the server granted one acquire. */
+export interface Grant {
+  owner: string;
+  fence: bigint;
+  ttl: number;
+  watchdog: boolean;
+  /** When the lease started, as far as this client can tell (`performance.now()`). */
+  granted: number;
+}
+
+/** Sends one acquire of `kind` (`extra`: its options after the ttl); null
+ * when not granted within `wait`. A grant that crosses an abort or a broken
+ * connection is given back. */
+export async function grant(
   connections: Connections,
   kind: LockKind,
   key: string,
   options: AcquireOptions,
   defaults: LockDefaults,
-): Promise<Lock | null> {
+  extra: Args = [],
+): Promise<Grant | null> {
   const watchdog = options.watchdog ?? options.ttl === undefined;
   const ttl = checkMs("ttl", options.ttl ?? defaults.watchdogLease, false);
   const wait = checkMs("wait", options.wait ?? Number.POSITIVE_INFINITY, true);
   const owner = freshOwner();
-  const args: (string | number)[] = [kind.acquire, key, owner, ttl];
+  const args: (string | number)[] = [kind.acquire, key, owner, ttl, ...extra];
   const started = performance.now();
   let fence: unknown;
   if (wait === 0) {
@@ -256,7 +278,32 @@ export async function acquire(
   if (fence === null || fence === undefined) return null;
   // The lease runs from the grant: for a waiter, at most the reply's trip ago.
   const granted = wait === 0 ? started : performance.now();
-  return new Lock(connections, kind, key, owner, BigInt(String(fence)), ttl, watchdog, granted);
+  return { owner, fence: BigInt(String(fence)), ttl, watchdog, granted };
+}
+
+/** Acquires one lock of `kind`; null when not granted within `wait`. */
+export async function acquire(
+  connections: Connections,
+  kind: LockKind,
+  key: string,
+  options: AcquireOptions,
+  defaults: LockDefaults,
+): Promise<Lock | null> {
+  const g = await grant(connections, kind, key, options, defaults);
+  if (g === null) return null;
+  return new Lock(connections, kind, key, g.owner, g.fence, g.ttl, g.watchdog, g.granted);
+}
+
+/** Runs `routine` holding `lock`; releases it when the routine settles (a
+ * lock lost meanwhile is not an error here: `signal` told). */
+export async function runHolding<T, L extends Lock>(lock: L, routine: Routine<T, L>): Promise<T> {
+  try {
+    return await routine(lock.lost, lock);
+  } finally {
+    await lock.release().catch((error: unknown) => {
+      if (!(error instanceof LockLostError)) throw error;
+    });
+  }
 }
 
 /** Throws `LockBusyError` instead of answering null. */

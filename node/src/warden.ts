@@ -1,26 +1,27 @@
 import "./dispose.js";
 import { Cache, type CacheOptions } from "./cache.js";
 import { type ConnectionOptions, Connections } from "./connections.js";
-import { LockLostError } from "./errors.js";
 import {
   type AcquireOptions,
   EXCLUSIVE,
   type Lock,
   type LockDefaults,
   ReadWriteLock,
+  type Routine,
   acquire,
   acquireOrThrow,
+  runHolding,
 } from "./lock.js";
+import { Semaphore } from "./semaphore.js";
 import { type Client, transportFor } from "./transport.js";
+
+export type { Routine } from "./lock.js";
 
 export interface WardenOptions extends Partial<ConnectionOptions> {
   /** The lease of a lock taken without `ttl`, renewed by its watchdog every
    * third of it until release (ms; default 30000). */
   watchdogLease?: number;
 }
-
-/** A routine run under a lock: `signal` aborts if the lock is lost. */
-export type Routine<T> = (signal: AbortSignal, lock: Lock) => Promise<T>;
 
 /**
  * warden's locks and cache for one ioredis or node-redis client (a `Redis`
@@ -70,19 +71,19 @@ export class Warden implements AsyncDisposable {
   ): Promise<T> {
     const [opts, fn] =
       typeof options === "function" ? [{}, options] : [options, routine as Routine<T>];
-    const lock = await this.lock(key, { watchdog: true, ...opts, ttl });
-    try {
-      return await fn(lock.lost, lock);
-    } finally {
-      await lock.release().catch((error: unknown) => {
-        if (!(error instanceof LockLostError)) throw error;
-      });
-    }
+    return runHolding(await this.lock(key, { watchdog: true, ...opts, ttl }), fn);
   }
 
   /** The read-write lock `key` (`RWLOCK.*`): `.read()` and `.write()`. */
   readWriteLock(key: string): ReadWriteLock {
     return new ReadWriteLock(this.connections, key, this.defaults);
+  }
+
+  /** The semaphore `key` (`SEM.*`): at most `limit` permits held at once.
+   * Every acquire states `limit`; the server refuses another one while the
+   * semaphore exists (`SemaphoreLimitError`): `setLimit()` changes it. */
+  semaphore(key: string, limit: number): Semaphore {
+    return new Semaphore(this.connections, key, limit, this.defaults);
   }
 
   /** A cache on warden's leases (`CACHE.*`). */

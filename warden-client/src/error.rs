@@ -32,6 +32,15 @@ pub enum Error {
     WaitTimedOut,
     /// The cache loader failed; its lease was abandoned (handed on).
     Loader(LoaderError),
+    /// A semaphore acquire stated another limit than the semaphore's
+    /// (`ERR semaphore limit is 10, not 20`): nothing was acquired.
+    /// [`Semaphore::set_limit`](crate::Semaphore::set_limit) changes it.
+    LimitMismatch {
+        /// The semaphore's limit on the server.
+        limit: u32,
+        /// The limit the acquire stated.
+        requested: u32,
+    },
 }
 
 /// `Result` with this crate's [`Error`].
@@ -46,6 +55,9 @@ impl fmt::Display for Error {
             Error::Timeout => f.write_str("no answer from the server in time"),
             Error::WaitTimedOut => f.write_str("waited for a cache fill in vain"),
             Error::Loader(e) => write!(f, "cache loader failed: {e}"),
+            Error::LimitMismatch { limit, requested } => {
+                write!(f, "ERR semaphore limit is {limit}, not {requested}")
+            }
         }
     }
 }
@@ -80,6 +92,22 @@ impl Error {
                 }
             }
             _ => Error::Client(Box::new(e)),
+        }
+    }
+
+    /// [`Error::LimitMismatch`] for the server's refusal of another limit;
+    /// any other error unchanged.
+    pub(crate) fn limit_mismatch(self) -> Self {
+        let Error::Server { code, message } = &self else {
+            return self;
+        };
+        let parsed = message
+            .strip_prefix("semaphore limit is ")
+            .and_then(|rest| rest.split_once(", not "))
+            .and_then(|(limit, requested)| Some((limit.parse().ok()?, requested.parse().ok()?)));
+        match parsed {
+            Some((limit, requested)) if code == "ERR" => Error::LimitMismatch { limit, requested },
+            _ => self,
         }
     }
 

@@ -15,7 +15,6 @@ use tokio::time::Instant;
 
 use crate::backend::millis;
 use crate::error::Error;
-use crate::lock::LockKind;
 use crate::Warden;
 
 /// What the guard and its watchdog share.
@@ -93,7 +92,7 @@ impl Lease {
 /// successful renewal before the deadline, marks the lease lost and ends.
 pub(crate) async fn renew(
     warden: Warden,
-    kind: LockKind,
+    extend: &'static str,
     key: String,
     owner: String,
     ttl: Duration,
@@ -103,7 +102,7 @@ pub(crate) async fn renew(
     let margin = warden.config().margin(ttl);
     // After a failure, try again soon: several attempts fit in the lease left.
     let retry = (ttl / 20).max(Duration::from_millis(5));
-    let mut cmd = redis::cmd(kind.extend());
+    let mut cmd = redis::cmd(extend);
     cmd.arg(&key).arg(&owner).arg(millis(ttl, 1));
     let mut next = lease.end() - ttl + period;
     loop {

@@ -1,10 +1,12 @@
-//! A Rust client for warden's server-side locks, read-write locks and cache
-//! leases, on redis-rs and tokio.
+//! A Rust client for warden's server-side locks, read-write locks,
+//! semaphores and cache leases, on redis-rs and tokio.
 //!
 //! - [`Warden::lock`], [`Warden::read_lock`], [`Warden::write_lock`]: a
 //!   [`LockGuard`] with its fencing token, released by
 //!   [`LockGuard::release`] or in the background when dropped, with an
 //!   optional watchdog that renews the lease and reports a lost lock.
+//! - [`Warden::semaphore`]: at most N permits held at once, each
+//!   [`SemaphoreGuard`] with its own lease and fencing token.
 //! - [`Redlock`]: one lock over N independent servers.
 //! - [`Warden::cache`]: [`Cache::get_or_load`], one load per key however
 //!   many callers miss at once.
@@ -25,9 +27,9 @@
 //!   Dedicated connections are reused through a small idle pool
 //!   ([`Config::idle_connections`]) once their reply has come in; a request
 //!   that is cancelled (its future dropped) closes its connection, which takes
-//!   it out of the server's queue or ends its cache lease at once; a lock
-//!   grant that was already on its way is given back in the background
-//!   ([`LockRequest::acquire`]).
+//!   it out of the server's queue or ends its cache lease at once; a lock or
+//!   semaphore grant that was already on its way is given back in the
+//!   background ([`LockRequest::acquire`]).
 //!
 //! No request is ever sent twice: when a connection breaks, the request on it
 //! fails with [`Error::Connection`] (the server may or may not have run it).
@@ -76,10 +78,12 @@ mod backend;
 pub mod blocking;
 mod cache;
 mod error;
+mod hold;
 mod lease;
 mod lock;
 mod owner;
 mod redlock;
+mod semaphore;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -90,6 +94,7 @@ pub use cache::Cache;
 pub use error::{Error, LoaderError, Result};
 pub use lock::{LockGuard, LockKind, LockRequest, Release};
 pub use redlock::{Redlock, RedlockGuard};
+pub use semaphore::{Semaphore, SemaphoreGuard, SemaphoreInfo};
 
 use backend::{Backend, Link, Pool};
 
@@ -262,6 +267,11 @@ impl Warden {
     /// The exclusive (write) hold of a read-write lock (`RWLOCK.WRITE`).
     pub fn write_lock(&self, key: impl Into<String>) -> LockRequest {
         LockRequest::new(self.clone(), LockKind::Write, key.into())
+    }
+
+    /// A semaphore on `key` with room for `limit` permits at once (`SEM.*`).
+    pub fn semaphore(&self, key: impl Into<String>, limit: u32) -> Semaphore {
+        Semaphore::new(self.clone(), key.into(), limit)
     }
 
     /// Cache reads through `CACHE.GET` leases, with default options.

@@ -1,16 +1,13 @@
 //! Lock requests and guards, for `LOCK.*` and `RWLOCK.*` alike.
 
-use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::runtime::Handle;
-use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tracing::Instrument;
 
 use crate::backend::millis;
 use crate::error::Result;
-use crate::lease::{self, Lease};
+use crate::hold::{Acquire, Hold, Verbs};
 use crate::Warden;
 
 /// Which lock a request or guard is about.
@@ -40,10 +37,17 @@ impl LockKind {
         }
     }
 
-    pub(crate) fn extend(self) -> &'static str {
+    fn extend(self) -> &'static str {
         match self {
             LockKind::Exclusive => "LOCK.EXTEND",
             _ => "RWLOCK.EXTEND",
+        }
+    }
+
+    fn verbs(self) -> Verbs {
+        Verbs {
+            release: self.release(),
+            extend: self.extend(),
         }
     }
 }
@@ -188,121 +192,32 @@ impl LockRequest {
         let owner = self.owner.unwrap_or_else(crate::owner::fresh);
         let mut cmd = redis::cmd(self.kind.acquire());
         cmd.arg(&self.key).arg(&owner).arg(millis(self.ttl, 1));
-        // Armed while the request is out: if this future is dropped (or the
-        // request fails) before the reply is in, a grant may be on its way.
-        let mut give_back = GiveBack {
-            warden: self.warden.clone(),
-            kind: self.kind,
-            key: self.key.clone(),
-            owner: owner.clone(),
-            link: None,
-            armed: fresh,
-        };
-        // The lease is dated from here: the server grants after it receives
-        // the request, so its lease ends no earlier than `sent + ttl`.
-        let sent = Instant::now();
-        let token = match self.wait {
-            None => self.warden.query::<Option<i64>>(&cmd).await?,
-            Some(wait) => {
-                cmd.arg("WAIT").arg(millis(wait, 0));
-                let link = self.warden.dedicated().await?;
-                give_back.link = link.client_id();
-                let token = link
-                    .query::<Option<i64>>(&cmd, self.warden.wait_limit(wait))
-                    .await?;
-                self.warden.recycle(link);
-                token
-            }
-        };
-        give_back.armed = false;
-        let span = tracing::Span::current();
-        span.record("wait_ms", millis(sent.elapsed(), 0));
+        let (token, sent) = Acquire {
+            warden: &self.warden,
+            cmd,
+            key: &self.key,
+            owner: &owner,
+            fresh,
+            verbs: self.kind.verbs(),
+        }
+        .send(self.wait)
+        .await?;
         let Some(token) = token else {
-            tracing::debug!("busy");
             return Ok(None);
         };
-        span.record("token", token);
-        let margin = self.warden.config().margin(self.ttl);
-        let lease = Arc::new(Lease::new(sent + self.ttl, margin));
-        if lease.is_lost() {
-            tracing::warn!(
-                key = %self.key,
-                "granted, but the reply came after the lease's safety margin: the guard is lost"
-            );
-        } else {
-            tracing::debug!("granted");
-        }
-        let watchdog = self.watchdog.then(|| {
-            tokio::spawn(
-                lease::renew(
-                    self.warden.clone(),
-                    self.kind,
-                    self.key.clone(),
-                    owner.clone(),
-                    self.ttl,
-                    lease.clone(),
-                )
-                .instrument(tracing::debug_span!("warden.watchdog", key = %self.key)),
-            )
-        });
         Ok(Some(LockGuard {
-            held: Some(Held {
-                warden: self.warden,
-                kind: self.kind,
-                key: self.key,
+            kind: self.kind,
+            hold: Hold::new(
+                self.warden,
+                self.kind.verbs(),
+                self.key,
                 owner,
                 token,
-                lease,
-                watchdog,
-                runtime: Handle::current(),
-            }),
+                self.ttl,
+                sent,
+                self.watchdog,
+            ),
         }))
-    }
-}
-
-/// Gives back, when dropped armed, what the server may have granted a fresh
-/// owner whose acquire was cancelled or failed before its reply came in.
-/// First the waiting connection is closed from the shared one (`CLIENT
-/// KILL ID`, so the server drops the waiter before the release below arrives
-/// — dropping the link alone closes its socket only some time later), then
-/// the release: owner-checked, it can only free this request's grant.
-struct GiveBack {
-    warden: Warden,
-    kind: LockKind,
-    key: String,
-    owner: String,
-    link: Option<i64>,
-    armed: bool,
-}
-
-impl Drop for GiveBack {
-    fn drop(&mut self) {
-        if !self.armed {
-            return;
-        }
-        let Ok(runtime) = Handle::try_current() else {
-            return; // no runtime left: the lease ends the grant
-        };
-        let warden = self.warden.clone();
-        let (kind, link) = (self.kind, self.link);
-        let key = std::mem::take(&mut self.key);
-        let owner = std::mem::take(&mut self.owner);
-        runtime.spawn(async move {
-            if let Some(id) = link {
-                let mut kill = redis::cmd("CLIENT");
-                kill.arg("KILL").arg("ID").arg(id);
-                let _ = warden.query::<redis::Value>(&kill).await;
-            }
-            let mut release = redis::cmd(kind.release());
-            release.arg(&key).arg(&owner);
-            match warden.query::<i64>(&release).await {
-                Ok(1) => tracing::debug!(key, "gave back a grant that crossed a cancelled acquire"),
-                Ok(_) => {}
-                Err(e) => {
-                    tracing::debug!(key, error = %e, "could not give back a cancelled acquire")
-                }
-            }
-        });
     }
 }
 
@@ -311,147 +226,84 @@ impl Drop for GiveBack {
 /// if that runtime is gone, the lease ends it).
 #[must_use = "dropping the guard releases the lock"]
 pub struct LockGuard {
-    held: Option<Held>,
-}
-
-struct Held {
-    warden: Warden,
     kind: LockKind,
-    key: String,
-    owner: String,
-    token: i64,
-    lease: Arc<Lease>,
-    watchdog: Option<JoinHandle<()>>,
-    runtime: Handle,
-}
-
-impl Held {
-    /// Stops the watchdog and waits until it is gone, so that no renewal
-    /// can be sent after this returns. Aborting is enough: a renewal already
-    /// handed to the shared connection goes out before anything sent later
-    /// on that connection.
-    async fn stop_watchdog(&mut self) {
-        if let Some(task) = self.watchdog.take() {
-            task.abort();
-            let _ = task.await;
-        }
-    }
-
-    async fn release(mut self) -> Result<Release> {
-        self.stop_watchdog().await;
-        let mut cmd = redis::cmd(self.kind.release());
-        cmd.arg(&self.key).arg(&self.owner);
-        let released = match self.warden.query::<i64>(&cmd).await? {
-            1 => Release::Released,
-            0 => Release::HoldsRemain,
-            _ => Release::NotHeld,
-        };
-        tracing::debug!(key = %self.key, ?released, "release");
-        Ok(released)
-    }
+    hold: Hold,
 }
 
 impl LockGuard {
-    fn held(&self) -> &Held {
-        self.held.as_ref().expect("a guard holds until released")
-    }
-
     /// The fencing token of this grant.
     pub fn token(&self) -> i64 {
-        self.held().token
+        self.hold.token()
     }
 
     pub fn key(&self) -> &str {
-        &self.held().key
+        self.hold.key()
     }
 
     /// The owner id the lock is held under.
     pub fn owner(&self) -> &str {
-        &self.held().owner
+        self.hold.owner()
     }
 
     pub fn kind(&self) -> LockKind {
-        self.held().kind
+        self.kind
     }
 
     /// The lease end as far as this client can be sure: the send time of the
     /// last grant or renewal plus its ttl. The server's lease ends no earlier.
     pub fn lease_end(&self) -> Instant {
-        self.held().lease.end()
+        self.hold.lease_end()
     }
 
     /// When the guard counts as lost unless renewed: [`lease_end`](Self::lease_end)
     /// minus the safety margin ([`Config::margin`](crate::Config::margin)).
     pub fn deadline(&self) -> Instant {
-        self.held().lease.deadline()
+        self.hold.deadline()
     }
 
     /// Whether the lock is lost or may be: the [`deadline`](Self::deadline)
     /// has passed (with a watchdog or without), or a renewal or
     /// [`extend`](Self::extend) was answered "not held".
     pub fn is_lost(&self) -> bool {
-        self.held().lease.is_lost()
+        self.hold.is_lost()
     }
 
     /// Resolves when [`is_lost`](Self::is_lost) becomes true; made for
     /// `tokio::select!` beside the work the lock protects.
     pub async fn lost(&self) {
-        self.held().lease.lost().await
+        self.hold.lost().await
     }
 
     /// The "not held" flag as a `watch` channel (`true` once a renewal or an
     /// extend was refused, or the watchdog ran out of time).
     pub fn lost_watch(&self) -> tokio::sync::watch::Receiver<bool> {
-        self.held().lease.subscribe()
+        self.hold.lost_watch()
     }
 
     /// Resets the lease to `ttl`, dated from this request's send; `false` if
     /// the lock is no longer held (the guard is then lost).
     pub async fn extend(&self, ttl: Duration) -> Result<bool> {
-        let held = self.held();
-        let ttl = ttl.max(Duration::from_millis(1));
-        let mut cmd = redis::cmd(held.kind.extend());
-        cmd.arg(&held.key).arg(&held.owner).arg(millis(ttl, 1));
-        let sent = Instant::now();
-        let held_still = held.warden.query::<i64>(&cmd).await? == 1;
-        if held_still {
-            held.lease
-                .renewed(sent + ttl, held.warden.config().margin(ttl));
-        } else {
-            held.lease.mark_lost(&held.key, "extend answered: not held");
-        }
-        Ok(held_still)
+        self.hold.extend(ttl).await
     }
 
     /// Releases the lock, after stopping the watchdog.
-    pub async fn release(mut self) -> Result<Release> {
-        let held = self.held.take().expect("a guard holds until released");
-        held.release().await
-    }
-}
-
-impl Drop for LockGuard {
-    fn drop(&mut self) {
-        if let Some(held) = self.held.take() {
-            let runtime = held.runtime.clone();
-            runtime.spawn(async move {
-                let _ = held.release().await;
-            });
-        }
+    pub async fn release(self) -> Result<Release> {
+        let released = match self.hold.release().await? {
+            1 => Release::Released,
+            0 => Release::HoldsRemain,
+            _ => Release::NotHeld,
+        };
+        Ok(released)
     }
 }
 
 impl std::fmt::Debug for LockGuard {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match &self.held {
-            Some(h) => f
-                .debug_struct("LockGuard")
-                .field("kind", &h.kind)
-                .field("key", &h.key)
-                .field("owner", &h.owner)
-                .field("token", &h.token)
-                .finish(),
-            None => f.write_str("LockGuard(released)"),
-        }
+        f.debug_struct("LockGuard")
+            .field("kind", &self.kind)
+            .field("key", &self.key())
+            .field("owner", &self.owner())
+            .field("token", &self.token())
+            .finish()
     }
 }
