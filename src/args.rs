@@ -443,7 +443,7 @@ mod properties {
         /// on strings made mostly of digits and signs (near-misses included).
         #[test]
         fn integers_as_redis_reads_them(bytes in proptest::collection::vec(
-            prop_oneof![8 => (b'0'..=b'9'), 1 => Just(b'-'), 1 => any::<u8>()], 0..24)) {
+            prop_oneof![8 => b'0'..=b'9', 1 => Just(b'-'), 1 => any::<u8>()], 0..24)) {
             prop_assert_eq!(integer(&bytes), redis_integer(&bytes));
         }
     }
