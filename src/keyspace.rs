@@ -88,12 +88,13 @@ impl Key {
     /// The key's string value, `None` if the key is empty, `Err(WRONGTYPE)`
     /// if it holds anything else.
     pub fn string(&self) -> Result<Option<&[u8]>, &'static str> {
-        if self.is_empty() {
+        if self.inner.is_null() {
             return Ok(None);
         }
-        let ty = unsafe { raw::RedisModule_KeyType.unwrap()(self.inner) };
-        if ty != raw::REDISMODULE_KEYTYPE_STRING as c_int {
-            return Err(error::WRONGTYPE);
+        match unsafe { raw::RedisModule_KeyType.unwrap()(self.inner) } as isize {
+            raw::REDISMODULE_KEYTYPE_EMPTY => return Ok(None),
+            raw::REDISMODULE_KEYTYPE_STRING => {}
+            _ => return Err(error::WRONGTYPE),
         }
         let mut len = 0;
         let ptr = unsafe {
@@ -145,6 +146,10 @@ impl Drop for Key {
 /// master's effects. Refused like any write on a replica — writable replicas
 /// included — unless the command comes from the master or the AOF.
 pub fn refuse_on_replica(ctx: &Context) -> Result<(), RedisError> {
+    // A master knows it is one without asking (the role is heard as it changes).
+    if !maybe_replica() {
+        return Ok(());
+    }
     let flags = ctx.get_flags();
     if flags.contains(ContextFlags::SLAVE)
         && !flags.intersects(ContextFlags::REPLICATED | ContextFlags::LOADING)
@@ -171,10 +176,12 @@ pub fn effects_only(ctx: &Context) -> Result<(), RedisError> {
 /// there is no AOF, no replica and no replication backlog, but building them
 /// (command lookup, argument objects) costs a third of a lock grant. A backlog
 /// only appears when a replica syncs, which forks (or this server was a
-/// replica); so once a fork, a role change or a replica was seen, or the AOF is
-/// on, every effect is sent.
-pub fn effects_needed(ctx: &Context) -> bool {
-    LISTENERS.load(Ordering::Relaxed) || ctx.get_flags().contains(ContextFlags::AOF)
+/// replica); so once a fork or a role change was seen, or the AOF is on, every
+/// effect is sent. The AOF is either on at load (effects are sent from the
+/// start) or switched on later, which starts a rewrite, which forks: no flags
+/// are read per effect.
+pub fn effects_needed(_ctx: &Context) -> bool {
+    LISTENERS.load(Ordering::Relaxed)
 }
 
 static LISTENERS: AtomicBool = AtomicBool::new(false);
@@ -188,11 +195,11 @@ pub fn maybe_replica() -> bool {
 }
 
 /// What may add listeners to the effect stream: a fork (an AOF rewrite, a
-/// full sync) and a replica. Heard until the first, then never again.
-const LISTENER_EVENTS: [u64; 2] = [
-    raw::REDISMODULE_EVENT_FORK_CHILD,
-    raw::REDISMODULE_EVENT_REPLICA_CHANGE,
-];
+/// full sync). A replica comes online only through a full sync, or through a
+/// backlog that one made or that this server kept from its time as a replica
+/// (its role change is heard). Heard until the first fork, then never again:
+/// every server-event subscription is walked on each event-loop turn.
+const LISTENER_EVENTS: [u64; 1] = [raw::REDISMODULE_EVENT_FORK_CHILD];
 
 fn subscribe_listener_events(on: bool) -> bool {
     LISTENER_EVENTS.iter().all(|&id| {
@@ -240,13 +247,12 @@ extern "C" fn on_listener_event(
 }
 
 /// Watches for what may add listeners to the effect stream. At load time a
-/// server that already replicates (or is a replica) counts as listened to.
+/// server that already replicates (or is a replica), or has the AOF on,
+/// counts as listened to.
 pub fn watch_listeners(ctx: &Context) -> bool {
-    REPLICA.store(
-        ctx.get_flags().contains(ContextFlags::SLAVE),
-        Ordering::Relaxed,
-    );
-    let replicating = ctx.get_flags().contains(ContextFlags::SLAVE)
+    let flags = ctx.get_flags();
+    REPLICA.store(flags.contains(ContextFlags::SLAVE), Ordering::Relaxed);
+    let replicating = flags.intersects(ContextFlags::SLAVE | ContextFlags::AOF)
         || ctx.call("INFO", &["replication"]).map_or(true, |info| {
             let text = format!("{info:?}");
             !(text.contains("connected_slaves:0") && text.contains("repl_backlog_active:0"))

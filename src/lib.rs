@@ -82,7 +82,13 @@ const CORE_COMMANDS: &[Command] = &[
     command!("sem.info", semaphore::commands::info, "readonly fast"),
     command!("warden.semset", semaphore::commands::set, "write deny-oom"),
     command!("warden.rwhold", rwlock::commands::hold, "write deny-oom"),
-    command!("cache.get", cache::commands::get, "write"),
+    // Its own entry: a plain hit is answered before the command wrapper.
+    Command {
+        name: "cache.get",
+        flags: "write",
+        keyed: true,
+        run: cache::commands::get_command,
+    },
     command!("cache.fill", cache::commands::fill, "write deny-oom"),
     command!("cache.abandon", cache::commands::abandon, "write fast"),
     command!("cache.invalidate", cache::commands::invalidate, "write"),

@@ -25,6 +25,7 @@
 use std::cell::{Cell, RefCell};
 use std::ffi::CStr;
 use std::os::raw::{c_int, c_void};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use redis_module::{
     raw, CallOptionsBuilder, CallResult, Context, ContextFlags, RedisError, RedisResult, RedisValue,
@@ -33,7 +34,7 @@ use redis_module::{
 use crate::args;
 use crate::cache::filter;
 use crate::cache::state::{self, Entry, Lease, Options, Read, Seen};
-use crate::cache::table::Table;
+use crate::cache::table::{self, Table};
 use crate::command::Arg;
 use crate::error;
 use crate::events::{self, Listener, Server};
@@ -65,10 +66,16 @@ fn err(text: &'static str) -> RedisError {
     RedisError::Str(text)
 }
 
+/// The lengths of the names with entries (`Table::len_mask`), as of the
+/// last change: a static, so that a hit's "no entry?" costs no thread-local
+/// access (a call, in a shared library).
+static LEN_MASK: AtomicU64 = AtomicU64::new(0);
+
 fn with<T>(f: impl FnOnce(&mut Table) -> T) -> T {
     TABLE.with(|t| {
         let mut t = t.borrow_mut();
         let out = f(&mut t);
+        LEN_MASK.store(t.len_mask(), Ordering::Relaxed);
         filter::set_masks(t.len_mask(), t.tail_mask());
         out
     })
@@ -84,8 +91,10 @@ fn listen() {
 }
 
 /// Whether `name` has an entry in some database (the command filter's test).
+/// A read: the filter's masks stay as they are.
 pub fn names(name: &[u8]) -> bool {
-    with(|t| t.names(name))
+    LEN_MASK.load(Ordering::Relaxed) & table::len_bit(name.len()) != 0
+        && TABLE.with(|t| t.borrow().names(name))
 }
 
 /// The entry of `q`, a copy (no borrow is held while Redis is called).
@@ -384,8 +393,77 @@ fn pair(value: Option<Vec<u8>>, lease: Option<u64>) -> RedisValue {
     ])
 }
 
+/// What `CACHE.GET`'s entry found before the command wrapper runs.
+enum Plain {
+    /// A hit, answered.
+    Answered,
+    /// The key holds another type.
+    WrongType,
+    /// No value (the key was looked up once already).
+    Missing,
+    /// Not the plain form, an entry exists, a replica: `get` decides all.
+    Other,
+}
+
+/// `CACHE.GET`'s entry point. The common hit — `CACHE.GET key lease_ms` of a
+/// string value whose key has no entry (lease, stale mark, waiters), on a
+/// master — is answered here, as lean as `GET`: one key open, no allocation,
+/// no command wrapper. Everything else goes through `get`.
+pub extern "C" fn get_command(
+    ctx: *mut raw::RedisModuleCtx,
+    argv: *mut *mut raw::RedisModuleString,
+    argc: c_int,
+) -> c_int {
+    let plain = if argc == 3 && !argv.is_null() && !ctx.is_null() {
+        // Safety: Redis hands a command `argc` live strings in `argv`, kept for
+        // the whole command; `Arg` is `repr(transparent)` over those pointers.
+        let args = unsafe { std::slice::from_raw_parts(argv.cast::<Arg>(), 3) };
+        guard::callback(Plain::Other, || plain_hit(ctx, args))
+    } else {
+        Plain::Other
+    };
+    match plain {
+        Plain::Answered => raw::REDISMODULE_OK as c_int,
+        Plain::WrongType => {
+            crate::command::dispatch(ctx, argv, argc, |_, _| Err(err(error::WRONGTYPE)))
+        }
+        Plain::Missing => crate::command::dispatch(ctx, argv, argc, get_looked_up),
+        Plain::Other => crate::command::dispatch(ctx, argv, argc, get),
+    }
+}
+
+/// `args`: `CACHE.GET key lease_ms` (`args::cache_get` reads the same lease).
+fn plain_hit(ctx: *mut raw::RedisModuleCtx, args: &[Arg]) -> Plain {
+    if keyspace::maybe_replica() || names(&args[1]) || args::lease_ms(&args[2]).is_err() {
+        return Plain::Other;
+    }
+    let context = Context::new(ctx);
+    let key = Key::read(&context, &args[1]);
+    match key.string() {
+        Err(_) => Plain::WrongType,
+        Ok(None) => Plain::Missing,
+        Ok(Some(v)) => {
+            stats::CACHE_HITS.add(1);
+            raw::reply_with_array(ctx, 2);
+            raw::reply_with_string_buffer(ctx, v.as_ptr().cast(), v.len());
+            raw::reply_with_null(ctx);
+            Plain::Answered
+        }
+    }
+}
+
+/// `CACHE.GET` after its entry found no value for the key.
+fn get_looked_up(ctx: &Context, args: &[Arg]) -> RedisResult {
+    get_from(ctx, args, false)
+}
+
 /// `CACHE.GET key lease_ms [WAIT timeout] [REFRESH ms] [FRESH]`
 pub fn get(ctx: &Context, args: &[Arg]) -> RedisResult {
+    get_from(ctx, args, true)
+}
+
+/// `CACHE.GET`; `look` says whether a plain hit is still to be tried.
+fn get_from(ctx: &Context, args: &[Arg], look: bool) -> RedisResult {
     if args.len() < 3 {
         return Err(RedisError::WrongArity);
     }
@@ -396,7 +474,7 @@ pub fn get(ctx: &Context, args: &[Arg]) -> RedisResult {
     let name = &args[1];
     // The common case, as lean as `GET`: a value, no entry (lease, stale
     // mark, waiters) for its key, no refresh due: one key open, no allocation.
-    if !names(name) {
+    if look && !names(name) {
         let key = Key::read(ctx, name);
         if let Some(v) = key.string().map_err(err)? {
             let due = req.refresh_ms.is_some_and(|ms| {
