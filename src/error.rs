@@ -35,6 +35,9 @@ pub const ALREADY_HOLDS: &str = "ERR owner already holds this semaphore";
 /// A waiter asking for more permits than a lowered limit allows.
 pub const PERMITS_ABOVE_LIMIT: &str =
     "ERR the semaphore's limit was lowered below the permits this request asks for";
+/// A waiter whose key now holds a semaphore of another limit than it stated.
+pub const LIMIT_REPLACED: &str =
+    "ERR the semaphore was replaced by one of another limit while this request waited";
 pub const READONLY: &str = "READONLY You can't write against a read only replica.";
 /// The server's own text for a command refused over `maxmemory`.
 pub const OOM: &str = "OOM command not allowed when used memory > 'maxmemory'.";

@@ -26,6 +26,11 @@ pub fn now_ms() -> i64 {
 /// An open key. Empty keys are represented too (a write handle to an empty key).
 pub struct Key {
     inner: *mut raw::RedisModuleKey,
+    /// The context and name it was opened with, and whether for writing:
+    /// what an expiry put back needs to reach replicas and the AOF.
+    ctx: *mut raw::RedisModuleCtx,
+    name: *mut raw::RedisModuleString,
+    writable: bool,
 }
 
 impl Key {
@@ -46,7 +51,12 @@ impl Key {
     fn open(ctx: *mut raw::RedisModuleCtx, name: *mut raw::RedisModuleString, mode: u32) -> Self {
         let inner = unsafe { raw::RedisModule_OpenKey.unwrap()(ctx, name, mode as c_int) }
             .cast::<raw::RedisModuleKey>();
-        Self { inner }
+        Self {
+            inner,
+            ctx,
+            name,
+            writable: mode & raw::REDISMODULE_WRITE != 0,
+        }
     }
 
     pub fn is_empty(&self) -> bool {
@@ -130,6 +140,28 @@ impl Key {
 
     pub fn set_expire_at(&self, at_ms: i64) {
         unsafe { raw::RedisModule_SetAbsExpire.unwrap()(self.inner, at_ms) };
+    }
+
+    /// Puts the key's expiry back to its lease end after something else
+    /// (`PERSIST`, `PEXPIRE`, `RESTORE`) moved it: on this server and, the
+    /// key being open for writing on a master, on replicas and in the AOF,
+    /// which saw that command too. A key open for reading is left as it is.
+    pub fn restore_expire_at(&self, at_ms: i64) {
+        if !self.writable {
+            return;
+        }
+        self.set_expire_at(at_ms);
+        if LISTENERS.load(Ordering::Relaxed) && !maybe_replica() {
+            unsafe {
+                raw::RedisModule_Replicate.unwrap()(
+                    self.ctx,
+                    c"PEXPIREAT".as_ptr(),
+                    c"sl".as_ptr(),
+                    self.name,
+                    at_ms as std::os::raw::c_longlong,
+                )
+            };
+        }
     }
 }
 

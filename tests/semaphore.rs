@@ -608,3 +608,103 @@ fn leases_are_capped_by_max_lease() {
     run(&mut c, &["SEM.ACQUIRE", "s", "b", "10", "LIMIT", "2"]).unwrap();
     assert!(int(&mut c, &["PTTL", "s"]) <= 2000);
 }
+
+/// A payload whose two holds carry one token (forged: tokens are unique per
+/// key) is refused: it could make one release take another's hold with it.
+#[test]
+fn a_restored_payload_repeating_a_token_is_refused() {
+    let s = Server::start(&[]);
+    let mut c = s.conn();
+    let alice = fence(acquire(&mut c, "s", "alice", 3, 1));
+    let bob = fence(acquire(&mut c, "s", "bob", 3, 2));
+    let dump: Vec<u8> = redis::cmd("DUMP").arg("s").query(&mut c).unwrap();
+    let body = &dump[..dump.len() - 10];
+    let needle = (bob as u64).to_be_bytes();
+    let last = body
+        .windows(8)
+        .rposition(|w| w == needle)
+        .expect("bob's token in the payload");
+    let mut patched = body.to_vec();
+    patched[last..last + 8].copy_from_slice(&(alice as u64).to_be_bytes());
+    let forged = resign(&dump, patched);
+    let refused = redis::cmd("RESTORE")
+        .arg("forged")
+        .arg(0)
+        .arg(&forged)
+        .query::<()>(&mut c);
+    assert!(refused.is_err(), "a payload repeating a token was restored");
+    assert_eq!(int(&mut c, &["EXISTS", "forged"]), 0);
+}
+
+/// An expiry put back by a command that changes nothing else (after
+/// `PEXPIRE` or `PERSIST` moved it) reaches the replica too.
+#[test]
+fn an_expiry_put_back_reaches_the_replica() {
+    let master = Server::start_tcp(&[]);
+    let replica = Server::start_tcp(&[]);
+    replicate(&master, &replica);
+    let mut m = master.conn();
+    let mut r = replica.conn();
+    run(&mut m, &["SEM.ACQUIRE", "k", "a", "50000", "LIMIT", "3"]).unwrap();
+    for (moved, noop) in [
+        (
+            &["PEXPIRE", "k", "1000000"][..],
+            &["SEM.RELEASE", "k", "nobody"][..],
+        ),
+        (&["PERSIST", "k"], &["SEM.EXTEND", "k", "nobody", "100"]),
+        (
+            &["PEXPIRE", "k", "1000000"],
+            &["SEM.ACQUIRE", "k", "b", "100", "LIMIT", "4"],
+        ),
+    ] {
+        run(&mut m, moved).unwrap();
+        let _ = run(&mut m, noop);
+        sync_replicas(&mut m, 1);
+        let on_master = int(&mut m, &["PEXPIRETIME", "k"]);
+        assert!(on_master > 0, "{noop:?}: {on_master}");
+        assert_eq!(int(&mut r, &["PEXPIRETIME", "k"]), on_master, "{noop:?}");
+    }
+}
+
+/// A semaphore whose last lease ended is none, even while its key lives on
+/// (`PERSIST`): an acquire stating another limit starts a new one.
+#[test]
+fn a_semaphore_whose_holds_all_ended_is_none() {
+    let s = Server::start(&[]);
+    let mut c = s.conn();
+    run(&mut c, &["SEM.ACQUIRE", "s", "a", "100", "LIMIT", "5"]).unwrap();
+    assert_eq!(int(&mut c, &["PERSIST", "s"]), 1);
+    wait_for("a's lease end", Duration::from_secs(10), || {
+        info(&mut c, "s").is_none()
+    });
+    fence(run(&mut c, &["SEM.ACQUIRE", "s", "b", "60000", "LIMIT", "7"]).unwrap());
+    assert_eq!(counts(&mut c, "s"), (7, 1, 1, 0));
+}
+
+/// A waiter whose key is replaced by a semaphore of another limit than the
+/// one it stated is told so, never granted under a limit it did not state.
+#[test]
+fn a_waiter_is_never_granted_under_a_limit_it_did_not_state() {
+    let s = Server::start(&[]);
+    let mut c = s.conn();
+    fence(acquire(&mut c, "s", "h", 2, 2));
+    let w = wait_for_permits(&s, "s", "w", 2, 1);
+    queued(&mut c, "s", 1);
+    fence(acquire(&mut c, "src", "x", 3, 1));
+    let payload: Vec<u8> = redis::cmd("DUMP").arg("src").query(&mut c).unwrap();
+    redis::cmd("RESTORE")
+        .arg("s")
+        .arg(0)
+        .arg(&payload)
+        .arg("REPLACE")
+        .query::<()>(&mut c)
+        .unwrap();
+    match w.join().unwrap() {
+        Err(e) => assert_eq!(
+            error_text(&e),
+            "ERR the semaphore was replaced by one of another limit while this request waited"
+        ),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(counts(&mut c, "s"), (3, 1, 1, 0));
+}

@@ -36,11 +36,11 @@ fn lock_in(key: &Key) -> Result<Option<&mut Lock>, RedisError> {
         Some(at) => {
             let capped = grace::cap_expiry(at, lock.deadline_ms, now);
             if capped != at {
-                key.set_expire_at(capped);
+                key.restore_expire_at(capped);
             }
             lock.deadline_ms = capped;
         }
-        None => key.set_expire_at(lock.deadline_ms),
+        None => key.restore_expire_at(lock.deadline_ms),
     }
     Ok(lock.is_live(now).then_some(lock))
 }

@@ -39,7 +39,7 @@ fn rw_in(key: &Key) -> Result<Option<&mut RwLock>, RedisError> {
     let lock = key.value::<RwLock>(&RWLOCK_TYPE).map_err(err)?;
     if let Some(deadline) = lock.as_ref().and_then(|l| l.deadline()) {
         if key.expire_at().is_none_or(|at| at > deadline) {
-            key.set_expire_at(deadline);
+            key.restore_expire_at(deadline);
         }
     }
     Ok(lock)

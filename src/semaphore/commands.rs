@@ -40,7 +40,7 @@ fn sem_in(key: &Key) -> Result<Option<&mut Semaphore>, RedisError> {
     let sem = key.value::<Semaphore>(&SEM_TYPE).map_err(err)?;
     if let Some(deadline) = sem.as_ref().and_then(|s| s.deadline()) {
         if key.expire_at().is_none_or(|at| at > deadline) {
-            key.set_expire_at(deadline);
+            key.restore_expire_at(deadline);
         }
     }
     Ok(sem)
@@ -95,11 +95,18 @@ fn grant_waiting(
         return answered;
     }
     while let Some(w) = waiters::pop_head(ctx, name, &KIND, |w| {
-        let (permits, _) = request_of(w);
-        sem.hold(&w.owner).is_some() || permits > sem.limit || sem.fits(permits)
+        let (permits, limit) = request_of(w);
+        limit != sem.limit
+            || sem.hold(&w.owner).is_some()
+            || permits > sem.limit
+            || sem.fits(permits)
     }) {
-        let (permits, _) = request_of(&w);
-        let answer = if sem.hold(&w.owner).is_some() {
+        let (permits, limit) = request_of(&w);
+        let answer = if limit != sem.limit {
+            // The key was replaced (`RESTORE`, `COPY`, `RENAME`) by a
+            // semaphore of another limit than the one this request stated.
+            Answer::Error(error::LIMIT_REPLACED)
+        } else if sem.hold(&w.owner).is_some() {
             Answer::Error(error::ALREADY_HOLDS)
         } else if permits > sem.limit {
             Answer::Error(error::PERMITS_ABOVE_LIMIT)
@@ -230,7 +237,15 @@ pub fn acquire(ctx: &Context, args: &[Arg]) -> RedisResult {
         serve_open(ctx, name, &key);
     }
     let now = now_ms();
-    let existing = sem_in(&key)?;
+    // A semaphore whose last hold ended is none (its key only outlived it
+    // by a `PERSIST` or `PEXPIRE`): a new one, under the limit stated now.
+    let mut existing = sem_in(&key)?;
+    if let Some(sem) = existing.as_mut() {
+        sem.prune(now);
+    }
+    if existing.as_ref().is_some_and(|sem| sem.is_free()) {
+        existing = None;
+    }
     let is_new = existing.is_none();
     let taken = if is_new {
         evicted::taken_until(ctx, name)
@@ -406,29 +421,24 @@ pub fn info(ctx: &Context, args: &[Arg]) -> RedisResult {
     let name = &args[1];
     let key = Key::read(ctx, name);
     let waiting = waiters::queued(ctx, name, &KIND);
-    // A view at this instant: holds whose own lease ended are not counted.
+    // A view at this instant: holds whose own lease ended are not counted
+    // (nothing is copied: a semaphore of 100k holders answers at once).
     let now = now_ms();
-    let view = match sem_in(&key)? {
-        Some(stored) => {
-            let mut view = stored.copied();
-            view.prune(now);
-            view
-        }
-        None => Semaphore::new(0),
-    };
-    let limit = match (view.is_free(), waiting_limit(ctx, name)) {
-        (false, _) => view.limit,
-        (true, Some(limit)) if waiting > 0 => limit,
+    let stored = sem_in(&key)?;
+    let (used, holders) = stored.as_ref().map_or((0, 0), |s| s.live_counts(now));
+    let limit = match (stored.as_ref(), waiting_limit(ctx, name)) {
+        (Some(sem), _) if holders > 0 => sem.limit,
+        (_, Some(limit)) if waiting > 0 => limit,
         _ => return Ok(RedisValue::Null),
     };
     let mut fields = vec![
         ("limit", Field::Int(limit as i64)),
-        ("used", Field::Int(view.used() as i64)),
-        ("holders", Field::Int(view.holders() as i64)),
+        ("used", Field::Int(used as i64)),
+        ("holders", Field::Int(holders as i64)),
         ("waiters", Field::Int(waiting as i64)),
     ];
     if let Some(owner) = owner {
-        let hold = view.hold(owner);
+        let hold = stored.and_then(|s| s.live_hold(owner, now));
         fields.push(("permits", Field::Int(hold.map_or(0, |h| h.permits as i64))));
         fields.push((
             "ttl",

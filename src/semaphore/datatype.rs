@@ -54,7 +54,7 @@ pub static SEM_TYPE: RedisType = RedisType::new(
         aux_save: None,
         aux_save2: None,
         aux_save_triggers: 0,
-        free_effort: None,
+        free_effort: Some(sem_free_effort),
         unlink: None,
         copy: Some(sem_copy),
         defrag: None,
@@ -102,6 +102,8 @@ unsafe extern "C" fn sem_rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -
             let mut sem = Semaphore::new(limit);
             sem.fence = fence;
             let count = raw::load_unsigned(rdb).ok()?;
+            // Tokens are unique per key: a payload repeating one is refused.
+            let mut fences = rustc_hash::FxHashSet::default();
             // No allocation from the count: each hold must be in the payload.
             for _ in 0..count {
                 let owner = raw::load_string_buffer(rdb).ok()?;
@@ -112,7 +114,10 @@ unsafe extern "C" fn sem_rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -
                     granted_ms: 0,
                 };
                 let owner = owner.as_ref();
-                if !valid_hold(owner, &hold, fence) || sem.hold(owner).is_some() {
+                if !valid_hold(owner, &hold, fence)
+                    || sem.hold(owner).is_some()
+                    || !fences.insert(hold.fence)
+                {
                     return None;
                 }
                 sem.insert(owner.to_vec(), hold);
@@ -184,6 +189,15 @@ unsafe extern "C" fn sem_aof_rewrite(
 
 unsafe extern "C" fn sem_mem_usage(value: *const c_void) -> usize {
     (*value.cast::<Semaphore>()).memory()
+}
+
+/// The work of freeing a semaphore, in holds: above Redis' threshold,
+/// `UNLINK` (and lazy freeing) frees it on a background thread.
+unsafe extern "C" fn sem_free_effort(
+    _key: *mut raw::RedisModuleString,
+    value: *const c_void,
+) -> usize {
+    (*value.cast::<Semaphore>()).holders()
 }
 
 unsafe extern "C" fn sem_free(value: *mut c_void) {

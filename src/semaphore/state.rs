@@ -7,7 +7,7 @@
 //! request that [`Semaphore::fits`]. A lowered limit leaves holds above it to
 //! end by themselves; nothing new is granted until they have.
 
-use std::collections::BTreeMap;
+use std::collections::BTreeSet;
 
 use rustc_hash::FxHashMap;
 
@@ -68,8 +68,10 @@ pub struct Semaphore {
     pub fence: u64,
     used: u64,
     holds: FxHashMap<Vec<u8>, Hold>,
-    /// Every hold by (lease end, token): the next lease to end is the first.
-    leases: BTreeMap<(i64, u64), Vec<u8>>,
+    /// Every hold by (lease end, token, owner): the next lease to end is the
+    /// first. The owner makes each entry unique whatever the tokens (a
+    /// restored payload may repeat one).
+    leases: BTreeSet<(i64, u64, Vec<u8>)>,
     /// The latest time holds were dropped at (the replicas drop at it too).
     pub pruned_at: i64,
     /// Owners whose hold changed since the caller last took them (the
@@ -89,6 +91,7 @@ impl Semaphore {
     }
 
     /// Permits held.
+    #[cfg(test)]
     pub fn used(&self) -> u64 {
         self.used
     }
@@ -130,11 +133,14 @@ impl Semaphore {
     /// time they were dropped at already): O(ended · log n).
     pub fn prune(&mut self, now_ms: i64) {
         self.pruned_at = self.clock(now_ms);
-        while let Some(entry) = self.leases.first_entry() {
-            if entry.key().0 >= self.pruned_at {
+        while self
+            .leases
+            .first()
+            .is_some_and(|(deadline, _, _)| *deadline < self.pruned_at)
+        {
+            let Some((_, _, owner)) = self.leases.pop_first() else {
                 break;
-            }
-            let owner = entry.remove();
+            };
             if let Some(hold) = self.holds.remove(&owner) {
                 self.used -= hold.permits;
                 self.ended.extend(hold.held_for(now_ms));
@@ -199,7 +205,7 @@ impl Semaphore {
         self.remove(&owner);
         self.used += hold.permits;
         self.leases
-            .insert((hold.deadline_ms, hold.fence), owner.clone());
+            .insert((hold.deadline_ms, hold.fence, owner.clone()));
         self.changed.push(owner.clone());
         self.holds.insert(owner, hold);
     }
@@ -208,7 +214,8 @@ impl Semaphore {
     pub fn remove(&mut self, owner: &[u8]) -> Option<Hold> {
         let hold = self.holds.remove(owner)?;
         self.used -= hold.permits;
-        self.leases.remove(&(hold.deadline_ms, hold.fence));
+        self.leases
+            .remove(&(hold.deadline_ms, hold.fence, owner.to_vec()));
         self.changed.push(owner.to_vec());
         self.fit();
         Some(hold)
@@ -249,12 +256,12 @@ impl Semaphore {
 
     /// The latest lease end: the key's expiry.
     pub fn deadline(&self) -> Option<i64> {
-        self.leases.last_key_value().map(|((at, _), _)| *at)
+        self.leases.last().map(|(at, _, _)| *at)
     }
 
     /// The earliest lease end: when waiters may next be served.
     pub fn next_lease_end(&self) -> Option<i64> {
-        self.leases.first_key_value().map(|((at, _), _)| *at)
+        self.leases.first().map(|(at, _, _)| *at)
     }
 
     /// The owners whose hold changed since the last call.
@@ -300,9 +307,32 @@ impl Semaphore {
             hold.deadline_ms = f(hold.deadline_ms);
             self.used += hold.permits;
             self.leases
-                .insert((hold.deadline_ms, hold.fence), owner.clone());
+                .insert((hold.deadline_ms, hold.fence, owner.clone()));
             self.holds.insert(owner, hold);
         }
+    }
+
+    /// `(used, holders)` as they are at `now_ms`, without dropping anything
+    /// (a read): O(holds whose lease ended but are not dropped yet).
+    pub fn live_counts(&self, now_ms: i64) -> (u64, usize) {
+        let at = self.clock(now_ms);
+        let mut counts = (self.used, self.holds.len());
+        for (deadline, _, owner) in &self.leases {
+            if *deadline >= at {
+                break;
+            }
+            if let Some(hold) = self.holds.get(owner) {
+                counts.0 -= hold.permits;
+                counts.1 -= 1;
+            }
+        }
+        counts
+    }
+
+    /// The owner's hold if its lease has not ended at `now_ms`.
+    pub fn live_hold(&self, owner: &[u8], now_ms: i64) -> Option<&Hold> {
+        let at = self.clock(now_ms);
+        self.holds.get(owner).filter(|h| h.deadline_ms >= at)
     }
 }
 
@@ -442,6 +472,25 @@ mod tests {
         assert!(s.hold(b"b").is_some());
         assert!(s.extend(b"b", 6_000, 1_000));
         assert_eq!(s.hold(b"b").unwrap().deadline_ms, 11_000);
+    }
+
+    #[test]
+    fn holds_sharing_a_token_and_a_lease_end_stay_apart() {
+        let mut s = Semaphore::new(3);
+        let hold = |permits| Hold {
+            permits,
+            fence: 7,
+            deadline_ms: 100,
+            granted_ms: 0,
+        };
+        s.insert(b"alice".to_vec(), hold(1));
+        s.insert(b"bob".to_vec(), hold(2));
+        assert!(s.release(b"alice", 0));
+        assert_eq!((s.used(), s.holders()), (2, 1));
+        assert_eq!(s.live_counts(50), (2, 1));
+        assert_eq!(s.live_counts(101), (0, 0));
+        assert!(s.live_hold(b"bob", 100).is_some());
+        assert!(s.live_hold(b"bob", 101).is_none());
     }
 
     #[test]
