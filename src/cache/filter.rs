@@ -138,12 +138,81 @@ pub fn read_catalogue(ctx: &Context) -> bool {
     known
 }
 
-/// A command that named leased keys, waiting to be decided.
-struct Pending {
+/// What a command may have written, if it ran.
+#[derive(Default)]
+struct Writes {
+    /// Names it may have written: their leases (as they are when it is
+    /// decided) end.
     names: Vec<Vec<u8>>,
+    /// Bytes in `names` (a transaction keeps at most `RECORD_BYTES`).
+    bytes: usize,
+    /// It may have written keys warden never saw: every lease ends.
+    all: bool,
+}
+
+impl Writes {
+    fn all() -> Self {
+        Writes {
+            all: true,
+            ..Writes::default()
+        }
+    }
+
+    fn add(&mut self, name: &[u8]) {
+        if self.all {
+            return;
+        }
+        self.bytes += name.len();
+        if self.bytes > RECORD_BYTES {
+            *self = Writes::all();
+        } else {
+            self.names.push(name.to_vec());
+        }
+    }
+
+    /// Ends the leases these writes reach (waiters are served by the reaper).
+    fn revoke(&self) {
+        if self.all {
+            commands::revoke_all();
+        } else {
+            for name in &self.names {
+                commands::revoke_everywhere(name);
+            }
+        }
+        commands::reap_soon();
+    }
+}
+
+/// The most argument bytes kept for one transaction or postponed command:
+/// past it, the command counts as writing every key.
+const RECORD_BYTES: usize = 1 << 20;
+
+/// A command that may write, waiting to be decided.
+struct Pending {
+    writes: Writes,
     /// The server's refusal count before it (for an `EXEC`: its `EXECABORT` count).
     errors: u64,
     exec: bool,
+    /// Who sent it, where the server says (Redis ≥ 7.2, Valkey).
+    client: Option<u64>,
+}
+
+/// A transaction opened while the filter listened: the writes queued in it.
+struct Transaction {
+    /// Whether the server confirmed the client is in `MULTI` (a `MULTI` the
+    /// server refused opens none).
+    confirmed: bool,
+    writes: Writes,
+}
+
+/// A client whose command was not refused but has not run yet (postponed by
+/// a pause, blocked on keys): the filter does not see it again when it runs
+/// (Redis ≥ 7.2, Valkey), so the leases its names reach end once it has.
+struct Watched {
+    client: u64,
+    writes: Writes,
+    /// Seen unblocked: it has run, or is about to; a timer turn tells which.
+    unblocked: bool,
 }
 
 /// The lengths and last bytes of the names in the lease table
@@ -151,11 +220,13 @@ struct Pending {
 /// with a load each.
 static LEN_MASK: AtomicU64 = AtomicU64::new(0);
 static TAIL_MASK: AtomicU64 = AtomicU64::new(0);
-/// Whether a command waits to be decided, and whether a transaction holds
-/// keys: statics, not thread-locals (each thread-local costs a call in a
+/// Whether something waits to be decided (a command, the window since the
+/// filter was registered, a watched client), and whether a transaction is
+/// followed: statics, not thread-locals (each thread-local costs a call in a
 /// shared library, on every command).
 static ANY_PENDING: AtomicBool = AtomicBool::new(false);
 static ANY_QUEUED: AtomicBool = AtomicBool::new(false);
+static ANY_WATCHED: AtomicBool = AtomicBool::new(false);
 
 pub fn set_masks(len_mask: u64, tail_mask: u64) {
     LEN_MASK.store(len_mask, Ordering::Relaxed);
@@ -165,8 +236,12 @@ pub fn set_masks(len_mask: u64, tail_mask: u64) {
 thread_local! {
     static FILTER: Cell<*mut raw::RedisModuleCommandFilter> = const { Cell::new(std::ptr::null_mut()) };
     static PENDING: RefCell<Option<Pending>> = const { RefCell::new(None) };
-    /// Per client in `MULTI`: the leased keys its queued commands name.
-    static QUEUED: RefCell<FxHashMap<u64, Vec<Vec<u8>>>> = RefCell::new(FxHashMap::default());
+    /// The server's count of changes when the filter was registered, until
+    /// the next command or timer turn.
+    static WINDOW: Cell<Option<u64>> = const { Cell::new(None) };
+    /// Per client in `MULTI` (opened while the filter listened).
+    static QUEUED: RefCell<FxHashMap<u64, Transaction>> = RefCell::new(FxHashMap::default());
+    static WATCHED: RefCell<Vec<Watched>> = const { RefCell::new(Vec::new()) };
     static CATALOGUE: RefCell<Catalogue> = RefCell::new(Catalogue::default());
 }
 
@@ -187,10 +262,9 @@ fn sender(fctx: FilterCtx) -> Option<u64> {
     Some(unsafe { get(fctx) })
 }
 
-fn in_multi(client: u64) -> bool {
-    let Some(get) = (unsafe { raw::RedisModule_GetClientInfoById }) else {
-        return false;
-    };
+/// The client's flags (`REDISMODULE_CLIENTINFO_FLAG_*`), `None` if it is gone.
+fn client_flags(client: u64) -> Option<u64> {
+    let get = unsafe { raw::RedisModule_GetClientInfoById }?;
     let mut info = raw::RedisModuleClientInfoV1 {
         version: 1,
         flags: 0,
@@ -205,108 +279,306 @@ fn in_multi(client: u64) -> bool {
             client,
         )
     };
-    found == raw::REDISMODULE_OK as c_int
-        && info.flags & u64::from(raw::REDISMODULE_CLIENTINFO_FLAG_MULTI) != 0
+    (found == raw::REDISMODULE_OK as c_int).then_some(info.flags)
 }
 
-/// Refusals the server has answered (`NOAUTH`, `NOPERM`, `OOM`, ...).
-fn refusals() -> u64 {
+fn in_multi(client: u64) -> bool {
+    client_flags(client).is_some_and(|f| f & u64::from(raw::REDISMODULE_CLIENTINFO_FLAG_MULTI) != 0)
+}
+
+/// Reads fields of one `INFO` section.
+fn info_counts(section: &CStr, fields: &[&CStr]) -> u64 {
     let ctx = events::detached();
     unsafe {
-        let data = raw::RedisModule_GetServerInfo.unwrap()(ctx, c"errorstats".as_ptr());
+        let data = raw::RedisModule_GetServerInfo.unwrap()(ctx, section.as_ptr());
         if data.is_null() {
             return 0;
         }
-        let n = REFUSALS.iter().map(|f| count_field(data, f)).sum();
+        let n = fields.iter().map(|f| count_field(data, f)).sum();
         raw::RedisModule_FreeServerInfo.unwrap()(ctx, data);
         n
     }
 }
 
-/// `errorstat_X:count=3` → 3.
+/// Refusals the server has answered (`NOAUTH`, `NOPERM`, `OOM`, ...).
+fn refusals() -> u64 {
+    info_counts(c"errorstats", REFUSALS)
+}
+
+/// `errorstat_X:count=3` → 3; `rdb_changes_since_last_save:7` → 7.
 unsafe fn count_field(data: *mut raw::RedisModuleServerInfoData, field: &CStr) -> u64 {
     let v = raw::RedisModule_ServerInfoGetFieldC.unwrap()(data, field.as_ptr());
     if v.is_null() {
         return 0;
     }
-    CStr::from_ptr(v.cast::<c_char>())
-        .to_bytes()
-        .strip_prefix(b"count=")
-        .and_then(|d| std::str::from_utf8(d).ok())
+    let v = CStr::from_ptr(v.cast::<c_char>()).to_bytes();
+    std::str::from_utf8(v.strip_prefix(b"count=").unwrap_or(v))
+        .ok()
         .and_then(|d| d.split(',').next()?.parse().ok())
         .unwrap_or(0)
 }
 
 fn exec_aborts() -> u64 {
-    let ctx = events::detached();
-    unsafe {
-        let data = raw::RedisModule_GetServerInfo.unwrap()(ctx, c"errorstats".as_ptr());
-        if data.is_null() {
-            return 0;
-        }
-        let n = count_field(data, c"errorstat_EXECABORT");
-        raw::RedisModule_FreeServerInfo.unwrap()(ctx, data);
-        n
-    }
+    info_counts(c"errorstats", &[c"errorstat_EXECABORT"])
 }
 
-fn note(pending: Pending) {
-    PENDING.with(|p| *p.borrow_mut() = Some(pending));
+/// The server's count of changes to the dataset (it only grows between
+/// saves: a change of any kind means something was written).
+fn changes() -> u64 {
+    info_counts(c"persistence", &[c"rdb_changes_since_last_save"])
+}
+
+/// Decided on the next command, or on the next timer turn.
+fn decide_soon(delay_ms: i64) {
     ANY_PENDING.store(true, Ordering::Relaxed);
-    // Decided on the next command, or on the next timer turn.
     unsafe {
         raw::RedisModule_CreateTimer.unwrap()(
             events::detached(),
-            0,
+            delay_ms,
             Some(on_decide),
             std::ptr::null_mut(),
         )
     };
 }
 
-/// Decides the command noted last: its keys' leases end if it was not refused.
+fn note(pending: Pending) {
+    PENDING.with(|p| *p.borrow_mut() = Some(pending));
+    decide_soon(0);
+}
+
+/// Decides the command noted last (its keys' leases end if it was not
+/// refused) and the window since the filter was registered.
 pub fn decide() {
     if !ANY_PENDING.load(Ordering::Relaxed) || !ANY_PENDING.swap(false, Ordering::Relaxed) {
         return;
     }
-    let Some(p) = PENDING.with(|p| p.borrow_mut().take()) else {
-        return;
-    };
-    let ran = if p.exec {
-        exec_aborts() == p.errors
-    } else {
-        refusals() == p.errors
-    };
-    if ran {
-        for name in &p.names {
-            commands::revoke_everywhere(name);
+    if let Some(before) = WINDOW.with(Cell::take) {
+        // Commands the filter never saw (postponed by a pause or queued in a
+        // transaction before it was registered, run by the server since)
+        // changed the dataset after the leases now in the table were granted.
+        if changes() != before {
+            commands::revoke_all();
+            commands::reap_soon();
         }
-        // Waiters on those keys are served from the reaper's next turn.
+    }
+    if let Some(p) = PENDING.with(|p| p.borrow_mut().take()) {
+        let ran = if p.exec {
+            exec_aborts() == p.errors
+        } else {
+            refusals() == p.errors
+        };
+        if ran {
+            p.writes.revoke();
+            if let Some(client) = p.client {
+                let blocked = client_flags(client)
+                    .is_some_and(|f| f & u64::from(raw::REDISMODULE_CLIENTINFO_FLAG_BLOCKED) != 0);
+                if blocked {
+                    WATCHED.with(|w| {
+                        w.borrow_mut().push(Watched {
+                            client,
+                            writes: p.writes,
+                            unblocked: false,
+                        })
+                    });
+                    if !ANY_WATCHED.swap(true, Ordering::Relaxed) {
+                        watch_soon(WATCH_POLL_MS);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// How often a blocked client's state is looked at, for cleanup only (a
+/// fill looks first).
+const WATCH_POLL_MS: i64 = 100;
+
+fn watch_soon(delay_ms: i64) {
+    unsafe {
+        raw::RedisModule_CreateTimer.unwrap()(
+            events::detached(),
+            delay_ms,
+            Some(on_watch),
+            std::ptr::null_mut(),
+        )
+    };
+}
+
+extern "C" fn on_watch(ctx: *mut raw::RedisModuleCtx, _data: *mut c_void) {
+    guard::callback((), || {
+        decide();
+        if ANY_WATCHED.load(Ordering::Relaxed) {
+            check_watched(Some(ctx));
+        }
+    })
+}
+
+/// Before a fill: a watched client that has run (or is about to) ends the
+/// leases its command reaches, so a lease granted while it was blocked
+/// stores nothing.
+pub fn settle() {
+    if ANY_WATCHED.load(Ordering::Relaxed) {
+        check_watched(None);
+    }
+}
+
+/// The watched clients: a client still blocked goes on waiting; one that
+/// left or has run ends the leases its command reaches (again: a lease
+/// granted while it was blocked came before its write).
+fn check_watched(ctx: Option<*mut raw::RedisModuleCtx>) {
+    let watched = WATCHED.with(|w| std::mem::take(&mut *w.borrow_mut()));
+    let mut keep = Vec::new();
+    let mut timer = false;
+    for mut w in watched {
+        let blocked = match client_flags(w.client) {
+            None => false,
+            Some(f) => f & u64::from(raw::REDISMODULE_CLIENTINFO_FLAG_BLOCKED) != 0,
+        };
+        if blocked {
+            keep.push(w);
+            continue;
+        }
+        // Unblocked: it has run, or runs before the server next waits for
+        // events. Until a timer turn tells which, every decision ends its
+        // leases again.
+        w.writes.revoke();
+        let pending = match ctx {
+            Some(ctx) => client_flags(w.client).is_some() && awaits_run(ctx, w.client),
+            None => client_flags(w.client).is_some(),
+        };
+        if pending {
+            timer |= !w.unblocked || ctx.is_some();
+            w.unblocked = true;
+            keep.push(w);
+        }
+    }
+    let any = !keep.is_empty();
+    WATCHED.with(|w| w.borrow_mut().extend(keep));
+    ANY_WATCHED.store(any, Ordering::Relaxed);
+    if timer {
+        // An unblocked client is looked at again on the next timer turn.
+        watch_soon(0);
+    } else if any && ctx.is_some() {
+        watch_soon(WATCH_POLL_MS);
+    } else if !any && commands::idle() {
+        // The filter goes once the table is empty and nothing is watched.
         commands::reap_soon();
     }
+}
+
+/// Whether an unblocked client's command still waits to run (`CLIENT LIST`
+/// flag `u`). If the server will not say, it is taken to have run.
+fn awaits_run(ctx: *mut raw::RedisModuleCtx, client: u64) -> bool {
+    let id = client.to_string();
+    let reply = Context::new(ctx).call("CLIENT", &["LIST", "ID", &id]);
+    let Ok(line) = reply.as_ref().map(text) else {
+        return false;
+    };
+    let Some(line) = line else { return false };
+    line.split(|b| *b == b' ')
+        .find_map(|f| f.strip_prefix(b"flags="))
+        .is_some_and(|flags| flags.contains(&b'u'))
 }
 
 extern "C" fn on_decide(_ctx: *mut raw::RedisModuleCtx, _data: *mut c_void) {
     guard::callback((), decide)
 }
 
-/// `EXEC` or `DISCARD` from a client with queued keys.
-fn transaction_end(name: &[u8], client: u64) -> bool {
-    let exec = name.eq_ignore_ascii_case(b"exec");
-    if !exec && !name.eq_ignore_ascii_case(b"discard") {
-        return false;
+/// A command of one argument that opens or ends a transaction.
+enum Step {
+    Multi,
+    Exec,
+    /// `DISCARD`, `RESET`.
+    Drop,
+}
+
+fn step(name: &[u8]) -> Option<Step> {
+    if name.eq_ignore_ascii_case(b"multi") {
+        Some(Step::Multi)
+    } else if name.eq_ignore_ascii_case(b"exec") {
+        Some(Step::Exec)
+    } else if name.eq_ignore_ascii_case(b"discard") || name.eq_ignore_ascii_case(b"reset") {
+        Some(Step::Drop)
+    } else {
+        None
     }
-    let Some(names) = QUEUED.with(|q| q.borrow_mut().remove(&client)) else {
-        return false;
-    };
-    ANY_QUEUED.store(QUEUED.with(|q| !q.borrow().is_empty()), Ordering::Relaxed);
-    if exec {
-        note(Pending {
-            names,
+}
+
+fn forget_transaction(client: u64) -> Option<Transaction> {
+    QUEUED.with(|q| {
+        let t = q.borrow_mut().remove(&client);
+        ANY_QUEUED.store(!q.borrow().is_empty(), Ordering::Relaxed);
+        t
+    })
+}
+
+/// `MULTI`, `EXEC`, `DISCARD` or `RESET` (they take no argument).
+fn transaction_step(step: Step, client: Option<u64>) {
+    match (step, client) {
+        (Step::Multi, Some(c)) => {
+            QUEUED.with(|q| {
+                q.borrow_mut().entry(c).or_insert(Transaction {
+                    confirmed: false,
+                    writes: Writes::default(),
+                });
+            });
+            ANY_QUEUED.store(true, Ordering::Relaxed);
+        }
+        (Step::Exec, Some(c)) => {
+            // A transaction opened before the filter listened may hold
+            // writes warden never saw: every lease counts as written.
+            let writes = match forget_transaction(c) {
+                Some(t) if t.confirmed || in_multi(c) => t.writes,
+                Some(_) => return,
+                None if in_multi(c) => Writes::all(),
+                None => return,
+            };
+            note(Pending {
+                writes,
+                errors: exec_aborts(),
+                exec: true,
+                client: Some(c),
+            });
+        }
+        // Redis 7.0 does not say who sends a command: any transaction may
+        // hold writes warden did not see queued.
+        (Step::Exec, None) => note(Pending {
+            writes: Writes::all(),
             errors: exec_aborts(),
             exec: true,
-        });
+            client: None,
+        }),
+        (Step::Drop, Some(c)) => {
+            forget_transaction(c);
+        }
+        (Step::Multi | Step::Drop, None) => {}
     }
+}
+
+/// A command from a client that sent `MULTI`: a write is queued with its
+/// transaction (whether or not its keys have leases now); whether the
+/// command was taken.
+fn queue(fctx: FilterCtx, argc: c_int, client: u64) -> bool {
+    let confirmed = QUEUED.with(|q| q.borrow().get(&client).map(|t| t.confirmed));
+    match confirmed {
+        None => return false,
+        Some(false) if !in_multi(client) => {
+            forget_transaction(client);
+            return false;
+        }
+        Some(_) => {}
+    }
+    let write = CATALOGUE.with(|c| c.borrow().may_write(arg(fctx, 0), argc));
+    QUEUED.with(|q| {
+        let mut q = q.borrow_mut();
+        let Some(t) = q.get_mut(&client) else { return };
+        t.confirmed = true;
+        if write {
+            for i in 1..argc {
+                t.writes.add(arg(fctx, i));
+            }
+        }
+    });
     true
 }
 
@@ -315,9 +587,15 @@ extern "C" fn on_command(fctx: FilterCtx) {
         // The command before this one has been answered by now.
         decide();
         let argc = unsafe { raw::RedisModule_CommandFilterArgsCount.unwrap()(fctx) };
+        if argc == 1 {
+            if let Some(s) = step(arg(fctx, 0)) {
+                transaction_step(s, sender(fctx));
+            }
+            return;
+        }
         if ANY_QUEUED.load(Ordering::Relaxed) {
             if let Some(c) = sender(fctx) {
-                if transaction_end(arg(fctx, 0), c) {
+                if queue(fctx, argc, c) {
                     return;
                 }
             }
@@ -325,27 +603,39 @@ extern "C" fn on_command(fctx: FilterCtx) {
         // The common case costs two loads and a bit test or two per argument.
         let mask = LEN_MASK.load(Ordering::Relaxed);
         let tails = TAIL_MASK.load(Ordering::Relaxed);
-        let mut names: Vec<Vec<u8>> = Vec::new();
+        let mut writes = Writes::default();
         for i in 1..argc {
             let a = arg(fctx, i);
             if mask & len_bit(a.len()) != 0 && tails & tail_bit(a) != 0 && commands::names(a) {
-                names.push(a.to_vec());
+                writes.names.push(a.to_vec());
             }
         }
-        if names.is_empty() || !CATALOGUE.with(|c| c.borrow().may_write(arg(fctx, 0), argc)) {
+        if writes.names.is_empty() || !CATALOGUE.with(|c| c.borrow().may_write(arg(fctx, 0), argc))
+        {
             return;
         }
-        match sender(fctx) {
-            Some(c) if in_multi(c) => {
-                QUEUED.with(|q| q.borrow_mut().entry(c).or_default().extend(names));
-                ANY_QUEUED.store(true, Ordering::Relaxed);
-            }
-            _ => note(Pending {
-                names,
-                errors: refusals(),
-                exec: false,
-            }),
+        let client = sender(fctx);
+        if let Some(c) = client.filter(|&c| in_multi(c)) {
+            // A transaction opened before the filter listened: it may hold
+            // writes warden never saw.
+            QUEUED.with(|q| {
+                q.borrow_mut().insert(
+                    c,
+                    Transaction {
+                        confirmed: true,
+                        writes: Writes::all(),
+                    },
+                );
+            });
+            ANY_QUEUED.store(true, Ordering::Relaxed);
+            return;
         }
+        note(Pending {
+            writes,
+            errors: refusals(),
+            exec: false,
+            client,
+        });
     })
 }
 
@@ -360,9 +650,10 @@ pub fn client_gone(client: u64) {
     });
 }
 
-/// Listens while the table has entries, and only then: registered at the
-/// first entry, unregistered (from a timer, never from inside the filter)
-/// once the table is empty and nothing waits to be decided.
+/// Listens while the table has entries (or a watched client has not run),
+/// and only then: registered at the first entry, unregistered (from a timer,
+/// never from inside the filter) once the table is empty and nothing waits
+/// to be decided.
 pub fn listen(on: bool) {
     let filter = FILTER.with(Cell::get);
     let ctx = events::detached();
@@ -375,10 +666,16 @@ pub fn listen(on: bool) {
             )
         };
         FILTER.with(|c| c.set(f));
+        // What the server runs from now to the next command or timer turn
+        // without passing the filter may write the keys just leased.
+        WINDOW.with(|w| w.set(Some(changes())));
+        decide_soon(0);
     } else if !on && !filter.is_null() {
         decide();
         QUEUED.with(|q| *q.borrow_mut() = FxHashMap::default());
         ANY_QUEUED.store(false, Ordering::Relaxed);
+        WATCHED.with(|w| *w.borrow_mut() = Vec::new());
+        ANY_WATCHED.store(false, Ordering::Relaxed);
         unsafe { raw::RedisModule_UnregisterCommandFilter.unwrap()(ctx, filter) };
         FILTER.with(|c| c.set(std::ptr::null_mut()));
     }
@@ -387,4 +684,10 @@ pub fn listen(on: bool) {
 /// Whether the filter is registered (`INFO warden`, tests).
 pub fn listening() -> bool {
     !FILTER.with(Cell::get).is_null()
+}
+
+/// Whether a client whose write has not run yet is watched (the filter
+/// stays until it has).
+pub fn watching() -> bool {
+    ANY_WATCHED.load(Ordering::Relaxed)
 }
