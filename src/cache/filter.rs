@@ -19,17 +19,55 @@
 //! the next timer turn, whichever is first: nothing else can reach the lease
 //! table in between): a refused command moved that count, a command that ran
 //! did not (an `ERR` after it — a script's own error, a malformed request —
-//! does not count). Inside
-//! `MULTI` (where the server says which client sent the command, Redis ≥ 7.2
-//! and Valkey) the keys wait for that client's `EXEC`, which counts unless it
-//! answered `EXECABORT`; `DISCARD` and a disconnect drop them.
+//! does not count).
+//!
+//! Transactions. Where the server says which client sent a command (Redis ≥
+//! 7.2, Valkey) a `MULTI` seen here opens a record for its client, and every
+//! command flagged `write` queued after it keeps its arguments there (up to
+//! 1 MiB, past which it counts as writing every key) whether or not they have
+//! a lease *now*: at `EXEC` they are checked against the lease table as it is
+//! when the `EXEC` has run (unless it answered `EXECABORT`), so a lease
+//! granted between the queueing and the `EXEC` ends too. `DISCARD`, `RESET`
+//! and a disconnect drop the record; a `MULTI` the server refused opens
+//! none (the client's `MULTI` flag is checked at its next command). A
+//! transaction opened before the filter was registered may hold writes
+//! warden never saw, and no module API lists a transaction's queued
+//! commands: its `EXEC` ends every lease — if a command flagged `write` ran
+//! in it (`INFO commandstats` calls, which count a `DEL` of a missing key
+//! too; a read-only transaction revokes nothing). Redis 7.0 does not say who
+//! sent a command, so there every `EXEC` is such a transaction (and a queued
+//! write of a key with a lease revokes when it is queued, as before).
+//!
+//! The filter is registered by the grant that creates the table's first
+//! entry, possibly inside an `EXEC` or while the server runs clients it had
+//! postponed: whatever the server runs from there to the next command or
+//! timer turn without passing the filter (the rest of that transaction, a
+//! postponed command reprocessed) may write the keys just leased. So the
+//! server's count of changes (`rdb_changes_since_last_save`) is read at
+//! registration; if it moved by the next decision, every lease (all granted
+//! in that window) ends.
+//!
+//! Commands that have not run when decided. A command the server postponed
+//! (`CLIENT PAUSE WRITE`, `FAILOVER`) or blocked (on keys) is decided at the
+//! next command like any other, which revokes early; its client (where the
+//! server names it) is then watched until it is no longer blocked and has
+//! run (`CLIENT LIST` flag `u`, asked from a timer; a fill asks first), and
+//! its keys' leases end again then: a lease granted while it waited came
+//! before its write. While the server postpones writes, a write command
+//! naming no leased key keeps all its arguments the same way (only there:
+//! a pause is one call to ask). Redis 7.0 passes a postponed command through
+//! the filter again when it runs; Redis 8.2.3 and Valkey 9.1.2 do not
+//! always (a reader postponed before a writer got its lease first, then
+//! the write ran unseen, under load).
 //!
 //! Which commands count: those the server flags `write` (module commands
 //! included), but warden's cache commands.
 //!
-//! Invariant: a lease is revoked only for a command that named its key, may
-//! write, and was not refused; revoking more than needed (a write that changed nothing,
-//! a blocked or paused write) is safe: it only costs a reload.
+//! Invariant: a lease is revoked only for a command that named its key (or,
+//! in the cases above, a write whose keys warden cannot know), may write,
+//! and was not refused; revoking more than needed (a write that changed
+//! nothing, a blocked or paused write, an unseen transaction) is safe: it
+//! only costs a reload.
 
 use std::cell::{Cell, RefCell};
 use std::ffi::CStr;
@@ -83,6 +121,10 @@ const REFUSALS: &[&CStr] = &[
 #[derive(Default)]
 struct Catalogue {
     commands: FxHashMap<Vec<u8>, (i64, bool)>,
+    /// `cmdstat_<name>` of every command that may write (warden's cache
+    /// commands but): how a transaction warden did not see queued is told
+    /// from one that wrote nothing.
+    write_stats: Vec<std::ffi::CString>,
 }
 
 impl Catalogue {
@@ -128,9 +170,15 @@ pub fn read_catalogue(ctx: &Context) -> bool {
                 continue;
             };
             let write = flags.iter().filter_map(text).any(|f| f == b"write");
-            catalogue
-                .commands
-                .insert(name.to_ascii_lowercase(), (*arity, write));
+            let lower = name.to_ascii_lowercase();
+            if write && !OWN.iter().any(|r| *r == &lower[..]) {
+                let mut field = b"cmdstat_".to_vec();
+                field.extend_from_slice(&lower);
+                if let Ok(f) = std::ffi::CString::new(field) {
+                    catalogue.write_stats.push(f);
+                }
+            }
+            catalogue.commands.insert(lower, (*arity, write));
         }
     }
     let known = catalogue.commands.get(&b"set"[..]).is_some_and(|c| c.1);
@@ -193,6 +241,9 @@ struct Pending {
     /// The server's refusal count before it (for an `EXEC`: its `EXECABORT` count).
     errors: u64,
     exec: bool,
+    /// For an `EXEC` whose writes are unknown: the calls of write commands
+    /// before it (`write_calls`).
+    write_calls: Option<u64>,
     /// Who sent it, where the server says (Redis ≥ 7.2, Valkey).
     client: Option<u64>,
 }
@@ -286,6 +337,12 @@ fn in_multi(client: u64) -> bool {
     client_flags(client).is_some_and(|f| f & u64::from(raw::REDISMODULE_CLIENTINFO_FLAG_MULTI) != 0)
 }
 
+/// Whether the server postpones write commands now (`CLIENT PAUSE WRITE|ALL`,
+/// `FAILOVER`, a `SHUTDOWN` waiting for replicas).
+fn paused() -> bool {
+    unsafe { raw::RedisModule_AvoidReplicaTraffic.is_some_and(|f| f() != 0) }
+}
+
 /// Reads fields of one `INFO` section.
 fn info_counts(section: &CStr, fields: &[&CStr]) -> u64 {
     let ctx = events::detached();
@@ -314,6 +371,42 @@ unsafe fn count_field(data: *mut raw::RedisModuleServerInfoData, field: &CStr) -
     let v = CStr::from_ptr(v.cast::<c_char>()).to_bytes();
     std::str::from_utf8(v.strip_prefix(b"count=").unwrap_or(v))
         .ok()
+        .and_then(|d| d.split(',').next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+/// How many times commands that may write have been called (`INFO
+/// commandstats`), also those that changed nothing (`DEL` of a missing key).
+fn write_calls() -> u64 {
+    let ctx = events::detached();
+    CATALOGUE.with(|c| {
+        let c = c.borrow();
+        unsafe {
+            let data = raw::RedisModule_GetServerInfo.unwrap()(ctx, c"commandstats".as_ptr());
+            if data.is_null() {
+                return 0;
+            }
+            let n = c
+                .write_stats
+                .iter()
+                .map(|f| calls_field(data, f))
+                .fold(0u64, u64::wrapping_add);
+            raw::RedisModule_FreeServerInfo.unwrap()(ctx, data);
+            n
+        }
+    })
+}
+
+/// `cmdstat_set:calls=3,usec=…` → 3.
+unsafe fn calls_field(data: *mut raw::RedisModuleServerInfoData, field: &CStr) -> u64 {
+    let v = raw::RedisModule_ServerInfoGetFieldC.unwrap()(data, field.as_ptr());
+    if v.is_null() {
+        return 0;
+    }
+    CStr::from_ptr(v.cast::<c_char>())
+        .to_bytes()
+        .strip_prefix(b"calls=")
+        .and_then(|d| std::str::from_utf8(d).ok())
         .and_then(|d| d.split(',').next()?.parse().ok())
         .unwrap_or(0)
 }
@@ -363,7 +456,9 @@ pub fn decide() {
     }
     if let Some(p) = PENDING.with(|p| p.borrow_mut().take()) {
         let ran = if p.exec {
-            exec_aborts() == p.errors
+            // A transaction whose writes are unknown counts only if a
+            // command that may write ran in it.
+            exec_aborts() == p.errors && p.write_calls.is_none_or(|n| write_calls() != n)
         } else {
             refusals() == p.errors
         };
@@ -533,10 +628,12 @@ fn transaction_step(step: Step, client: Option<u64>) {
                 None if in_multi(c) => Writes::all(),
                 None => return,
             };
+            let write_calls = writes.all.then(write_calls);
             note(Pending {
                 writes,
                 errors: exec_aborts(),
                 exec: true,
+                write_calls,
                 client: Some(c),
             });
         }
@@ -546,6 +643,7 @@ fn transaction_step(step: Step, client: Option<u64>) {
             writes: Writes::all(),
             errors: exec_aborts(),
             exec: true,
+            write_calls: Some(write_calls()),
             client: None,
         }),
         (Step::Drop, Some(c)) => {
@@ -610,11 +708,26 @@ extern "C" fn on_command(fctx: FilterCtx) {
                 writes.names.push(a.to_vec());
             }
         }
-        if writes.names.is_empty() || !CATALOGUE.with(|c| c.borrow().may_write(arg(fctx, 0), argc))
+        // A write the server postpones (a pause) may run after leases are
+        // granted on keys it names, without passing the filter again (seen
+        // on Redis 8.2 and Valkey 9.1): all its arguments are kept.
+        let postponed = writes.names.is_empty() && paused();
+        if (writes.names.is_empty() && !postponed)
+            || !CATALOGUE.with(|c| c.borrow().may_write(arg(fctx, 0), argc))
         {
             return;
         }
         let client = sender(fctx);
+        if postponed {
+            if client.is_none() {
+                // Redis 7.0 passes a postponed command through the filter
+                // again when it runs.
+                return;
+            }
+            for i in 1..argc {
+                writes.add(arg(fctx, i));
+            }
+        }
         if let Some(c) = client.filter(|&c| in_multi(c)) {
             // A transaction opened before the filter listened: it may hold
             // writes warden never saw.
@@ -634,6 +747,7 @@ extern "C" fn on_command(fctx: FilterCtx) {
             writes,
             errors: refusals(),
             exec: false,
+            write_calls: None,
             client,
         });
     })
