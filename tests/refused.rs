@@ -399,3 +399,172 @@ fn other_commands_are_heard_only_while_leases_exist() {
     });
     assert_eq!(warden_stat(&mut c, "cache_entries"), 0);
 }
+
+/// Whether the server says which client sent a command (Redis ≥ 7.2,
+/// Valkey); on Redis 7.0 every `EXEC` that runs while leases exist revokes
+/// every lease, since the keys its transaction queued are unknown.
+fn knows_sender(c: &mut Connection) -> bool {
+    let knows = is_valkey() || server_version(c) >= (7, 2);
+    println!(
+        "version-dependent: {} {:?}: {}",
+        if is_valkey() { "Valkey" } else { "Redis" },
+        server_version(c),
+        if knows {
+            "an EXEC revokes the leases of the keys its transaction queued"
+        } else {
+            "an EXEC that runs a write command revokes every lease (Redis 7.0 does not say who sent a command)"
+        }
+    );
+    knows
+}
+
+/// A write queued in `MULTI` before the key had a lease — before any lease
+/// existed, or while only other keys had one — and run by `EXEC` after the
+/// lease was granted ends that lease: the reader's fill is refused and the
+/// key keeps the writer's value.
+#[test]
+fn a_write_queued_before_the_lease_revokes_it_at_exec() {
+    let s = Server::start(&[]);
+    let mut admin = s.conn();
+    knows_sender(&mut admin);
+    // (the write queued, the key's value after EXEC)
+    let writes: &[(&[&str], Option<&str>)] = &[
+        (&["SET", "k", "new"], Some("new")),
+        (&["DEL", "k"], None),
+        (
+            &["EVAL", "return redis.call('SET', KEYS[1], 'new')", "1", "k"],
+            Some("new"),
+        ),
+    ];
+    for (words, after) in writes {
+        for other_lease in [false, true] {
+            let case = format!("{words:?}, a lease on another key: {other_lease}");
+            run(&mut admin, &["FLUSHALL"]).unwrap();
+            let mut holder = s.conn();
+            if other_lease {
+                let (_, t) = pair(&mut holder, &["CACHE.GET", "other", "60000"]);
+                assert!(t.is_some(), "{case}");
+            } else {
+                wait_for("no listening", Duration::from_secs(10), || {
+                    warden_stat(&mut admin, "cache_listening") == 0
+                });
+            }
+            let mut w = s.conn();
+            run(&mut w, &["MULTI"]).unwrap();
+            run(&mut w, words).unwrap();
+            let mut r = s.conn();
+            let (_, token) = pair(&mut r, &["CACHE.GET", "k", "60000"]);
+            let token = token.expect("a miss grants a lease");
+            run(&mut w, &["EXEC"]).unwrap();
+            let filled = int(&mut r, &["CACHE.FILL", "k", &token.to_string(), "old"]);
+            assert_eq!(filled, 0, "{case}: the stale fill is refused");
+            let value: Option<String> = redis::cmd("GET").arg("k").query(&mut admin).unwrap();
+            assert_eq!(value.as_deref(), *after, "{case}: the writer's value stays");
+        }
+    }
+}
+
+/// A transaction that grants a lease and then writes its key, run while the
+/// filter did not listen yet (no lease existed when it was queued).
+#[test]
+fn a_write_after_a_grant_in_the_same_transaction_revokes_it() {
+    let s = Server::start(&[]);
+    let mut c = s.conn();
+    for other_lease in [false, true] {
+        run(&mut c, &["FLUSHALL"]).unwrap();
+        let mut holder = s.conn();
+        if other_lease {
+            pair(&mut holder, &["CACHE.GET", "other", "60000"]);
+        }
+        run(&mut c, &["MULTI"]).unwrap();
+        run(&mut c, &["CACHE.GET", "k", "60000"]).unwrap();
+        run(&mut c, &["SET", "k", "new"]).unwrap();
+        let token = match run(&mut c, &["EXEC"]).unwrap() {
+            Value::Array(v) => match &v[0] {
+                Value::Array(p) => match p[1] {
+                    Value::Int(t) => t,
+                    ref other => panic!("{other:?}"),
+                },
+                other => panic!("{other:?}"),
+            },
+            other => panic!("{other:?}"),
+        };
+        let filled = int(&mut c, &["CACHE.FILL", "k", &token.to_string(), "old"]);
+        assert_eq!(filled, 0, "other lease {other_lease}: the fill is refused");
+        let value: String = redis::cmd("GET").arg("k").query(&mut c).unwrap();
+        assert_eq!(value, "new");
+    }
+}
+
+/// A transaction that writes other keys leaves a lease alone where the
+/// server says who sent each command; on Redis 7.0 any `EXEC` that runs a
+/// write revokes (a reload, never a stale value). One that only reads
+/// revokes nothing anywhere.
+#[test]
+fn a_transaction_on_other_keys_revokes_only_where_the_sender_is_unknown() {
+    let s = Server::start(&[]);
+    let mut admin = s.conn();
+    let knows = knows_sender(&mut admin);
+    let (token, _) = prepare(&s, &mut admin, Before::Value);
+    let mut w = s.conn();
+    for words in [&["MULTI"][..], &["GET", "elsewhere"], &["EXEC"]] {
+        run(&mut w, words).unwrap();
+    }
+    assert_eq!(lease_of(&mut admin, "k"), Some(token), "a read-only EXEC");
+    for words in [&["MULTI"][..], &["SET", "elsewhere", "1"], &["EXEC"]] {
+        run(&mut w, words).unwrap();
+    }
+    if knows {
+        assert_untouched(&mut admin, "other keys", token, None);
+    } else {
+        assert_eq!(lease_of(&mut admin, "k"), None, "revoked on Redis 7.0");
+    }
+}
+
+/// Writes postponed by `CLIENT PAUSE WRITE` run after a lease granted by a
+/// reader postponed before them: the lease ends (the pause ending by its
+/// timeout or by `CLIENT UNPAUSE`, with or without other leases out).
+#[test]
+fn a_postponed_write_revokes_a_lease_granted_before_it_runs() {
+    let s = Server::start(&[]);
+    let mut admin = s.conn();
+    let blocked = |c: &mut Connection| -> i64 {
+        let info: String = redis::cmd("INFO").arg("clients").query(c).unwrap();
+        info.lines()
+            .find_map(|l| l.strip_prefix("blocked_clients:"))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0)
+    };
+    for other_lease in [false, true] {
+        for by_timeout in [true, false] {
+            let case = format!("other lease {other_lease}, ends by timeout {by_timeout}");
+            run(&mut admin, &["FLUSHALL"]).unwrap();
+            let mut holder = s.conn();
+            if other_lease {
+                pair(&mut holder, &["CACHE.GET", "other", "60000"]);
+            }
+            let ms = if by_timeout { "300" } else { "60000" };
+            run(&mut admin, &["CLIENT", "PAUSE", ms, "WRITE"]).unwrap();
+            let (mut r, mut w) = (s.conn(), s.conn());
+            let reader = std::thread::spawn(move || pair(&mut r, &["CACHE.GET", "k", "60000"]));
+            wait_for("the reader postponed", Duration::from_secs(10), || {
+                blocked(&mut admin) == 1
+            });
+            let writer = std::thread::spawn(move || run(&mut w, &["SET", "k", "new"]).unwrap());
+            wait_for("the writer postponed", Duration::from_secs(10), || {
+                blocked(&mut admin) == 2
+            });
+            if !by_timeout {
+                run(&mut admin, &["CLIENT", "UNPAUSE"]).unwrap();
+            }
+            let (value, token) = reader.join().unwrap();
+            writer.join().unwrap();
+            assert_eq!(value, None, "{case}: the reader ran first");
+            let token = token.expect("a miss grants a lease");
+            let filled = int(&mut admin, &["CACHE.FILL", "k", &token.to_string(), "old"]);
+            assert_eq!(filled, 0, "{case}: the stale fill is refused");
+            let value: String = redis::cmd("GET").arg("k").query(&mut admin).unwrap();
+            assert_eq!(value, "new", "{case}");
+        }
+    }
+}

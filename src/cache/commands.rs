@@ -228,7 +228,7 @@ extern "C" fn on_reap(ctx: *mut raw::RedisModuleCtx, _data: *mut c_void) {
             arm_reaper(ctx.ctx, now);
         } else if let Some(at) = with(|t| t.next_deadline()) {
             arm_reaper(ctx.ctx, at.saturating_add(1));
-        } else if idle() && filter::listening() {
+        } else if idle() && filter::listening() && !filter::watching() {
             // Nothing to hear any more: other commands go back to costing nothing.
             filter::listen(false);
             events::hear_clients(false);
@@ -257,6 +257,13 @@ fn on_key_event(ctx: *mut raw::RedisModuleCtx, name: &[u8], event: &CStr) {
 /// (no context: waiters are served by the reaper).
 pub fn revoke_everywhere(name: &[u8]) {
     let revoked = with(|t| t.revoke_everywhere(name));
+    stats::CACHE_REVOKED.add(revoked as u64);
+}
+
+/// Revokes every lease, from the command filter: a write ran whose keys
+/// warden could not see (waiters are served by the reaper).
+pub fn revoke_all() {
+    let revoked = with(|t| t.revoke_all());
     stats::CACHE_REVOKED.add(revoked as u64);
 }
 
@@ -585,6 +592,8 @@ pub fn fill(ctx: &Context, args: &[Arg]) -> RedisResult {
     refuse_on_replica(ctx)?;
     let name = &args[1];
     let q = waiters::queue_key(ctx.ctx, name);
+    // A write that was blocked when the filter saw it may have run since.
+    filter::settle();
     let now = now_ms();
     let current = live_lease(&q, now).is_some_and(|l| l.token == req.lease);
     if !current {

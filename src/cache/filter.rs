@@ -19,17 +19,55 @@
 //! the next timer turn, whichever is first: nothing else can reach the lease
 //! table in between): a refused command moved that count, a command that ran
 //! did not (an `ERR` after it — a script's own error, a malformed request —
-//! does not count). Inside
-//! `MULTI` (where the server says which client sent the command, Redis ≥ 7.2
-//! and Valkey) the keys wait for that client's `EXEC`, which counts unless it
-//! answered `EXECABORT`; `DISCARD` and a disconnect drop them.
+//! does not count).
+//!
+//! Transactions. Where the server says which client sent a command (Redis ≥
+//! 7.2, Valkey) a `MULTI` seen here opens a record for its client, and every
+//! command flagged `write` queued after it keeps its arguments there (up to
+//! 1 MiB, past which it counts as writing every key) whether or not they have
+//! a lease *now*: at `EXEC` they are checked against the lease table as it is
+//! when the `EXEC` has run (unless it answered `EXECABORT`), so a lease
+//! granted between the queueing and the `EXEC` ends too. `DISCARD`, `RESET`
+//! and a disconnect drop the record; a `MULTI` the server refused opens
+//! none (the client's `MULTI` flag is checked at its next command). A
+//! transaction opened before the filter was registered may hold writes
+//! warden never saw, and no module API lists a transaction's queued
+//! commands: its `EXEC` ends every lease — if a command flagged `write` ran
+//! in it (`INFO commandstats` calls, which count a `DEL` of a missing key
+//! too; a read-only transaction revokes nothing). Redis 7.0 does not say who
+//! sent a command, so there every `EXEC` is such a transaction (and a queued
+//! write of a key with a lease revokes when it is queued, as before).
+//!
+//! The filter is registered by the grant that creates the table's first
+//! entry, possibly inside an `EXEC` or while the server runs clients it had
+//! postponed: whatever the server runs from there to the next command or
+//! timer turn without passing the filter (the rest of that transaction, a
+//! postponed command reprocessed) may write the keys just leased. So the
+//! server's count of changes (`rdb_changes_since_last_save`) is read at
+//! registration; if it moved by the next decision, every lease (all granted
+//! in that window) ends.
+//!
+//! Commands that have not run when decided. A command the server postponed
+//! (`CLIENT PAUSE WRITE`, `FAILOVER`) or blocked (on keys) is decided at the
+//! next command like any other, which revokes early; its client (where the
+//! server names it) is then watched until it is no longer blocked and has
+//! run (`CLIENT LIST` flag `u`, asked from a timer; a fill asks first), and
+//! its keys' leases end again then: a lease granted while it waited came
+//! before its write. While the server postpones writes, a write command
+//! naming no leased key keeps all its arguments the same way (only there:
+//! a pause is one call to ask). Redis 7.0 passes a postponed command through
+//! the filter again when it runs; Redis 8.2.3 and Valkey 9.1.2 do not
+//! always (a reader postponed before a writer got its lease first, then
+//! the write ran unseen, under load).
 //!
 //! Which commands count: those the server flags `write` (module commands
 //! included), but warden's cache commands.
 //!
-//! Invariant: a lease is revoked only for a command that named its key, may
-//! write, and was not refused; revoking more than needed (a write that changed nothing,
-//! a blocked or paused write) is safe: it only costs a reload.
+//! Invariant: a lease is revoked only for a command that named its key (or,
+//! in the cases above, a write whose keys warden cannot know), may write,
+//! and was not refused; revoking more than needed (a write that changed
+//! nothing, a blocked or paused write, an unseen transaction) is safe: it
+//! only costs a reload.
 
 use std::cell::{Cell, RefCell};
 use std::ffi::CStr;
@@ -83,6 +121,10 @@ const REFUSALS: &[&CStr] = &[
 #[derive(Default)]
 struct Catalogue {
     commands: FxHashMap<Vec<u8>, (i64, bool)>,
+    /// `cmdstat_<name>` of every command that may write (warden's cache
+    /// commands but): how a transaction warden did not see queued is told
+    /// from one that wrote nothing.
+    write_stats: Vec<std::ffi::CString>,
 }
 
 impl Catalogue {
@@ -128,9 +170,15 @@ pub fn read_catalogue(ctx: &Context) -> bool {
                 continue;
             };
             let write = flags.iter().filter_map(text).any(|f| f == b"write");
-            catalogue
-                .commands
-                .insert(name.to_ascii_lowercase(), (*arity, write));
+            let lower = name.to_ascii_lowercase();
+            if write && !OWN.iter().any(|r| *r == &lower[..]) {
+                let mut field = b"cmdstat_".to_vec();
+                field.extend_from_slice(&lower);
+                if let Ok(f) = std::ffi::CString::new(field) {
+                    catalogue.write_stats.push(f);
+                }
+            }
+            catalogue.commands.insert(lower, (*arity, write));
         }
     }
     let known = catalogue.commands.get(&b"set"[..]).is_some_and(|c| c.1);
@@ -138,12 +186,84 @@ pub fn read_catalogue(ctx: &Context) -> bool {
     known
 }
 
-/// A command that named leased keys, waiting to be decided.
-struct Pending {
+/// What a command may have written, if it ran.
+#[derive(Default)]
+struct Writes {
+    /// Names it may have written: their leases (as they are when it is
+    /// decided) end.
     names: Vec<Vec<u8>>,
+    /// Bytes in `names` (a transaction keeps at most `RECORD_BYTES`).
+    bytes: usize,
+    /// It may have written keys warden never saw: every lease ends.
+    all: bool,
+}
+
+impl Writes {
+    fn all() -> Self {
+        Writes {
+            all: true,
+            ..Writes::default()
+        }
+    }
+
+    fn add(&mut self, name: &[u8]) {
+        if self.all {
+            return;
+        }
+        self.bytes += name.len();
+        if self.bytes > RECORD_BYTES {
+            *self = Writes::all();
+        } else {
+            self.names.push(name.to_vec());
+        }
+    }
+
+    /// Ends the leases these writes reach (waiters are served by the reaper).
+    fn revoke(&self) {
+        if self.all {
+            commands::revoke_all();
+        } else {
+            for name in &self.names {
+                commands::revoke_everywhere(name);
+            }
+        }
+        commands::reap_soon();
+    }
+}
+
+/// The most argument bytes kept for one transaction or postponed command:
+/// past it, the command counts as writing every key.
+const RECORD_BYTES: usize = 1 << 20;
+
+/// A command that may write, waiting to be decided.
+struct Pending {
+    writes: Writes,
     /// The server's refusal count before it (for an `EXEC`: its `EXECABORT` count).
     errors: u64,
     exec: bool,
+    /// For an `EXEC` whose writes are unknown: the calls of write commands
+    /// before it (`write_calls`).
+    write_calls: Option<u64>,
+    /// Who sent it, where the server says (Redis ≥ 7.2, Valkey).
+    client: Option<u64>,
+}
+
+/// A transaction opened while the filter listened: the writes queued in it.
+struct Transaction {
+    /// Whether the server confirmed the client is in `MULTI` (a `MULTI` the
+    /// server refused opens none).
+    confirmed: bool,
+    writes: Writes,
+}
+
+/// A client whose command was not refused but has not run yet (postponed by
+/// a pause, blocked on keys): the filter does not see it again when it runs
+/// (Redis ≥ 7.2, Valkey), so the leases its names reach end once it has.
+struct Watched {
+    client: u64,
+    writes: Writes,
+    /// Seen unblocked: it has run, or is about to; a timer turn tells which.
+    unblocked: bool,
 }
 
 /// The lengths and last bytes of the names in the lease table
@@ -151,11 +271,13 @@ struct Pending {
 /// with a load each.
 static LEN_MASK: AtomicU64 = AtomicU64::new(0);
 static TAIL_MASK: AtomicU64 = AtomicU64::new(0);
-/// Whether a command waits to be decided, and whether a transaction holds
-/// keys: statics, not thread-locals (each thread-local costs a call in a
+/// Whether something waits to be decided (a command, the window since the
+/// filter was registered, a watched client), and whether a transaction is
+/// followed: statics, not thread-locals (each thread-local costs a call in a
 /// shared library, on every command).
 static ANY_PENDING: AtomicBool = AtomicBool::new(false);
 static ANY_QUEUED: AtomicBool = AtomicBool::new(false);
+static ANY_WATCHED: AtomicBool = AtomicBool::new(false);
 
 pub fn set_masks(len_mask: u64, tail_mask: u64) {
     LEN_MASK.store(len_mask, Ordering::Relaxed);
@@ -165,8 +287,12 @@ pub fn set_masks(len_mask: u64, tail_mask: u64) {
 thread_local! {
     static FILTER: Cell<*mut raw::RedisModuleCommandFilter> = const { Cell::new(std::ptr::null_mut()) };
     static PENDING: RefCell<Option<Pending>> = const { RefCell::new(None) };
-    /// Per client in `MULTI`: the leased keys its queued commands name.
-    static QUEUED: RefCell<FxHashMap<u64, Vec<Vec<u8>>>> = RefCell::new(FxHashMap::default());
+    /// The server's count of changes when the filter was registered, until
+    /// the next command or timer turn.
+    static WINDOW: Cell<Option<u64>> = const { Cell::new(None) };
+    /// Per client in `MULTI` (opened while the filter listened).
+    static QUEUED: RefCell<FxHashMap<u64, Transaction>> = RefCell::new(FxHashMap::default());
+    static WATCHED: RefCell<Vec<Watched>> = const { RefCell::new(Vec::new()) };
     static CATALOGUE: RefCell<Catalogue> = RefCell::new(Catalogue::default());
 }
 
@@ -187,10 +313,9 @@ fn sender(fctx: FilterCtx) -> Option<u64> {
     Some(unsafe { get(fctx) })
 }
 
-fn in_multi(client: u64) -> bool {
-    let Some(get) = (unsafe { raw::RedisModule_GetClientInfoById }) else {
-        return false;
-    };
+/// The client's flags (`REDISMODULE_CLIENTINFO_FLAG_*`), `None` if it is gone.
+fn client_flags(client: u64) -> Option<u64> {
+    let get = unsafe { raw::RedisModule_GetClientInfoById }?;
     let mut info = raw::RedisModuleClientInfoV1 {
         version: 1,
         flags: 0,
@@ -205,108 +330,353 @@ fn in_multi(client: u64) -> bool {
             client,
         )
     };
-    found == raw::REDISMODULE_OK as c_int
-        && info.flags & u64::from(raw::REDISMODULE_CLIENTINFO_FLAG_MULTI) != 0
+    (found == raw::REDISMODULE_OK as c_int).then_some(info.flags)
 }
 
-/// Refusals the server has answered (`NOAUTH`, `NOPERM`, `OOM`, ...).
-fn refusals() -> u64 {
+fn in_multi(client: u64) -> bool {
+    client_flags(client).is_some_and(|f| f & u64::from(raw::REDISMODULE_CLIENTINFO_FLAG_MULTI) != 0)
+}
+
+/// Whether the server postpones write commands now (`CLIENT PAUSE WRITE|ALL`,
+/// `FAILOVER`, a `SHUTDOWN` waiting for replicas).
+fn paused() -> bool {
+    unsafe { raw::RedisModule_AvoidReplicaTraffic.is_some_and(|f| f() != 0) }
+}
+
+/// Reads fields of one `INFO` section.
+fn info_counts(section: &CStr, fields: &[&CStr]) -> u64 {
     let ctx = events::detached();
     unsafe {
-        let data = raw::RedisModule_GetServerInfo.unwrap()(ctx, c"errorstats".as_ptr());
+        let data = raw::RedisModule_GetServerInfo.unwrap()(ctx, section.as_ptr());
         if data.is_null() {
             return 0;
         }
-        let n = REFUSALS.iter().map(|f| count_field(data, f)).sum();
+        let n = fields.iter().map(|f| count_field(data, f)).sum();
         raw::RedisModule_FreeServerInfo.unwrap()(ctx, data);
         n
     }
 }
 
-/// `errorstat_X:count=3` → 3.
+/// Refusals the server has answered (`NOAUTH`, `NOPERM`, `OOM`, ...).
+fn refusals() -> u64 {
+    info_counts(c"errorstats", REFUSALS)
+}
+
+/// `errorstat_X:count=3` → 3; `rdb_changes_since_last_save:7` → 7.
 unsafe fn count_field(data: *mut raw::RedisModuleServerInfoData, field: &CStr) -> u64 {
+    let v = raw::RedisModule_ServerInfoGetFieldC.unwrap()(data, field.as_ptr());
+    if v.is_null() {
+        return 0;
+    }
+    let v = CStr::from_ptr(v.cast::<c_char>()).to_bytes();
+    std::str::from_utf8(v.strip_prefix(b"count=").unwrap_or(v))
+        .ok()
+        .and_then(|d| d.split(',').next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+/// How many times commands that may write have been called (`INFO
+/// commandstats`), also those that changed nothing (`DEL` of a missing key).
+fn write_calls() -> u64 {
+    let ctx = events::detached();
+    CATALOGUE.with(|c| {
+        let c = c.borrow();
+        unsafe {
+            let data = raw::RedisModule_GetServerInfo.unwrap()(ctx, c"commandstats".as_ptr());
+            if data.is_null() {
+                return 0;
+            }
+            let n = c
+                .write_stats
+                .iter()
+                .map(|f| calls_field(data, f))
+                .fold(0u64, u64::wrapping_add);
+            raw::RedisModule_FreeServerInfo.unwrap()(ctx, data);
+            n
+        }
+    })
+}
+
+/// `cmdstat_set:calls=3,usec=…` → 3.
+unsafe fn calls_field(data: *mut raw::RedisModuleServerInfoData, field: &CStr) -> u64 {
     let v = raw::RedisModule_ServerInfoGetFieldC.unwrap()(data, field.as_ptr());
     if v.is_null() {
         return 0;
     }
     CStr::from_ptr(v.cast::<c_char>())
         .to_bytes()
-        .strip_prefix(b"count=")
+        .strip_prefix(b"calls=")
         .and_then(|d| std::str::from_utf8(d).ok())
         .and_then(|d| d.split(',').next()?.parse().ok())
         .unwrap_or(0)
 }
 
 fn exec_aborts() -> u64 {
-    let ctx = events::detached();
-    unsafe {
-        let data = raw::RedisModule_GetServerInfo.unwrap()(ctx, c"errorstats".as_ptr());
-        if data.is_null() {
-            return 0;
-        }
-        let n = count_field(data, c"errorstat_EXECABORT");
-        raw::RedisModule_FreeServerInfo.unwrap()(ctx, data);
-        n
-    }
+    info_counts(c"errorstats", &[c"errorstat_EXECABORT"])
 }
 
-fn note(pending: Pending) {
-    PENDING.with(|p| *p.borrow_mut() = Some(pending));
+/// The server's count of changes to the dataset (it only grows between
+/// saves: a change of any kind means something was written).
+fn changes() -> u64 {
+    info_counts(c"persistence", &[c"rdb_changes_since_last_save"])
+}
+
+/// Decided on the next command, or on the next timer turn.
+fn decide_soon(delay_ms: i64) {
     ANY_PENDING.store(true, Ordering::Relaxed);
-    // Decided on the next command, or on the next timer turn.
     unsafe {
         raw::RedisModule_CreateTimer.unwrap()(
             events::detached(),
-            0,
+            delay_ms,
             Some(on_decide),
             std::ptr::null_mut(),
         )
     };
 }
 
-/// Decides the command noted last: its keys' leases end if it was not refused.
+fn note(pending: Pending) {
+    PENDING.with(|p| *p.borrow_mut() = Some(pending));
+    decide_soon(0);
+}
+
+/// Decides the command noted last (its keys' leases end if it was not
+/// refused) and the window since the filter was registered.
 pub fn decide() {
     if !ANY_PENDING.load(Ordering::Relaxed) || !ANY_PENDING.swap(false, Ordering::Relaxed) {
         return;
     }
-    let Some(p) = PENDING.with(|p| p.borrow_mut().take()) else {
-        return;
-    };
-    let ran = if p.exec {
-        exec_aborts() == p.errors
-    } else {
-        refusals() == p.errors
-    };
-    if ran {
-        for name in &p.names {
-            commands::revoke_everywhere(name);
+    if let Some(before) = WINDOW.with(Cell::take) {
+        // Commands the filter never saw (postponed by a pause or queued in a
+        // transaction before it was registered, run by the server since)
+        // changed the dataset after the leases now in the table were granted.
+        if changes() != before {
+            commands::revoke_all();
+            commands::reap_soon();
         }
-        // Waiters on those keys are served from the reaper's next turn.
+    }
+    if let Some(p) = PENDING.with(|p| p.borrow_mut().take()) {
+        let ran = if p.exec {
+            // A transaction whose writes are unknown counts only if a
+            // command that may write ran in it.
+            exec_aborts() == p.errors && p.write_calls.is_none_or(|n| write_calls() != n)
+        } else {
+            refusals() == p.errors
+        };
+        if ran {
+            p.writes.revoke();
+            if let Some(client) = p.client {
+                let blocked = client_flags(client)
+                    .is_some_and(|f| f & u64::from(raw::REDISMODULE_CLIENTINFO_FLAG_BLOCKED) != 0);
+                if blocked {
+                    WATCHED.with(|w| {
+                        w.borrow_mut().push(Watched {
+                            client,
+                            writes: p.writes,
+                            unblocked: false,
+                        })
+                    });
+                    if !ANY_WATCHED.swap(true, Ordering::Relaxed) {
+                        watch_soon(WATCH_POLL_MS);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// How often a blocked client's state is looked at, for cleanup only (a
+/// fill looks first).
+const WATCH_POLL_MS: i64 = 100;
+
+fn watch_soon(delay_ms: i64) {
+    unsafe {
+        raw::RedisModule_CreateTimer.unwrap()(
+            events::detached(),
+            delay_ms,
+            Some(on_watch),
+            std::ptr::null_mut(),
+        )
+    };
+}
+
+extern "C" fn on_watch(ctx: *mut raw::RedisModuleCtx, _data: *mut c_void) {
+    guard::callback((), || {
+        decide();
+        if ANY_WATCHED.load(Ordering::Relaxed) {
+            check_watched(Some(ctx));
+        }
+    })
+}
+
+/// Before a fill: a watched client that has run (or is about to) ends the
+/// leases its command reaches, so a lease granted while it was blocked
+/// stores nothing.
+pub fn settle() {
+    if ANY_WATCHED.load(Ordering::Relaxed) {
+        check_watched(None);
+    }
+}
+
+/// The watched clients: a client still blocked goes on waiting; one that
+/// left or has run ends the leases its command reaches (again: a lease
+/// granted while it was blocked came before its write).
+fn check_watched(ctx: Option<*mut raw::RedisModuleCtx>) {
+    let watched = WATCHED.with(|w| std::mem::take(&mut *w.borrow_mut()));
+    let mut keep = Vec::new();
+    let mut timer = false;
+    for mut w in watched {
+        let blocked = match client_flags(w.client) {
+            None => false,
+            Some(f) => f & u64::from(raw::REDISMODULE_CLIENTINFO_FLAG_BLOCKED) != 0,
+        };
+        if blocked {
+            keep.push(w);
+            continue;
+        }
+        // Unblocked: it has run, or runs before the server next waits for
+        // events. Until a timer turn tells which, every decision ends its
+        // leases again.
+        w.writes.revoke();
+        let pending = match ctx {
+            Some(ctx) => client_flags(w.client).is_some() && awaits_run(ctx, w.client),
+            None => client_flags(w.client).is_some(),
+        };
+        if pending {
+            timer |= !w.unblocked || ctx.is_some();
+            w.unblocked = true;
+            keep.push(w);
+        }
+    }
+    let any = !keep.is_empty();
+    WATCHED.with(|w| w.borrow_mut().extend(keep));
+    ANY_WATCHED.store(any, Ordering::Relaxed);
+    if timer {
+        // An unblocked client is looked at again on the next timer turn.
+        watch_soon(0);
+    } else if any && ctx.is_some() {
+        watch_soon(WATCH_POLL_MS);
+    } else if !any && commands::idle() {
+        // The filter goes once the table is empty and nothing is watched.
         commands::reap_soon();
     }
+}
+
+/// Whether an unblocked client's command still waits to run (`CLIENT LIST`
+/// flag `u`). If the server will not say, it is taken to have run.
+fn awaits_run(ctx: *mut raw::RedisModuleCtx, client: u64) -> bool {
+    let id = client.to_string();
+    let reply = Context::new(ctx).call("CLIENT", &["LIST", "ID", &id]);
+    let Ok(line) = reply.as_ref().map(text) else {
+        return false;
+    };
+    let Some(line) = line else { return false };
+    line.split(|b| *b == b' ')
+        .find_map(|f| f.strip_prefix(b"flags="))
+        .is_some_and(|flags| flags.contains(&b'u'))
 }
 
 extern "C" fn on_decide(_ctx: *mut raw::RedisModuleCtx, _data: *mut c_void) {
     guard::callback((), decide)
 }
 
-/// `EXEC` or `DISCARD` from a client with queued keys.
-fn transaction_end(name: &[u8], client: u64) -> bool {
-    let exec = name.eq_ignore_ascii_case(b"exec");
-    if !exec && !name.eq_ignore_ascii_case(b"discard") {
-        return false;
+/// A command of one argument that opens or ends a transaction.
+enum Step {
+    Multi,
+    Exec,
+    /// `DISCARD`, `RESET`.
+    Drop,
+}
+
+fn step(name: &[u8]) -> Option<Step> {
+    if name.eq_ignore_ascii_case(b"multi") {
+        Some(Step::Multi)
+    } else if name.eq_ignore_ascii_case(b"exec") {
+        Some(Step::Exec)
+    } else if name.eq_ignore_ascii_case(b"discard") || name.eq_ignore_ascii_case(b"reset") {
+        Some(Step::Drop)
+    } else {
+        None
     }
-    let Some(names) = QUEUED.with(|q| q.borrow_mut().remove(&client)) else {
-        return false;
-    };
-    ANY_QUEUED.store(QUEUED.with(|q| !q.borrow().is_empty()), Ordering::Relaxed);
-    if exec {
-        note(Pending {
-            names,
+}
+
+fn forget_transaction(client: u64) -> Option<Transaction> {
+    QUEUED.with(|q| {
+        let t = q.borrow_mut().remove(&client);
+        ANY_QUEUED.store(!q.borrow().is_empty(), Ordering::Relaxed);
+        t
+    })
+}
+
+/// `MULTI`, `EXEC`, `DISCARD` or `RESET` (they take no argument).
+fn transaction_step(step: Step, client: Option<u64>) {
+    match (step, client) {
+        (Step::Multi, Some(c)) => {
+            QUEUED.with(|q| {
+                q.borrow_mut().entry(c).or_insert(Transaction {
+                    confirmed: false,
+                    writes: Writes::default(),
+                });
+            });
+            ANY_QUEUED.store(true, Ordering::Relaxed);
+        }
+        (Step::Exec, Some(c)) => {
+            // A transaction opened before the filter listened may hold
+            // writes warden never saw: every lease counts as written.
+            let writes = match forget_transaction(c) {
+                Some(t) if t.confirmed || in_multi(c) => t.writes,
+                Some(_) => return,
+                None if in_multi(c) => Writes::all(),
+                None => return,
+            };
+            let write_calls = writes.all.then(write_calls);
+            note(Pending {
+                writes,
+                errors: exec_aborts(),
+                exec: true,
+                write_calls,
+                client: Some(c),
+            });
+        }
+        // Redis 7.0 does not say who sends a command: any transaction may
+        // hold writes warden did not see queued.
+        (Step::Exec, None) => note(Pending {
+            writes: Writes::all(),
             errors: exec_aborts(),
             exec: true,
-        });
+            write_calls: Some(write_calls()),
+            client: None,
+        }),
+        (Step::Drop, Some(c)) => {
+            forget_transaction(c);
+        }
+        (Step::Multi | Step::Drop, None) => {}
     }
+}
+
+/// A command from a client that sent `MULTI`: a write is queued with its
+/// transaction (whether or not its keys have leases now); whether the
+/// command was taken.
+fn queue(fctx: FilterCtx, argc: c_int, client: u64) -> bool {
+    let confirmed = QUEUED.with(|q| q.borrow().get(&client).map(|t| t.confirmed));
+    match confirmed {
+        None => return false,
+        Some(false) if !in_multi(client) => {
+            forget_transaction(client);
+            return false;
+        }
+        Some(_) => {}
+    }
+    let write = CATALOGUE.with(|c| c.borrow().may_write(arg(fctx, 0), argc));
+    QUEUED.with(|q| {
+        let mut q = q.borrow_mut();
+        let Some(t) = q.get_mut(&client) else { return };
+        t.confirmed = true;
+        if write {
+            for i in 1..argc {
+                t.writes.add(arg(fctx, i));
+            }
+        }
+    });
     true
 }
 
@@ -315,9 +685,15 @@ extern "C" fn on_command(fctx: FilterCtx) {
         // The command before this one has been answered by now.
         decide();
         let argc = unsafe { raw::RedisModule_CommandFilterArgsCount.unwrap()(fctx) };
+        if argc == 1 {
+            if let Some(s) = step(arg(fctx, 0)) {
+                transaction_step(s, sender(fctx));
+            }
+            return;
+        }
         if ANY_QUEUED.load(Ordering::Relaxed) {
             if let Some(c) = sender(fctx) {
-                if transaction_end(arg(fctx, 0), c) {
+                if queue(fctx, argc, c) {
                     return;
                 }
             }
@@ -325,27 +701,55 @@ extern "C" fn on_command(fctx: FilterCtx) {
         // The common case costs two loads and a bit test or two per argument.
         let mask = LEN_MASK.load(Ordering::Relaxed);
         let tails = TAIL_MASK.load(Ordering::Relaxed);
-        let mut names: Vec<Vec<u8>> = Vec::new();
+        let mut writes = Writes::default();
         for i in 1..argc {
             let a = arg(fctx, i);
             if mask & len_bit(a.len()) != 0 && tails & tail_bit(a) != 0 && commands::names(a) {
-                names.push(a.to_vec());
+                writes.names.push(a.to_vec());
             }
         }
-        if names.is_empty() || !CATALOGUE.with(|c| c.borrow().may_write(arg(fctx, 0), argc)) {
+        // A write the server postpones (a pause) may run after leases are
+        // granted on keys it names, without passing the filter again (seen
+        // on Redis 8.2 and Valkey 9.1): all its arguments are kept.
+        let postponed = writes.names.is_empty() && paused();
+        if (writes.names.is_empty() && !postponed)
+            || !CATALOGUE.with(|c| c.borrow().may_write(arg(fctx, 0), argc))
+        {
             return;
         }
-        match sender(fctx) {
-            Some(c) if in_multi(c) => {
-                QUEUED.with(|q| q.borrow_mut().entry(c).or_default().extend(names));
-                ANY_QUEUED.store(true, Ordering::Relaxed);
+        let client = sender(fctx);
+        if postponed {
+            if client.is_none() {
+                // Redis 7.0 passes a postponed command through the filter
+                // again when it runs.
+                return;
             }
-            _ => note(Pending {
-                names,
-                errors: refusals(),
-                exec: false,
-            }),
+            for i in 1..argc {
+                writes.add(arg(fctx, i));
+            }
         }
+        if let Some(c) = client.filter(|&c| in_multi(c)) {
+            // A transaction opened before the filter listened: it may hold
+            // writes warden never saw.
+            QUEUED.with(|q| {
+                q.borrow_mut().insert(
+                    c,
+                    Transaction {
+                        confirmed: true,
+                        writes: Writes::all(),
+                    },
+                );
+            });
+            ANY_QUEUED.store(true, Ordering::Relaxed);
+            return;
+        }
+        note(Pending {
+            writes,
+            errors: refusals(),
+            exec: false,
+            write_calls: None,
+            client,
+        });
     })
 }
 
@@ -360,9 +764,10 @@ pub fn client_gone(client: u64) {
     });
 }
 
-/// Listens while the table has entries, and only then: registered at the
-/// first entry, unregistered (from a timer, never from inside the filter)
-/// once the table is empty and nothing waits to be decided.
+/// Listens while the table has entries (or a watched client has not run),
+/// and only then: registered at the first entry, unregistered (from a timer,
+/// never from inside the filter) once the table is empty and nothing waits
+/// to be decided.
 pub fn listen(on: bool) {
     let filter = FILTER.with(Cell::get);
     let ctx = events::detached();
@@ -375,10 +780,16 @@ pub fn listen(on: bool) {
             )
         };
         FILTER.with(|c| c.set(f));
+        // What the server runs from now to the next command or timer turn
+        // without passing the filter may write the keys just leased.
+        WINDOW.with(|w| w.set(Some(changes())));
+        decide_soon(0);
     } else if !on && !filter.is_null() {
         decide();
         QUEUED.with(|q| *q.borrow_mut() = FxHashMap::default());
         ANY_QUEUED.store(false, Ordering::Relaxed);
+        WATCHED.with(|w| *w.borrow_mut() = Vec::new());
+        ANY_WATCHED.store(false, Ordering::Relaxed);
         unsafe { raw::RedisModule_UnregisterCommandFilter.unwrap()(ctx, filter) };
         FILTER.with(|c| c.set(std::ptr::null_mut()));
     }
@@ -387,4 +798,10 @@ pub fn listen(on: bool) {
 /// Whether the filter is registered (`INFO warden`, tests).
 pub fn listening() -> bool {
     !FILTER.with(Cell::get).is_null()
+}
+
+/// Whether a client whose write has not run yet is watched (the filter
+/// stays until it has).
+pub fn watching() -> bool {
+    ANY_WATCHED.load(Ordering::Relaxed)
 }

@@ -330,6 +330,27 @@ impl Table {
         revoked
     }
 
+    /// Revokes every lease, in every database (a write warden could not
+    /// see the keys of ran): stale marks stay. The number revoked.
+    pub fn revoke_all(&mut self) -> usize {
+        let leased: Vec<QueueKey> = self
+            .dbs
+            .iter()
+            .flat_map(|(&db, d)| {
+                d.deadlines.iter().map(move |(_, _, name)| QueueKey {
+                    db,
+                    name: name.clone(),
+                })
+            })
+            .collect();
+        let revoked = leased.len();
+        for q in leased {
+            self.take(&q, None);
+            self.revoked.push(q);
+        }
+        revoked
+    }
+
     /// Forgets every entry of `db` (-1: all) at once; the memory is freed by
     /// later batches.
     pub fn forget_db(&mut self, db: c_int) {
@@ -616,6 +637,20 @@ mod tests {
         let b = t.batch(0, 100);
         assert_eq!(b.ended.len(), 3);
         assert!(!b.more);
+    }
+
+    #[test]
+    fn revoking_all_ends_every_lease_and_keeps_stale_marks() {
+        let mut t = Table::default();
+        t.grant(&q(0, "a"), lease(1, 100, Some(1)));
+        t.grant(&q(4, "b"), lease(2, 100, None));
+        t.set_stale(&q(0, "s"), Some(50));
+        t.grant(&q(0, "s"), lease(3, 100, None));
+        assert_eq!(t.revoke_all(), 3);
+        assert_eq!(t.leases(), 0);
+        assert_eq!(t.len(), 1, "the stale mark stays");
+        assert!(t.names(b"s") && !t.names(b"a") && !t.names(b"b"));
+        assert_eq!(t.batch(0, 100).ended.len(), 3);
     }
 
     #[test]
