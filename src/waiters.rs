@@ -233,6 +233,9 @@ struct Registry {
     lease_timers: FxHashMap<c_int, FxHashMap<Vec<u8>, (TimerId, i64)>>,
     dirty: FxHashSet<QueueKey>,
     tick: Option<TimerId>,
+    /// Grants handed to Redis and not yet written or dropped (`InFlight`
+    /// addresses): what a `REPLICAOF` about to run must take back first.
+    in_flight: FxHashSet<usize>,
 }
 
 thread_local! {
@@ -622,7 +625,13 @@ fn deliver(ctx: Ctx, waiter: Waiter, answer: Answer) {
         stop_timer(ctx, id);
     }
     let grant = answer.token().map(|t| (waiter.kind, waiter.key, t));
+    let granting = grant.is_some();
     let in_flight = Box::into_raw(Box::new(InFlight { answer, grant }));
+    if granting {
+        watch_role_changes(ctx);
+        with(|r| r.in_flight.insert(in_flight as usize));
+        GRANTS_IN_FLIGHT.store(true, Ordering::Relaxed);
+    }
     unsafe { raw::RedisModule_UnblockClient.unwrap()(waiter.handle, in_flight.cast::<c_void>()) };
 }
 
@@ -980,8 +989,141 @@ extern "C" fn on_disconnect(ctx: Ctx, handle: Handle) {
 
 extern "C" fn free_in_flight(_ctx: Ctx, data: *mut c_void) {
     if !data.is_null() {
+        if GRANTS_IN_FLIGHT.load(Ordering::Relaxed) {
+            with(|r| {
+                r.in_flight.remove(&(data as usize));
+                if r.in_flight.is_empty() {
+                    GRANTS_IN_FLIGHT.store(false, Ordering::Relaxed);
+                    shrink_set(&mut r.in_flight);
+                }
+            });
+        }
         drop(unsafe { Box::from_raw(data.cast::<InFlight>()) });
     }
+}
+
+fn shrink_set(set: &mut FxHashSet<usize>) {
+    if set.capacity() > 64 {
+        set.shrink_to_fit();
+    }
+}
+
+/// Set while `in_flight` holds a grant: the command filter's whole cost on
+/// every other command is this load.
+static GRANTS_IN_FLIGHT: AtomicBool = AtomicBool::new(false);
+static FILTERING: AtomicBool = AtomicBool::new(false);
+
+/// The answer of a waiter whose grant was taken back because the server is
+/// about to follow another master (written only if that command then fails:
+/// otherwise Redis answers `-UNBLOCKED` itself).
+const GRANT_TAKEN_BACK: &str =
+    "UNBLOCKED the grant was taken back: the instance is becoming a replica";
+
+/// Registers the command filter on the first grant handed over (a server
+/// whose waiters never get a grant pays nothing on its commands).
+fn watch_role_changes(ctx: Ctx) {
+    if FILTERING.swap(true, Ordering::Relaxed) {
+        return;
+    }
+    unsafe {
+        raw::RedisModule_RegisterCommandFilter.unwrap()(ctx, Some(on_command), 0);
+    }
+}
+
+/// Invariant — a grant cut off by a role change is taken back on the server
+/// that becomes master:
+/// - `REPLICAOF host port` (and `CLUSTER REPLICATE`) run inside a command:
+///   Redis unblocks our waiters (`disconnectAllBlockedClients`, which drops a
+///   grant on its way and calls `on_disconnect`) while still a master, but a
+///   write made there is only queued (`alsoPropagate`) and propagated when
+///   the command ends, after `masterhost` is set: `propagateNow` →
+///   `shouldPropagate` then drops it (7.0, 7.2+, Valkey alike). Nothing lets
+///   a module propagate at once from inside a command (a thread-safe
+///   context's lock is the main thread's own GIL).
+/// - So the take-back happens before the command runs: this filter sees it
+///   first (`processCommand`, outside any execution unit), takes every grant
+///   still on its way back (nothing new is granted meanwhile), turns its
+///   answer into an error, and flushes the effects to replicas and the AOF
+///   with a module call (its end propagates what is pending: 7.0 through
+///   `moduleFreeContext`, 7.2+ through `postExecutionUnitOperations`).
+/// - Left to `on_disconnect` (and lost on the next master): a `REPLICAOF`
+///   inside `MULTI`/`EXEC` after a hand-off in the same transaction, or one
+///   sent from a script or another module's call.
+extern "C" fn on_command(fctx: *mut raw::RedisModuleCommandFilterCtx) {
+    if !GRANTS_IN_FLIGHT.load(Ordering::Relaxed) {
+        return;
+    }
+    guard::callback((), || {
+        // While writes are paused an effect must not be propagated (Redis
+        // asserts): the take-back is left to `on_disconnect` then.
+        let paused = unsafe { raw::RedisModule_AvoidReplicaTraffic.unwrap()() } != 0;
+        if !paused && changes_master(fctx) && !crate::keyspace::maybe_replica() {
+            take_back_in_flight();
+        }
+    })
+}
+
+/// Whether the filtered command makes this server follow a master.
+fn changes_master(fctx: *mut raw::RedisModuleCommandFilterCtx) -> bool {
+    let arg = |i: c_int| -> &[u8] {
+        let s = unsafe { raw::RedisModule_CommandFilterArgGet.unwrap()(fctx, i) };
+        if s.is_null() {
+            return &[];
+        }
+        let mut len = 0usize;
+        let p = unsafe { raw::RedisModule_StringPtrLen.unwrap()(s, &mut len) };
+        unsafe { std::slice::from_raw_parts(p.cast::<u8>(), len) }
+    };
+    let argc = unsafe { raw::RedisModule_CommandFilterArgsCount.unwrap()(fctx) };
+    let name = arg(0);
+    if argc == 3
+        && (name.eq_ignore_ascii_case(b"replicaof") || name.eq_ignore_ascii_case(b"slaveof"))
+    {
+        return !(arg(1).eq_ignore_ascii_case(b"no") && arg(2).eq_ignore_ascii_case(b"one"));
+    }
+    argc == 3 && name.eq_ignore_ascii_case(b"cluster") && arg(1).eq_ignore_ascii_case(b"replicate")
+}
+
+/// Takes back every grant on its way to a client, with nothing granted in
+/// its place, and sends the effects on before the role can change.
+fn take_back_in_flight() {
+    let ctx = events::detached();
+    let mut taken = false;
+    // A kind that hands a taken-back grant on (read-write locks) adds to
+    // the list: again until no grant is on its way (each waiter once).
+    while let Some(p) = with(|r| {
+        r.in_flight
+            .iter()
+            .copied()
+            // Safety: listed only until Redis frees it (`free_in_flight`).
+            .find(|&p| unsafe { (*(p as *const InFlight)).grant.is_some() })
+    }) {
+        // Safety: listed only until Redis frees it (`free_in_flight`).
+        let f = unsafe { &mut *(p as *mut InFlight) };
+        let Some((kind, q, token)) = f.grant.take() else {
+            continue;
+        };
+        f.answer = Answer::Error(GRANT_TAKEN_BACK);
+        let c = Context::new(ctx);
+        GRANTS_HELD.store(true, Ordering::Relaxed);
+        select_db(&c, q.db);
+        let name = RedisString::create_from_slice(ctx, &q.name);
+        kind.revoke(&c, Arg::of(&name), token);
+        GRANTS_HELD.store(false, Ordering::Relaxed);
+        with(|r| r.dirty.insert(q));
+        taken = true;
+    }
+    if !taken {
+        return;
+    }
+    // Propagates the pending effects now, while this server is a master.
+    let reply =
+        unsafe { raw::RedisModule_Call.unwrap()(ctx, c"WARDEN.CONTENDED".as_ptr(), c"!".as_ptr()) };
+    if !reply.is_null() {
+        unsafe { raw::RedisModule_FreeCallReply.unwrap()(reply) };
+    }
+    // Should the command fail, the keys are served again.
+    arm_tick(ctx, 0);
 }
 
 extern "C" fn on_tick(ctx: Ctx, _data: *mut c_void) {
