@@ -628,8 +628,13 @@ fn deliver(ctx: Ctx, waiter: Waiter, answer: Answer) {
     let granting = grant.is_some();
     let in_flight = Box::into_raw(Box::new(InFlight { answer, grant }));
     if granting {
-        watch_role_changes(ctx);
-        with(|r| r.in_flight.insert(in_flight as usize));
+        let first = with(|r| {
+            r.in_flight.insert(in_flight as usize);
+            r.in_flight.len() == 1
+        });
+        if first {
+            watch_role_changes(true);
+        }
         GRANTS_IN_FLIGHT.store(true, Ordering::Relaxed);
     }
     unsafe { raw::RedisModule_UnblockClient.unwrap()(waiter.handle, in_flight.cast::<c_void>()) };
@@ -990,13 +995,16 @@ extern "C" fn on_disconnect(ctx: Ctx, handle: Handle) {
 extern "C" fn free_in_flight(_ctx: Ctx, data: *mut c_void) {
     if !data.is_null() {
         if GRANTS_IN_FLIGHT.load(Ordering::Relaxed) {
-            with(|r| {
-                r.in_flight.remove(&(data as usize));
-                if r.in_flight.is_empty() {
-                    GRANTS_IN_FLIGHT.store(false, Ordering::Relaxed);
+            let last = with(|r| {
+                r.in_flight.remove(&(data as usize)) && r.in_flight.is_empty() && {
                     shrink_set(&mut r.in_flight);
+                    true
                 }
             });
+            if last {
+                GRANTS_IN_FLIGHT.store(false, Ordering::Relaxed);
+                watch_role_changes(false);
+            }
         }
         drop(unsafe { Box::from_raw(data.cast::<InFlight>()) });
     }
@@ -1008,10 +1016,8 @@ fn shrink_set(set: &mut FxHashSet<usize>) {
     }
 }
 
-/// Set while `in_flight` holds a grant: the command filter's whole cost on
-/// every other command is this load.
+/// Set while `in_flight` holds a grant (the filter is registered then).
 static GRANTS_IN_FLIGHT: AtomicBool = AtomicBool::new(false);
-static FILTERING: AtomicBool = AtomicBool::new(false);
 
 /// The answer of a waiter whose grant was taken back because the server is
 /// about to follow another master (written only if that command then fails:
@@ -1019,14 +1025,34 @@ static FILTERING: AtomicBool = AtomicBool::new(false);
 const GRANT_TAKEN_BACK: &str =
     "UNBLOCKED the grant was taken back: the instance is becoming a replica";
 
-/// Registers the command filter on the first grant handed over (a server
-/// whose waiters never get a grant pays nothing on its commands).
-fn watch_role_changes(ctx: Ctx) {
-    if FILTERING.swap(true, Ordering::Relaxed) {
+/// The command filter that sees a `REPLICAOF` coming, registered only while
+/// grants are on their way to their clients: from a hand-off until Redis
+/// has written (or dropped) its reply, within the same event-loop turn. The
+/// rest of the time the server's commands pass no filter of warden's.
+struct RoleFilter(*mut raw::RedisModuleCommandFilter);
+
+// Safety: only the main thread registers, reads and unregisters it.
+unsafe impl Send for RoleFilter {}
+
+static ROLE_FILTER: std::sync::Mutex<RoleFilter> =
+    std::sync::Mutex::new(RoleFilter(ptr::null_mut()));
+
+fn watch_role_changes(on: bool) {
+    let Ok(mut filter) = ROLE_FILTER.lock() else {
         return;
-    }
-    unsafe {
-        raw::RedisModule_RegisterCommandFilter.unwrap()(ctx, Some(on_command), 0);
+    };
+    let ctx = events::detached();
+    match (on, filter.0.is_null()) {
+        (true, true) => {
+            filter.0 = unsafe {
+                raw::RedisModule_RegisterCommandFilter.unwrap()(ctx, Some(on_command), 0)
+            };
+        }
+        (false, false) => {
+            unsafe { raw::RedisModule_UnregisterCommandFilter.unwrap()(ctx, filter.0) };
+            filter.0 = ptr::null_mut();
+        }
+        _ => {}
     }
 }
 
