@@ -218,6 +218,11 @@ pub fn effects_needed(_ctx: &Context) -> bool {
 
 static LISTENERS: AtomicBool = AtomicBool::new(false);
 
+/// Whether effects may reach a replica or the AOF (see [`effects_needed`]).
+pub fn effects_listened() -> bool {
+    LISTENERS.load(Ordering::Relaxed)
+}
+
 /// Whether this server is a replica, as the last role change (or the load)
 /// said: lets hot paths skip the context-flags call on a master.
 static REPLICA: AtomicBool = AtomicBool::new(false);

@@ -625,7 +625,9 @@ fn deliver(ctx: Ctx, waiter: Waiter, answer: Answer) {
         stop_timer(ctx, id);
     }
     let grant = answer.token().map(|t| (waiter.kind, waiter.key, t));
-    let granting = grant.is_some();
+    // Only a server with replicas (or one that forked: they may come) has a
+    // next master a taken-back grant must reach.
+    let granting = grant.is_some() && crate::keyspace::effects_listened();
     let in_flight = Box::into_raw(Box::new(InFlight { answer, grant }));
     if granting {
         let first = with(|r| {
@@ -1026,9 +1028,10 @@ const GRANT_TAKEN_BACK: &str =
     "UNBLOCKED the grant was taken back: the instance is becoming a replica";
 
 /// The command filter that sees a `REPLICAOF` coming, registered only while
-/// grants are on their way to their clients: from a hand-off until Redis
-/// has written (or dropped) its reply, within the same event-loop turn. The
-/// rest of the time the server's commands pass no filter of warden's.
+/// grants are on their way to their clients (from a hand-off until Redis
+/// has written or dropped its reply, within the same event-loop turn) on a
+/// server whose effects reach replicas. The rest of the time the server's
+/// commands pass no filter of warden's.
 struct RoleFilter(*mut raw::RedisModuleCommandFilter);
 
 // Safety: only the main thread registers, reads and unregisters it.
