@@ -499,13 +499,20 @@ impl Group {
             if i == master {
                 continue;
             }
+            // A connection the role change closed is opened again.
             let mut c = s.conn();
             wait_for(
                 "replicas following the new master",
                 Duration::from_secs(60),
-                || {
-                    let info: String = redis::cmd("INFO").arg("replication").query(&mut c).unwrap();
-                    info.contains(&port) && info.contains("master_link_status:up")
+                || match redis::cmd("INFO")
+                    .arg("replication")
+                    .query::<String>(&mut c)
+                {
+                    Ok(info) => info.contains(&port) && info.contains("master_link_status:up"),
+                    Err(_) => {
+                        c = s.conn();
+                        false
+                    }
                 },
             );
         }

@@ -267,12 +267,18 @@ fn waiters_cost_little_and_leave_nothing_behind() {
     );
     drop(wires);
     wait_waiting(&mut c, 0);
-    let left = warden_stat(&mut c, "module_memory") - base;
-    eprintln!("module memory after every waiter left: {left:+} bytes");
-    assert!(
-        left <= 16 * 1024,
-        "{left} bytes stayed after every waiter left"
+    // What the departures leave to timers (the cache's reaper, its watch
+    // of departed clients) is given back on their next turns.
+    let mut left = 0;
+    wait_for(
+        "module memory back near its baseline",
+        Duration::from_secs(10),
+        || {
+            left = warden_stat(&mut c, "module_memory") - base;
+            left <= 16 * 1024
+        },
     );
+    eprintln!("module memory after every waiter left: {left:+} bytes");
 }
 
 /// Ten thousand readers behind a writer are granted by its one unlock, all of
