@@ -62,7 +62,6 @@ fn publish(ctx: &Context, name: &Arg, key: &Key, sem: &mut Semaphore) {
     for held_ms in std::mem::take(&mut sem.ended) {
         stats::SEM_HOLD.observe(held_ms);
     }
-    let changed = sem.take_changed();
     let Some(deadline) = sem.deadline() else {
         key.delete();
         replicate_del(ctx, name);
@@ -70,8 +69,11 @@ fn publish(ctx: &Context, name: &Arg, key: &Key, sem: &mut Semaphore) {
     };
     key.set_expire_at(deadline);
     if !effects_needed(ctx) {
+        // Nobody listens: the list of changed holds is dropped unsorted.
+        sem.clear_changed();
         return;
     }
+    let changed = sem.take_changed();
     let words = effect_words(sem, b"MERGE", &changed);
     let mut all: Vec<&[u8]> = Vec::with_capacity(words.len() + 1);
     all.push(&name[..]);
