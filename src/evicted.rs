@@ -26,7 +26,7 @@ use std::ffi::CStr;
 use std::os::raw::{c_int, c_void};
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use redis_module::{logging, raw, Context, RedisValue};
+use redis_module::{logging, raw, Context};
 
 use crate::args::MAX_MS;
 use crate::events::{Listener, Server};
@@ -209,23 +209,29 @@ pub fn count() -> usize {
     TOMBSTONES.with(|t| t.borrow().len())
 }
 
-fn config(ctx: &Context, name: &str) -> String {
-    match ctx.call("CONFIG", &["GET", name]) {
-        Ok(RedisValue::Array(v)) => match v.get(1) {
-            Some(RedisValue::SimpleString(s)) => s.clone(),
-            Some(RedisValue::BulkString(s)) => s.clone(),
-            Some(RedisValue::BulkRedisString(s)) => s.to_string_lossy(),
-            Some(RedisValue::StringBuffer(b)) => String::from_utf8_lossy(b).into_owned(),
-            _ => String::new(),
-        },
-        _ => String::new(),
+/// A field of `INFO memory` (`maxmemory`, `maxmemory_policy`): read there,
+/// not with `CONFIG GET`, which servers often rename or disable.
+fn memory_info(ctx: &Context, field: &CStr) -> String {
+    unsafe {
+        let data = raw::RedisModule_GetServerInfo.unwrap()(ctx.ctx, c"memory".as_ptr());
+        if data.is_null() {
+            return String::new();
+        }
+        let v = raw::RedisModule_ServerInfoGetFieldC.unwrap()(data, field.as_ptr());
+        let value = if v.is_null() {
+            String::new()
+        } else {
+            CStr::from_ptr(v).to_string_lossy().into_owned()
+        };
+        raw::RedisModule_FreeServerInfo.unwrap()(ctx.ctx, data);
+        value
     }
 }
 
 /// Reads the eviction settings; warns when lock keys could be evicted.
 fn check_policy(ctx: &Context) {
-    let policy = config(ctx, "maxmemory-policy");
-    let limit = config(ctx, "maxmemory");
+    let policy = memory_info(ctx, c"maxmemory_policy");
+    let limit = memory_info(ctx, c"maxmemory");
     let possible = policy != "noeviction" && !policy.is_empty() && limit != "0";
     crate::memory::set_limit(limit.parse().unwrap_or(0), possible);
     let was = EVICTION_POSSIBLE.swap(possible, Ordering::Relaxed);

@@ -142,7 +142,7 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
         && events::subscribe(ctx, LISTENERS)
         && keyspace::watch_listeners(ctx)
         && evicted::watch_policy(ctx)
-        && cache::filter::read_catalogue(ctx)
+        && cache::filter::read_catalogue_at_load(ctx)
         && info::register(ctx.ctx);
     if ready {
         info::log_loaded(ctx);

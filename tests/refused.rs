@@ -568,3 +568,162 @@ fn a_postponed_write_revokes_a_lease_granted_before_it_runs() {
         }
     }
 }
+
+/// Whether the command the server runs is a write is the server's word, as
+/// it will look the command up: a command renamed by `rename-command` writes
+/// (or reads) under its new name and is unknown, so refused, under its old
+/// one; a container's subcommand (`XGROUP CREATE`) writes; so does a command
+/// of a module loaded after warden (at start-up or by `MODULE LOAD` while a
+/// lease is out), also inside a transaction warden did not see opened. A
+/// renamed command counts as a write the first time it names a leased key
+/// (its flags are learnt on the next timer turn): the cases below run once
+/// on another leased key first, and then must revoke exactly what they write.
+#[test]
+fn commands_are_known_as_the_server_knows_them() {
+    let late = late_module_path().display().to_string();
+    let s = Server::start(&[
+        "--rename-command",
+        "APPEND",
+        "MYAPPEND",
+        "--rename-command",
+        "STRLEN",
+        "LENGTH",
+        "--rename-command",
+        "UNLINK",
+        "MYUNLINK",
+        "--loadmodule",
+        &late,
+    ]);
+    let mut c = s.conn();
+    // (what is sent, whether it writes the key, whether it answers an error)
+    let cases: &[(&[&str], bool, bool)] = &[
+        (&["MYAPPEND", "k", "new"], true, false),
+        (&["myappend", "k", "new"], true, false),
+        (&["MYUNLINK", "k"], true, false),
+        (&["APPEND", "k", "new"], false, true),
+        (&["UNLINK", "k"], false, true),
+        (&["LENGTH", "k"], false, false),
+        (&["STRLEN", "k"], false, true),
+        (
+            &["XGROUP", "CREATE", "k", "g", "$", "MKSTREAM"],
+            true,
+            false,
+        ),
+        (&["XGROUP", "NOSUCH", "k"], false, true),
+        (&["XINFO", "STREAM", "k"], false, true),
+        (&["LATE.SET", "k", "new"], true, false),
+        (&["LATE.GET", "k"], false, false),
+        // The module declares no arity: the server runs it, it answers an
+        // error itself, and counts as a write (revoking more is safe).
+        (&["LATE.SET", "k"], true, true),
+    ];
+    for (words, writes, _) in cases {
+        run(&mut c, &["DEL", "warm"]).unwrap();
+        let mut holder = s.conn();
+        let (_, token) = pair(&mut holder, &["CACHE.GET", "warm", "60000"]);
+        assert!(token.is_some());
+        let warm: Vec<&str> = words
+            .iter()
+            .map(|w| if *w == "k" { "warm" } else { w })
+            .collect();
+        let revoked = warden_stat(&mut c, "cache_revoked");
+        let _ = run(&mut c, &warm);
+        if *writes {
+            let now = warden_stat(&mut c, "cache_revoked");
+            assert_eq!(now, revoked + 1, "{words:?} on first sight");
+        }
+    }
+    for (words, writes, refused) in cases {
+        for before in [Before::MissingWithWaiter, Before::Value] {
+            let case = format!("{words:?}, {before:?}");
+            run(&mut c, &["FLUSHALL"]).unwrap();
+            let (token, waiter) = prepare(&s, &mut c, before);
+            let reply = run(&mut c, words);
+            // (XGROUP or XINFO of a missing key or a string fails as the
+            // command runs: that is no refusal.)
+            if *refused {
+                assert!(reply.is_err(), "{case}: refused");
+            }
+            if *writes {
+                let filled = int(&mut c, &["CACHE.FILL", "k", &token.to_string(), "stale"]);
+                assert_eq!(filled, 0, "{case}: the stale fill is refused");
+                if let Some(w) = waiter {
+                    // Woken: served the new value, or WRONGTYPE for a stream.
+                    let _ = w.join();
+                }
+            } else {
+                assert_untouched(&mut c, &case, token, waiter);
+            }
+        }
+    }
+
+    // A transaction opened before any lease existed (warden did not see it
+    // open) that runs only the later module's write.
+    run(&mut c, &["FLUSHALL"]).unwrap();
+    wait_for("no listening", Duration::from_secs(10), || {
+        warden_stat(&mut c, "cache_listening") == 0
+    });
+    let mut w = s.conn();
+    run(&mut w, &["MULTI"]).unwrap();
+    run(&mut w, &["LATE.SET", "k", "new"]).unwrap();
+    let (_, token) = pair(&mut c, &["CACHE.GET", "k", "60000"]);
+    run(&mut w, &["EXEC"]).unwrap();
+    let filled = int(
+        &mut c,
+        &["CACHE.FILL", "k", &token.unwrap().to_string(), "old"],
+    );
+    assert_eq!(filled, 0, "unseen transaction: the stale fill is refused");
+}
+
+/// A module loaded while a lease is out: its writes revoke at once (until
+/// warden has read its commands' flags, any of its commands naming a leased
+/// key counts as a write); its reads revoke nothing once they are known.
+#[test]
+fn a_module_loaded_while_a_lease_is_out_is_heard() {
+    let late = late_module_path().display().to_string();
+    let s = Server::start(&["--enable-module-command", "yes"]);
+    let mut c = s.conn();
+    let (token, waiter) = prepare(&s, &mut c, Before::MissingWithWaiter);
+    run(&mut c, &["MODULE", "LOAD", &late]).unwrap();
+    run(&mut c, &["LATE.SET", "k", "new"]).unwrap();
+    let filled = int(&mut c, &["CACHE.FILL", "k", &token.to_string(), "stale"]);
+    assert_eq!(filled, 0, "the stale fill is refused");
+    match waiter.unwrap().join().unwrap() {
+        Value::Array(v) => assert_eq!(v[0], Value::BulkString(b"new".to_vec())),
+        other => panic!("{other:?}"),
+    }
+    run(&mut c, &["DEL", "k"]).unwrap();
+    let (token, waiter) = prepare(&s, &mut c, Before::MissingWithWaiter);
+    run(&mut c, &["LATE.GET", "k"]).unwrap();
+    assert_untouched(&mut c, "a read of the module loaded", token, waiter);
+}
+
+/// warden writes and replicates through `SET`, `DEL` and `PEXPIREAT`: a
+/// server that renamed one does not load it, and says why. One that renamed
+/// `CONFIG` (as hardening guides advise) loads it and still reads its
+/// eviction policy.
+#[test]
+fn renamed_commands_warden_needs_refuse_the_load_and_say_why() {
+    for name in ["SET", "DEL", "PEXPIREAT"] {
+        let mut s = Plain::start_with(
+            &["--rename-command", name, "OTHER"],
+            &[module(module_path(), &[])],
+        );
+        assert!(s.exited(), "the server started with {name} renamed");
+        let log = s.log();
+        assert!(
+            log.contains(&format!("does not know {name} under its own name")),
+            "{log}"
+        );
+    }
+    let s = Server::start(&[
+        "--rename-command",
+        "CONFIG",
+        "",
+        "--maxmemory",
+        "100mb",
+        "--maxmemory-policy",
+        "allkeys-lru",
+    ]);
+    assert!(s.log().contains("can evict lock keys"), "{}", s.log());
+}

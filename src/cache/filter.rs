@@ -114,34 +114,118 @@ const REFUSALS: &[&CStr] = &[
     c"errorstat_CLUSTERDOWN",
 ];
 
-/// The server's commands, read once at load (`COMMAND INFO`): each one's
-/// arity and whether it is flagged `write` (module commands included, on
-/// every version). A command the server does not know is refused as
-/// unknown; one with the wrong number of arguments is refused too.
+/// What the catalogue knows of one command.
+#[derive(Clone, Copy)]
+struct Entry {
+    arity: i64,
+    /// Flagged `write` (module commands included, on every version).
+    write: bool,
+    /// A container (`XGROUP`, `CONFIG`, ...): its subcommands have entries of
+    /// their own, `name|sub`, and say whether they write.
+    container: bool,
+}
+
+/// The server's commands (`COMMAND INFO`): whether each one (and each
+/// subcommand) is flagged `write`. Read at load, again on the first timer
+/// turn (modules loaded after warden are there by then); a command the
+/// server knows under a name the catalogue does not (`rename-command`, a
+/// `MODULE LOAD` since) counts as a write until it is learnt (`COMMAND INFO
+/// name`) on the next timer turn. Whether the server will run
+/// a command — it knows the name (also one given by `rename-command`, or a
+/// command of a module loaded after warden), the number of arguments fits —
+/// is asked of the server itself when a command names a leased key
+/// (`RedisModule_GetCommandKeysWithFlags`, which looks the command up as the
+/// server will). A command the catalogue does not know under the name it
+/// was sent by (renamed, or a later module's) is learnt (below).
 #[derive(Default)]
 struct Catalogue {
-    commands: FxHashMap<Vec<u8>, (i64, bool)>,
+    commands: FxHashMap<Vec<u8>, Entry>,
+    /// A name given by `rename-command` → the command's own.
+    aliases: FxHashMap<Vec<u8>, Vec<u8>>,
     /// `cmdstat_<name>` of every command that may write (warden's cache
     /// commands but): how a transaction warden did not see queued is told
     /// from one that wrote nothing.
     write_stats: Vec<std::ffi::CString>,
 }
 
+/// What the server says of a command before running it.
+enum Lookup {
+    /// Unknown, or the wrong number of arguments: refused.
+    Refused,
+    /// It names no key (the server checks no arity then).
+    NoKeys,
+    /// It names keys, with the right number of arguments.
+    Keys,
+}
+
+/// Looks the command up as the server will (`rename-command` and modules
+/// loaded since included).
+fn lookup(fctx: FilterCtx, argc: c_int) -> Lookup {
+    let get = unsafe { raw::RedisModule_CommandFilterArgGet.unwrap() };
+    let mut argv: Vec<*mut raw::RedisModuleString> =
+        (0..argc).map(|i| unsafe { get(fctx, i) }).collect();
+    let mut count: c_int = 0;
+    // No key flags are asked: for commands with a legacy key range the
+    // server reports none.
+    let keys = unsafe {
+        raw::RedisModule_GetCommandKeysWithFlags.unwrap()(
+            events::detached(),
+            argv.as_mut_ptr(),
+            argc,
+            &mut count,
+            std::ptr::null_mut(),
+        )
+    };
+    if keys.is_null() {
+        // Every way to no keys sets errno: ENOENT (unknown command), EINVAL
+        // (wrong number of arguments), 0 (the command names no key).
+        return match std::io::Error::last_os_error().raw_os_error() {
+            Some(0) => Lookup::NoKeys,
+            _ => Lookup::Refused,
+        };
+    }
+    unsafe { raw::RedisModule_Free.unwrap()(keys.cast()) };
+    Lookup::Keys
+}
+
 impl Catalogue {
     /// Whether the command may write what it names, and will not be refused
     /// for its name or its number of arguments.
-    fn may_write(&self, name: &[u8], argc: c_int) -> bool {
-        let lower = name.to_ascii_lowercase();
-        let Some(&(arity, write)) = self.commands.get(&lower) else {
+    fn may_write(&self, fctx: FilterCtx, argc: c_int) -> bool {
+        let sent = arg(fctx, 0).to_ascii_lowercase();
+        let lower = self.aliases.get(&sent).unwrap_or(&sent).clone();
+        if OWN.iter().any(|r| *r == &lower[..]) {
             return false;
+        }
+        let known = match self.commands.get(&lower) {
+            Some(e) if e.container && argc > 1 => {
+                let mut sub = lower;
+                sub.push(b'|');
+                sub.extend(arg(fctx, 1).iter().map(u8::to_ascii_lowercase));
+                self.commands.get(&sub).copied()
+            }
+            e => e.copied(),
         };
-        let argc = i64::from(argc);
-        let arity_ok = if arity >= 0 {
-            argc == arity
-        } else {
-            argc >= -arity
-        };
-        write && arity_ok && !OWN.iter().any(|r| *r == &lower[..])
+        match (lookup(fctx, argc), known) {
+            (Lookup::Refused, _) => false,
+            (Lookup::NoKeys, Some(e)) => e.write && arity_fits(e.arity, argc),
+            (Lookup::Keys, Some(e)) => e.write,
+            // Renamed, or a later module's: it counts as a write until its
+            // flags are learnt, on the next timer turn.
+            (Lookup::NoKeys | Lookup::Keys, None) => {
+                learn(sent);
+                true
+            }
+        }
+    }
+}
+
+fn arity_fits(arity: i64, argc: c_int) -> bool {
+    let argc = i64::from(argc);
+    if arity >= 0 {
+        argc == arity
+    } else {
+        argc >= -arity
     }
 }
 
@@ -155,34 +239,151 @@ fn text(v: &RedisValue) -> Option<Vec<u8>> {
     }
 }
 
-/// Reads the server's command table (at load, after warden's own commands
-/// are registered).
-pub fn read_catalogue(ctx: &Context) -> bool {
-    let mut catalogue = Catalogue::default();
-    if let Ok(RedisValue::Array(items)) = ctx.call("COMMAND", &["INFO"]) {
-        for item in items {
-            let RedisValue::Array(fields) = item else {
-                continue;
-            };
-            let (Some(name), Some(RedisValue::Integer(arity)), Some(RedisValue::Array(flags))) =
-                (fields.first().and_then(text), fields.get(1), fields.get(2))
-            else {
-                continue;
-            };
-            let write = flags.iter().filter_map(text).any(|f| f == b"write");
-            let lower = name.to_ascii_lowercase();
-            if write && !OWN.iter().any(|r| *r == &lower[..]) {
-                let mut field = b"cmdstat_".to_vec();
-                field.extend_from_slice(&lower);
-                if let Ok(f) = std::ffi::CString::new(field) {
-                    catalogue.write_stats.push(f);
-                }
+impl Catalogue {
+    /// Adds one `COMMAND INFO` entry, and its subcommands (`name|sub`).
+    fn add(&mut self, item: &RedisValue) {
+        let RedisValue::Array(fields) = item else {
+            return;
+        };
+        let (Some(name), Some(RedisValue::Integer(arity)), Some(RedisValue::Array(flags))) =
+            (fields.first().and_then(text), fields.get(1), fields.get(2))
+        else {
+            return;
+        };
+        let write = flags.iter().filter_map(text).any(|f| f == b"write");
+        let lower = name.to_ascii_lowercase();
+        if write && !OWN.iter().any(|r| *r == &lower[..]) {
+            let mut field = b"cmdstat_".to_vec();
+            field.extend_from_slice(&lower);
+            if let Ok(f) = std::ffi::CString::new(field) {
+                self.write_stats.push(f);
             }
-            catalogue.commands.insert(lower, (*arity, write));
+        }
+        let subcommands = match fields.get(9) {
+            Some(RedisValue::Array(subs)) if !subs.is_empty() => subs.as_slice(),
+            _ => &[],
+        };
+        for sub in subcommands {
+            self.add(sub);
+        }
+        let entry = Entry {
+            arity: *arity,
+            write,
+            container: !subcommands.is_empty(),
+        };
+        self.commands.insert(lower, entry);
+    }
+}
+
+/// Names the server knows and the catalogue does not, to learn on the next
+/// timer turn (at most the server's commands: only names it knows come here).
+fn learn(name: Vec<u8>) {
+    let first = TO_LEARN.with(|t| {
+        let mut t = t.borrow_mut();
+        let first = t.is_empty();
+        t.insert(name);
+        first
+    });
+    if first {
+        decide_soon(0);
+    }
+}
+
+/// Learns the names seen since the last timer turn: each one's entry (a
+/// later module's command), or the command it names (`rename-command`).
+fn learn_now(ctx: &Context) {
+    let names = TO_LEARN.with(|t| std::mem::take(&mut *t.borrow_mut()));
+    for name in names {
+        let Ok(sent) = std::str::from_utf8(&name) else {
+            continue;
+        };
+        let Ok(RedisValue::Array(items)) = ctx.call("COMMAND", &["INFO", sent]) else {
+            continue;
+        };
+        let Some(item @ RedisValue::Array(fields)) = items.first() else {
+            continue;
+        };
+        let Some(own) = fields
+            .first()
+            .and_then(text)
+            .map(|n| n.to_ascii_lowercase())
+        else {
+            continue;
+        };
+        if !CATALOGUE.with(|c| c.borrow().commands.contains_key(&own)) {
+            // A module loaded since: all of its commands at once.
+            read_catalogue(ctx);
+            CATALOGUE.with(|c| {
+                let mut c = c.borrow_mut();
+                if !c.commands.contains_key(&own) {
+                    c.add(item);
+                }
+            });
+        }
+        if own != name {
+            CATALOGUE.with(|c| c.borrow_mut().aliases.insert(name, own));
         }
     }
-    let known = catalogue.commands.get(&b"set"[..]).is_some_and(|c| c.1);
-    CATALOGUE.with(|c| *c.borrow_mut() = catalogue);
+}
+
+/// Reads the server's command table (at load, after warden's own commands
+/// are registered), and again on the first timer turn, when modules loaded
+/// after warden are there too.
+pub fn read_catalogue_at_load(ctx: &Context) -> bool {
+    if !read_catalogue(ctx) {
+        redis_module::logging::log_warning(
+            "warden: cannot read the server's command table (COMMAND INFO): \
+             warden needs COMMAND under its own name",
+        );
+        return false;
+    }
+    // warden writes cached values and lease ends with these, and replicates
+    // lock expiries as PEXPIREAT and DEL: under other names both would fail.
+    let needed = ["set", "del", "pexpireat"];
+    let mut words = vec!["INFO"];
+    words.extend(needed);
+    let missing: Vec<&str> = match ctx.call("COMMAND", &words[..]) {
+        Ok(RedisValue::Array(found)) => needed
+            .iter()
+            .zip(found.iter().chain(std::iter::repeat(&RedisValue::Null)))
+            .filter(|(_, v)| !matches!(v, RedisValue::Array(_)))
+            .map(|(n, _)| *n)
+            .collect(),
+        _ => needed.to_vec(),
+    };
+    if !missing.is_empty() {
+        redis_module::logging::log_warning(format!(
+            "warden: the server does not know {} under its own name (rename-command): \
+             warden writes and replicates through SET, DEL and PEXPIREAT and does not load",
+            missing.join(", ").to_uppercase()
+        ));
+        return false;
+    }
+    let timer = unsafe {
+        raw::RedisModule_CreateTimer.unwrap()(ctx.ctx, 0, Some(on_loaded), std::ptr::null_mut())
+    };
+    timer != 0
+}
+
+extern "C" fn on_loaded(ctx: *mut raw::RedisModuleCtx, _data: *mut c_void) {
+    guard::callback((), || {
+        read_catalogue(&Context::new(ctx));
+    })
+}
+
+fn read_catalogue(ctx: &Context) -> bool {
+    let mut catalogue = Catalogue::default();
+    if let Ok(RedisValue::Array(items)) = ctx.call("COMMAND", &["INFO"]) {
+        for item in &items {
+            catalogue.add(item);
+        }
+    }
+    let known = catalogue.commands.get(&b"set"[..]).is_some_and(|c| c.write);
+    CATALOGUE.with(|c| {
+        let mut c = c.borrow_mut();
+        catalogue.aliases = std::mem::take(&mut c.aliases);
+        *c = catalogue;
+    });
     known
 }
 
@@ -242,8 +443,8 @@ struct Pending {
     errors: u64,
     exec: bool,
     /// For an `EXEC` whose writes are unknown: the calls of write commands
-    /// before it (`write_calls`).
-    write_calls: Option<u64>,
+    /// before it (`writes_done`).
+    write_calls: Option<(u64, u64)>,
     /// Who sent it, where the server says (Redis ≥ 7.2, Valkey).
     client: Option<u64>,
 }
@@ -294,6 +495,7 @@ thread_local! {
     static QUEUED: RefCell<FxHashMap<u64, Transaction>> = RefCell::new(FxHashMap::default());
     static WATCHED: RefCell<Vec<Watched>> = const { RefCell::new(Vec::new()) };
     static CATALOGUE: RefCell<Catalogue> = RefCell::new(Catalogue::default());
+    static TO_LEARN: RefCell<rustc_hash::FxHashSet<Vec<u8>>> = RefCell::new(rustc_hash::FxHashSet::default());
 }
 
 fn arg(fctx: FilterCtx, pos: c_int) -> &'static [u8] {
@@ -411,6 +613,14 @@ unsafe fn calls_field(data: *mut raw::RedisModuleServerInfoData, field: &CStr) -
         .unwrap_or(0)
 }
 
+/// What tells whether a transaction wrote: calls of the commands flagged
+/// `write` (a `DEL` of a missing key included), and the server's count of
+/// changes (a command of a module loaded after warden, which the catalogue
+/// does not list, counts there when it replicates).
+fn writes_done() -> (u64, u64) {
+    (write_calls(), changes())
+}
+
 fn exec_aborts() -> u64 {
     info_counts(c"errorstats", &[c"errorstat_EXECABORT"])
 }
@@ -458,7 +668,7 @@ pub fn decide() {
         let ran = if p.exec {
             // A transaction whose writes are unknown counts only if a
             // command that may write ran in it.
-            exec_aborts() == p.errors && p.write_calls.is_none_or(|n| write_calls() != n)
+            exec_aborts() == p.errors && p.write_calls.is_none_or(|n| writes_done() != n)
         } else {
             refusals() == p.errors
         };
@@ -575,8 +785,13 @@ fn awaits_run(ctx: *mut raw::RedisModuleCtx, client: u64) -> bool {
         .is_some_and(|flags| flags.contains(&b'u'))
 }
 
-extern "C" fn on_decide(_ctx: *mut raw::RedisModuleCtx, _data: *mut c_void) {
-    guard::callback((), decide)
+extern "C" fn on_decide(ctx: *mut raw::RedisModuleCtx, _data: *mut c_void) {
+    guard::callback((), || {
+        decide();
+        if TO_LEARN.with(|t| !t.borrow().is_empty()) {
+            learn_now(&Context::new(ctx));
+        }
+    })
 }
 
 /// A command of one argument that opens or ends a transaction.
@@ -628,7 +843,7 @@ fn transaction_step(step: Step, client: Option<u64>) {
                 None if in_multi(c) => Writes::all(),
                 None => return,
             };
-            let write_calls = writes.all.then(write_calls);
+            let write_calls = writes.all.then(writes_done);
             note(Pending {
                 writes,
                 errors: exec_aborts(),
@@ -643,7 +858,7 @@ fn transaction_step(step: Step, client: Option<u64>) {
             writes: Writes::all(),
             errors: exec_aborts(),
             exec: true,
-            write_calls: Some(write_calls()),
+            write_calls: Some(writes_done()),
             client: None,
         }),
         (Step::Drop, Some(c)) => {
@@ -666,7 +881,7 @@ fn queue(fctx: FilterCtx, argc: c_int, client: u64) -> bool {
         }
         Some(_) => {}
     }
-    let write = CATALOGUE.with(|c| c.borrow().may_write(arg(fctx, 0), argc));
+    let write = CATALOGUE.with(|c| c.borrow().may_write(fctx, argc));
     QUEUED.with(|q| {
         let mut q = q.borrow_mut();
         let Some(t) = q.get_mut(&client) else { return };
@@ -713,7 +928,7 @@ extern "C" fn on_command(fctx: FilterCtx) {
         // on Redis 8.2 and Valkey 9.1): all its arguments are kept.
         let postponed = writes.names.is_empty() && paused();
         if (writes.names.is_empty() && !postponed)
-            || !CATALOGUE.with(|c| c.borrow().may_write(arg(fctx, 0), argc))
+            || !CATALOGUE.with(|c| c.borrow().may_write(fctx, argc))
         {
             return;
         }

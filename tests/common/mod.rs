@@ -27,6 +27,16 @@ pub fn module_path() -> PathBuf {
     panic!("libwarden.so not found near {}", exe.display());
 }
 
+/// The test module `LATE` (`tests/modules/late_module.rs`, built by cargo as
+/// an example beside the test binaries): loaded after warden.
+pub fn late_module_path() -> PathBuf {
+    let exe = std::env::current_exe().expect("test binary path");
+    let profile = exe.parent().and_then(|d| d.parent()).expect("profile dir");
+    let path = profile.join("examples").join("liblate_module.so");
+    assert!(path.exists(), "{} is built by cargo test", path.display());
+    path
+}
+
 /// With `WARDEN_VALGRIND_DIR` set, servers run under valgrind (memcheck) and
 /// their reports are copied there (`make valgrind`).
 fn valgrind_dir() -> Option<PathBuf> {
@@ -970,7 +980,16 @@ impl Plain {
         Self::start_in(dir, modules)
     }
 
+    /// With `extra` config arguments before the modules.
+    pub fn start_with(extra: &[&str], modules: &[Vec<String>]) -> Self {
+        Self::launch(tempfile::tempdir().unwrap(), extra, modules)
+    }
+
     fn start_in(dir: tempfile::TempDir, modules: &[Vec<String>]) -> Self {
+        Self::launch(dir, &[], modules)
+    }
+
+    fn launch(dir: tempfile::TempDir, extra: &[&str], modules: &[Vec<String>]) -> Self {
         let mut cmd = Command::new(server_binary());
         cmd.current_dir(dir.path()).args([
             "--port",
@@ -982,6 +1001,7 @@ impl Plain {
             "--logfile",
             &dir.path().join("redis.log").display().to_string(),
         ]);
+        cmd.args(extra);
         for m in modules {
             cmd.arg("--loadmodule").args(m);
         }

@@ -1,0 +1,36 @@
+//! A module the tests load after warden (`make test` builds it as an
+//! example): its commands are not in the server's command table when warden
+//! reads it at load. `LATE.SET key value` writes a string and replicates;
+//! `LATE.GET key` only reads.
+
+use redis_module::{redis_module, Context, RedisError, RedisResult, RedisString, RedisValue};
+
+fn late_set(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+    let [_, key, value] = &args[..] else {
+        return Err(RedisError::WrongArity);
+    };
+    ctx.open_key_writable(key).write(value.try_as_str()?)?;
+    ctx.replicate_verbatim();
+    Ok(RedisValue::SimpleStringStatic("OK"))
+}
+
+fn late_get(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+    let [_, key] = &args[..] else {
+        return Err(RedisError::WrongArity);
+    };
+    Ok(ctx
+        .open_key(key)
+        .read()?
+        .map_or(RedisValue::Null, |v| RedisValue::StringBuffer(v.to_vec())))
+}
+
+redis_module! {
+    name: "late",
+    version: 1,
+    allocator: (redis_module::alloc::RedisAlloc, redis_module::alloc::RedisAlloc),
+    data_types: [],
+    commands: [
+        ["late.set", late_set, "write", 1, 1, 1, ""],
+        ["late.get", late_get, "readonly", 1, 1, 1, ""],
+    ],
+}
