@@ -76,7 +76,7 @@ fn with<T>(f: impl FnOnce(&mut Table) -> T) -> T {
         let mut t = t.borrow_mut();
         let out = f(&mut t);
         LEN_MASK.store(t.len_mask(), Ordering::Relaxed);
-        filter::set_masks(t.len_mask(), t.tail_mask());
+        filter::set_screen(t.len_mask(), t.screen_changes());
         out
     })
 }

@@ -6,8 +6,9 @@
 //! empty result): Redis sends no keyspace event for those, and a keyspace
 //! subscription taxes every write of every key. So the cache listens with a
 //! command filter, registered only while the lease table has an entry (the
-//! table's name index answers "does this argument name an entry?" with an
-//! array index for most arguments).
+//! table's name screen answers "may this argument name an entry?" with a bit
+//! test or two for most arguments; a command none of whose arguments may,
+//! when nothing waits to be decided, costs a few instructions an argument).
 //!
 //! A filter sees a command before the server decides to run it (before
 //! authentication, ACL, arity, `OOM`, `READONLY`, `MULTI` queueing). A
@@ -78,7 +79,7 @@ use redis_module::{raw, Context, RedisValue};
 use rustc_hash::FxHashMap;
 
 use crate::cache::commands;
-use crate::cache::table::{len_bit, tail_bit};
+use crate::cache::table::{len_bit, screen_slot, SCREEN_WORDS};
 use crate::events;
 use crate::guard;
 
@@ -467,11 +468,11 @@ struct Watched {
     unblocked: bool,
 }
 
-/// The lengths and last bytes of the names in the lease table
-/// (`Table::len_mask`, `Table::tail_mask`), kept where the filter reads them
+/// The lengths of the names in the lease table (`Table::len_mask`) and the
+/// name screen (`Table::screen_changes`), kept where the filter reads them
 /// with a load each.
 static LEN_MASK: AtomicU64 = AtomicU64::new(0);
-static TAIL_MASK: AtomicU64 = AtomicU64::new(0);
+static SCREEN: [AtomicU64; SCREEN_WORDS] = [const { AtomicU64::new(0) }; SCREEN_WORDS];
 /// Whether something waits to be decided (a command, the window since the
 /// filter was registered, a watched client), and whether a transaction is
 /// followed: statics, not thread-locals (each thread-local costs a call in a
@@ -480,9 +481,25 @@ static ANY_PENDING: AtomicBool = AtomicBool::new(false);
 static ANY_QUEUED: AtomicBool = AtomicBool::new(false);
 static ANY_WATCHED: AtomicBool = AtomicBool::new(false);
 
-pub fn set_masks(len_mask: u64, tail_mask: u64) {
+/// Follows the lease table: its length mask, and the words of its name
+/// screen that changed.
+pub fn set_screen(len_mask: u64, changes: impl Iterator<Item = (usize, u64)>) {
     LEN_MASK.store(len_mask, Ordering::Relaxed);
-    TAIL_MASK.store(tail_mask, Ordering::Relaxed);
+    for (word, bits) in changes {
+        SCREEN[word].store(bits, Ordering::Relaxed);
+    }
+}
+
+/// Whether an argument may name an entry of the lease table: never false for
+/// one that does (a length test, then, for a length a name has, a bit of the
+/// name screen).
+#[inline(always)]
+fn may_name(a: &[u8]) -> bool {
+    if LEN_MASK.load(Ordering::Relaxed) & len_bit(a.len()) == 0 {
+        return false;
+    }
+    let slot = screen_slot(a);
+    SCREEN[slot / 64].load(Ordering::Relaxed) & (1 << (slot % 64)) != 0
 }
 
 thread_local! {
@@ -895,7 +912,60 @@ fn queue(fctx: FilterCtx, argc: c_int, client: u64) -> bool {
     true
 }
 
+/// Whether `examine` would let the command pass at once, told at a few
+/// instructions an argument: nothing waits to be decided, no transaction is
+/// followed, it is no transaction step, no argument may name an entry, and
+/// no write is postponed that would be kept.
+fn passes(fctx: FilterCtx) -> bool {
+    if ANY_PENDING.load(Ordering::Relaxed) || ANY_QUEUED.load(Ordering::Relaxed) {
+        return false;
+    }
+    // Read once, not per argument (as far as the compiler knows, every call
+    // into the server may change them). Set, since `listen` registers the
+    // filter only if they are, and the server sets them once, at load.
+    let (count, get, ptr_len) = unsafe {
+        (
+            raw::RedisModule_CommandFilterArgsCount.unwrap_unchecked(),
+            raw::RedisModule_CommandFilterArgGet.unwrap_unchecked(),
+            raw::RedisModule_StringPtrLen.unwrap_unchecked(),
+        )
+    };
+    let argc = unsafe { count(fctx) };
+    if argc == 1 {
+        return false;
+    }
+    for i in 1..argc {
+        let s = unsafe { get(fctx, i) };
+        let a = if s.is_null() {
+            &[][..]
+        } else {
+            let mut len = 0;
+            let ptr = unsafe { ptr_len(s, &mut len) };
+            // The argument lives until the filter returns; the slice does
+            // not outlive this loop.
+            unsafe { std::slice::from_raw_parts(ptr.cast::<u8>(), len) }
+        };
+        if may_name(a) {
+            return false;
+        }
+    }
+    // Redis 7.0 does not say who sent a command, and `examine` keeps no
+    // postponed write there: the pause is asked only where it is kept.
+    let names_sender = unsafe { raw::RedisModule_CommandFilterGetClientId }.is_some();
+    !(names_sender && paused())
+}
+
 extern "C" fn on_command(fctx: FilterCtx) {
+    guard::callback((), || {
+        if !passes(fctx) {
+            examine(fctx);
+        }
+    })
+}
+
+/// The filter, for a command `passes` did not let through (its own panic
+/// guard is the same as `on_command`'s: nested, it costs nothing).
+fn examine(fctx: FilterCtx) {
     guard::callback((), || {
         // The command before this one has been answered by now.
         decide();
@@ -913,13 +983,10 @@ extern "C" fn on_command(fctx: FilterCtx) {
                 }
             }
         }
-        // The common case costs two loads and a bit test or two per argument.
-        let mask = LEN_MASK.load(Ordering::Relaxed);
-        let tails = TAIL_MASK.load(Ordering::Relaxed);
         let mut writes = Writes::default();
         for i in 1..argc {
             let a = arg(fctx, i);
-            if mask & len_bit(a.len()) != 0 && tails & tail_bit(a) != 0 && commands::names(a) {
+            if may_name(a) && commands::names(a) {
                 writes.names.push(a.to_vec());
             }
         }
@@ -987,6 +1054,16 @@ pub fn listen(on: bool) {
     let filter = FILTER.with(Cell::get);
     let ctx = events::detached();
     if on && filter.is_null() {
+        let readable = unsafe {
+            (
+                raw::RedisModule_CommandFilterArgsCount,
+                raw::RedisModule_CommandFilterArgGet,
+                raw::RedisModule_StringPtrLen,
+            )
+        };
+        let readable = readable.0.is_some() && readable.1.is_some() && readable.2.is_some();
+        // `passes` reads them unchecked.
+        assert!(readable, "the server's module API cannot read commands");
         let f = unsafe {
             raw::RedisModule_RegisterCommandFilter.unwrap()(
                 ctx,
