@@ -193,14 +193,12 @@ fn a_refused_command_revokes_nothing_and_serves_no_waiter() {
     }
 }
 
-/// A transaction `EXEC` discards runs none of its commands. The server says
-/// who sent a command only from Redis 7.2 on (and on Valkey): on Redis 7.0 a
-/// write queued in `MULTI` revokes when it is queued (README says so).
+/// A transaction `EXEC` discards runs none of its commands: nothing is
+/// revoked, on every server (a write queued in `MULTI` has not run).
 #[test]
 fn a_transaction_that_never_runs_revokes_nothing() {
     let s = Server::start(&[]);
     let mut admin = s.conn();
-    let knows_sender = is_valkey() || server_version(&mut admin) >= (7, 2);
     let cases: &[(&str, &[&[&str]], &str)] = &[
         (
             "EXECABORT",
@@ -222,13 +220,7 @@ fn a_transaction_that_never_runs_revokes_nothing() {
                 }
             }
             assert!(seen.contains(error), "{case}: {seen}");
-            if knows_sender {
-                assert_untouched(&mut admin, &case, token, waiter);
-            } else {
-                println!("{case}: revoked when queued (Redis 7.0 does not say who sent a command)");
-                assert_eq!(lease_of(&mut admin, "k"), None, "{case}");
-                drop(waiter);
-            }
+            assert_untouched(&mut admin, &case, token, waiter);
         }
     }
     // A transaction that runs revokes, on every server.
@@ -704,7 +696,15 @@ fn a_module_loaded_while_a_lease_is_out_is_heard() {
 /// eviction policy.
 #[test]
 fn renamed_commands_warden_needs_refuse_the_load_and_say_why() {
-    for name in ["SET", "DEL", "PEXPIREAT"] {
+    for name in [
+        "SET",
+        "DEL",
+        "PEXPIREAT",
+        "MULTI",
+        "EXEC",
+        "DISCARD",
+        "RESET",
+    ] {
         let mut s = Plain::start_with(
             &["--rename-command", name, "OTHER"],
             &[module(module_path(), &[])],
@@ -726,4 +726,139 @@ fn renamed_commands_warden_needs_refuse_the_load_and_say_why() {
         "allkeys-lru",
     ]);
     assert!(s.log().contains("can evict lock keys"), "{}", s.log());
+}
+
+/// An error reply that carries a refusal's code but comes from a command
+/// that ran (a script's own `NOPERM`, an `EXECABORT` inside a transaction
+/// that ran, statistics reset inside one) does not hide the write before
+/// it; a command refused with a plain `ERR` (a read-only script's write, a
+/// `SET` in RESP2 subscriber mode, an `EXEC` a `WATCH` aborted) revokes
+/// nothing.
+#[test]
+fn only_what_ran_counts_whatever_the_error_codes_say() {
+    let s = Server::start(&[]);
+    let mut c = s.conn();
+    run(
+        &mut c,
+        &[
+            "FUNCTION",
+            "LOAD",
+            "#!lua name=codes\nredis.register_function('w', function(keys) \
+             redis.call('SET', keys[1], 'new'); return redis.error_reply('NOPERM no') end)",
+        ],
+    )
+    .unwrap();
+    // (what runs on another connection; it writes k)
+    let writes: &[&[&[&str]]] = &[
+        &[&[
+            "EVAL",
+            "redis.call('SET', KEYS[1], 'new'); return redis.error_reply('NOPERM x')",
+            "1",
+            "k",
+        ]],
+        &[&[
+            "EVAL",
+            "redis.call('SET', KEYS[1], 'new'); return redis.error_reply('OOM x')",
+            "1",
+            "k",
+        ]],
+        &[&[
+            "EVAL",
+            "redis.call('SET', KEYS[1], 'new'); return redis.error_reply('NOAUTH x')",
+            "1",
+            "k",
+        ]],
+        &[&["FCALL", "w", "1", "k"]],
+        &[
+            &["MULTI"],
+            &["SET", "k", "new"],
+            &["EVAL", "return redis.error_reply('EXECABORT x')", "0"],
+            &["EXEC"],
+        ],
+        &[
+            &["MULTI"],
+            &["SET", "k", "new"],
+            &["CONFIG", "RESETSTAT"],
+            &["EXEC"],
+        ],
+    ];
+    for (i, commands) in writes.iter().enumerate() {
+        for before in [Before::MissingWithWaiter, Before::Value] {
+            let case = format!("write {i} {commands:?}, {before:?}");
+            run(&mut c, &["FLUSHALL"]).unwrap();
+            // Something refused on the server before, for RESETSTAT to hide.
+            let _ = run(&mut c, &["EXEC"]);
+            let (token, waiter) = prepare(&s, &mut c, before);
+            let mut w = s.conn();
+            for words in commands.iter() {
+                let _ = run(&mut w, words);
+            }
+            let filled = int(&mut c, &["CACHE.FILL", "k", &token.to_string(), "stale"]);
+            assert_eq!(filled, 0, "{case}: the stale fill is refused");
+            if let Some(h) = waiter {
+                let _ = h.join();
+            }
+        }
+    }
+    // Refused with a plain ERR: nothing ran.
+    for before in [Before::MissingWithWaiter, Before::Value] {
+        run(&mut c, &["FLUSHALL"]).unwrap();
+        let (token, waiter) = prepare(&s, &mut c, before);
+        let mut r = s.conn();
+        let script = "return redis.pcall('SET', KEYS[1], 'x')";
+        let _ = run(&mut r, &["EVAL_RO", script, "1", "k"]);
+        let flagged = "#!lua flags=no-writes\nreturn redis.pcall('SET', KEYS[1], 'x')";
+        let _ = run(&mut r, &["EVAL", flagged, "1", "k"]);
+        let mut watcher = s.conn();
+        run(&mut watcher, &["WATCH", "w2"]).unwrap();
+        run(&mut r, &["SET", "w2", "1"]).unwrap();
+        run(&mut watcher, &["MULTI"]).unwrap();
+        run(&mut watcher, &["DEL", "k"]).unwrap();
+        let aborted = run(&mut watcher, &["EXEC"]).unwrap();
+        assert_eq!(aborted, Value::Nil, "the EXEC is WATCH-ed out");
+        use std::io::{Read, Write};
+        let mut raw = std::os::unix::net::UnixStream::connect(s.socket()).unwrap();
+        raw.write_all(
+            b"*2\r\n$9\r\nSUBSCRIBE\r\n$2\r\nch\r\n*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$1\r\nx\r\n",
+        )
+        .unwrap();
+        let mut got = Vec::new();
+        let mut buf = [0u8; 512];
+        while !String::from_utf8_lossy(&got).contains("-ERR") {
+            let n = raw.read(&mut buf).unwrap();
+            assert!(n > 0);
+            got.extend_from_slice(&buf[..n]);
+        }
+        assert_untouched(
+            &mut c,
+            &format!("refused with ERR, {before:?}"),
+            token,
+            waiter,
+        );
+    }
+}
+
+/// A client blocked on a leased key for good does not keep warden listening
+/// to the rest of the server once the leases are gone.
+#[test]
+fn a_client_blocked_for_good_does_not_keep_the_filter() {
+    let s = Server::start(&[]);
+    let mut c = s.conn();
+    let mut holder = s.conn();
+    let (_, token) = pair(&mut holder, &["CACHE.GET", "k", "60000"]);
+    let token = token.unwrap();
+    let mut b = s.conn();
+    std::thread::spawn(move || {
+        let _ = run(&mut b, &["BLPOP", "k", "0"]);
+    });
+    wait_for("the client blocked", Duration::from_secs(10), || {
+        let info: String = redis::cmd("INFO").arg("clients").query(&mut c).unwrap();
+        info.contains("blocked_clients:1")
+    });
+    run(&mut c, &["PING"]).unwrap();
+    int(&mut holder, &["CACHE.FILL", "k", &token.to_string(), "v"]);
+    run(&mut c, &["DEL", "k"]).unwrap();
+    wait_for("the filter to go", Duration::from_secs(10), || {
+        warden_stat(&mut c, "cache_listening") == 0
+    });
 }

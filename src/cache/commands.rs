@@ -228,7 +228,7 @@ extern "C" fn on_reap(ctx: *mut raw::RedisModuleCtx, _data: *mut c_void) {
             arm_reaper(ctx.ctx, now);
         } else if let Some(at) = with(|t| t.next_deadline()) {
             arm_reaper(ctx.ctx, at.saturating_add(1));
-        } else if idle() && filter::listening() && !filter::watching() {
+        } else if idle() && filter::listening() {
             // Nothing to hear any more: other commands go back to costing nothing.
             filter::listen(false);
             events::hear_clients(false);

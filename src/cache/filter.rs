@@ -13,14 +13,16 @@
 //! A filter sees a command before the server decides to run it (before
 //! authentication, ACL, arity, `OOM`, `READONLY`, `MULTI` queueing). A
 //! command the server refuses is no write. An unknown command or a wrong
-//! number of arguments is told from the server's command table (read at
-//! load); any other command naming a leased key is noted here, with the
-//! server's count of refusals (`NOAUTH`, `NOPERM`, `OOM`, `NOREPLICAS`, ...
-//! in `INFO errorstats`), and decided when the next command arrives (or on
-//! the next timer turn, whichever is first: nothing else can reach the lease
-//! table in between): a refused command moved that count, a command that ran
-//! did not (an `ERR` after it — a script's own error, a malformed request —
-//! does not count).
+//! number of arguments is told by the server's own lookup (see `Catalogue`);
+//! any other command naming a leased key is noted here and decided when the
+//! next command arrives (or on the next timer turn, whichever is first:
+//! nothing else can reach the lease table in between): it ran if a command
+//! flagged `write` was called since it was noted (`INFO commandstats`, which
+//! counts a `DEL` of a missing key too) or the dataset changed
+//! (`rdb_changes_since_last_save`). A refused command moves neither; an
+//! error reply, whatever its code (a script's own `NOPERM` after its write),
+//! cannot hide a write that ran. A command the server postponed or blocked
+//! has not run yet but will, unseen: it counts (see below).
 //!
 //! Transactions. Where the server says which client sent a command (Redis ≥
 //! 7.2, Valkey) a `MULTI` seen here opens a record for its client, and every
@@ -33,11 +35,10 @@
 //! none (the client's `MULTI` flag is checked at its next command). A
 //! transaction opened before the filter was registered may hold writes
 //! warden never saw, and no module API lists a transaction's queued
-//! commands: its `EXEC` ends every lease — if a command flagged `write` ran
-//! in it (`INFO commandstats` calls, which count a `DEL` of a missing key
-//! too; a read-only transaction revokes nothing). Redis 7.0 does not say who
-//! sent a command, so there every `EXEC` is such a transaction (and a queued
-//! write of a key with a lease revokes when it is queued, as before).
+//! commands: its `EXEC` ends every lease — if a write ran in it (a
+//! read-only, aborted or `WATCH`-ed out transaction revokes nothing). Redis
+//! 7.0 does not say who sent a command, so there every `EXEC` is such a
+//! transaction.
 //!
 //! The filter is registered by the grant that creates the table's first
 //! entry, possibly inside an `EXEC` or while the server runs clients it had
@@ -94,10 +95,9 @@ const OWN: &[&[u8]] = &[
     b"cache.info",
 ];
 
-/// The error codes of commands the server refuses before running them
-/// (`-ERR` ones, wrong arity and unknown command, are told apart when the
-/// command is seen: an `ERR` after a write may be a script's own error or a
-/// malformed request, and the write ran).
+/// The error codes of commands the server refuses before running them: on
+/// Redis 7.0 only, for a command that may block (it has not run when it is
+/// decided, and the server does not say whether its client is blocked).
 const REFUSALS: &[&CStr] = &[
     c"errorstat_NOAUTH",
     c"errorstat_NOPERM",
@@ -124,6 +124,8 @@ struct Entry {
     /// A container (`XGROUP`, `CONFIG`, ...): its subcommands have entries of
     /// their own, `name|sub`, and say whether they write.
     container: bool,
+    /// Flagged `blocking`: it may run later, without passing the filter.
+    blocking: bool,
 }
 
 /// The server's commands (`COMMAND INFO`): whether each one (and each
@@ -221,6 +223,15 @@ impl Catalogue {
     }
 }
 
+impl Catalogue {
+    /// Whether the command may block (one the catalogue does not know may).
+    fn may_block(&self, name: &[u8]) -> bool {
+        let sent = name.to_ascii_lowercase();
+        let own = self.aliases.get(&sent).unwrap_or(&sent);
+        self.commands.get(own).is_none_or(|e| e.blocking)
+    }
+}
+
 fn arity_fits(arity: i64, argc: c_int) -> bool {
     let argc = i64::from(argc);
     if arity >= 0 {
@@ -252,6 +263,7 @@ impl Catalogue {
             return;
         };
         let write = flags.iter().filter_map(text).any(|f| f == b"write");
+        let blocking = flags.iter().filter_map(text).any(|f| f == b"blocking");
         let lower = name.to_ascii_lowercase();
         if write && !OWN.iter().any(|r| *r == &lower[..]) {
             let mut field = b"cmdstat_".to_vec();
@@ -271,6 +283,7 @@ impl Catalogue {
             arity: *arity,
             write,
             container: !subcommands.is_empty(),
+            blocking,
         };
         self.commands.insert(lower, entry);
     }
@@ -338,9 +351,19 @@ pub fn read_catalogue_at_load(ctx: &Context) -> bool {
         );
         return false;
     }
-    // warden writes cached values and lease ends with these, and replicates
-    // lock expiries as PEXPIREAT and DEL: under other names both would fail.
-    let needed = ["set", "del", "pexpireat"];
+    // warden writes cached values and lease ends with SET, DEL and
+    // PEXPIREAT, and replicates lock expiries as PEXPIREAT and DEL: under
+    // other names both would fail. It follows transactions by MULTI, EXEC,
+    // DISCARD and RESET: under other names their writes would go unseen.
+    let needed = [
+        "set",
+        "del",
+        "pexpireat",
+        "multi",
+        "exec",
+        "discard",
+        "reset",
+    ];
     let mut words = vec!["INFO"];
     words.extend(needed);
     let missing: Vec<&str> = match ctx.call("COMMAND", &words[..]) {
@@ -355,7 +378,8 @@ pub fn read_catalogue_at_load(ctx: &Context) -> bool {
     if !missing.is_empty() {
         redis_module::logging::log_warning(format!(
             "warden: the server does not know {} under its own name (rename-command): \
-             warden writes and replicates through SET, DEL and PEXPIREAT and does not load",
+             warden writes and replicates through SET, DEL and PEXPIREAT, follows \
+             transactions by MULTI, EXEC, DISCARD and RESET, and does not load",
             missing.join(", ").to_uppercase()
         ));
         return false;
@@ -403,17 +427,23 @@ struct Writes {
 impl Writes {
     fn all() -> Self {
         Writes {
+            names: Vec::new(),
+            bytes: 0,
             all: true,
-            ..Writes::default()
         }
     }
 
+    /// Keeps one argument, counted with what keeping it costs (an empty one
+    /// too): past `RECORD_BYTES` for this record, or `ALL_RECORDS_BYTES` for
+    /// all of them, the record counts as writing every key instead.
     fn add(&mut self, name: &[u8]) {
         if self.all {
             return;
         }
-        self.bytes += name.len();
-        if self.bytes > RECORD_BYTES {
+        let cost = name.len() + ARG_COST;
+        let total = RECORDED.fetch_add(cost, Ordering::Relaxed) + cost;
+        self.bytes += cost;
+        if self.bytes > RECORD_BYTES || total > ALL_RECORDS_BYTES {
             *self = Writes::all();
         } else {
             self.names.push(name.to_vec());
@@ -436,18 +466,42 @@ impl Writes {
 /// The most argument bytes kept for one transaction or postponed command:
 /// past it, the command counts as writing every key.
 const RECORD_BYTES: usize = 1 << 20;
+/// The most kept for all of them together (clients in `MULTI` are many).
+const ALL_RECORDS_BYTES: usize = 16 << 20;
+/// What one kept argument costs besides its bytes.
+const ARG_COST: usize = 32;
+/// Bytes kept in every record now.
+static RECORDED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+impl Drop for Writes {
+    fn drop(&mut self) {
+        if self.bytes > 0 {
+            RECORDED.fetch_sub(self.bytes, Ordering::Relaxed);
+        }
+    }
+}
 
 /// A command that may write, waiting to be decided.
 struct Pending {
     writes: Writes,
-    /// The server's refusal count before it (for an `EXEC`: its `EXECABORT` count).
-    errors: u64,
-    exec: bool,
-    /// For an `EXEC` whose writes are unknown: the calls of write commands
-    /// before it (`writes_done`).
-    write_calls: Option<(u64, u64)>,
+    /// What tells that a write ran (`writes_done`) before it.
+    before: (u64, u64),
+    /// Where the server does not say who sent it (Redis 7.0) and it may
+    /// block: the server's count of refusals before it.
+    errors: Option<u64>,
     /// Who sent it, where the server says (Redis ≥ 7.2, Valkey).
     client: Option<u64>,
+}
+
+impl Pending {
+    fn new(writes: Writes, client: Option<u64>, errors: Option<u64>) -> Self {
+        Pending {
+            writes,
+            before: writes_done(),
+            errors,
+            client,
+        }
+    }
 }
 
 /// A transaction opened while the filter listened: the writes queued in it.
@@ -638,10 +692,6 @@ fn writes_done() -> (u64, u64) {
     (write_calls(), changes())
 }
 
-fn exec_aborts() -> u64 {
-    info_counts(c"errorstats", &[c"errorstat_EXECABORT"])
-}
-
 /// The server's count of changes to the dataset (it only grows between
 /// saves: a change of any kind means something was written).
 fn changes() -> u64 {
@@ -682,18 +732,23 @@ pub fn decide() {
         }
     }
     if let Some(p) = PENDING.with(|p| p.borrow_mut().take()) {
-        let ran = if p.exec {
-            // A transaction whose writes are unknown counts only if a
-            // command that may write ran in it.
-            exec_aborts() == p.errors && p.write_calls.is_none_or(|n| writes_done() != n)
-        } else {
-            refusals() == p.errors
-        };
+        // It ran if a write command was called (also one that changed
+        // nothing, a `DEL` of a missing key) or the dataset changed since it
+        // was noted: a refused command, an `EXEC` that aborted or was
+        // WATCH-ed out, runs none. An error reply with a refusal's code
+        // (a script's own, another client's) cannot pass for a refusal.
+        // Not yet run but not refused either: a command the server postponed
+        // or blocked (it runs later, unseen, so it counts now and its client
+        // is watched); on Redis 7.0, which does not say who sent it, a
+        // command that may block counts unless a refusal was counted.
+        let blocked = p.client.is_some_and(|c| {
+            client_flags(c)
+                .is_some_and(|f| f & u64::from(raw::REDISMODULE_CLIENTINFO_FLAG_BLOCKED) != 0)
+        });
+        let ran = writes_done() != p.before || blocked || p.errors.is_some_and(|e| refusals() == e);
         if ran {
             p.writes.revoke();
             if let Some(client) = p.client {
-                let blocked = client_flags(client)
-                    .is_some_and(|f| f & u64::from(raw::REDISMODULE_CLIENTINFO_FLAG_BLOCKED) != 0);
                 if blocked {
                     WATCHED.with(|w| {
                         w.borrow_mut().push(Watched {
@@ -860,24 +915,11 @@ fn transaction_step(step: Step, client: Option<u64>) {
                 None if in_multi(c) => Writes::all(),
                 None => return,
             };
-            let write_calls = writes.all.then(writes_done);
-            note(Pending {
-                writes,
-                errors: exec_aborts(),
-                exec: true,
-                write_calls,
-                client: Some(c),
-            });
+            note(Pending::new(writes, Some(c), None));
         }
         // Redis 7.0 does not say who sends a command: any transaction may
         // hold writes warden did not see queued.
-        (Step::Exec, None) => note(Pending {
-            writes: Writes::all(),
-            errors: exec_aborts(),
-            exec: true,
-            write_calls: Some(writes_done()),
-            client: None,
-        }),
+        (Step::Exec, None) => note(Pending::new(Writes::all(), None, None)),
         (Step::Drop, Some(c)) => {
             forget_transaction(c);
         }
@@ -1025,13 +1067,11 @@ fn examine(fctx: FilterCtx) {
             ANY_QUEUED.store(true, Ordering::Relaxed);
             return;
         }
-        note(Pending {
-            writes,
-            errors: refusals(),
-            exec: false,
-            write_calls: None,
-            client,
-        });
+        // Where the sender is unknown, a command that may block is counted
+        // unless refused (it runs later without passing the filter again).
+        let errors = (client.is_none() && CATALOGUE.with(|c| c.borrow().may_block(arg(fctx, 0))))
+            .then(refusals);
+        note(Pending::new(writes, client, errors));
     })
 }
 
@@ -1046,10 +1086,9 @@ pub fn client_gone(client: u64) {
     });
 }
 
-/// Listens while the table has entries (or a watched client has not run),
-/// and only then: registered at the first entry, unregistered (from a timer,
-/// never from inside the filter) once the table is empty and nothing waits
-/// to be decided.
+/// Listens while the table has entries, and only then: registered at the
+/// first entry, unregistered (from a timer, never from inside the filter)
+/// once the table is empty; what waits to be decided is decided first.
 pub fn listen(on: bool) {
     let filter = FILTER.with(Cell::get);
     let ctx = events::detached();
@@ -1080,8 +1119,9 @@ pub fn listen(on: bool) {
         decide();
         QUEUED.with(|q| *q.borrow_mut() = FxHashMap::default());
         ANY_QUEUED.store(false, Ordering::Relaxed);
-        WATCHED.with(|w| *w.borrow_mut() = Vec::new());
-        ANY_WATCHED.store(false, Ordering::Relaxed);
+        // Watched clients stay watched (by a timer, and before each fill): a
+        // client blocked for good must not keep the filter on the rest of
+        // the server once no lease is left.
         unsafe { raw::RedisModule_UnregisterCommandFilter.unwrap()(ctx, filter) };
         FILTER.with(|c| c.set(std::ptr::null_mut()));
     }
@@ -1090,10 +1130,4 @@ pub fn listen(on: bool) {
 /// Whether the filter is registered (`INFO warden`, tests).
 pub fn listening() -> bool {
     !FILTER.with(Cell::get).is_null()
-}
-
-/// Whether a client whose write has not run yet is watched (the filter
-/// stays until it has).
-pub fn watching() -> bool {
-    ANY_WATCHED.load(Ordering::Relaxed)
 }
