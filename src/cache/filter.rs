@@ -494,10 +494,16 @@ struct Pending {
 }
 
 impl Pending {
-    fn new(writes: Writes, client: Option<u64>, errors: Option<u64>) -> Self {
+    /// `now`: `writes_done()` if it was read since anything last ran.
+    fn new(
+        writes: Writes,
+        client: Option<u64>,
+        errors: Option<u64>,
+        now: Option<(u64, u64)>,
+    ) -> Self {
         Pending {
             writes,
-            before: writes_done(),
+            before: now.unwrap_or_else(writes_done),
             errors,
             client,
         }
@@ -719,8 +725,14 @@ fn note(pending: Pending) {
 /// Decides the command noted last (its keys' leases end if it was not
 /// refused) and the window since the filter was registered.
 pub fn decide() {
+    decide_now();
+}
+
+/// `decide`; what tells that a write ran (`writes_done`) as it is now, if
+/// it was read: until something else runs, the next command's baseline.
+fn decide_now() -> Option<(u64, u64)> {
     if !ANY_PENDING.load(Ordering::Relaxed) || !ANY_PENDING.swap(false, Ordering::Relaxed) {
-        return;
+        return None;
     }
     if let Some(before) = WINDOW.with(Cell::take) {
         // Commands the filter never saw (postponed by a pause or queued in a
@@ -731,6 +743,7 @@ pub fn decide() {
             commands::reap_soon();
         }
     }
+    let mut now = None;
     if let Some(p) = PENDING.with(|p| p.borrow_mut().take()) {
         // It ran if a write command was called (also one that changed
         // nothing, a `DEL` of a missing key) or the dataset changed since it
@@ -745,7 +758,9 @@ pub fn decide() {
             client_flags(c)
                 .is_some_and(|f| f & u64::from(raw::REDISMODULE_CLIENTINFO_FLAG_BLOCKED) != 0)
         });
-        let ran = writes_done() != p.before || blocked || p.errors.is_some_and(|e| refusals() == e);
+        let done = writes_done();
+        now = Some(done);
+        let ran = done != p.before || blocked || p.errors.is_some_and(|e| refusals() == e);
         if ran {
             p.writes.revoke();
             if let Some(client) = p.client {
@@ -764,6 +779,7 @@ pub fn decide() {
             }
         }
     }
+    now
 }
 
 /// How often a blocked client's state is looked at, for cleanup only (a
@@ -895,7 +911,7 @@ fn forget_transaction(client: u64) -> Option<Transaction> {
 }
 
 /// `MULTI`, `EXEC`, `DISCARD` or `RESET` (they take no argument).
-fn transaction_step(step: Step, client: Option<u64>) {
+fn transaction_step(step: Step, client: Option<u64>, now: Option<(u64, u64)>) {
     match (step, client) {
         (Step::Multi, Some(c)) => {
             QUEUED.with(|q| {
@@ -915,11 +931,11 @@ fn transaction_step(step: Step, client: Option<u64>) {
                 None if in_multi(c) => Writes::all(),
                 None => return,
             };
-            note(Pending::new(writes, Some(c), None));
+            note(Pending::new(writes, Some(c), None, now));
         }
         // Redis 7.0 does not say who sends a command: any transaction may
         // hold writes warden did not see queued.
-        (Step::Exec, None) => note(Pending::new(Writes::all(), None, None)),
+        (Step::Exec, None) => note(Pending::new(Writes::all(), None, None, now)),
         (Step::Drop, Some(c)) => {
             forget_transaction(c);
         }
@@ -1009,12 +1025,14 @@ extern "C" fn on_command(fctx: FilterCtx) {
 /// guard is the same as `on_command`'s: nested, it costs nothing).
 fn examine(fctx: FilterCtx) {
     guard::callback((), || {
-        // The command before this one has been answered by now.
-        decide();
+        // The command before this one has been answered by now. Nothing
+        // runs from here to this command's note: the counts read to decide
+        // the last one are this one's baseline.
+        let now = decide_now();
         let argc = unsafe { raw::RedisModule_CommandFilterArgsCount.unwrap()(fctx) };
         if argc == 1 {
             if let Some(s) = step(arg(fctx, 0)) {
-                transaction_step(s, sender(fctx));
+                transaction_step(s, sender(fctx), now);
             }
             return;
         }
@@ -1071,7 +1089,7 @@ fn examine(fctx: FilterCtx) {
         // unless refused (it runs later without passing the filter again).
         let errors = (client.is_none() && CATALOGUE.with(|c| c.borrow().may_block(arg(fctx, 0))))
             .then(refusals);
-        note(Pending::new(writes, client, errors));
+        note(Pending::new(writes, client, errors, now));
     })
 }
 
