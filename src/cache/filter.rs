@@ -15,14 +15,23 @@
 //! command the server refuses is no write. An unknown command or a wrong
 //! number of arguments is told by the server's own lookup (see `Catalogue`);
 //! any other command naming a leased key is noted here and decided when the
-//! next command arrives (or on the next timer turn, whichever is first:
-//! nothing else can reach the lease table in between): it ran if a command
-//! flagged `write` was called since it was noted (`INFO commandstats`, which
-//! counts a `DEL` of a missing key too) or the dataset changed
-//! (`rdb_changes_since_last_save`). A refused command moves neither; an
-//! error reply, whatever its code (a script's own `NOPERM` after its write),
-//! cannot hide a write that ran. A command the server postponed or blocked
-//! has not run yet but will, unseen: it counts (see below).
+//! next command of a client arrives (or on the next timer turn, whichever is
+//! first: nothing else can reach the lease table in between): it ran if the
+//! server's count of commands run moved since it was noted (`INFO stats`,
+//! one read whatever the server ran; a command is counted as it returns, a
+//! refused one never). An error reply, whatever its code (a script's own
+//! `NOPERM` after its write), cannot hide a write that ran. A command run
+//! inside another (a script's, a module's `RedisModule_Call`, which also
+//! pass the filter) is no client's (Redis ≥ 7.2 and Valkey say so): what is
+//! noted is not decided then — the command around it has not returned — but
+//! only revoked if it shows it ran; and a command noted there is told to
+//! have run by the calls of write commands and the dataset's changes (the
+//! command around it is counted too). Redis 7.0 does not say who sent a
+//! command, so there a command inside a module's command is decided when it
+//! passes (a write of that module's command, after its inner call, can go
+//! unseen), and a script's refused write counts as run (the script ran). A
+//! command the server postponed or blocked has not run yet but will,
+//! unseen: it counts (see below).
 //!
 //! Transactions. Where the server says which client sent a command (Redis ≥
 //! 7.2, Valkey) a `MULTI` seen here opens a record for its client, and every
@@ -481,11 +490,45 @@ impl Drop for Writes {
     }
 }
 
+/// What tells that a noted command ran, read before it and when it is
+/// decided.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Evidence {
+    /// For one command: the server's count of commands run
+    /// (`total_commands_processed`, counted as a command returns; a refused
+    /// command is not run). One `INFO stats` read, whatever the server ran.
+    Commands(u64),
+    /// For an `EXEC`, or a command run inside another (a script's, a
+    /// module's, which is counted as a command too): the calls of write
+    /// commands and the dataset's changes (`writes_done`). A transaction
+    /// that ran only reads revokes nothing.
+    Writes(u64, u64),
+}
+
+/// What has been read since anything last ran (a decision's reads are the
+/// next note's baseline, in the same filter call).
+#[derive(Default, Clone, Copy)]
+struct Fresh {
+    commands: Option<u64>,
+    writes: Option<(u64, u64)>,
+}
+
+impl Fresh {
+    fn evidence(&mut self, exec: bool) -> Evidence {
+        if exec {
+            let (c, d) = *self.writes.get_or_insert_with(writes_done);
+            Evidence::Writes(c, d)
+        } else {
+            Evidence::Commands(*self.commands.get_or_insert_with(commands_done))
+        }
+    }
+}
+
 /// A command that may write, waiting to be decided.
 struct Pending {
     writes: Writes,
-    /// What tells that a write ran (`writes_done`) before it.
-    before: (u64, u64),
+    /// What tells that it ran, before it.
+    before: Evidence,
     /// Where the server does not say who sent it (Redis 7.0) and it may
     /// block: the server's count of refusals before it.
     errors: Option<u64>,
@@ -494,21 +537,26 @@ struct Pending {
 }
 
 impl Pending {
-    /// `now`: `writes_done()` if it was read since anything last ran.
+    /// `fresh`: what was read since anything last ran.
     fn new(
         writes: Writes,
         client: Option<u64>,
         errors: Option<u64>,
-        now: Option<(u64, u64)>,
+        exec: bool,
+        fresh: &mut Fresh,
     ) -> Self {
         Pending {
             writes,
-            before: now.unwrap_or_else(writes_done),
+            before: fresh.evidence(exec),
             errors,
             client,
         }
     }
 }
+
+/// The most commands waiting to be decided at once (noted inside a running
+/// command: a script's, a module's): past it, a command joins the last one.
+const MAX_PENDING: usize = 64;
 
 /// A transaction opened while the filter listened: the writes queued in it.
 struct Transaction {
@@ -540,6 +588,8 @@ static SCREEN: [AtomicU64; SCREEN_WORDS] = [const { AtomicU64::new(0) }; SCREEN_
 static ANY_PENDING: AtomicBool = AtomicBool::new(false);
 static ANY_QUEUED: AtomicBool = AtomicBool::new(false);
 static ANY_WATCHED: AtomicBool = AtomicBool::new(false);
+/// A decision timer is armed.
+static DECIDE_ARMED: AtomicBool = AtomicBool::new(false);
 
 /// Follows the lease table: its length mask, and the words of its name
 /// screen that changed.
@@ -564,7 +614,7 @@ fn may_name(a: &[u8]) -> bool {
 
 thread_local! {
     static FILTER: Cell<*mut raw::RedisModuleCommandFilter> = const { Cell::new(std::ptr::null_mut()) };
-    static PENDING: RefCell<Option<Pending>> = const { RefCell::new(None) };
+    static PENDING: RefCell<Vec<Pending>> = const { RefCell::new(Vec::new()) };
     /// The server's count of changes when the filter was registered, until
     /// the next command or timer turn.
     static WINDOW: Cell<Option<u64>> = const { Cell::new(None) };
@@ -698,15 +748,24 @@ fn writes_done() -> (u64, u64) {
     (write_calls(), changes())
 }
 
+/// How many commands the server has run (`INFO stats`).
+fn commands_done() -> u64 {
+    info_counts(c"stats", &[c"total_commands_processed"])
+}
+
 /// The server's count of changes to the dataset (it only grows between
 /// saves: a change of any kind means something was written).
 fn changes() -> u64 {
     info_counts(c"persistence", &[c"rdb_changes_since_last_save"])
 }
 
-/// Decided on the next command, or on the next timer turn.
+/// Decided on the next command, or on the next timer turn (one timer armed
+/// at a time).
 fn decide_soon(delay_ms: i64) {
     ANY_PENDING.store(true, Ordering::Relaxed);
+    if DECIDE_ARMED.swap(true, Ordering::Relaxed) {
+        return;
+    }
     unsafe {
         raw::RedisModule_CreateTimer.unwrap()(
             events::detached(),
@@ -718,21 +777,39 @@ fn decide_soon(delay_ms: i64) {
 }
 
 fn note(pending: Pending) {
-    PENDING.with(|p| *p.borrow_mut() = Some(pending));
+    PENDING.with(|p| {
+        let mut p = p.borrow_mut();
+        let full = p.len() >= MAX_PENDING;
+        match p.last_mut() {
+            Some(last) if full => {
+                if pending.writes.all {
+                    last.writes = Writes::all();
+                }
+                for name in &pending.writes.names {
+                    last.writes.add(name);
+                }
+            }
+            _ => p.push(pending),
+        }
+    });
     decide_soon(0);
 }
 
-/// Decides the command noted last (its keys' leases end if it was not
-/// refused) and the window since the filter was registered.
+/// Decides the commands noted (their keys' leases end if they ran) and the
+/// window since the filter was registered: from a timer, or a command of a
+/// client (no command runs then).
 pub fn decide() {
-    decide_now();
+    decide_now(true);
 }
 
-/// `decide`; what tells that a write ran (`writes_done`) as it is now, if
-/// it was read: until something else runs, the next command's baseline.
-fn decide_now() -> Option<(u64, u64)> {
+/// `decide`. Not `conclusive` (a command a script or a module runs, inside
+/// another command still running): a noted command that has not run yet is
+/// kept for a later decision, not taken as refused. What was read is
+/// returned: until something else runs, the next note's baseline.
+fn decide_now(conclusive: bool) -> Fresh {
+    let mut fresh = Fresh::default();
     if !ANY_PENDING.load(Ordering::Relaxed) || !ANY_PENDING.swap(false, Ordering::Relaxed) {
-        return None;
+        return fresh;
     }
     if let Some(before) = WINDOW.with(Cell::take) {
         // Commands the filter never saw (postponed by a pause or queued in a
@@ -743,8 +820,9 @@ fn decide_now() -> Option<(u64, u64)> {
             commands::reap_soon();
         }
     }
-    let mut now = None;
-    if let Some(p) = PENDING.with(|p| p.borrow_mut().take()) {
+    let pending = PENDING.with(|p| std::mem::take(&mut *p.borrow_mut()));
+    let mut keep = Vec::new();
+    for p in pending {
         // It ran if a write command was called (also one that changed
         // nothing, a `DEL` of a missing key) or the dataset changed since it
         // was noted: a refused command, an `EXEC` that aborted or was
@@ -758,10 +836,15 @@ fn decide_now() -> Option<(u64, u64)> {
             client_flags(c)
                 .is_some_and(|f| f & u64::from(raw::REDISMODULE_CLIENTINFO_FLAG_BLOCKED) != 0)
         });
-        let done = writes_done();
-        now = Some(done);
-        let ran = done != p.before || blocked || p.errors.is_some_and(|e| refusals() == e);
-        if ran {
+        let now = fresh.evidence(matches!(p.before, Evidence::Writes(..)));
+        let ran = now != p.before || blocked || p.errors.is_some_and(|e| refusals() == e);
+        if !ran {
+            if !conclusive {
+                keep.push(p);
+            }
+            continue;
+        }
+        {
             p.writes.revoke();
             if let Some(client) = p.client {
                 if blocked {
@@ -779,7 +862,11 @@ fn decide_now() -> Option<(u64, u64)> {
             }
         }
     }
-    now
+    if !keep.is_empty() {
+        PENDING.with(|p| *p.borrow_mut() = keep);
+        decide_soon(0);
+    }
+    fresh
 }
 
 /// How often a blocked client's state is looked at, for cleanup only (a
@@ -874,6 +961,7 @@ fn awaits_run(ctx: *mut raw::RedisModuleCtx, client: u64) -> bool {
 }
 
 extern "C" fn on_decide(ctx: *mut raw::RedisModuleCtx, _data: *mut c_void) {
+    DECIDE_ARMED.store(false, Ordering::Relaxed);
     guard::callback((), || {
         decide();
         if TO_LEARN.with(|t| !t.borrow().is_empty()) {
@@ -911,7 +999,7 @@ fn forget_transaction(client: u64) -> Option<Transaction> {
 }
 
 /// `MULTI`, `EXEC`, `DISCARD` or `RESET` (they take no argument).
-fn transaction_step(step: Step, client: Option<u64>, now: Option<(u64, u64)>) {
+fn transaction_step(step: Step, client: Option<u64>, fresh: &mut Fresh) {
     match (step, client) {
         (Step::Multi, Some(c)) => {
             QUEUED.with(|q| {
@@ -931,11 +1019,11 @@ fn transaction_step(step: Step, client: Option<u64>, now: Option<(u64, u64)>) {
                 None if in_multi(c) => Writes::all(),
                 None => return,
             };
-            note(Pending::new(writes, Some(c), None, now));
+            note(Pending::new(writes, Some(c), None, true, fresh));
         }
         // Redis 7.0 does not say who sends a command: any transaction may
         // hold writes warden did not see queued.
-        (Step::Exec, None) => note(Pending::new(Writes::all(), None, None, now)),
+        (Step::Exec, None) => note(Pending::new(Writes::all(), None, None, true, fresh)),
         (Step::Drop, Some(c)) => {
             forget_transaction(c);
         }
@@ -1025,14 +1113,17 @@ extern "C" fn on_command(fctx: FilterCtx) {
 /// guard is the same as `on_command`'s: nested, it costs nothing).
 fn examine(fctx: FilterCtx) {
     guard::callback((), || {
-        // The command before this one has been answered by now. Nothing
-        // runs from here to this command's note: the counts read to decide
-        // the last one are this one's baseline.
-        let now = decide_now();
+        // The command before this one has been answered by now — unless
+        // this one is run by a script or a module inside a command still
+        // running (its sender is no client of the server's): then what has
+        // not run yet waits. Nothing runs from here to this command's note:
+        // the counts read to decide are its baseline.
+        let inside = sender(fctx).is_some_and(|c| client_flags(c).is_none());
+        let mut fresh = decide_now(!inside);
         let argc = unsafe { raw::RedisModule_CommandFilterArgsCount.unwrap()(fctx) };
         if argc == 1 {
             if let Some(s) = step(arg(fctx, 0)) {
-                transaction_step(s, sender(fctx), now);
+                transaction_step(s, sender(fctx), &mut fresh);
             }
             return;
         }
@@ -1089,7 +1180,9 @@ fn examine(fctx: FilterCtx) {
         // unless refused (it runs later without passing the filter again).
         let errors = (client.is_none() && CATALOGUE.with(|c| c.borrow().may_block(arg(fctx, 0))))
             .then(refusals);
-        note(Pending::new(writes, client, errors, now));
+        // A command run inside another is told to have run by the write
+        // calls (the command around it is counted as a command too).
+        note(Pending::new(writes, client, errors, inside, &mut fresh));
     })
 }
 

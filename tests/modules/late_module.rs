@@ -1,7 +1,9 @@
 //! A module the tests load after warden (`make test` builds it as an
 //! example): its commands are not in the server's command table when warden
 //! reads it at load. `LATE.SET key value` writes a string and replicates;
-//! `LATE.GET key` only reads.
+//! `LATE.GET key` only reads; `LATE.CALLSET key value` calls `EXISTS key`
+//! through `RedisModule_Call` first, then writes like `LATE.SET` (a command
+//! that runs another inside itself).
 
 use redis_module::{redis_module, Context, RedisError, RedisResult, RedisString, RedisValue};
 
@@ -9,6 +11,16 @@ fn late_set(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let [_, key, value] = &args[..] else {
         return Err(RedisError::WrongArity);
     };
+    ctx.open_key_writable(key).write(value.try_as_str()?)?;
+    ctx.replicate_verbatim();
+    Ok(RedisValue::SimpleStringStatic("OK"))
+}
+
+fn late_callset(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+    let [_, key, value] = &args[..] else {
+        return Err(RedisError::WrongArity);
+    };
+    ctx.call("EXISTS", &[key])?;
     ctx.open_key_writable(key).write(value.try_as_str()?)?;
     ctx.replicate_verbatim();
     Ok(RedisValue::SimpleStringStatic("OK"))
@@ -32,5 +44,6 @@ redis_module! {
     commands: [
         ["late.set", late_set, "write", 1, 1, 1, ""],
         ["late.get", late_get, "readonly", 1, 1, 1, ""],
+        ["late.callset", late_callset, "write", 1, 1, 1, ""],
     ],
 }
