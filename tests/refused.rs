@@ -273,22 +273,22 @@ fn expiry_in_the_past_revokes_even_on_a_missing_key() {
 
 /// A write that ran counts even when an error follows it at once: a
 /// script's own error, or a malformed request behind it on its connection.
+/// Loads the function `w`: it sets its key to `new`, then answers `error`.
+fn load_writing_function(c: &mut Connection, error: &str) {
+    let library = format!(
+        "#!lua name=writes\nredis.register_function('w', function(keys) \
+         redis.call('SET', keys[1], 'new'); return redis.error_reply('{error}') end)"
+    );
+    run(c, &["FUNCTION", "LOAD", &library]).unwrap();
+}
+
 #[test]
 fn a_write_followed_by_an_error_still_revokes() {
     use std::io::{Read, Write};
     let s = Server::start(&[]);
     let mut c = s.conn();
     let cases: &[&str] = &["script error", "function error", "protocol error"];
-    run(
-        &mut c,
-        &[
-            "FUNCTION",
-            "LOAD",
-            "#!lua name=attack\nredis.register_function('w', function(keys) \
-             redis.call('SET', keys[1], 'new'); return redis.error_reply('ERR x') end)",
-        ],
-    )
-    .unwrap();
+    load_writing_function(&mut c, "ERR x");
     for case in cases {
         for before in [Before::MissingWithWaiter, Before::Value] {
             run(&mut c, &["DEL", "k"]).unwrap();
@@ -740,16 +740,7 @@ fn only_what_ran_counts_whatever_the_error_codes_say() {
     let s = Server::start(&[]);
     let mut c = s.conn();
     let inner_known = knows_sender(&mut c);
-    run(
-        &mut c,
-        &[
-            "FUNCTION",
-            "LOAD",
-            "#!lua name=codes\nredis.register_function('w', function(keys) \
-             redis.call('SET', keys[1], 'new'); return redis.error_reply('NOPERM no') end)",
-        ],
-    )
-    .unwrap();
+    load_writing_function(&mut c, "NOPERM no");
     // (what runs on another connection; it writes k)
     let writes: &[&[&[&str]]] = &[
         &[&[
