@@ -253,7 +253,11 @@ extern "C" fn on_config_change(
     _subevent: u64,
     _data: *mut c_void,
 ) {
-    guard::callback((), || check_policy(&Context::new(ctx)))
+    guard::callback((), || {
+        let ctx = Context::new(ctx);
+        check_policy(&ctx);
+        crate::cache::filter::check_settings(&ctx);
+    })
 }
 
 fn on_key(ctx: *mut raw::RedisModuleCtx, name: &[u8], event: &CStr) {
@@ -280,6 +284,7 @@ pub static EVENTS: Listener = Listener {
 /// Checks the eviction policy now and on every config change.
 pub fn watch_policy(ctx: &Context) -> bool {
     check_policy(ctx);
+    crate::cache::filter::check_settings(ctx);
     let event = raw::RedisModuleEvent {
         id: raw::REDISMODULE_EVENT_CONFIG,
         dataver: 1,

@@ -72,6 +72,10 @@ pub static CACHE_FILLS: Counter = Counter::new();
 pub static CACHE_FILLS_REFUSED: Counter = Counter::new();
 /// Leases revoked by an invalidation or another write.
 pub static CACHE_REVOKED: Counter = Counter::new();
+/// `INFO` sections the cache's command filter read to decide whether a
+/// command ran (the slow way: a client not known yet, a transaction that
+/// reaches a lease, Redis 7.0).
+pub static CACHE_FILTER_READS: Counter = Counter::new();
 /// Waiters answered with a value, and waiters whose wait timed out.
 pub static CACHE_WOKEN: Counter = Counter::new();
 pub static CACHE_WAIT_TIMEOUTS: Counter = Counter::new();

@@ -104,26 +104,6 @@ const OWN: &[&[u8]] = &[
     b"cache.info",
 ];
 
-/// The error codes of commands the server refuses before running them: on
-/// Redis 7.0 only, for a command that may block (it has not run when it is
-/// decided, and the server does not say whether its client is blocked).
-const REFUSALS: &[&CStr] = &[
-    c"errorstat_NOAUTH",
-    c"errorstat_NOPERM",
-    c"errorstat_OOM",
-    c"errorstat_READONLY",
-    c"errorstat_NOREPLICAS",
-    c"errorstat_MISCONF",
-    c"errorstat_LOADING",
-    c"errorstat_BUSY",
-    c"errorstat_MASTERDOWN",
-    c"errorstat_MOVED",
-    c"errorstat_ASK",
-    c"errorstat_TRYAGAIN",
-    c"errorstat_CROSSSLOT",
-    c"errorstat_CLUSTERDOWN",
-];
-
 /// What the catalogue knows of one command.
 #[derive(Clone, Copy)]
 struct Entry {
@@ -135,6 +115,15 @@ struct Entry {
     container: bool,
     /// Flagged `blocking`: it may run later, without passing the filter.
     blocking: bool,
+    /// Flagged `no_auth`: an unauthenticated client may run it (`AUTH`,
+    /// `HELLO`, `RESET`, a module's own login command).
+    no_auth: bool,
+    /// May grant a cache lease while it runs, or run commands the filter
+    /// does not see again inside a transaction: warden's `CACHE.GET`, a
+    /// script (`EVAL*`, `FCALL*`), a module's command.
+    grants: bool,
+    /// Changes who must authenticate (`ACL`, `CONFIG`, `MODULE`).
+    admin: bool,
 }
 
 /// The server's commands (`COMMAND INFO`): whether each one (and each
@@ -233,11 +222,44 @@ impl Catalogue {
 }
 
 impl Catalogue {
+    /// The entry of a command by the name it was sent under (renamed ones
+    /// once learnt); no allocation for names of up to 32 bytes.
+    fn resolve(&self, name: &[u8]) -> Option<Entry> {
+        let mut buf = [0u8; 32];
+        let long;
+        let sent: &[u8] = if name.len() <= buf.len() {
+            buf[..name.len()].copy_from_slice(name);
+            buf[..name.len()].make_ascii_lowercase();
+            &buf[..name.len()]
+        } else {
+            long = name.to_ascii_lowercase();
+            &long
+        };
+        match self.aliases.get(sent) {
+            Some(own) => self.commands.get(own).copied(),
+            None => self.commands.get(sent).copied(),
+        }
+    }
+
+    /// The entry of the command in `fctx`, its subcommand's for a container
+    /// (`XGROUP CREATE`), without asking the server.
+    fn entry_of(&self, fctx: FilterCtx, argc: c_int) -> Option<Entry> {
+        let top = self.resolve(arg(fctx, 0))?;
+        if !top.container || argc < 2 {
+            return Some(top);
+        }
+        let mut sub = arg(fctx, 0).to_ascii_lowercase();
+        if let Some(own) = self.aliases.get(&sub) {
+            sub = own.clone();
+        }
+        sub.push(b'|');
+        sub.extend(arg(fctx, 1).iter().map(u8::to_ascii_lowercase));
+        self.commands.get(&sub).copied().or(Some(top))
+    }
+
     /// Whether the command may block (one the catalogue does not know may).
     fn may_block(&self, name: &[u8]) -> bool {
-        let sent = name.to_ascii_lowercase();
-        let own = self.aliases.get(&sent).unwrap_or(&sent);
-        self.commands.get(own).is_none_or(|e| e.blocking)
+        self.resolve(name).is_none_or(|e| e.blocking)
     }
 }
 
@@ -271,10 +293,18 @@ impl Catalogue {
         else {
             return;
         };
-        let write = flags.iter().filter_map(text).any(|f| f == b"write");
-        let blocking = flags.iter().filter_map(text).any(|f| f == b"blocking");
+        let flagged = |name: &[u8]| flags.iter().filter_map(text).any(|f| f == name);
         let lower = name.to_ascii_lowercase();
-        if write && !OWN.iter().any(|r| *r == &lower[..]) {
+        // warden's cache commands keep the lease table themselves.
+        let write = flagged(b"write") && !OWN.iter().any(|r| *r == &lower[..]);
+        let blocking = flagged(b"blocking");
+        let no_auth = flagged(b"no_auth");
+        let grants = flagged(b"module")
+            || lower.starts_with(b"eval")
+            || lower.starts_with(b"fcall")
+            || lower == b"cache.get";
+        let admin = matches!(&lower[..], b"acl" | b"config" | b"module");
+        if write {
             let mut field = b"cmdstat_".to_vec();
             field.extend_from_slice(&lower);
             if let Ok(f) = std::ffi::CString::new(field) {
@@ -293,6 +323,9 @@ impl Catalogue {
             write,
             container: !subcommands.is_empty(),
             blocking,
+            no_auth,
+            grants,
+            admin,
         };
         self.commands.insert(lower, entry);
     }
@@ -529,11 +562,24 @@ struct Pending {
     writes: Writes,
     /// What tells that it ran, before it.
     before: Evidence,
-    /// Where the server does not say who sent it (Redis 7.0) and it may
-    /// block: the server's count of refusals before it.
-    errors: Option<u64>,
     /// Who sent it, where the server says (Redis ≥ 7.2, Valkey).
     client: Option<u64>,
+    /// What its decision teaches of its client.
+    learn: Learn,
+}
+
+/// What a decision teaches of the client that sent the command.
+#[derive(Clone, Copy)]
+enum Learn {
+    Nothing,
+    /// Whether it is authenticated: `NOAUTH` refusals counted before its
+    /// command (a command that ran says yes; a refusal counted as `NOAUTH`
+    /// says no).
+    Client(u64),
+    /// Whether an `AUTH`/`HELLO` (or any command an unauthenticated client
+    /// may run) of a client known unauthenticated left it so: `WRONGPASS`
+    /// and `NOAUTH` refusals counted before it.
+    Auth(u64),
 }
 
 impl Pending {
@@ -541,15 +587,14 @@ impl Pending {
     fn new(
         writes: Writes,
         client: Option<u64>,
-        errors: Option<u64>,
         exec: bool,
         fresh: &mut Fresh,
     ) -> Self {
         Pending {
             writes,
             before: fresh.evidence(exec),
-            errors,
             client,
+            learn: Learn::Nothing,
         }
     }
 }
@@ -564,6 +609,25 @@ struct Transaction {
     /// server refused opens none).
     confirmed: bool,
     writes: Writes,
+    /// A command queued in it may grant a lease while the `EXEC` runs.
+    grants: bool,
+}
+
+impl Transaction {
+    fn new(confirmed: bool, writes: Writes) -> Self {
+        Transaction {
+            confirmed,
+            writes,
+            grants: false,
+        }
+    }
+
+    /// Whether its `EXEC` may end a lease: it may grant one while it runs,
+    /// may write keys warden never saw, or queued a write of a name leased
+    /// now (nothing else runs from here to the `EXEC`'s end).
+    fn reaches_leases(&self) -> bool {
+        self.grants || self.writes.all || self.writes.names.iter().any(|n| commands::names(n))
+    }
 }
 
 /// A client whose command was not refused but has not run yet (postponed by
@@ -588,6 +652,9 @@ static SCREEN: [AtomicU64; SCREEN_WORDS] = [const { AtomicU64::new(0) }; SCREEN_
 static ANY_PENDING: AtomicBool = AtomicBool::new(false);
 static ANY_QUEUED: AtomicBool = AtomicBool::new(false);
 static ANY_WATCHED: AtomicBool = AtomicBool::new(false);
+/// Some client is known unauthenticated (`TRUST`): every command is looked
+/// at, for what may authenticate it or change who must.
+static ANY_NOAUTH: AtomicBool = AtomicBool::new(false);
 /// A decision timer is armed.
 static DECIDE_ARMED: AtomicBool = AtomicBool::new(false);
 
@@ -621,6 +688,8 @@ thread_local! {
     /// Per client in `MULTI` (opened while the filter listened).
     static QUEUED: RefCell<FxHashMap<u64, Transaction>> = RefCell::new(FxHashMap::default());
     static WATCHED: RefCell<Vec<Watched>> = const { RefCell::new(Vec::new()) };
+    /// What was learnt of clients that wrote names with leases.
+    static TRUST: RefCell<FxHashMap<u64, Trust>> = RefCell::new(FxHashMap::default());
     static CATALOGUE: RefCell<Catalogue> = RefCell::new(Catalogue::default());
     static TO_LEARN: RefCell<rustc_hash::FxHashSet<Vec<u8>>> = RefCell::new(rustc_hash::FxHashSet::default());
 }
@@ -662,6 +731,16 @@ fn client_flags(client: u64) -> Option<u64> {
     (found == raw::REDISMODULE_OK as c_int).then_some(info.flags)
 }
 
+/// Whether the client is one of the server's connections (a script's or a
+/// module's command is sent by a client that is not): a lookup by id, with
+/// nothing filled in (the address would cost a system call).
+fn connected(client: u64) -> bool {
+    let Some(get) = (unsafe { raw::RedisModule_GetClientInfoById }) else {
+        return false;
+    };
+    unsafe { get(std::ptr::null_mut(), client) == raw::REDISMODULE_OK as c_int }
+}
+
 fn in_multi(client: u64) -> bool {
     client_flags(client).is_some_and(|f| f & u64::from(raw::REDISMODULE_CLIENTINFO_FLAG_MULTI) != 0)
 }
@@ -674,6 +753,7 @@ fn paused() -> bool {
 
 /// Reads fields of one `INFO` section.
 fn info_counts(section: &CStr, fields: &[&CStr]) -> u64 {
+    crate::stats::CACHE_FILTER_READS.add(1);
     let ctx = events::detached();
     unsafe {
         let data = raw::RedisModule_GetServerInfo.unwrap()(ctx, section.as_ptr());
@@ -684,11 +764,6 @@ fn info_counts(section: &CStr, fields: &[&CStr]) -> u64 {
         raw::RedisModule_FreeServerInfo.unwrap()(ctx, data);
         n
     }
-}
-
-/// Refusals the server has answered (`NOAUTH`, `NOPERM`, `OOM`, ...).
-fn refusals() -> u64 {
-    info_counts(c"errorstats", REFUSALS)
 }
 
 /// `errorstat_X:count=3` → 3; `rdb_changes_since_last_save:7` → 7.
@@ -707,6 +782,7 @@ unsafe fn count_field(data: *mut raw::RedisModuleServerInfoData, field: &CStr) -
 /// How many times commands that may write have been called (`INFO
 /// commandstats`), also those that changed nothing (`DEL` of a missing key).
 fn write_calls() -> u64 {
+    crate::stats::CACHE_FILTER_READS.add(1);
     let ctx = events::detached();
     CATALOGUE.with(|c| {
         let c = c.borrow();
@@ -780,6 +856,13 @@ fn note(pending: Pending) {
     PENDING.with(|p| {
         let mut p = p.borrow_mut();
         let full = p.len() >= MAX_PENDING;
+        if full {
+            if let (Learn::Auth(_), Some(c)) = (pending.learn, pending.client) {
+                // Not followed: it may have authenticated.
+                TRUST.with(|t| t.borrow_mut().remove(&c));
+                return;
+            }
+        }
         match p.last_mut() {
             Some(last) if full => {
                 if pending.writes.all {
@@ -823,6 +906,13 @@ fn decide_now(conclusive: bool) -> Fresh {
     let pending = PENDING.with(|p| std::mem::take(&mut *p.borrow_mut()));
     let mut keep = Vec::new();
     for p in pending {
+        if let (Learn::Auth(before), Some(c)) = (p.learn, p.client) {
+            // Not refused: it may have authenticated.
+            if auth_refusals() == before {
+                forget_trust(c);
+            }
+            continue;
+        }
         // It ran if a write command was called (also one that changed
         // nothing, a `DEL` of a missing key) or the dataset changed since it
         // was noted: a refused command, an `EXEC` that aborted or was
@@ -837,7 +927,14 @@ fn decide_now(conclusive: bool) -> Fresh {
                 .is_some_and(|f| f & u64::from(raw::REDISMODULE_CLIENTINFO_FLAG_BLOCKED) != 0)
         });
         let now = fresh.evidence(matches!(p.before, Evidence::Writes(..)));
-        let ran = now != p.before || blocked || p.errors.is_some_and(|e| refusals() == e);
+        let ran = now != p.before || blocked;
+        if let (Learn::Client(noauth), Some(c)) = (p.learn, p.client) {
+            if ran && connected(c) {
+                trust(c, Trust::Runs);
+            } else if !ran && conclusive && noauth_refusals() != noauth {
+                trust(c, Trust::NoAuth);
+            }
+        }
         if !ran {
             if !conclusive {
                 keep.push(p);
@@ -970,12 +1067,194 @@ extern "C" fn on_decide(ctx: *mut raw::RedisModuleCtx, _data: *mut c_void) {
     })
 }
 
+/// What a decision taught of a client (where the server names the sender:
+/// Redis ≥ 7.2, Valkey), so that its next write naming a leased key is
+/// decided before it runs, at a few hundred instructions, with no `INFO`
+/// read:
+///
+/// - `Runs`: a command of its ran, so it is authenticated — and stays so
+///   until `RESET` or it leaves (a failed `AUTH` keeps the user it had; a
+///   user disabled keeps its connections). Its next write naming a leased
+///   key ends the lease before it runs if nothing else can refuse it: the
+///   ACL allows it (asked of the server, as `processCommand` asks), the
+///   client is not a RESP2 subscriber, blocked or in `MULTI`, and the
+///   server is not a replica, out of memory, loading, in a cluster or
+///   running a script (any of which sends it the slow way, below). A write
+///   the server then refuses for a reason no module can see (`MISCONF` after
+///   a failed save, a module's long command) ends the lease anyway: a
+///   reload, never a stale fill. While `min-replicas-to-write` is set, it
+///   goes the slow way.
+/// - `NoAuth`: a command of its was refused with `NOAUTH`, so every command
+///   it sends is refused before it runs, until it sends one an
+///   unauthenticated client may run (`AUTH`, `HELLO`, `RESET`, a module's
+///   login: decided after, by whether a `WRONGPASS`/`NOAUTH` was counted),
+///   or anyone sends what may change who must authenticate (`ACL`,
+///   `CONFIG`, `MODULE`, a renamed command not yet learnt): then all of it
+///   is forgotten.
+///
+/// A client not known yet takes the slow way once: its command is noted and
+/// decided when the next command arrives (one `INFO stats` read, and one
+/// `INFO errorstats` read if it was refused).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Trust {
+    Runs,
+    NoAuth,
+}
+
+fn trust_of(client: u64) -> Option<Trust> {
+    TRUST.with(|t| t.borrow().get(&client).copied())
+}
+
+fn trust(client: u64, what: Trust) {
+    TRUST.with(|t| t.borrow_mut().insert(client, what));
+    if what == Trust::NoAuth {
+        ANY_NOAUTH.store(true, Ordering::Relaxed);
+    }
+}
+
+fn forget_trust(client: u64) {
+    TRUST.with(|t| {
+        let mut t = t.borrow_mut();
+        if t.remove(&client).is_some() && t.capacity() > 64 && t.len() * 4 < t.capacity() {
+            t.shrink_to_fit();
+        }
+    });
+}
+
+/// Forgets which clients are unauthenticated (who must authenticate may
+/// have changed).
+fn forget_unauthenticated() {
+    TRUST.with(|t| t.borrow_mut().retain(|_, w| *w != Trust::NoAuth));
+    ANY_NOAUTH.store(false, Ordering::Relaxed);
+}
+
+/// `min-replicas-to-write` is set: the server may refuse a write with
+/// `NOREPLICAS`, which no module can see coming.
+static REPLICAS_REQUIRED: AtomicBool = AtomicBool::new(false);
+
+/// Reads the settings that decide whether the server may refuse a write
+/// for a reason no module can see (at load and on every `CONFIG SET`):
+/// `INFO replication` lists `min_slaves_good_slaves` only while
+/// `min-replicas-to-write` is on.
+pub fn check_settings(ctx: &Context) {
+    let on = unsafe {
+        let data = raw::RedisModule_GetServerInfo.unwrap()(ctx.ctx, c"replication".as_ptr());
+        if data.is_null() {
+            return;
+        }
+        let v = raw::RedisModule_ServerInfoGetFieldC.unwrap()(data, c"min_slaves_good_slaves".as_ptr());
+        raw::RedisModule_FreeServerInfo.unwrap()(ctx.ctx, data);
+        !v.is_null()
+    };
+    REPLICAS_REQUIRED.store(on, Ordering::Relaxed);
+}
+
+/// Refusals of authentication counted (`INFO errorstats`).
+fn auth_refusals() -> u64 {
+    info_counts(c"errorstats", &[c"errorstat_WRONGPASS", c"errorstat_NOAUTH"])
+}
+
+fn noauth_refusals() -> u64 {
+    info_counts(c"errorstats", &[c"errorstat_NOAUTH"])
+}
+
+/// While some client is known unauthenticated, every command passes here:
+/// whether this one is refused for sure (a command of such a client that an
+/// unauthenticated client may not run); what may authenticate the client,
+/// or change who must authenticate, is followed.
+fn refused_unauthenticated(fctx: FilterCtx, argc: c_int, client: Option<u64>) -> bool {
+    let entry = CATALOGUE.with(|c| c.borrow().resolve(arg(fctx, 0)));
+    let entry = match entry {
+        Some(e) => e,
+        // Unknown to the server: refused, and it changes nothing.
+        None if matches!(lookup(fctx, argc), Lookup::Refused) => return false,
+        // Renamed, or a later module's: it may be anything.
+        None => {
+            forget_unauthenticated();
+            return false;
+        }
+    };
+    if entry.admin {
+        forget_unauthenticated();
+        return false;
+    }
+    let Some(c) = client.filter(|&c| trust_of(c) == Some(Trust::NoAuth)) else {
+        return false;
+    };
+    if !entry.no_auth {
+        return true;
+    }
+    note(Pending {
+        writes: Writes::default(),
+        before: Evidence::Commands(0),
+        client: Some(c),
+        learn: Learn::Auth(auth_refusals()),
+    });
+    false
+}
+
+/// Whether nothing a module can see would refuse the command of a client
+/// known authenticated (see `Trust`).
+fn will_run(fctx: FilterCtx, argc: c_int, client: u64) -> bool {
+    let unsure = raw::REDISMODULE_CTX_FLAGS_LUA
+        | raw::REDISMODULE_CTX_FLAGS_OOM
+        | raw::REDISMODULE_CTX_FLAGS_SLAVE
+        | raw::REDISMODULE_CTX_FLAGS_CLUSTER
+        | raw::REDISMODULE_CTX_FLAGS_LOADING
+        | raw::REDISMODULE_CTX_FLAGS_ASYNC_LOADING;
+    let flags = unsafe { raw::RedisModule_GetContextFlags.unwrap()(events::detached()) };
+    if flags as u32 & unsure != 0 || REPLICAS_REQUIRED.load(Ordering::Relaxed) {
+        return false;
+    }
+    let held = raw::REDISMODULE_CLIENTINFO_FLAG_PUBSUB
+        | raw::REDISMODULE_CLIENTINFO_FLAG_BLOCKED
+        | raw::REDISMODULE_CLIENTINFO_FLAG_MULTI;
+    if client_flags(client).is_none_or(|f| f & u64::from(held) != 0) {
+        return false;
+    }
+    !CATALOGUE.with(|c| c.borrow().may_block(arg(fctx, 0))) && acl_allows(fctx, argc, client)
+}
+
+/// Whether the client's user may run the command on its keys (the check
+/// `processCommand` makes).
+fn acl_allows(fctx: FilterCtx, argc: c_int, client: u64) -> bool {
+    let (Some(name_of), Some(user_of), Some(check), Some(free_user), Some(free)) = (unsafe {
+        (
+            raw::RedisModule_GetClientUserNameById,
+            raw::RedisModule_GetModuleUserFromUserName,
+            raw::RedisModule_ACLCheckCommandPermissions,
+            raw::RedisModule_FreeModuleUser,
+            raw::RedisModule_FreeString,
+        )
+    }) else {
+        return false;
+    };
+    let ctx = events::detached();
+    let name = unsafe { name_of(ctx, client) };
+    if name.is_null() {
+        return false;
+    }
+    let user = unsafe { user_of(name) };
+    unsafe { free(ctx, name) };
+    if user.is_null() {
+        return false;
+    }
+    let get = unsafe { raw::RedisModule_CommandFilterArgGet.unwrap() };
+    let mut argv: Vec<*mut raw::RedisModuleString> =
+        (0..argc).map(|i| unsafe { get(fctx, i) }).collect();
+    let allowed = unsafe { check(user, argv.as_mut_ptr(), argc) } == raw::REDISMODULE_OK as c_int;
+    unsafe { free_user(user) };
+    allowed
+}
+
 /// A command of one argument that opens or ends a transaction.
 enum Step {
     Multi,
     Exec,
-    /// `DISCARD`, `RESET`.
+    /// `DISCARD`.
     Drop,
+    /// `RESET`: it also ends the client's authentication.
+    Reset,
 }
 
 fn step(name: &[u8]) -> Option<Step> {
@@ -983,8 +1262,10 @@ fn step(name: &[u8]) -> Option<Step> {
         Some(Step::Multi)
     } else if name.eq_ignore_ascii_case(b"exec") {
         Some(Step::Exec)
-    } else if name.eq_ignore_ascii_case(b"discard") || name.eq_ignore_ascii_case(b"reset") {
+    } else if name.eq_ignore_ascii_case(b"discard") {
         Some(Step::Drop)
+    } else if name.eq_ignore_ascii_case(b"reset") {
+        Some(Step::Reset)
     } else {
         None
     }
@@ -1003,31 +1284,37 @@ fn transaction_step(step: Step, client: Option<u64>, fresh: &mut Fresh) {
     match (step, client) {
         (Step::Multi, Some(c)) => {
             QUEUED.with(|q| {
-                q.borrow_mut().entry(c).or_insert(Transaction {
-                    confirmed: false,
-                    writes: Writes::default(),
-                });
+                q.borrow_mut()
+                    .entry(c)
+                    .or_insert(Transaction::new(false, Writes::default()));
             });
             ANY_QUEUED.store(true, Ordering::Relaxed);
         }
         (Step::Exec, Some(c)) => {
             // A transaction opened before the filter listened may hold
             // writes warden never saw: every lease counts as written.
-            let writes = match forget_transaction(c) {
-                Some(t) if t.confirmed || in_multi(c) => t.writes,
-                Some(_) => return,
-                None if in_multi(c) => Writes::all(),
+            let t = match forget_transaction(c) {
+                Some(t) => t,
+                None if in_multi(c) => Transaction::new(true, Writes::all()),
                 None => return,
             };
-            note(Pending::new(writes, Some(c), None, true, fresh));
+            // Invariant: a transaction that reaches no lease is not noted —
+            // no INFO read, no client lookup for transactions on other keys.
+            if t.reaches_leases() && (t.confirmed || in_multi(c)) {
+                note(Pending::new(t.writes, Some(c), true, fresh));
+            }
         }
         // Redis 7.0 does not say who sends a command: any transaction may
         // hold writes warden did not see queued.
-        (Step::Exec, None) => note(Pending::new(Writes::all(), None, None, true, fresh)),
+        (Step::Exec, None) => note(Pending::new(Writes::all(), None, true, fresh)),
         (Step::Drop, Some(c)) => {
             forget_transaction(c);
         }
-        (Step::Multi | Step::Drop, None) => {}
+        (Step::Reset, Some(c)) => {
+            forget_transaction(c);
+            forget_trust(c);
+        }
+        (Step::Multi | Step::Drop | Step::Reset, None) => {}
     }
 }
 
@@ -1036,19 +1323,41 @@ fn transaction_step(step: Step, client: Option<u64>, fresh: &mut Fresh) {
 /// command was taken.
 fn queue(fctx: FilterCtx, argc: c_int, client: u64) -> bool {
     let confirmed = QUEUED.with(|q| q.borrow().get(&client).map(|t| t.confirmed));
-    match confirmed {
+    let confirm = match confirmed {
         None => return false,
-        Some(false) if !in_multi(client) => {
-            forget_transaction(client);
-            return false;
+        // If its MULTI was refused this command runs now: that matters only
+        // if it may name a leased key (then it is looked at as any other).
+        // Otherwise it is kept unconfirmed; the EXEC confirms, if the
+        // transaction reaches a lease.
+        Some(false) if (1..argc).any(|i| may_name(arg(fctx, i))) => {
+            if !in_multi(client) {
+                forget_transaction(client);
+                return false;
+            }
+            true
         }
-        Some(_) => {}
-    }
-    let write = CATALOGUE.with(|c| c.borrow().may_write(fctx, argc));
+        Some(c) => c,
+    };
+    // The catalogue alone, at a few instructions: a queued command the
+    // server refuses aborts the whole transaction at its EXEC anyway. A
+    // name the catalogue does not know (renamed, a later module's) counts
+    // as a write that may grant until it is learnt.
+    let entry = CATALOGUE.with(|c| c.borrow().entry_of(fctx, argc));
+    let (write, grants) = match entry {
+        Some(e) => (e.write, e.grants),
+        None => match lookup(fctx, argc) {
+            Lookup::Refused => (false, false),
+            _ => {
+                learn(arg(fctx, 0).to_ascii_lowercase());
+                (true, true)
+            }
+        },
+    };
     QUEUED.with(|q| {
         let mut q = q.borrow_mut();
         let Some(t) = q.get_mut(&client) else { return };
-        t.confirmed = true;
+        t.confirmed |= confirm;
+        t.grants |= grants;
         if write {
             for i in 1..argc {
                 t.writes.add(arg(fctx, i));
@@ -1063,7 +1372,10 @@ fn queue(fctx: FilterCtx, argc: c_int, client: u64) -> bool {
 /// followed, it is no transaction step, no argument may name an entry, and
 /// no write is postponed that would be kept.
 fn passes(fctx: FilterCtx) -> bool {
-    if ANY_PENDING.load(Ordering::Relaxed) || ANY_QUEUED.load(Ordering::Relaxed) {
+    if ANY_PENDING.load(Ordering::Relaxed)
+        || ANY_QUEUED.load(Ordering::Relaxed)
+        || ANY_NOAUTH.load(Ordering::Relaxed)
+    {
         return false;
     }
     // Read once, not per argument (as far as the compiler knows, every call
@@ -1118,9 +1430,13 @@ fn examine(fctx: FilterCtx) {
         // running (its sender is no client of the server's): then what has
         // not run yet waits. Nothing runs from here to this command's note:
         // the counts read to decide are its baseline.
-        let inside = sender(fctx).is_some_and(|c| client_flags(c).is_none());
+        let inside = sender(fctx).is_some_and(|c| !connected(c));
         let mut fresh = decide_now(!inside);
         let argc = unsafe { raw::RedisModule_CommandFilterArgsCount.unwrap()(fctx) };
+        let real = sender(fctx).filter(|_| !inside);
+        if ANY_NOAUTH.load(Ordering::Relaxed) && refused_unauthenticated(fctx, argc, real) {
+            return;
+        }
         if argc == 1 {
             if let Some(s) = step(arg(fctx, 0)) {
                 transaction_step(s, sender(fctx), &mut fresh);
@@ -1165,24 +1481,33 @@ fn examine(fctx: FilterCtx) {
             // A transaction opened before the filter listened: it may hold
             // writes warden never saw.
             QUEUED.with(|q| {
-                q.borrow_mut().insert(
-                    c,
-                    Transaction {
-                        confirmed: true,
-                        writes: Writes::all(),
-                    },
-                );
+                q.borrow_mut().insert(c, Transaction::new(true, Writes::all()));
             });
             ANY_QUEUED.store(true, Ordering::Relaxed);
             return;
         }
-        // Where the sender is unknown, a command that may block is counted
-        // unless refused (it runs later without passing the filter again).
-        let errors = (client.is_none() && CATALOGUE.with(|c| c.borrow().may_block(arg(fctx, 0))))
-            .then(refusals);
+        let mut learn = Learn::Nothing;
+        if let Some(c) = real.filter(|_| !postponed) {
+            match trust_of(c) {
+                // Refused before it runs (`refused_unauthenticated` says so first).
+                Some(Trust::NoAuth) => return,
+                // Invariant: a lease ends before the command runs only if
+                // the server will run it (or postpone it: it runs later).
+                Some(Trust::Runs) if will_run(fctx, argc, c) => {
+                    writes.revoke();
+                    return;
+                }
+                Some(Trust::Runs) => {}
+                None => learn = Learn::Client(noauth_refusals()),
+            }
+        }
         // A command run inside another is told to have run by the write
-        // calls (the command around it is counted as a command too).
-        note(Pending::new(writes, client, errors, inside, &mut fresh));
+        // calls (the command around it is counted as a command too). On
+        // Redis 7.0 a command that blocks is counted when it is called, a
+        // refused one (a RESP2 subscriber's `BLMOVE`) never.
+        let mut pending = Pending::new(writes, client, inside, &mut fresh);
+        pending.learn = learn;
+        note(pending);
     })
 }
 
@@ -1195,6 +1520,7 @@ pub fn client_gone(client: u64) {
         }
         ANY_QUEUED.store(!q.is_empty(), Ordering::Relaxed);
     });
+    forget_trust(client);
 }
 
 /// Listens while the table has entries, and only then: registered at the
@@ -1230,6 +1556,10 @@ pub fn listen(on: bool) {
         decide();
         QUEUED.with(|q| *q.borrow_mut() = FxHashMap::default());
         ANY_QUEUED.store(false, Ordering::Relaxed);
+        // Disconnects are not heard without leases: what was learnt of
+        // clients is dropped with them.
+        TRUST.with(|t| *t.borrow_mut() = FxHashMap::default());
+        ANY_NOAUTH.store(false, Ordering::Relaxed);
         // Watched clients stay watched (by a timer, and before each fill): a
         // client blocked for good must not keep the filter on the rest of
         // the server once no lease is left.
