@@ -39,6 +39,10 @@ pub const PERMITS_ABOVE_LIMIT: &str =
 pub const LIMIT_REPLACED: &str =
     "ERR the semaphore was replaced by one of another limit while this request waited";
 pub const READONLY: &str = "READONLY You can't write against a read only replica.";
+/// A waiter whose key's slot moved to another node, where that node is not
+/// known: cluster clients send the command again (and then get `MOVED`).
+pub const SLOT_MOVED: &str =
+    "TRYAGAIN the key's slot moved to another node while this request waited: send it again";
 /// The server's own text for a command refused over `maxmemory`.
 pub const OOM: &str = "OOM command not allowed when used memory > 'maxmemory'.";
 

@@ -13,7 +13,7 @@
 //! - `evicted` only, and only once the server can evict (a server without a
 //!   memory limit never raises it);
 //! - the server events that must be heard always (flushes, `SWAPDB`, loads,
-//!   role changes), and client disconnects only while cache leases exist:
+//!   role changes, and on Valkey 9 atomic slot migrations), and client disconnects only while cache leases exist:
 //!   every server-event subscription is walked on each event-loop turn.
 
 use std::ffi::CStr;
@@ -39,6 +39,9 @@ pub enum Server {
     Role { master: bool },
     /// A client disconnected.
     ClientGone { id: u64 },
+    /// These slots now belong to another node (Valkey's atomic slot
+    /// migration finished exporting them); their keys are deleted next.
+    SlotsMoved { slots: crate::migration::Slots },
 }
 
 /// One listener: what it does on a key's change and on a server event.
@@ -133,6 +136,10 @@ unsafe fn decode(id: u64, subevent: u64, data: *mut c_void) -> Option<Server> {
             let info = unsafe { data.cast::<raw::RedisModuleClientInfo>().as_ref() }?;
             Some(Server::ClientGone { id: info.id })
         }
+        crate::migration::EVENT if subevent == crate::migration::EXPORT_COMPLETED => {
+            let slots = unsafe { crate::migration::exported(data) }?;
+            Some(Server::SlotsMoved { slots })
+        }
         _ => None,
     }
 }
@@ -160,6 +167,7 @@ pub fn subscribe(ctx: &Context, listeners: &'static [&'static Listener]) -> bool
     ]
     .iter()
     .all(|&id| subscribe_server(id, true))
+        && (!crate::migration::supported() || subscribe_server(crate::migration::EVENT, true))
 }
 
 /// From the first time the server can evict: hear `evicted` (evicted locks

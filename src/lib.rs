@@ -22,6 +22,7 @@ mod info;
 mod keyspace;
 mod lock;
 mod memory;
+mod migration;
 mod reply;
 mod rwlock;
 mod semaphore;
@@ -128,7 +129,7 @@ const LISTENERS: &[&events::Listener] = &[
 
 fn init(ctx: &Context, args: &[RedisString]) -> Status {
     guard::install_panic_hook();
-    ctx.set_module_options(redis_module::ModuleOptions::HANDLE_IO_ERRORS);
+    migration::set_options(ctx);
     // Configuration first: `bf-commands` decides which commands exist.
     let ready = config::register(ctx, args)
         && datatypes::register_lock_type(ctx)

@@ -173,6 +173,8 @@ pub enum Answer {
     Integer(i64),
     Nil,
     Error(&'static str),
+    /// An error built for this waiter (a `MOVED` to its key's new owner).
+    Redirect(String),
     /// `[value, lease]`, each possibly nil (cache reads).
     /// The value is shared by every waiter a fill answers: one copy, however
     /// many wait.
@@ -662,6 +664,10 @@ fn reply(ctx: Ctx, answer: &Answer) {
             let line = std::ffi::CString::new(*text).unwrap_or_default();
             unsafe { raw::RedisModule_ReplyWithError.unwrap()(ctx, line.as_ptr()) };
         }
+        Answer::Redirect(text) => {
+            let line = std::ffi::CString::new(text.as_str()).unwrap_or_default();
+            unsafe { raw::RedisModule_ReplyWithError.unwrap()(ctx, line.as_ptr()) };
+        }
         Answer::Pair(value, lease) => {
             raw::reply_with_array(ctx, 2);
             match value {
@@ -937,6 +943,39 @@ fn answer_everyone(ctx: Ctx, answer_of: impl Fn(&'static dyn Kind) -> Answer) {
     }
 }
 
+/// The slots of `slots` now belong to another node: every waiter on one of
+/// their keys is answered `MOVED` at once. Their keys are deleted next, and
+/// serving the queues then would grant each key here while the new owner
+/// has its holders. Nothing new queues on those keys: the server redirects
+/// their commands before they run.
+fn slots_moved(ctx: Ctx, slots: &crate::migration::Slots) {
+    let moved = |q: &QueueKey| slots.has_key(&q.name);
+    if !with(|r| r.waiting.values().any(|w| moved(&w.key))) {
+        return;
+    }
+    let owners = crate::migration::owners(&Context::new(ctx));
+    let leaving: Vec<Waiter> = with(|r| {
+        let handles: Vec<usize> = r
+            .waiting
+            .iter()
+            .filter(|(_, w)| moved(&w.key))
+            .map(|(&h, _)| h)
+            .collect();
+        handles
+            .into_iter()
+            .filter_map(|h| r.take(h as Handle))
+            .collect()
+    });
+    for w in leaving {
+        let slot = crate::migration::key_slot(&w.key.name);
+        deliver(
+            ctx,
+            w,
+            Answer::Redirect(crate::migration::redirect(&owners, slot)),
+        );
+    }
+}
+
 extern "C" fn on_reply(ctx: Ctx, _argv: *mut *mut raw::RedisModuleString, _argc: c_int) -> c_int {
     guard::callback(raw::REDISMODULE_OK as c_int, || {
         let in_flight = unsafe { raw::RedisModule_GetBlockedClientPrivateData.unwrap()(ctx) }
@@ -1202,12 +1241,13 @@ fn on_server(ctx: Ctx, event: &Server) {
         // A replica never grants: its waiters learn at once (Valkey 9 leaves
         // module waiters blocked across a role change).
         Server::Role { master: false } => answer_everyone(ctx, |_| Answer::Error(error::READONLY)),
+        Server::SlotsMoved { slots } => slots_moved(ctx, slots),
         Server::Role { master: true } | Server::ClientGone { .. } => {}
     }
 }
 
-/// What the waiting core hears: flushes, `SWAPDB`, loads and role changes
-/// (a key of its own leaving the keyspace arrives through `key_removed`).
+/// What the waiting core hears: flushes, `SWAPDB`, loads, role changes and
+/// slots moved away (a key of its own leaving the keyspace arrives through `key_removed`).
 pub static EVENTS: Listener = Listener {
     key: events::ignore_key,
     server: on_server,

@@ -312,3 +312,202 @@ fn plant_fence(c: &mut redis::Connection, lead: u64) -> u64 {
         .unwrap();
     lock_state(c, "{mv}:lock").unwrap().2 as u64
 }
+
+/// Whether the server has atomic slot migration (`CLUSTER MIGRATESLOTS`,
+/// Valkey 9+); says so when it does not.
+fn has_atomic_migration(c: &mut redis::Connection) -> bool {
+    let info: Vec<Value> = redis::cmd("COMMAND")
+        .arg("INFO")
+        .arg("CLUSTER|MIGRATESLOTS")
+        .query(c)
+        .unwrap();
+    let found = info.first().is_some_and(|v| !matches!(v, Value::Nil));
+    if !found {
+        println!(
+            "skipped: this server has no CLUSTER MIGRATESLOTS (atomic slot migration is Valkey 9+)"
+        );
+    }
+    found
+}
+
+/// The state of the export of `source`'s latest slot migration.
+fn migration_state(source: &Server) -> String {
+    let jobs: Vec<Value> = redis::cmd("CLUSTER")
+        .arg("GETSLOTMIGRATIONS")
+        .query(&mut source.conn())
+        .unwrap();
+    let fields = match jobs.first() {
+        Some(Value::Array(f)) => f.clone(),
+        Some(Value::Map(m)) => m.iter().flat_map(|(k, v)| [k.clone(), v.clone()]).collect(),
+        other => panic!("no migration: {other:?}"),
+    };
+    let at = fields
+        .iter()
+        .position(|f| reply_text(f) == "state")
+        .expect("a state field");
+    reply_text(&fields[at + 1])
+}
+
+/// `CLUSTER MIGRATESLOTS` of one slot with every kind in it: holders, tokens,
+/// limits and filter bits arrive whole; a hand-off made while the slot
+/// streams arrives too; waiters still queued when the slot leaves are
+/// answered `MOVED` to the new owner (never granted on the old one); a
+/// cache lease from the old owner fills nothing anywhere.
+#[test]
+fn atomic_slot_migration_keeps_every_kind_and_redirects_waiters() {
+    let cluster = Cluster::start(3, 0);
+    let key = |kind: &str| format!("{{asm}}:{kind}");
+    let source = cluster.master_of(&key("lock"));
+    let target = cluster.other_master(&key("lock"));
+    let mut src = source.conn();
+    if !has_atomic_migration(&mut src) {
+        return;
+    }
+    let mut tgt = target.conn();
+    let slot = int(&mut src, &["CLUSTER", "KEYSLOT", &key("lock")]);
+    let endpoint = format!("127.0.0.1:{}", target.port.unwrap());
+
+    let held = int(&mut src, &["LOCK.ACQUIRE", &key("lock"), "A", "60000"]);
+    int(&mut src, &["LOCK.ACQUIRE", &key("handoff"), "A2", "60000"]);
+    let reader = int(&mut src, &["RWLOCK.READ", &key("rw"), "r1", "60000"]);
+    for owner in ["s1", "s2"] {
+        int(
+            &mut src,
+            &["SEM.ACQUIRE", &key("sem"), owner, "60000", "LIMIT", "2"],
+        );
+    }
+    run(&mut src, &["BF.RESERVE", &key("bf"), "0.01", "1000"]).unwrap();
+    for i in 0..300 {
+        int(&mut src, &["BF.ADD", &key("bf"), &format!("item-{i}")]);
+    }
+    let mut holder = source.conn();
+    let lease: Vec<Value> = redis::cmd("CACHE.GET")
+        .arg(key("cache"))
+        .arg(30_000)
+        .query(&mut holder)
+        .unwrap();
+    let Value::Int(lease) = lease[1] else {
+        panic!("no lease: {lease:?}")
+    };
+
+    let wait = ["60000", "WAIT", "30000"];
+    let waiting = |words: &[&str]| spawn_command(source, &[words, &wait[..]].concat()).1;
+    let handoff = waiting(&["LOCK.ACQUIRE", &key("handoff"), "B2"]);
+    let waiters = [
+        (
+            "LOCK.INFO",
+            key("lock"),
+            waiting(&["LOCK.ACQUIRE", &key("lock"), "B"]),
+        ),
+        (
+            "RWLOCK.INFO",
+            key("rw"),
+            waiting(&["RWLOCK.WRITE", &key("rw"), "W"]),
+        ),
+        (
+            "SEM.INFO",
+            key("sem"),
+            spawn_command(
+                source,
+                &[
+                    "SEM.ACQUIRE",
+                    &key("sem"),
+                    "s3",
+                    "60000",
+                    "LIMIT",
+                    "2",
+                    "WAIT",
+                    "30000",
+                ],
+            )
+            .1,
+        ),
+        (
+            "CACHE.INFO",
+            key("cache"),
+            spawn_command(
+                source,
+                &["CACHE.GET", &key("cache"), "30000", "WAIT", "30000"],
+            )
+            .1,
+        ),
+    ];
+    for (info, k, _) in &waiters {
+        wait_queued(&mut src, info, k, 1);
+    }
+    wait_queued(&mut src, "LOCK.INFO", &key("handoff"), 1);
+    let filter_before = scandump(&mut src, &key("bf"));
+
+    // Held in the streaming phase: what happens now must reach the target.
+    run(&mut src, &["DEBUG", "SLOTMIGRATION", "PREVENT-PAUSE", "1"]).unwrap();
+    let s = slot.to_string();
+    run(
+        &mut src,
+        &[
+            "CLUSTER",
+            "MIGRATESLOTS",
+            "SLOTSRANGE",
+            &s,
+            &s,
+            "NODE",
+            &node_id(target),
+        ],
+    )
+    .unwrap_or_else(|e| panic!("MIGRATESLOTS refused: {}", error_text(&e)));
+    wait_for("the slot streaming", Duration::from_secs(20), || {
+        ["waiting-to-pause", "replicating"].contains(&migration_state(source).as_str())
+    });
+    assert_eq!(int(&mut src, &["LOCK.RELEASE", &key("handoff"), "A2"]), 1);
+    let handed = granted(handoff);
+    run(&mut src, &["DEBUG", "SLOTMIGRATION", "PREVENT-PAUSE", "0"]).unwrap();
+    wait_for("the migration", Duration::from_secs(20), || {
+        migration_state(source) == "success"
+    });
+
+    // Waiters queued when the slot left: MOVED to the target, at once.
+    for (info, k, pending) in waiters {
+        let e = pending.join().unwrap().expect_err(info);
+        assert_eq!(e.code(), Some("MOVED"), "{info} {k}: {}", error_text(&e));
+        assert_eq!(error_text(&e), format!("MOVED {slot} {endpoint}"), "{info}");
+    }
+    // Nothing was granted on the old owner: it keeps no key of the slot.
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(int(&mut src, &["CLUSTER", "COUNTKEYSINSLOT", &s]), 0);
+    assert_eq!(warden_stat(&mut src, "waiting_clients"), 0);
+
+    // The target holds each key as the source left it.
+    assert_eq!(
+        lock_state(&mut tgt, &key("lock")),
+        Some(("A".to_string(), 1, held))
+    );
+    assert_eq!(
+        lock_state(&mut tgt, &key("handoff")),
+        Some(("B2".to_string(), 1, handed))
+    );
+    let rw = map(&mut tgt, &["RWLOCK.INFO", &key("rw")]);
+    assert_eq!(field_str(&rw, "mode"), "read");
+    assert_eq!(field_int(&rw, "fence"), reader);
+    let sem = map(&mut tgt, &["SEM.INFO", &key("sem")]);
+    assert_eq!((field_int(&sem, "limit"), field_int(&sem, "used")), (2, 2));
+    assert!(is_nil(
+        &mut tgt,
+        &["SEM.ACQUIRE", &key("sem"), "s4", "60000", "LIMIT", "2"]
+    ));
+    assert_eq!(scandump(&mut tgt, &key("bf")), filter_before);
+    assert_eq!(int(&mut tgt, &["BF.CARD", &key("bf")]), 300);
+
+    // Tokens go on rising for the key on its new node.
+    assert_eq!(int(&mut tgt, &["LOCK.RELEASE", &key("lock"), "A"]), 1);
+    let next = int(&mut tgt, &["LOCK.ACQUIRE", &key("lock"), "C", "60000"]);
+    assert!(
+        next > held && next > handed,
+        "{next} after {held}, {handed}"
+    );
+
+    // The old lease fills nothing: refused by the new owner, MOVED by the old.
+    let lease = lease.to_string();
+    let fill = ["CACHE.FILL", &key("cache"), lease.as_str(), "stale"];
+    assert_eq!(int(&mut tgt, &fill), 0);
+    assert_eq!(run(&mut holder, &fill).unwrap_err().code(), Some("MOVED"));
+    assert!(is_nil(&mut tgt, &["GET", &key("cache")]));
+}

@@ -292,6 +292,15 @@ fn on_server(ctx: *mut raw::RedisModuleCtx, event: &Server) {
         }
         Server::Flushed { db } => forget_db(ctx, *db),
         Server::Swapped { .. } => forget_db(ctx, -1),
+        // Leases are not migrated: a fill with one is refused by the new
+        // owner, and must be here too should the slots come back.
+        Server::SlotsMoved { slots } => {
+            if !idle() {
+                let revoked = with(|t| t.revoke_where(|name| slots.has_key(name)));
+                stats::CACHE_REVOKED.add(revoked as u64);
+                arm_reaper(ctx, now_ms());
+            }
+        }
         Server::Loaded => {}
     }
 }

@@ -390,6 +390,29 @@ impl Table {
         revoked
     }
 
+    /// Revokes the leases of the keys `moved` picks (their slots moved to
+    /// another node), in every database: stale marks stay. The number revoked.
+    pub fn revoke_where(&mut self, moved: impl Fn(&[u8]) -> bool) -> usize {
+        let leased: Vec<QueueKey> =
+            self.dbs
+                .iter()
+                .flat_map(|(&db, d)| {
+                    d.deadlines.iter().filter(|(_, _, name)| moved(name)).map(
+                        move |(_, _, name)| QueueKey {
+                            db,
+                            name: name.clone(),
+                        },
+                    )
+                })
+                .collect();
+        let revoked = leased.len();
+        for q in leased {
+            self.take(&q, None);
+            self.revoked.push(q);
+        }
+        revoked
+    }
+
     /// Forgets every entry of `db` (-1: all) at once; the memory is freed by
     /// later batches.
     pub fn forget_db(&mut self, db: c_int) {
