@@ -23,6 +23,7 @@ mod keyspace;
 mod lock;
 mod memory;
 mod reply;
+mod restored;
 mod rwlock;
 mod semaphore;
 mod stats;
@@ -139,6 +140,7 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
                 && command::register(ctx, BLOOM_COMMANDS)
                 && docs::register(ctx, BLOOM_COMMANDS))
         && waiters::init()
+        && restored::init()
         && events::subscribe(ctx, LISTENERS)
         && keyspace::watch_listeners(ctx)
         && evicted::watch_policy(ctx)

@@ -15,6 +15,7 @@ use crate::datatypes::{
 use crate::fence::{self, FENCES};
 use crate::grace;
 use crate::guard;
+use crate::restored;
 use crate::semaphore::state::{Hold, Semaphore, MAX_LIMIT};
 use crate::stats;
 
@@ -56,9 +57,9 @@ pub static SEM_TYPE: RedisType = RedisType::new(
         aux_save_triggers: 0,
         free_effort: Some(sem_free_effort),
         unlink: None,
-        copy: Some(sem_copy),
+        copy: None,
         defrag: None,
-        copy2: None,
+        copy2: Some(sem_copy),
         free_effort2: None,
         mem_usage2: None,
         unlink2: Some(sem_unlink),
@@ -90,7 +91,7 @@ fn cap_holds(sem: &mut Semaphore) {
 
 unsafe extern "C" fn sem_rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *mut c_void {
     guard::callback(std::ptr::null_mut(), || {
-        let load = || -> Option<Semaphore> {
+        let load = || -> Option<(bool, Semaphore)> {
             if !(1..=SEM_ENCVER).contains(&encver) {
                 return None;
             }
@@ -126,11 +127,17 @@ unsafe extern "C" fn sem_rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -
                 return None;
             }
             sem.clear_changed();
+            let saved = sem.deadline();
             cap_holds(&mut sem);
-            Some(sem)
+            Some((sem.deadline() != saved, sem))
         };
         match load() {
-            Some(sem) => {
+            Some((lowered, sem)) => {
+                // The key's expiry, a `RESTORE` ttl or a capped load's saved
+                // one, is put back to the last lease when it lies beyond it.
+                if lowered || !restored::loading() {
+                    restored::note_loaded(rdb);
+                }
                 FENCES.observe(sem.fence);
                 boxed(sem)
             }
@@ -210,12 +217,13 @@ unsafe extern "C" fn sem_unlink(ctx: *mut raw::RedisModuleKeyOptCtx, value: *con
 }
 
 unsafe extern "C" fn sem_copy(
-    _from: *mut raw::RedisModuleString,
-    _to: *mut raw::RedisModuleString,
+    ctx: *mut raw::RedisModuleKeyOptCtx,
     value: *const c_void,
 ) -> *mut c_void {
     // The copy is a new value whose holds this server did not grant, and
-    // whose leases end no later than `warden.max-lease` from now.
+    // whose leases end no later than `warden.max-lease` from now; the expiry
+    // it gets from its source is put back to its last lease.
+    restored::note_copied(ctx);
     let mut copy = (*value.cast::<Semaphore>()).copied();
     cap_holds(&mut copy);
     copy.clear_changed();
