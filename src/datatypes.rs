@@ -15,6 +15,7 @@ use crate::grace;
 use crate::guard;
 use crate::keyspace::Key;
 use crate::lock::state::{Lock, MAX_HOLDS};
+use crate::restored;
 use crate::rwlock::state::{Hold, RwLock};
 use crate::stats;
 
@@ -133,9 +134,9 @@ const fn lock_methods(aux2: bool) -> raw::RedisModuleTypeMethods {
         aux_save_triggers: raw::REDISMODULE_AUX_BEFORE_RDB as c_int,
         free_effort: None,
         unlink: None,
-        copy: Some(lock_copy),
+        copy: None,
         defrag: None,
-        copy2: None,
+        copy2: Some(lock_copy),
         free_effort2: None,
         mem_usage2: None,
         unlink2: Some(lock_unlink),
@@ -190,16 +191,25 @@ unsafe extern "C" fn lock_rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) 
         // loading) is read into it.
         // Under `warden.max-lease` no loaded lease (a `RESTORE`d payload
         // included) ends later than the cap from now.
-        let deadline_ms = match encver {
-            1 => 0,
+        let (deadline_ms, lowered) = match encver {
+            1 => (0, false),
             _ => match raw::load_signed(rdb) {
-                Ok(0) => 0,
-                Ok(at) if at > 0 => grace::cap_deadline(bounded_deadline(at), system_ms()),
+                Ok(0) => (0, false),
+                Ok(at) if at > 0 => {
+                    let saved = bounded_deadline(at);
+                    let capped = grace::cap_deadline(saved, system_ms());
+                    (capped, capped != saved)
+                }
                 _ => return std::ptr::null_mut(),
             },
         };
         if !valid_lock(owner.as_ref(), holds, fence) {
             return std::ptr::null_mut();
+        }
+        // The key's expiry is the lease: a `RESTORE` ttl, or a load's saved
+        // expiry, beyond the capped lease is put back to it.
+        if lowered || grace::capping() && !restored::loading() {
+            restored::note_loaded(rdb);
         }
         FENCES.observe(fence);
         let lock = Lock {
@@ -277,17 +287,20 @@ unsafe extern "C" fn lock_free(value: *mut c_void) {
 }
 
 unsafe extern "C" fn lock_copy(
-    _from: *mut raw::RedisModuleString,
-    _to: *mut raw::RedisModuleString,
+    ctx: *mut raw::RedisModuleKeyOptCtx,
     value: *const c_void,
 ) -> *mut c_void {
     // The copy is a new value whose holds this server did not grant, and
-    // whose lease no longer than `warden.max-lease` from now.
+    // whose lease no longer than `warden.max-lease` from now; the expiry it
+    // gets from its source is put back to that lease.
     let lock = &*value.cast::<Lock>();
     let deadline_ms = match lock.deadline_ms {
         0 => 0,
         at => grace::cap_deadline(at, system_ms()),
     };
+    if grace::capping() {
+        restored::note_copied(ctx);
+    }
     boxed(Lock {
         granted_ms: 0,
         deadline_ms,
@@ -381,9 +394,9 @@ pub static RWLOCK_TYPE: RedisType = RedisType::new(
         aux_save_triggers: 0,
         free_effort: None,
         unlink: None,
-        copy: Some(rwlock_copy),
+        copy: None,
         defrag: None,
-        copy2: None,
+        copy2: Some(rwlock_copy),
         free_effort2: None,
         mem_usage2: None,
         unlink2: Some(rwlock_unlink),
@@ -445,7 +458,7 @@ fn load_hold(rdb: *mut raw::RedisModuleIO) -> Option<Hold> {
 
 unsafe extern "C" fn rwlock_rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *mut c_void {
     guard::callback(std::ptr::null_mut(), || {
-        let load = || -> Option<RwLock> {
+        let load = || -> Option<(bool, RwLock)> {
             if !(1..=RWLOCK_ENCVER).contains(&encver) {
                 return None;
             }
@@ -470,11 +483,17 @@ unsafe extern "C" fn rwlock_rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int
             if !valid_rwlock(&lock) {
                 return None;
             }
+            let saved = lock.deadline();
             cap_holds(&mut lock);
-            Some(lock)
+            Some((lock.deadline() != saved, lock))
         };
         match load() {
-            Some(lock) => {
+            Some((lowered, lock)) => {
+                // The key's expiry, a `RESTORE` ttl or a capped load's saved
+                // one, is put back to the last lease when it lies beyond it.
+                if lowered || !restored::loading() {
+                    restored::note_loaded(rdb);
+                }
                 FENCES.observe(lock.fence);
                 boxed(lock)
             }
@@ -559,10 +578,11 @@ unsafe extern "C" fn rwlock_free(value: *mut c_void) {
 }
 
 unsafe extern "C" fn rwlock_copy(
-    _from: *mut raw::RedisModuleString,
-    _to: *mut raw::RedisModuleString,
+    ctx: *mut raw::RedisModuleKeyOptCtx,
     value: *const c_void,
 ) -> *mut c_void {
+    // The expiry the copy gets from its source is put back to its last lease.
+    restored::note_copied(ctx);
     let mut copy = (*value.cast::<RwLock>()).clone();
     copy.ended.clear();
     copy.changed.clear();

@@ -98,6 +98,11 @@ pub fn cap_expiry(at_ms: i64, known_ms: i64, now_ms: i64) -> i64 {
     capped_expiry(at_ms, known_ms, now_ms, MAX_LEASE.load(Ordering::Relaxed))
 }
 
+/// Whether `warden.max-lease` caps leases.
+pub fn capping() -> bool {
+    MAX_LEASE.load(Ordering::Relaxed) > 0
+}
+
 /// [`capped_deadline`] under the configured `warden.max-lease`.
 pub fn cap_deadline(deadline_ms: i64, now_ms: i64) -> i64 {
     capped_deadline(deadline_ms, now_ms, MAX_LEASE.load(Ordering::Relaxed))

@@ -43,6 +43,12 @@ impl Key {
         )
     }
 
+    /// Opens `name` for reading and writing where Redis gives no command
+    /// context (a timer's); `name` must outlive the key.
+    pub fn write_raw(ctx: *mut raw::RedisModuleCtx, name: *mut raw::RedisModuleString) -> Self {
+        Self::open(ctx, name, raw::REDISMODULE_READ | raw::REDISMODULE_WRITE)
+    }
+
     /// Opens `name` for reading only (a missing key stays missing).
     pub fn read(ctx: &Context, name: &Arg) -> Self {
         Self::open(ctx.ctx, name.raw(), raw::REDISMODULE_READ)

@@ -24,6 +24,7 @@ mod lock;
 mod memory;
 mod migration;
 mod reply;
+mod restored;
 mod rwlock;
 mod semaphore;
 mod stats;
@@ -140,6 +141,7 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
                 && command::register(ctx, BLOOM_COMMANDS)
                 && docs::register(ctx, BLOOM_COMMANDS))
         && waiters::init()
+        && restored::init()
         && events::subscribe(ctx, LISTENERS)
         && keyspace::watch_listeners(ctx)
         && evicted::watch_policy(ctx)

@@ -43,6 +43,19 @@ fn used_ratio() -> f32 {
     unsafe { raw::RedisModule_GetUsedMemoryRatio }.map_or(0.0, |f| unsafe { f() })
 }
 
+/// Bytes the server's allocator counts (in `used_memory`) for the block of
+/// `size` bytes at `ptr`, which this allocator gave: its size class, not
+/// just what was asked for. `size` where there is no block, or no Redis.
+pub fn block_size(ptr: *const u8, size: usize) -> usize {
+    if size == 0 {
+        return 0;
+    }
+    match unsafe { raw::RedisModule_MallocSize } {
+        Some(malloc_size) => unsafe { malloc_size(ptr.cast_mut().cast::<std::os::raw::c_void>()) },
+        None => size,
+    }
+}
+
 fn room_at(max: u64, used: u64, evicts: bool) -> u64 {
     let slack = if evicts { max / 100 } else { 0 };
     (max + slack).saturating_sub(used)

@@ -403,6 +403,99 @@ fn no_command_stretches_a_lock_past_max_lease() {
     }
 }
 
+/// A `RESTORE` or `COPY` whose leases `warden.max-lease` capped leaves the
+/// key's expiry at the capped lease (`PTTL` is the lease), whatever ttl the
+/// `RESTORE` gave or the source's expiry was — for every kind whose key
+/// expires with its leases, on the master and on its replica.
+#[test]
+fn restored_and_copied_keys_expire_with_their_capped_lease() {
+    const CAP: i64 = 2000;
+    let master = Server::start_tcp(&[]);
+    let replica = Server::start_tcp(&[]);
+    replicate(&master, &replica);
+    let mut c = master.conn();
+    let mut c1 = master.conn();
+    run(&mut c1, &["SELECT", "1"]).unwrap();
+    // (kind, how a source gets an hour's lease)
+    let kinds: [(&str, &[&str]); 3] = [
+        ("lock", &["LOCK.ACQUIRE", "src", "owner", "3600000"]),
+        ("rwlock", &["RWLOCK.WRITE", "src", "owner", "3600000"]),
+        (
+            "sem",
+            &["SEM.ACQUIRE", "src", "owner", "3600000", "LIMIT", "2"],
+        ),
+    ];
+    // (operation, database of `dst`, words; `payload` is `DUMP src`)
+    let ops: [(&str, i64, &[&str]); 5] = [
+        ("RESTORE ttl", 0, &["RESTORE", "dst", "3600000", "payload"]),
+        ("RESTORE 0", 0, &["RESTORE", "dst", "0", "payload"]),
+        (
+            "RESTORE REPLACE",
+            0,
+            &["RESTORE", "dst", "3600000", "payload", "REPLACE"],
+        ),
+        ("COPY", 0, &["COPY", "src", "dst"]),
+        ("COPY DB", 1, &["COPY", "src", "dst", "DB", "1"]),
+    ];
+    let mut cases = Vec::new();
+    for (kind, acquire) in kinds {
+        for (op, db, words) in ops {
+            let i = cases.len();
+            let (src, dst) = (format!("src{i}"), format!("dst{i}"));
+            let rename = |w: &&str| match *w {
+                "src" => src.clone(),
+                "dst" => dst.clone(),
+                w => w.to_string(),
+            };
+            let acquire: Vec<String> = acquire.iter().map(rename).collect();
+            let acquire: Vec<&str> = acquire.iter().map(String::as_str).collect();
+            assert!(int(&mut c, &acquire) > 0, "{kind} {op}");
+            let words: Vec<String> = words.iter().map(rename).collect();
+            cases.push((kind, op, db, dst, src, words));
+        }
+    }
+    // The leases were granted for an hour; from now on they are capped.
+    run(
+        &mut c,
+        &["CONFIG", "SET", "warden.max-lease", &CAP.to_string()],
+    )
+    .unwrap();
+    for (kind, op, _, dst, src, words) in &cases {
+        if words.iter().any(|w| w == "REPLACE") {
+            run(&mut c, &["SET", dst, "replaced"]).unwrap();
+        }
+        let mut cmd = redis::cmd(&words[0]);
+        for w in &words[1..] {
+            if w == "payload" {
+                let payload: Vec<u8> = redis::cmd("DUMP").arg(src).query(&mut c).unwrap();
+                cmd.arg(payload);
+            } else {
+                cmd.arg(w);
+            }
+        }
+        let done: redis::RedisResult<Value> = cmd.query(&mut c);
+        assert!(done.is_ok(), "{kind} {op}: {done:?}");
+    }
+    sync_replicas(&mut c, 1);
+    let mut r = replica.conn();
+    let mut r1 = replica.conn();
+    run(&mut r1, &["SELECT", "1"]).unwrap();
+    let mut wrong = Vec::new();
+    for (kind, op, db, dst, _, _) in &cases {
+        let (on_master, on_replica) = match db {
+            0 => (&mut c, &mut r),
+            _ => (&mut c1, &mut r1),
+        };
+        for (server, conn) in [("master", on_master), ("replica", on_replica)] {
+            let pttl = int(conn, &["PTTL", dst]);
+            if !(1..=CAP).contains(&pttl) {
+                wrong.push(format!("{kind} {op}: PTTL {pttl} on the {server}"));
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "leases are at most {CAP} ms: {wrong:#?}");
+}
+
 /// A master, two replicas and three Sentinels, all with the same warden settings.
 struct Group {
     servers: Vec<Server>,

@@ -27,7 +27,7 @@ fn err(text: &'static str) -> RedisError {
 /// key gets that deadline back, and a lock whose lease has ended is no lock.
 /// Under `warden.max-lease` an expiry set by anything but warden (`PEXPIRE`,
 /// `EXPIRE`, `RESTORE` with a ttl) may shorten the lease, never lengthen it.
-fn lock_in(key: &Key) -> Result<Option<&mut Lock>, RedisError> {
+pub(crate) fn lock_in(key: &Key) -> Result<Option<&mut Lock>, RedisError> {
     let Some(lock) = key.value::<Lock>(&LOCK_TYPE).map_err(err)? else {
         return Ok(None);
     };

@@ -35,7 +35,7 @@ fn waiter_mode(mode: Mode) -> waiters::Mode {
 /// expiry is put back to the latest of them when it was lost (`PERSIST`,
 /// `RESTORE` without a ttl) or lies beyond it (`PEXPIRE`, `RESTORE` with a
 /// longer ttl): it never keeps the key longer than its holds.
-fn rw_in(key: &Key) -> Result<Option<&mut RwLock>, RedisError> {
+pub(crate) fn rw_in(key: &Key) -> Result<Option<&mut RwLock>, RedisError> {
     let lock = key.value::<RwLock>(&RWLOCK_TYPE).map_err(err)?;
     if let Some(deadline) = lock.as_ref().and_then(|l| l.deadline()) {
         if key.expire_at().is_none_or(|at| at > deadline) {

@@ -36,7 +36,7 @@ fn err(text: &'static str) -> RedisError {
 /// The semaphore in `key`. The key's expiry is put back to the latest lease
 /// end when it was lost (`PERSIST`, `RESTORE` without a ttl) or lies beyond
 /// it (`PEXPIRE`): it never keeps the key longer than its holds.
-fn sem_in(key: &Key) -> Result<Option<&mut Semaphore>, RedisError> {
+pub(crate) fn sem_in(key: &Key) -> Result<Option<&mut Semaphore>, RedisError> {
     let sem = key.value::<Semaphore>(&SEM_TYPE).map_err(err)?;
     if let Some(deadline) = sem.as_ref().and_then(|s| s.deadline()) {
         if key.expire_at().is_none_or(|at| at > deadline) {
