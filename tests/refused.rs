@@ -890,3 +890,244 @@ fn a_write_around_an_inner_call_revokes() {
         }
     }
 }
+
+/// `INFO` sections the cache's command filter has read.
+fn reads(c: &mut Connection) -> i64 {
+    warden_stat(c, "cache_filter_info_reads")
+}
+
+/// A transaction on keys without leases costs the filter nothing while a
+/// lease is open elsewhere (where the server says who sends a command); one
+/// that writes a leased key still ends its lease.
+#[test]
+fn a_transaction_on_other_keys_is_not_followed_to_its_exec() {
+    let s = Server::start(&[]);
+    let mut c = s.conn();
+    let known = knows_sender(&mut c);
+    let (token, _) = prepare(&s, &mut c, Before::Value);
+    let mut w = s.conn();
+    let before = reads(&mut c);
+    for _ in 0..20 {
+        for words in [
+            &["MULTI"][..],
+            &["SET", "x", "1"],
+            &["INCR", "y"],
+            &["DEL", "z"],
+            &["EXEC"],
+        ] {
+            run(&mut w, words).unwrap();
+        }
+    }
+    let read = reads(&mut c) - before;
+    if known {
+        assert_eq!(read, 0, "no INFO read for 20 transactions on other keys");
+        assert_eq!(lease_of(&mut c, "k"), Some(token), "the lease stays");
+    } else {
+        println!("floor (Redis 7.0): {read} INFO reads for 20 transactions");
+    }
+    // A transaction that writes the leased key ends the lease.
+    run(&mut c, &["FLUSHALL"]).unwrap();
+    let (token, _) = prepare(&s, &mut c, Before::Value);
+    for words in [&["MULTI"][..], &["SET", "k", "new"], &["EXEC"]] {
+        run(&mut w, words).unwrap();
+    }
+    let filled = int(&mut c, &["CACHE.FILL", "k", &token.to_string(), "stale"]);
+    assert_eq!(filled, 0, "the stale fill is refused");
+    // So does a lease granted inside the transaction before its write.
+    run(&mut c, &["FLUSHALL"]).unwrap();
+    let (_, _) = prepare(&s, &mut c, Before::Value);
+    for words in [
+        &["MULTI"][..],
+        &["CACHE.GET", "fresh", "60000"],
+        &["DEL", "fresh"],
+        &["EXEC"],
+    ] {
+        run(&mut w, words).unwrap();
+    }
+    let token = lease_of(&mut c, "fresh");
+    if let Some(t) = token {
+        let filled = int(&mut w, &["CACHE.FILL", "fresh", &t.to_string(), "stale"]);
+        assert_eq!(filled, 0, "a lease granted before the DEL in its EXEC ends");
+    }
+}
+
+/// A client known to be unauthenticated is refused before its command runs:
+/// after its first refused write of a leased key, no INFO read, nothing
+/// revoked (where the server says who sends a command). What authenticates
+/// it, or removes the password, ends that: its next write revokes.
+#[test]
+fn a_known_unauthenticated_client_is_refused_at_no_cost() {
+    let s = Server::start(&[]);
+    let mut admin = s.conn();
+    let known = knows_sender(&mut admin);
+    // (what happens between the refused writes, whether the last DEL runs)
+    type Step = fn(&mut Connection, &mut Connection);
+    let cases: &[(&str, Step, bool)] = &[
+        ("nothing", |_, _| {}, false),
+        (
+            "a wrong AUTH",
+            |r, _| assert!(run(r, &["AUTH", "wrong"]).is_err()),
+            false,
+        ),
+        ("an EXEC", |r, _| assert!(run(r, &["EXEC"]).is_err()), false),
+        (
+            "AUTH",
+            |r, _| {
+                run(r, &["AUTH", "secret"]).unwrap();
+            },
+            true,
+        ),
+        (
+            "HELLO AUTH",
+            |r, _| {
+                run(r, &["HELLO", "2", "AUTH", "default", "secret"]).unwrap();
+            },
+            true,
+        ),
+        (
+            "the default user made nopass",
+            |_, a| {
+                run(a, &["ACL", "SETUSER", "default", "nopass"]).unwrap();
+            },
+            true,
+        ),
+    ];
+    for (name, between, runs) in cases {
+        run(&mut admin, &["FLUSHALL"]).unwrap();
+        run(
+            &mut admin,
+            &["ACL", "SETUSER", "default", "resetpass", ">secret"],
+        )
+        .unwrap();
+        run(&mut admin, &["AUTH", "secret"]).unwrap();
+        let (token, _) = prepare(&s, &mut admin, Before::Value);
+        let mut r = s.conn();
+        // Its first refusal is learnt the slow way.
+        assert!(run(&mut r, &["DEL", "k"]).is_err());
+        let before = reads(&mut admin);
+        for _ in 0..50 {
+            assert!(run(&mut r, &["DEL", "k"]).is_err(), "{name}: refused");
+            assert!(run(&mut r, &["SET", "k", "x"]).is_err(), "{name}: refused");
+        }
+        let read = reads(&mut admin) - before;
+        if known {
+            assert!(
+                read <= 2,
+                "{name}: {read} INFO reads for 100 refused writes"
+            );
+        } else {
+            println!("floor (Redis 7.0): {read} INFO reads for 100 refused writes");
+        }
+        between(&mut r, &mut admin);
+        let del = run(&mut r, &["DEL", "k"]);
+        assert_eq!(del.is_ok(), *runs, "{name}: {del:?}");
+        let filled = int(&mut admin, &["CACHE.FILL", "k", &token.to_string(), "v"]);
+        assert_eq!(filled, i64::from(!runs), "{name}: the fill after the DEL");
+        run(&mut admin, &["CONFIG", "SET", "requirepass", ""]).unwrap();
+        run(&mut admin, &["ACL", "SETUSER", "default", "nopass"]).unwrap();
+    }
+}
+
+/// A client known to be authenticated invalidates leased keys with no INFO
+/// read; the ACL is asked each time, so a permission taken away revokes
+/// nothing; `RESET` forgets it (and `min-replicas-to-write`, a refusal no
+/// module can see coming, sends every write the slow way).
+#[test]
+fn a_known_client_invalidates_at_no_cost_and_the_acl_still_holds() {
+    let s = Server::start(&[]);
+    let mut admin = s.conn();
+    let known = knows_sender(&mut admin);
+    run(
+        &mut admin,
+        &["ACL", "SETUSER", "writer", "on", "nopass", "~*", "+@all"],
+    )
+    .unwrap();
+    let mut w = s.conn();
+    run(&mut w, &["AUTH", "writer", "any"]).unwrap();
+    let mut holder = s.conn();
+    let tokens: Vec<i64> = (0..200)
+        .map(|i| {
+            pair(&mut holder, &["CACHE.GET", &format!("p:{i}"), "60000"])
+                .1
+                .unwrap()
+        })
+        .collect();
+    run(&mut w, &["DEL", "p:0"]).unwrap();
+    let before = reads(&mut admin);
+    for i in 1..100 {
+        run(&mut w, &["DEL", &format!("p:{i}")]).unwrap();
+    }
+    let read = reads(&mut admin) - before;
+    if known {
+        assert_eq!(read, 0, "no INFO read for 99 invalidations");
+    } else {
+        println!("floor (Redis 7.0): {read} INFO reads for 99 invalidations");
+    }
+    for (i, t) in tokens.iter().enumerate().take(100) {
+        let filled = int(
+            &mut holder,
+            &["CACHE.FILL", &format!("p:{i}"), &t.to_string(), "v"],
+        );
+        assert_eq!(filled, 0, "p:{i} was revoked");
+    }
+    // The permission taken away: refused, nothing revoked.
+    run(&mut admin, &["ACL", "SETUSER", "writer", "-del"]).unwrap();
+    assert!(run(&mut w, &["DEL", "p:100"]).is_err());
+    let filled = int(
+        &mut holder,
+        &["CACHE.FILL", "p:100", &tokens[100].to_string(), "v"],
+    );
+    assert_eq!(filled, 1, "a DEL the ACL refuses revokes nothing");
+    run(&mut admin, &["ACL", "SETUSER", "writer", "+del"]).unwrap();
+    // RESET, then refused: nothing revoked.
+    run(&mut admin, &["CONFIG", "SET", "requirepass", "secret"]).unwrap();
+    run(&mut w, &["RESET"]).unwrap();
+    assert!(run(&mut w, &["DEL", "p:101"]).is_err());
+    let filled = int(
+        &mut holder,
+        &["CACHE.FILL", "p:101", &tokens[101].to_string(), "v"],
+    );
+    assert_eq!(
+        filled, 1,
+        "a DEL after RESET is refused and revokes nothing"
+    );
+    run(&mut admin, &["AUTH", "secret"]).unwrap();
+    run(&mut holder, &["AUTH", "secret"]).unwrap();
+    run(&mut w, &["AUTH", "writer", "any"]).unwrap();
+    run(&mut w, &["DEL", "p:102"]).unwrap();
+    // A refusal no module can see coming: the slow way, nothing revoked.
+    run(&mut admin, &["CONFIG", "SET", "min-replicas-to-write", "1"]).unwrap();
+    assert!(run(&mut w, &["DEL", "p:103"]).is_err());
+    run(&mut admin, &["CONFIG", "SET", "min-replicas-to-write", "0"]).unwrap();
+    let filled = int(
+        &mut holder,
+        &["CACHE.FILL", "p:103", &tokens[103].to_string(), "v"],
+    );
+    assert_eq!(filled, 1, "a DEL refused NOREPLICAS revokes nothing");
+    run(&mut admin, &["CONFIG", "SET", "requirepass", ""]).unwrap();
+}
+
+/// A RESP2 subscriber's blocking write naming a leased key is refused
+/// (`ERR Can't execute`) and revokes nothing, on every server.
+#[test]
+fn a_subscribers_blocking_write_revokes_nothing() {
+    let s = Server::start(&[]);
+    let mut c = s.conn();
+    for words in [
+        &["BLMOVE", "src", "k", "LEFT", "LEFT", "0"][..],
+        &["BRPOPLPUSH", "src", "k", "0"],
+    ] {
+        run(&mut c, &["FLUSHALL"]).unwrap();
+        let (_, token) = pair(&mut c, &["CACHE.GET", "k", "60000"]);
+        let mut sub = wire::Wire::open(&s.socket()).unwrap();
+        sub.send(&[wire::cmd(&["SUBSCRIBE", "ch"])]).unwrap();
+        sub.read().unwrap();
+        sub.send(&[wire::cmd(words)]).unwrap();
+        assert!(sub.read().unwrap().is_error(), "{words:?} is refused");
+        let filled = int(
+            &mut c,
+            &["CACHE.FILL", "k", &token.unwrap().to_string(), "v"],
+        );
+        assert_eq!(filled, 1, "{words:?}: the fill is stored");
+    }
+}

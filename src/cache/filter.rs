@@ -584,12 +584,7 @@ enum Learn {
 
 impl Pending {
     /// `fresh`: what was read since anything last ran.
-    fn new(
-        writes: Writes,
-        client: Option<u64>,
-        exec: bool,
-        fresh: &mut Fresh,
-    ) -> Self {
+    fn new(writes: Writes, client: Option<u64>, exec: bool, fresh: &mut Fresh) -> Self {
         Pending {
             writes,
             before: fresh.evidence(exec),
@@ -1142,7 +1137,8 @@ pub fn check_settings(ctx: &Context) {
         if data.is_null() {
             return;
         }
-        let v = raw::RedisModule_ServerInfoGetFieldC.unwrap()(data, c"min_slaves_good_slaves".as_ptr());
+        let v =
+            raw::RedisModule_ServerInfoGetFieldC.unwrap()(data, c"min_slaves_good_slaves".as_ptr());
         raw::RedisModule_FreeServerInfo.unwrap()(ctx.ctx, data);
         !v.is_null()
     };
@@ -1151,7 +1147,10 @@ pub fn check_settings(ctx: &Context) {
 
 /// Refusals of authentication counted (`INFO errorstats`).
 fn auth_refusals() -> u64 {
-    info_counts(c"errorstats", &[c"errorstat_WRONGPASS", c"errorstat_NOAUTH"])
+    info_counts(
+        c"errorstats",
+        &[c"errorstat_WRONGPASS", c"errorstat_NOAUTH"],
+    )
 }
 
 fn noauth_refusals() -> u64 {
@@ -1481,7 +1480,8 @@ fn examine(fctx: FilterCtx) {
             // A transaction opened before the filter listened: it may hold
             // writes warden never saw.
             QUEUED.with(|q| {
-                q.borrow_mut().insert(c, Transaction::new(true, Writes::all()));
+                q.borrow_mut()
+                    .insert(c, Transaction::new(true, Writes::all()));
             });
             ANY_QUEUED.store(true, Ordering::Relaxed);
             return;
