@@ -51,6 +51,11 @@ pub fn other_limit(limit: u64, stated: u64) -> String {
     format!("ERR semaphore limit is {limit}, not {stated}")
 }
 
+/// A `ttl` that is no integer in range, under `warden.max-lease` (`max_ms`, not 0).
+pub fn invalid_ttl(max_ms: i64) -> String {
+    format!("ERR invalid ttl: expected an integer from 1 to {max_ms} (ms)")
+}
+
 /// A `ttl` above `warden.max-lease` (`max_ms`, not 0).
 pub fn ttl_above_max_lease(max_ms: i64) -> String {
     format!("ERR ttl exceeds warden.max-lease: expected an integer from 1 to {max_ms} (ms)")

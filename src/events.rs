@@ -100,6 +100,8 @@ extern "C" fn on_server_event(
     data: *mut c_void,
 ) {
     guard::callback((), || {
+        // Heard only once every module loaded (a dataset loads after them).
+        crate::bloom::started();
         let Some(event) = (unsafe { decode(event.id, subevent, data) }) else {
             return;
         };

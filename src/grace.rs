@@ -140,6 +140,18 @@ pub fn check_lease(ttl_ms: i64) -> Result<(), String> {
     }
 }
 
+/// A lock's arguments refused by the parser, the ttl's range as the server
+/// accepts it now: under `warden.max-lease` it ends at the cap (the parser,
+/// pure, knows only its own limit).
+pub fn argument_error(text: impl Into<String>) -> redis_module::RedisError {
+    let text = text.into();
+    let max_lease_ms = MAX_LEASE.load(Ordering::Relaxed);
+    if max_lease_ms != 0 && text == error::INVALID_TTL {
+        return redis_module::RedisError::String(error::invalid_ttl(max_lease_ms));
+    }
+    redis_module::RedisError::String(text)
+}
+
 /// For `INFO warden`.
 pub fn remaining_ms() -> i64 {
     window().remaining(now_ms())

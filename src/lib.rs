@@ -16,6 +16,7 @@ mod error;
 mod events;
 mod evicted;
 mod fence;
+mod follow;
 mod grace;
 mod guard;
 mod info;
@@ -146,6 +147,7 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
         && keyspace::watch_listeners(ctx)
         && evicted::watch_policy(ctx)
         && cache::filter::read_catalogue_at_load(ctx)
+        && follow::read_names_at_load(ctx)
         && info::register(ctx.ctx);
     if ready {
         info::log_loaded(ctx);

@@ -1086,8 +1086,11 @@ fn watch_role_changes(on: bool) {
     let ctx = events::detached();
     match (on, filter.0.is_null()) {
         (true, true) => {
+            // NOSELF: warden's own calls (the take-back's, `follow`'s
+            // look-up of a renamed command) do not pass it again.
+            let flags = raw::REDISMODULE_CMDFILTER_NOSELF as c_int;
             filter.0 = unsafe {
-                raw::RedisModule_RegisterCommandFilter.unwrap()(ctx, Some(on_command), 0)
+                raw::RedisModule_RegisterCommandFilter.unwrap()(ctx, Some(on_command), flags)
             };
         }
         (false, false) => {
@@ -1109,7 +1112,8 @@ fn watch_role_changes(on: bool) {
 ///   a module propagate at once from inside a command (a thread-safe
 ///   context's lock is the main thread's own GIL).
 /// - So the take-back happens before the command runs: this filter sees it
-///   first (`processCommand`, outside any execution unit), takes every grant
+///   first (`processCommand`, outside any execution unit; under whatever
+///   name the server knows it by, `crate::follow`), takes every grant
 ///   still on its way back (nothing new is granted meanwhile), turns its
 ///   answer into an error, and flushes the effects to replicas and the AOF
 ///   with a module call (its end propagates what is pending: 7.0 through
@@ -1125,31 +1129,10 @@ extern "C" fn on_command(fctx: *mut raw::RedisModuleCommandFilterCtx) {
         // While writes are paused an effect must not be propagated (Redis
         // asserts): the take-back is left to `on_disconnect` then.
         let paused = unsafe { raw::RedisModule_AvoidReplicaTraffic.unwrap()() } != 0;
-        if !paused && changes_master(fctx) && !crate::keyspace::maybe_replica() {
+        if !paused && crate::follow::changes_master(fctx) && !crate::keyspace::maybe_replica() {
             take_back_in_flight();
         }
     })
-}
-
-/// Whether the filtered command makes this server follow a master.
-fn changes_master(fctx: *mut raw::RedisModuleCommandFilterCtx) -> bool {
-    let arg = |i: c_int| -> &[u8] {
-        let s = unsafe { raw::RedisModule_CommandFilterArgGet.unwrap()(fctx, i) };
-        if s.is_null() {
-            return &[];
-        }
-        let mut len = 0usize;
-        let p = unsafe { raw::RedisModule_StringPtrLen.unwrap()(s, &mut len) };
-        unsafe { std::slice::from_raw_parts(p.cast::<u8>(), len) }
-    };
-    let argc = unsafe { raw::RedisModule_CommandFilterArgsCount.unwrap()(fctx) };
-    let name = arg(0);
-    if argc == 3
-        && (name.eq_ignore_ascii_case(b"replicaof") || name.eq_ignore_ascii_case(b"slaveof"))
-    {
-        return !(arg(1).eq_ignore_ascii_case(b"no") && arg(2).eq_ignore_ascii_case(b"one"));
-    }
-    argc == 3 && name.eq_ignore_ascii_case(b"cluster") && arg(1).eq_ignore_ascii_case(b"replicate")
 }
 
 /// Takes back every grant on its way to a client, with nothing granted in

@@ -120,6 +120,47 @@ fn ttl_above_max_lease_is_refused_and_lowering_it_keeps_granted_leases() {
     assert_eq!(int(&mut c, &["LOCK.EXTEND", "k", "a", "86400000"]), 1);
 }
 
+/// A ttl that is no integer in range says the range the server accepts
+/// now: up to `warden.max-lease` while it caps leases, in every command
+/// that takes a ttl; cache leases, which it does not cap, keep theirs.
+#[test]
+fn an_invalid_ttl_states_the_range_max_lease_leaves() {
+    let s = Server::start(&["--warden.max-lease", "30000"]);
+    let mut c = s.conn();
+    let commands: &[&[&str]] = &[
+        &["LOCK.ACQUIRE", "k", "o", "TTL"],
+        &["LOCK.ACQUIRE", "k", "o", "TTL", "WAIT", "100"],
+        &["LOCK.EXTEND", "k", "o", "TTL"],
+        &["RWLOCK.READ", "k", "o", "TTL"],
+        &["RWLOCK.WRITE", "k", "o", "TTL"],
+        &["RWLOCK.EXTEND", "k", "o", "TTL"],
+        &["SEM.ACQUIRE", "k", "o", "TTL", "LIMIT", "2"],
+        &["SEM.EXTEND", "k", "o", "TTL"],
+        &["CACHE.GET", "k", "TTL"],
+    ];
+    let capped = "ERR invalid ttl: expected an integer from 1 to 30000 (ms)";
+    let uncapped = "ERR invalid ttl: expected an integer from 1 to 70368744177664 (ms)";
+    let cache = "ERR invalid lease_ms: expected an integer from 1 to 70368744177664 (ms)";
+    for (max_lease, want) in [("30000", capped), ("0", uncapped)] {
+        run(&mut c, &["CONFIG", "SET", "warden.max-lease", max_lease]).unwrap();
+        for words in commands {
+            for ttl in ["abc", "0", "-5", "1.5", "70368744177665"] {
+                let words: Vec<&str> = words
+                    .iter()
+                    .map(|w| if *w == "TTL" { ttl } else { w })
+                    .collect();
+                let want = if words[0] == "CACHE.GET" { cache } else { want };
+                assert_eq!(
+                    err(&mut c, &words),
+                    want,
+                    "max-lease {max_lease}: {words:?}"
+                );
+            }
+        }
+    }
+    assert_eq!(int(&mut c, &["EXISTS", "k"]), 0);
+}
+
 #[test]
 fn a_restart_that_lost_a_grant_refuses_new_holders_until_the_window_ends() {
     let grace = Duration::from_millis(2000);

@@ -234,3 +234,15 @@ fn loading_redisbloom_after_warden_says_what_to_do() {
     assert!(log.contains("Load RedisBloom before warden"), "{log}");
     assert!(log.contains("bf-commands no"), "{log}");
 }
+
+/// Where no Bloom module loads after warden, its start and its shutdown
+/// say nothing about the load order.
+#[test]
+fn a_start_without_redisbloom_says_nothing_about_it() {
+    let mut s = Server::start(&[]);
+    let mut c = s.conn();
+    int(&mut c, &["BF.ADD", "bf", "x"]);
+    s.stop(true);
+    let log = s.log();
+    assert!(!log.contains("RedisBloom"), "{log}");
+}

@@ -147,3 +147,86 @@ fn a_promoted_replica_keeps_sending_effects_to_its_own_replicas() {
     assert_eq!(lock_state(&mut s, "new"), Some(("bob".into(), 1, fence)));
     assert_eq!(int(&mut s, &["EXISTS", "k"]), 0);
 }
+
+fn dump(c: &mut Connection, key: &str) -> Vec<u8> {
+    redis::cmd("DUMP").arg(key).query(c).unwrap()
+}
+
+/// Readers whose leases lapsed leave the replica when the master drops
+/// them, also where the master's command changes nothing else (a busy
+/// writer, a refused upgrade, a release or extend by no holder, a waiting
+/// writer served when leases end): the key is the same on both.
+#[test]
+fn a_replica_drops_the_lapsed_readers_the_master_drops() {
+    let master = Server::start_tcp(&[]);
+    let replica = Server::start_tcp(&[]);
+    replicate(&master, &replica);
+    let mut m = master.conn();
+    let mut r = replica.conn();
+    let probes: &[(&str, &[&str])] = &[
+        ("a busy writer", &["RWLOCK.WRITE", "k", "w", "1000"]),
+        ("a refused upgrade", &["RWLOCK.WRITE", "k", "long", "1000"]),
+        ("a release by no holder", &["RWLOCK.UNLOCK", "k", "nobody"]),
+        (
+            "an extend by no holder",
+            &["RWLOCK.EXTEND", "k", "nobody", "1000"],
+        ),
+        ("a waiting writer", &[]),
+    ];
+    for (i, (what, probe)) in probes.iter().enumerate() {
+        let key = format!("rw{i}");
+        for n in 0..40 {
+            let owner = format!("reader-{n:03}-with-a-longer-name");
+            run(&mut m, &["RWLOCK.READ", &key, &owner, "200"]).unwrap();
+        }
+        run(&mut m, &["RWLOCK.READ", &key, "long", "60000"]).unwrap();
+        let waiting = probe.is_empty().then(|| {
+            let pending = spawn_command(
+                &master,
+                &["RWLOCK.WRITE", &key, "w", "1000", "WAIT", "3000"],
+            );
+            wait_queued(&mut m, "RWLOCK.INFO", &key, 1);
+            pending
+        });
+        sync_replicas(&mut m, 1);
+        let full = dump(&mut m, &key).len();
+        assert_eq!(dump(&mut r, &key).len(), full, "{what}");
+        wait_for(
+            "the short leases to end",
+            std::time::Duration::from_secs(20),
+            || field_int(&map(&mut m, &["RWLOCK.INFO", &key]), "readers") == 1,
+        );
+        let words: Vec<&str> = probe
+            .iter()
+            .map(|w| if *w == "k" { &key } else { *w })
+            .collect();
+        if words.is_empty() {
+            // Served when each lease ends: the master drops the readers then.
+            wait_for(
+                "the master to drop them",
+                std::time::Duration::from_secs(20),
+                || dump(&mut m, &key).len() < full / 4,
+            );
+        } else {
+            let _ = run(&mut m, &words);
+        }
+        sync_replicas(&mut m, 1);
+        let on_master = dump(&mut m, &key);
+        assert!(
+            on_master.len() < full / 4,
+            "{what}: the master keeps {} of {full} bytes",
+            on_master.len()
+        );
+        let on_replica = dump(&mut r, &key);
+        assert!(
+            on_replica == on_master,
+            "{what}: the replica keeps what the master dropped ({} bytes against {})",
+            on_replica.len(),
+            on_master.len()
+        );
+        if let Some((_, pending)) = waiting {
+            run(&mut m, &["RWLOCK.UNLOCK", &key, "long"]).unwrap();
+            granted(pending);
+        }
+    }
+}

@@ -139,9 +139,48 @@ fn offset(c: &mut redis::Connection, field: &str) -> i64 {
 /// `-UNBLOCKED`, and a new client is granted `k` at once, with a higher token.
 #[test]
 fn a_grant_cut_off_by_replicaof_is_taken_back_on_the_next_master() {
-    use std::io::{Read, Write};
     for (name, kind) in KINDS {
-        let master = Server::start_tcp(&[]);
+        cut_off_by_follow(name, kind, &[], "REPLICAOF");
+    }
+}
+
+/// The same under `rename-command`: the take-back follows the command the
+/// server runs, whatever name it is sent by; a disabled `REPLICAOF` leaves
+/// `SLAVEOF` to watch.
+#[test]
+fn a_grant_cut_off_by_a_renamed_replicaof_is_taken_back_on_the_next_master() {
+    let cases: &[(&[&str], &str)] = &[
+        (
+            &["--rename-command", "REPLICAOF", "follow-master"],
+            "Follow-Master",
+        ),
+        (&["--rename-command", "SLAVEOF", "tail"], "tail"),
+        (&["--rename-command", "REPLICAOF", ""], "SLAVEOF"),
+        (
+            &[
+                "--rename-command",
+                "SLAVEOF",
+                "old-follow",
+                "--rename-command",
+                "REPLICAOF",
+                "slaveof",
+            ],
+            "slaveof",
+        ),
+    ];
+    let (name, kind) = &KINDS[0];
+    for (config, follow) in cases {
+        println!("{config:?}: {follow}");
+        cut_off_by_follow(name, kind, config, follow);
+    }
+}
+
+/// `A` holds `k`, `B` waits on a master started with `config`; `follow host
+/// port` cuts the grant to `B` off (see above).
+fn cut_off_by_follow(name: &str, kind: &Kind, config: &[&str], follow: &str) {
+    use std::io::{Read, Write};
+    {
+        let master = Server::start_tcp(config);
         let replica = Server::start_tcp(&[]);
         replicate(&master, &replica);
         let mut a = master.tcp();
@@ -160,7 +199,7 @@ fn a_grant_cut_off_by_replicaof_is_taken_back_on_the_next_master() {
             .unwrap();
         let replica_port = replica.port.unwrap().to_string();
         let mut packet = resp(&[kind.release, "k", "A"]);
-        packet.extend(resp(&["REPLICAOF", "127.0.0.1", &replica_port]));
+        packet.extend(resp(&[follow, "127.0.0.1", &replica_port]));
         admin.write_all(&packet).unwrap();
         let mut admin_read = Vec::new();
         while !admin_read.ends_with(b"+OK\r\n") {

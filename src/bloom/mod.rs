@@ -13,14 +13,17 @@ pub mod filter;
 pub mod murmur;
 pub mod redisbloom;
 
-use redis_module::{Context, RedisValue};
+use std::ffi::{c_int, c_void};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use redis_module::{raw, Context, RedisValue};
 
 /// Whether to register the `BF.*` commands: `requested` (the module
 /// argument), and only if no other module — RedisBloom loaded first, or a
 /// server with Bloom built in — serves them already (registering the same
 /// name would fail the whole load). The `warden-bf` type is registered
 /// either way, so saved filters still load. Says in the log when it stands
-/// aside.
+/// aside, and what to do if a Bloom module loaded after it fails.
 pub fn commands_wanted(ctx: &Context, requested: bool) -> bool {
     if !requested {
         ctx.log_notice("BF.* commands not registered (module argument bf-commands no)");
@@ -32,13 +35,55 @@ pub fn commands_wanted(ctx: &Context, requested: bool) -> bool {
         );
         return false;
     }
-    // A module loaded later that registers the same commands or the
-    // `MBbloom--` type fails, and the server exits with only that module's
-    // "initialization failed" in the log: say here what to do.
-    ctx.log_notice(
-        "warden serves BF.* and RedisBloom's MBbloom-- type: RedisBloom (or another Bloom module) loaded after warden fails to load and the server exits. Load RedisBloom before warden (warden then stands aside), or give warden the argument bf-commands no",
-    );
+    explain_a_failed_start(ctx);
     true
+}
+
+/// Set once the server is past loading its modules: it heard a server
+/// event (a dataset begins to load after every module), or its event loop
+/// turned.
+static STARTED: AtomicBool = AtomicBool::new(false);
+
+/// The server is past loading its modules.
+pub fn started() {
+    STARTED.store(true, Ordering::Relaxed);
+}
+
+/// A module loaded later that registers the same commands or the
+/// `MBbloom--` type (RedisBloom, another Bloom module) fails, and the
+/// server exits with only that module's "initialization failed" in the
+/// log. Nothing tells warden beforehand what loads after it, so what to do
+/// is said when the server exits before it started, and only then: a start
+/// that succeeds (the usual one, RedisBloom nowhere) logs nothing about it.
+/// (warden cannot be unloaded, its types stay registered: the exit handler
+/// stays valid.)
+fn explain_a_failed_start(ctx: &Context) {
+    extern "C" {
+        fn atexit(callback: extern "C" fn()) -> c_int;
+    }
+    static REGISTERED: AtomicBool = AtomicBool::new(false);
+    if !REGISTERED.swap(true, Ordering::Relaxed) {
+        unsafe { atexit(at_exit) };
+    }
+    let timer = unsafe {
+        raw::RedisModule_CreateTimer.unwrap()(ctx.ctx, 0, Some(on_started), std::ptr::null_mut())
+    };
+    if timer == 0 {
+        started();
+    }
+}
+
+extern "C" fn on_started(_ctx: *mut raw::RedisModuleCtx, _data: *mut c_void) {
+    started();
+}
+
+extern "C" fn at_exit() {
+    if STARTED.load(Ordering::Relaxed) {
+        return;
+    }
+    Context::new(crate::events::detached()).log_warning(
+        "warden: the server exits while it loads its modules. warden serves BF.* and RedisBloom's MBbloom-- type: RedisBloom (or another Bloom module) loaded after warden fails to load. Load RedisBloom before warden (warden then stands aside), or give warden the argument bf-commands no",
+    );
 }
 
 /// Whether the server already knows `BF.ADD`. (`RedisModule_GetCommand`

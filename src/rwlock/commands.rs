@@ -71,6 +71,16 @@ fn publish(ctx: &Context, name: &Arg, key: &Key, lock: &mut RwLock, now_ms: i64)
     }
 }
 
+/// Publishes what `prune` dropped where the command (or hand-off) changed
+/// nothing else: a replica drops a lapsed hold only when told (it never
+/// writes on its own), and must hold what the master holds. The key may be
+/// deleted (no hold left): the caller uses `lock` no more.
+fn publish_lapsed(ctx: &Context, name: &Arg, key: &Key, lock: &mut RwLock, now_ms: i64) {
+    if lock.lapsed() {
+        publish(ctx, name, key, lock, now_ms);
+    }
+}
+
 /// `WARDEN.RWHOLD key now_ms fence (W|R owner holds fence deadline_ms)...`
 fn replicate_delta(ctx: &Context, name: &Arg, fence: u64, now_ms: i64, delta: &[DeltaHold]) {
     let numbers: Vec<[String; 3]> = delta
@@ -199,11 +209,13 @@ fn serve_open(ctx: &Context, name: &Arg, key: &Key) -> Served {
     lock.prune(now);
     let granted = grant_waiting(ctx, name, lock, now);
     if granted.is_empty() {
-        return match lock.next_lease_end() {
+        let served = match lock.next_lease_end() {
             // Free, and the head is of another kind: let it be served.
             None if waiters::queued(ctx, name, &KIND) > 0 && lock.is_free() => Served::Progress,
             next => Served::Wait(next),
         };
+        publish_lapsed(ctx, name, key, lock, now);
+        return served;
     }
     let next = lock.next_lease_end();
     if is_new {
@@ -244,6 +256,7 @@ impl Kind for RwLockKind {
         };
         let now = now_ms();
         if !lock.revoke(token as u64, now) {
+            publish_lapsed(ctx, name, &key, lock, now);
             return;
         }
         publish(ctx, name, &key, lock, now);
@@ -257,7 +270,7 @@ fn request(ctx: &Context, args: &[Arg], mode: Mode) -> RedisResult {
     if args.len() < 4 {
         return Err(RedisError::WrongArity);
     }
-    let req = args::lock_request(&args[2..]).map_err(RedisError::String)?;
+    let req = args::lock_request(&args[2..]).map_err(grace::argument_error)?;
     grace::check_lease(req.ttl_ms).map_err(RedisError::String)?;
     refuse_on_replica(ctx)?;
     let name = &args[1];
@@ -306,12 +319,19 @@ fn request(ctx: &Context, args: &[Arg], mode: Mode) -> RedisResult {
             fence
         }
         Outcome::Reentered { fence } => fence,
-        Outcome::Upgrade => return Err(err(error::UPGRADE)),
-        Outcome::Overflow => return Err(err(error::HOLDS_OVERFLOW)),
+        Outcome::Upgrade => {
+            publish_lapsed(ctx, name, &key, lock, now);
+            return Err(err(error::UPGRADE));
+        }
+        Outcome::Overflow => {
+            publish_lapsed(ctx, name, &key, lock, now);
+            return Err(err(error::HOLDS_OVERFLOW));
+        }
         Outcome::Busy => {
+            let next = taken.or(lock.next_lease_end());
+            publish_lapsed(ctx, name, &key, lock, now);
             return match req.wait_ms {
                 Some(timeout_ms) if waiters::can_block(ctx) => {
-                    let next = taken.or(lock.next_lease_end());
                     drop(key);
                     waiters::block(
                         ctx,
@@ -372,6 +392,7 @@ pub fn unlock(ctx: &Context, args: &[Arg]) -> RedisResult {
     let now = now_ms();
     let reply = match lock.unlock(owner, now) {
         Unlock::NotHeld => {
+            publish_lapsed(ctx, name, &key, lock, now);
             stats::REFUSED_RELEASES.add(1);
             return Ok(RedisValue::Integer(-1));
         }
@@ -407,7 +428,7 @@ pub fn extend(ctx: &Context, args: &[Arg]) -> RedisResult {
     if args.len() != 4 {
         return Err(RedisError::WrongArity);
     }
-    let (owner, ttl_ms) = args::owner_and_ttl(&args[2..]).map_err(err)?;
+    let (owner, ttl_ms) = args::owner_and_ttl(&args[2..]).map_err(grace::argument_error)?;
     grace::check_lease(ttl_ms).map_err(RedisError::String)?;
     refuse_on_replica(ctx)?;
     let name = &args[1];
@@ -417,6 +438,7 @@ pub fn extend(ctx: &Context, args: &[Arg]) -> RedisResult {
     };
     let now = now_ms();
     if !lock.extend(owner, now, ttl_ms) {
+        publish_lapsed(ctx, name, &key, lock, now);
         return Ok(RedisValue::Integer(0));
     }
     publish(ctx, name, &key, lock, now);

@@ -88,8 +88,9 @@ pub enum Unlock {
     NotHeld,
 }
 
-/// A hold that changed: granted, re-entered, released, extended or revoked
-/// (not one that lapsed: a replica drops those on its own).
+/// A hold that changed: granted, re-entered, released, extended or revoked,
+/// or the first of the holds that lapsed since the last delta (a replica
+/// drops the others from the delta's time: it lists none of them).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Changed {
     pub mode: Mode,
@@ -127,12 +128,18 @@ pub struct RwLock {
 }
 
 impl RwLock {
-    /// Drops holds whose lease ended.
+    /// Drops holds whose lease ended. The first prune that drops any since
+    /// `take_delta` last ran records one of them as gone: a command that
+    /// changes nothing else then still has a delta to send, and the replica,
+    /// told the master's `now_ms`, drops the same holds (it never drops
+    /// holds on its own).
     pub fn prune(&mut self, now_ms: i64) {
         let mut lapsed = self.lapsed_until;
+        let mut first: Option<(Mode, Vec<u8>)> = None;
         if let Some(w) = self.writer.take_if(|w| !w.is_live(now_ms)) {
             self.ended.extend(w.held_for(now_ms));
             lapsed = lapsed.max(Some(w.deadline_ms));
+            first = Some((Mode::Write, w.owner));
         }
         let ended = &mut self.ended;
         self.readers.retain(|r| {
@@ -140,11 +147,23 @@ impl RwLock {
             if !live {
                 ended.extend(r.held_for(now_ms));
                 lapsed = lapsed.max(Some(r.deadline_ms));
+                if first.is_none() {
+                    first = Some((Mode::Read, r.owner.clone()));
+                }
             }
             live
         });
+        if let (None, Some((mode, owner))) = (self.lapsed_until, first) {
+            self.record(mode, &owner, true);
+        }
         self.lapsed_until = lapsed;
         self.fit();
+    }
+
+    /// Whether holds lapsed since `take_delta` last ran: replicas must hear
+    /// of it, even from a command that changed nothing else.
+    pub fn lapsed(&self) -> bool {
+        self.lapsed_until.is_some()
     }
 
     fn record(&mut self, mode: Mode, owner: &[u8], gone: bool) {
@@ -380,7 +399,8 @@ impl RwLock {
     /// at `now_ms` (`apply_delta`): the holds that went, then the new state
     /// of each changed hold — the writer, then readers in the order they
     /// stand, so that a replica adds new ones in the same order. Holds that
-    /// lapsed are left out: the replica drops them from `now_ms`. `None`
+    /// lapsed are left out but the first (`prune`): the replica drops them
+    /// from `now_ms`. `None`
     /// when the whole state is no longer (a new key), or when a replica
     /// told `now_ms` would keep a hold dropped here (the clock went back).
     pub fn take_delta(&mut self, now_ms: i64) -> Option<Vec<DeltaHold>> {
@@ -1086,14 +1106,20 @@ mod tests {
     fn lapsed_holds_are_left_to_the_replica_unless_the_clock_went_back() {
         let mut l = RwLock::default();
         l.grant(Mode::Read, b"short", 0, 10, 1);
+        l.grant(Mode::Read, b"shorter", 0, 5, 2);
         for i in 0..4 {
-            l.grant(Mode::Read, format!("r{i}").as_bytes(), 0, 1000, i + 2);
+            l.grant(Mode::Read, format!("r{i}").as_bytes(), 0, 1000, i + 3);
         }
         l.take_delta(0);
         let mut replica = l.clone();
         assert!(l.extend(b"r0", 50, 1000));
         let delta = l.take_delta(50).unwrap();
-        assert_eq!(delta.len(), 1, "the lapsed reader is implied: {delta:?}");
+        let named: Vec<(&[u8], u64)> = delta.iter().map(|d| (&d.owner[..], d.holds)).collect();
+        assert_eq!(
+            named,
+            [(&b"short"[..], 0), (b"r0", 1)],
+            "the first lapsed reader is named gone, the other implied"
+        );
         assert!(replica.apply_delta(50, l.fence, &delta));
         assert_eq!(replicated(&replica), replicated(&l));
         // Dropped at 100 (lease end 90), then a command at 80: a replica
@@ -1103,6 +1129,34 @@ mod tests {
         l.prune(100);
         assert!(l.extend(b"r1", 80, 1000));
         assert_eq!(l.take_delta(80), None);
+    }
+
+    /// A command that changes nothing (a busy writer, a release by no
+    /// holder) still sends the lapse: the replica keeps no reader the
+    /// master dropped, however many lapsed.
+    #[test]
+    fn a_prune_alone_sends_a_delta_that_drops_the_same_holds_on_a_replica() {
+        let mut l = RwLock::default();
+        for i in 0..100 {
+            l.grant(Mode::Read, format!("r{i}").as_bytes(), 0, 10, i + 1);
+        }
+        l.grant(Mode::Read, b"long", 0, 1000, 200);
+        l.grant(Mode::Read, b"long too", 0, 1000, 201);
+        l.take_delta(0);
+        let mut replica = l.clone();
+        let mut t = tokens();
+        let busy = l.request(Mode::Write, b"w", 50, 100, Gate::Open, &mut t);
+        assert_eq!(busy, Outcome::Busy);
+        assert!(l.lapsed());
+        let delta = l.take_delta(50).expect("a delta, not the whole state");
+        assert_eq!(delta.len(), 1, "{delta:?}");
+        assert!(replica.apply_delta(50, l.fence, &delta));
+        assert_eq!(replicated(&replica), replicated(&l));
+        assert_eq!(replica.readers.len(), 2);
+        assert!(!l.lapsed());
+        // Nothing lapsed since: nothing to send.
+        assert_eq!(l.unlock(b"nobody", 60), Unlock::NotHeld);
+        assert!(!l.lapsed() && l.changed.is_empty());
     }
 
     #[test]

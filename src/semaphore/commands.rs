@@ -225,7 +225,7 @@ pub fn acquire(ctx: &Context, args: &[Arg]) -> RedisResult {
     if args.len() < 6 {
         return Err(RedisError::WrongArity);
     }
-    let req = args::sem_request(&args[2..]).map_err(RedisError::String)?;
+    let req = args::sem_request(&args[2..]).map_err(grace::argument_error)?;
     grace::check_lease(req.ttl_ms).map_err(RedisError::String)?;
     refuse_on_replica(ctx)?;
     let name = &args[1];
@@ -349,7 +349,7 @@ pub fn extend(ctx: &Context, args: &[Arg]) -> RedisResult {
     if args.len() != 4 {
         return Err(RedisError::WrongArity);
     }
-    let (owner, ttl_ms) = args::owner_and_ttl(&args[2..]).map_err(err)?;
+    let (owner, ttl_ms) = args::owner_and_ttl(&args[2..]).map_err(grace::argument_error)?;
     grace::check_lease(ttl_ms).map_err(RedisError::String)?;
     refuse_on_replica(ctx)?;
     let name = &args[1];
