@@ -134,24 +134,9 @@ fn named(fctx: FilterCtx, argc: c_int) -> Named {
 /// Whether the server knows the command (and its subcommand): it looks it
 /// up as it will to run it, and sets `ENOENT` only when it does not.
 fn known(fctx: FilterCtx, argc: c_int) -> bool {
-    let get = unsafe { raw::RedisModule_CommandFilterArgGet.unwrap() };
-    let mut argv: Vec<*mut raw::RedisModuleString> =
-        (0..argc).map(|i| unsafe { get(fctx, i) }).collect();
-    let mut count: c_int = 0;
-    let keys = unsafe {
-        raw::RedisModule_GetCommandKeysWithFlags.unwrap()(
-            events::detached(),
-            argv.as_mut_ptr(),
-            argc,
-            &mut count,
-            std::ptr::null_mut(),
-        )
-    };
-    if !keys.is_null() {
-        unsafe { raw::RedisModule_Free.unwrap()(keys.cast()) };
-        return true;
-    }
-    std::io::Error::last_os_error().kind() != std::io::ErrorKind::NotFound
+    crate::cache::filter::server_lookup(fctx, argc).is_none_or(|e| {
+        std::io::Error::from_raw_os_error(e).kind() != std::io::ErrorKind::NotFound
+    })
 }
 
 /// What the server runs under `name` (the filter that asks does not see

@@ -160,8 +160,10 @@ enum Lookup {
 }
 
 /// Looks the command up as the server will (`rename-command` and modules
-/// loaded since included).
-fn lookup(fctx: FilterCtx, argc: c_int) -> Lookup {
+/// loaded since included): `None` if it names keys, else the `errno` the
+/// server set — `ENOENT` (unknown command), `EINVAL` (wrong number of
+/// arguments), 0 (the command names no key).
+pub(crate) fn server_lookup(fctx: FilterCtx, argc: c_int) -> Option<i32> {
     let get = unsafe { raw::RedisModule_CommandFilterArgGet.unwrap() };
     let mut argv: Vec<*mut raw::RedisModuleString> =
         (0..argc).map(|i| unsafe { get(fctx, i) }).collect();
@@ -178,15 +180,18 @@ fn lookup(fctx: FilterCtx, argc: c_int) -> Lookup {
         )
     };
     if keys.is_null() {
-        // Every way to no keys sets errno: ENOENT (unknown command), EINVAL
-        // (wrong number of arguments), 0 (the command names no key).
-        return match std::io::Error::last_os_error().raw_os_error() {
-            Some(0) => Lookup::NoKeys,
-            _ => Lookup::Refused,
-        };
+        return Some(std::io::Error::last_os_error().raw_os_error().unwrap_or(-1));
     }
     unsafe { raw::RedisModule_Free.unwrap()(keys.cast()) };
-    Lookup::Keys
+    None
+}
+
+fn lookup(fctx: FilterCtx, argc: c_int) -> Lookup {
+    match server_lookup(fctx, argc) {
+        None => Lookup::Keys,
+        Some(0) => Lookup::NoKeys,
+        Some(_) => Lookup::Refused,
+    }
 }
 
 impl Catalogue {
