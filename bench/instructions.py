@@ -24,11 +24,20 @@ by the operations done in it.
   targets        the two ratios the SPEC holds warden to, on each server
                  given: a CACHE.GET hit against GET, the lock hand-off
                  against BLPOP's
+  filter         what the cache's command filter costs other clients'
+                 commands (requirepass set): a transaction on other keys
+                 with one lease open against none, an unauthenticated DEL
+                 of a leased key and an unauthenticated EXEC against a DEL
+                 of another key, an invalidating DEL with 100,000 leases
+                 open against a DEL of a free key; then PING's p99 while an
+                 unauthenticated connection pipelines refused DELs of a
+                 leased key. WARDEN_BENCH_BEFORE=<older libwarden.so> adds
+                 its figures beside.
 
 serverCron's work is left out of every figure: it is done per second, not
 per operation, so its share per operation grows with a loaded machine (a
-slower run does fewer operations a second). WARDEN_BENCH_ONLY=tax or
-=targets runs that section alone.
+slower run does fewer operations a second). WARDEN_BENCH_ONLY=tax,
+=targets or =filter runs that section alone.
 
 Usage: instructions.py WARDEN.so REDISBLOOM.so [SERVER [SERVER ...]]
 Prints markdown tables. WARDEN_BENCH_ONLY=semaphore prints the semaphore
@@ -114,6 +123,10 @@ def counted(server, modules, workload, warmup=2.0, window=5.0, extra=()):
         Conn(port).call("PING")
         driver = threading.Thread(target=workload, args=(port, stop, ops), daemon=True)
         driver.start()
+        # A workload that prepares much (100,000 leases) says when it is ready.
+        ready = getattr(workload, "ready", None)
+        if ready is not None:
+            ready.wait(600)
         time.sleep(warmup)
         subprocess.run(["callgrind_control", "-i", "on", str(vg.pid)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
         start = ops[0]
@@ -137,7 +150,10 @@ def counted(server, modules, workload, warmup=2.0, window=5.0, extra=()):
         return total / n
     finally:
         try:
-            Conn(port).call("SHUTDOWN", "NOSAVE")
+            admin = Conn(port)
+            if "--requirepass" in extra:
+                admin.call("AUTH", extra[list(extra).index("--requirepass") + 1])
+            admin.call("SHUTDOWN", "NOSAVE")
         except (OSError, EOFError):
             pass
         try:
@@ -349,6 +365,155 @@ def targets(servers, warden):
         print(f"| {name} | {what} | {ours:,.0f} | {baseline} | {theirs:,.0f} | {ours / theirs:.3f}× |")
 
 
+PASSWORD = "bench-secret"
+
+
+def leases_then(n, batch, make_command, password=None):
+    """`make_command` sent `batch` to a round trip by a connection that does
+    not authenticate, while an authenticated one holds `n` cache leases on
+    `lease:<i>` (and on `lone`); the other commands of `make_command` are
+    counted per command."""
+    def workload(port, stop, ops):
+        holder = Conn(port)
+        if password:
+            holder.call("AUTH", password)
+        holder.call("CACHE.GET", "lone", 600000)
+        for start in range(0, n, 1000):
+            holder.s.sendall(b"".join(enc("CACHE.GET", f"lease:{i}", 600000)
+                                      for i in range(start, min(n, start + 1000))))
+            for _ in range(start, min(n, start + 1000)):
+                holder.reply()
+        workload.ready.set()
+        c = Conn(port)
+        i = 0
+        while not stop.is_set():
+            c.s.sendall(b"".join(enc(*make_command(i + j)) for j in range(batch)))
+            for _ in range(batch):
+                c.reply()
+            i += batch
+            ops[0] += batch
+        holder.s.close()
+    workload.ready = threading.Event()
+    return workload
+
+
+def authenticated(password, make_command):
+    """`make_command`, each preceded in its round trip by nothing: the
+    connection authenticates once (its first command)."""
+    first = [True]
+
+    def make(i):
+        if first[0]:
+            first[0] = False
+            return ("AUTH", password)
+        return make_command(i)
+    return make
+
+
+def transaction(key_base):
+    """MULTI, SET, INCR, EXEC: one operation is one of the four commands."""
+    steps = (("MULTI",), ("SET", f"{key_base}x", "1"), ("INCR", f"{key_base}y"), ("EXEC",))
+    return lambda i: steps[i % 4]
+
+
+def filter_costs(servers, warden, before=None):
+    """What the cache's command filter costs other clients' commands: a
+    transaction on keys without leases, with one lease open against none;
+    an unauthenticated DEL of a leased key against one of a key without a
+    lease, and an unauthenticated EXEC; an invalidating DEL with 100,000
+    leases open against a DEL of a key without a lease. With `before` (an
+    older build of the module), its figures beside."""
+    quick = dict(warmup=1.5, window=3.0)
+    builds = [("now", warden)] + ([("before", before)] if before else [])
+    print("\n## What the cache's command filter costs (callgrind, serverCron left out)\n")
+    print("Server instructions per command; `requirepass` set; the rows' ratios are")
+    print("against the same command naming no leased key, in the same build.\n")
+    print("| server | build | command | instructions | against | instructions | ratio |")
+    print("|---|---|---|---:|---|---:|---:|")
+    auth = ["--requirepass", PASSWORD]
+    for server in servers:
+        name = server_name(server)
+        for label, module in builds:
+            rows = []
+            tx_none = counted(server, [module], pipelined(authenticated(PASSWORD, transaction("t")), batch=4),
+                              extra=auth, **quick)
+            tx_one = counted(server, [module],
+                             leases_then(0, 4, authenticated(PASSWORD, transaction("t")), PASSWORD),
+                             extra=auth, **quick)
+            rows.append(("`MULTI SET INCR EXEC` on other keys, one lease open", tx_one, "no lease", tx_none))
+            plain = counted(server, [module], leases_then(0, 1, lambda i: ("DEL", "other"), PASSWORD),
+                            extra=auth, **quick)
+            leased = counted(server, [module], leases_then(0, 1, lambda i: ("DEL", "lone"), PASSWORD),
+                             extra=auth, **quick)
+            execs = counted(server, [module], leases_then(0, 1, lambda i: ("EXEC",), PASSWORD),
+                            extra=auth, **quick)
+            rows.append(("unauthenticated `DEL` of a leased key", leased, "of another key", plain))
+            rows.append(("unauthenticated `EXEC`, a lease open", execs, "`DEL` of another key", plain))
+            unleased = counted(server, [module],
+                               leases_then(100_000, 10, authenticated(PASSWORD, lambda i: ("DEL", f"free:{i}")),
+                                           PASSWORD), extra=auth, warmup=0.5, window=2.0)
+            invalidating = counted(server, [module],
+                                   leases_then(100_000, 10,
+                                               authenticated(PASSWORD, lambda i: ("DEL", f"lease:{i}")),
+                                               PASSWORD), extra=auth, warmup=0.5, window=2.0)
+            rows.append(("invalidating `DEL`, 100,000 leases open", invalidating, "`DEL` of a free key",
+                         unleased))
+            for what, ours, against, theirs in rows:
+                print(f"| {name} | {label} | {what} | {ours:,.0f} | {against} | {theirs:,.0f} "
+                      f"| {ours / theirs:.2f}× |")
+                print(f"  {name} {label} {what}: {ours:,.0f} / {theirs:,.0f}", file=sys.stderr)
+    ping_p99(servers, warden)
+
+
+def ping_p99(servers, warden):
+    """PING's 99th percentile (no valgrind) while one unauthenticated
+    connection pipelines refused DELs of a leased key, 100 a round trip."""
+    print("\n| server | `PING` p50 | p99 | max (ms), one unauthenticated connection pipelining refused `DEL`s of a leased key |")
+    print("|---|---:|---:|---:|")
+    for server in servers:
+        work = tempfile.mkdtemp(prefix="warden-ping-")
+        probe = socket.socket()
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+        probe.close()
+        srv = subprocess.Popen([server, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+                                "--dir", work, "--requirepass", PASSWORD, "--loadmodule", warden],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            holder = Conn(port)
+            holder.call("AUTH", PASSWORD)
+            holder.call("CACHE.GET", "lone", 600000)
+            stop = threading.Event()
+
+            def attack():
+                a = Conn(port)
+                payload = b"".join(enc("DEL", "lone") for _ in range(100))
+                while not stop.is_set():
+                    a.s.sendall(payload)
+                    for _ in range(100):
+                        a.reply()
+            t = threading.Thread(target=attack, daemon=True)
+            t.start()
+            c = Conn(port)
+            c.call("AUTH", PASSWORD)
+            samples = []
+            end = time.monotonic() + 3.0
+            while time.monotonic() < end:
+                t0 = time.perf_counter()
+                c.call("PING")
+                samples.append((time.perf_counter() - t0) * 1000)
+            stop.set()
+            t.join(5)
+            samples.sort()
+            p50 = samples[len(samples) // 2]
+            p99 = samples[int(len(samples) * 0.99)]
+            print(f"| {server_name(server)} | {p50:.2f} | {p99:.2f} | {samples[-1]:.2f} |")
+        finally:
+            srv.kill()
+            srv.wait()
+            shutil.rmtree(work, ignore_errors=True)
+
+
 def reserve_and_fill(c):
     c.call("BF.RESERVE", "bf", "0.01", 10_000_000)
     for start in range(0, 100_000, 1000):
@@ -378,6 +543,9 @@ def main():
         return
     if os.environ.get("WARDEN_BENCH_ONLY") == "targets":
         targets(servers, warden)
+        return
+    if os.environ.get("WARDEN_BENCH_ONLY") == "filter":
+        filter_costs(servers, warden, os.environ.get("WARDEN_BENCH_BEFORE"))
         return
     rows = []
 
@@ -415,6 +583,7 @@ def main():
     print_rows(rows)
     targets(servers, warden)
     tax(servers, warden)
+    filter_costs(servers, warden, os.environ.get("WARDEN_BENCH_BEFORE"))
 
 
 if __name__ == "__main__":

@@ -206,6 +206,15 @@ pub fn reap_soon() {
     arm_reaper(events::detached(), now_ms());
 }
 
+/// How long revoked entries may wait to be tidied when no client waits to
+/// be served: one timer for all the revocations meanwhile.
+pub const REAP_LATER_MS: i64 = 50;
+
+/// Arms the reaper for revoked entries nobody waits on.
+pub fn reap_later() {
+    arm_reaper(events::detached(), now_ms() + REAP_LATER_MS);
+}
+
 extern "C" fn on_reap(ctx: *mut raw::RedisModuleCtx, _data: *mut c_void) {
     guard::callback((), || {
         REAPER.with(|r| r.set(None));
