@@ -165,6 +165,7 @@ fn grant(ctx: &Context, q: &QueueKey, holder: Option<u64>, lease_ms: i64) -> u64
         )
     });
     listen();
+    filter::granted(&q.name);
     arm_reaper(ctx.ctx, deadline_ms.saturating_add(1));
     stats::CACHE_LEASES.add(1);
     token

@@ -201,30 +201,19 @@ impl Catalogue {
     /// Whether the command may write what it names, and will not be refused
     /// for its name or its number of arguments.
     fn may_write(&self, fctx: FilterCtx, argc: c_int) -> bool {
-        let sent = arg(fctx, 0).to_ascii_lowercase();
-        let lower = self.aliases.get(&sent).unwrap_or(&sent).clone();
-        if OWN.iter().any(|r| *r == &lower[..]) {
-            return false;
-        }
-        let known = match self.commands.get(&lower) {
-            Some(e) if e.container && argc > 1 => {
-                let mut sub = lower;
-                sub.push(b'|');
-                sub.extend(arg(fctx, 1).iter().map(u8::to_ascii_lowercase));
-                self.commands.get(&sub).copied()
-            }
-            e => e.copied(),
-        };
-        match (lookup(fctx, argc), known) {
-            (Lookup::Refused, _) => false,
-            (Lookup::NoKeys, Some(e)) => e.write && arity_fits(e.arity, argc),
-            (Lookup::Keys, Some(e)) => e.write,
-            // Renamed, or a later module's: it counts as a write until its
-            // flags are learnt, on the next timer turn.
-            (Lookup::NoKeys | Lookup::Keys, None) => {
-                learn(sent);
-                true
-            }
+        match self.entry_of(fctx, argc) {
+            // Known under the name sent: its flag, and its arity as the
+            // server checks it (warden's cache commands are no writes here).
+            Some(e) => e.write && arity_fits(e.arity, argc),
+            None => match lookup(fctx, argc) {
+                Lookup::Refused => false,
+                // Renamed, or a later module's: it counts as a write until
+                // its flags are learnt, on the next timer turn.
+                Lookup::NoKeys | Lookup::Keys => {
+                    learn(arg(fctx, 0).to_ascii_lowercase());
+                    true
+                }
+            },
         }
     }
 }
@@ -616,14 +605,50 @@ impl Pending {
 /// command: a script's, a module's): past it, a command joins the last one.
 const MAX_PENDING: usize = 64;
 
+/// Lease grants counted (a transaction compares it at its `EXEC`).
+static GRANTS: AtomicU64 = AtomicU64::new(0);
+/// The most recent grants remembered, with their count.
+const RECENT_GRANTS: usize = 4096;
+
+/// A lease was granted on `name` (while the filter listens).
+pub fn granted(name: &[u8]) {
+    let seq = GRANTS.fetch_add(1, Ordering::Relaxed) + 1;
+    if !ANY_QUEUED.load(Ordering::Relaxed) {
+        // No transaction is followed: none needs to know.
+        return;
+    }
+    RECENT.with(|r| {
+        let mut r = r.borrow_mut();
+        if r.len() >= RECENT_GRANTS {
+            r.pop_front();
+        }
+        r.push_back((seq, name.to_vec()));
+    });
+}
+
+/// An argument's bit among a transaction's `others`.
+fn other_bit(name: &[u8]) -> u64 {
+    1 << (screen_slot(name) & 63)
+}
+
 /// A transaction opened while the filter listened: the writes queued in it.
 struct Transaction {
     /// Whether the server confirmed the client is in `MULTI` (a `MULTI` the
     /// server refused opens none).
     confirmed: bool,
+    /// The arguments of its queued writes that may have named a leased key
+    /// when they were queued, or were queued after a command that may grant
+    /// one inside the `EXEC` (kept whole).
     writes: Writes,
     /// A command queued in it may grant a lease while the `EXEC` runs.
     grants: bool,
+    /// The lease grants counted when it opened (`GRANTS`).
+    since: u64,
+    /// The other arguments of its queued writes, a bit each (of 64, by the
+    /// name screen's hash): a lease granted while it was queued on a name
+    /// with one of these bits ends at its `EXEC`. Nothing is copied or
+    /// allocated for them.
+    others: u64,
 }
 
 impl Transaction {
@@ -632,6 +657,35 @@ impl Transaction {
             confirmed,
             writes,
             grants: false,
+            since: GRANTS.load(Ordering::Relaxed),
+            others: 0,
+        }
+    }
+
+    /// At its `EXEC`: the leases granted since it opened, on names its
+    /// writes not kept whole may name, join its writes (every lease, if
+    /// more were granted than `RECENT_GRANTS` remembers).
+    fn add_granted_since(&mut self) {
+        if self.others == 0 || GRANTS.load(Ordering::Relaxed) == self.since {
+            return;
+        }
+        let since = self.since;
+        let others = self.others;
+        let reached = RECENT.with(|r| {
+            let r = r.borrow();
+            if r.front().is_none_or(|(seq, _)| *seq > since + 1) && r.len() >= RECENT_GRANTS {
+                return None;
+            }
+            Some(
+                r.iter()
+                    .filter(|(seq, name)| *seq > since && others & other_bit(name) != 0)
+                    .map(|(_, name)| name.clone())
+                    .collect::<Vec<_>>(),
+            )
+        });
+        match reached {
+            Some(names) => names.iter().for_each(|n| self.writes.add(n)),
+            None => self.writes = Writes::all(),
         }
     }
 
@@ -701,6 +755,8 @@ thread_local! {
     /// Per client in `MULTI` (opened while the filter listened).
     static QUEUED: RefCell<FxHashMap<u64, Transaction>> = RefCell::new(FxHashMap::default());
     static WATCHED: RefCell<Vec<Watched>> = const { RefCell::new(Vec::new()) };
+    /// The most recent lease grants while a transaction was followed.
+    static RECENT: RefCell<std::collections::VecDeque<(u64, Vec<u8>)>> = const { RefCell::new(std::collections::VecDeque::new()) };
     /// What was learnt of clients that wrote names with leases.
     static TRUST: RefCell<FxHashMap<u64, Trust>> = RefCell::new(FxHashMap::default());
     /// Clients seen outside any transaction at an `EXEC` with no record.
@@ -1385,6 +1441,8 @@ fn transaction_step(step: Step, client: Option<u64>, fresh: &mut Fresh) {
                     return;
                 }
             };
+            let mut t = t;
+            t.add_granted_since();
             // Invariant: a transaction that reaches no lease is not noted —
             // no INFO read, no client lookup for transactions on other keys.
             if t.reaches_leases() && (t.confirmed || in_multi(c)) {
@@ -1447,7 +1505,14 @@ fn queue(fctx: FilterCtx, argc: c_int, client: u64) -> bool {
         t.grants |= grants;
         if write {
             for i in 1..argc {
-                t.writes.add(arg(fctx, i));
+                let a = arg(fctx, i);
+                // After a command that may grant a lease inside the EXEC,
+                // every argument is kept whole: the lease may be its.
+                if t.grants || may_name(a) {
+                    t.writes.add(a);
+                } else {
+                    t.others |= other_bit(a);
+                }
             }
         }
     });
@@ -1459,11 +1524,15 @@ fn queue(fctx: FilterCtx, argc: c_int, client: u64) -> bool {
 /// followed, it is no transaction step, no argument may name an entry, and
 /// no write is postponed that would be kept.
 fn passes(fctx: FilterCtx) -> bool {
-    if ANY_PENDING.load(Ordering::Relaxed)
-        || ANY_QUEUED.load(Ordering::Relaxed)
-        || ANY_NOAUTH.load(Ordering::Relaxed)
-    {
+    if ANY_PENDING.load(Ordering::Relaxed) || ANY_NOAUTH.load(Ordering::Relaxed) {
         return false;
+    }
+    // Only the clients in a followed transaction are looked at for it.
+    if ANY_QUEUED.load(Ordering::Relaxed) {
+        let queued = sender(fctx).is_some_and(|c| QUEUED.with(|q| q.borrow().contains_key(&c)));
+        if queued {
+            return false;
+        }
     }
     // Read once, not per argument (as far as the compiler knows, every call
     // into the server may change them). Set, since `listen` registers the
@@ -1570,7 +1639,9 @@ fn examine(fctx: FilterCtx) {
                 writes.add(arg(fctx, i));
             }
         }
-        if let Some(c) = client.filter(|&c| in_multi(c)) {
+        // A client known to have run a write is in no transaction warden
+        // did not see open (every MULTI since passed here).
+        if let Some(c) = client.filter(|&c| trust_of(c) != Some(Trust::Runs) && in_multi(c)) {
             // A transaction opened before the filter listened: it may hold
             // writes warden never saw.
             QUEUED.with(|q| {
@@ -1655,6 +1726,7 @@ pub fn listen(on: bool) {
         // clients is dropped with them.
         TRUST.with(|t| *t.borrow_mut() = FxHashMap::default());
         OUTSIDE.with(|o| *o.borrow_mut() = rustc_hash::FxHashSet::default());
+        RECENT.with(|r| *r.borrow_mut() = std::collections::VecDeque::new());
         ANY_NOAUTH.store(false, Ordering::Relaxed);
         // Watched clients stay watched (by a timer, and before each fill): a
         // client blocked for good must not keep the filter on the rest of
