@@ -134,9 +134,8 @@ fn named(fctx: FilterCtx, argc: c_int) -> Named {
 /// Whether the server knows the command (and its subcommand): it looks it
 /// up as it will to run it, and sets `ENOENT` only when it does not.
 fn known(fctx: FilterCtx, argc: c_int) -> bool {
-    crate::cache::filter::server_lookup(fctx, argc).is_none_or(|e| {
-        std::io::Error::from_raw_os_error(e).kind() != std::io::ErrorKind::NotFound
-    })
+    crate::cache::filter::server_lookup(fctx, argc)
+        .is_none_or(|e| std::io::Error::from_raw_os_error(e).kind() != std::io::ErrorKind::NotFound)
 }
 
 /// What the server runs under `name` (the filter that asks does not see

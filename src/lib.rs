@@ -150,6 +150,7 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
         && follow::read_names_at_load(ctx)
         && info::register(ctx.ctx);
     if ready {
+        bloom::loaded();
         info::log_loaded(ctx);
         grace::on_module_load(ctx);
         Status::Ok

@@ -77,8 +77,17 @@ extern "C" fn on_started(_ctx: *mut raw::RedisModuleCtx, _data: *mut c_void) {
     started();
 }
 
+/// warden loaded whole: until then the server may drop the module (and
+/// with it the context the exit handler logs through) and exit for
+/// warden's own reasons, which warden has logged.
+static LOADED: AtomicBool = AtomicBool::new(false);
+
+pub fn loaded() {
+    LOADED.store(true, Ordering::Relaxed);
+}
+
 extern "C" fn at_exit() {
-    if STARTED.load(Ordering::Relaxed) {
+    if STARTED.load(Ordering::Relaxed) || !LOADED.load(Ordering::Relaxed) {
         return;
     }
     Context::new(crate::events::detached()).log_warning(

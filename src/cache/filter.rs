@@ -299,11 +299,12 @@ impl Catalogue {
         let write = flagged(b"write") && !OWN.iter().any(|r| *r == &lower[..]);
         let blocking = flagged(b"blocking");
         let no_auth = flagged(b"no_auth");
-        let grants = flagged(b"module")
-            || lower.starts_with(b"eval")
-            || lower.starts_with(b"fcall")
-            || lower == b"cache.get";
-        let admin = matches!(&lower[..], b"acl" | b"config" | b"module");
+        // Scripts grant no lease (the cache's commands refuse one there),
+        // nor do warden's other commands; another module's may call
+        // `CACHE.GET`.
+        let grants = lower == b"cache.get" || (flagged(b"module") && !warden_command(&lower));
+        let base = lower.split(|b| *b == b'|').next().unwrap_or(&lower);
+        let admin = matches!(base, b"acl" | b"config" | b"module");
         if write {
             let mut field = b"cmdstat_".to_vec();
             field.extend_from_slice(&lower);
@@ -330,6 +331,21 @@ impl Catalogue {
         };
         self.commands.insert(lower, entry);
     }
+}
+
+/// One of warden's own commands (which grant no cache lease but
+/// `CACHE.GET`).
+fn warden_command(name: &[u8]) -> bool {
+    [
+        &b"lock."[..],
+        b"rwlock.",
+        b"sem.",
+        b"bf.",
+        b"cache.",
+        b"warden.",
+    ]
+    .iter()
+    .any(|p| name.starts_with(p))
 }
 
 /// Names the server knows and the catalogue does not, to learn on the next
@@ -642,6 +658,10 @@ struct Transaction {
     writes: Writes,
     /// A command queued in it may grant a lease while the `EXEC` runs.
     grants: bool,
+    /// A command queued in it may change who must authenticate (`ACL`,
+    /// `CONFIG`, `MODULE`, or one not known yet): its `EXEC` forgets which
+    /// clients are unauthenticated.
+    admin: bool,
     /// The lease grants counted when it opened (`GRANTS`).
     since: u64,
     /// The other arguments of its queued writes, a bit each (of 64, by the
@@ -655,6 +675,8 @@ impl Transaction {
     fn new(confirmed: bool, writes: Writes) -> Self {
         Transaction {
             confirmed,
+            // One warden did not see opened may hold anything.
+            admin: writes.all,
             writes,
             grants: false,
             since: GRANTS.load(Ordering::Relaxed),
@@ -854,7 +876,9 @@ fn leading_number(v: &[u8]) -> u64 {
         .unwrap_or(v);
     v.iter()
         .take_while(|b| b.is_ascii_digit())
-        .fold(0u64, |n, d| n.wrapping_mul(10).wrapping_add(u64::from(d - b'0')))
+        .fold(0u64, |n, d| {
+            n.wrapping_mul(10).wrapping_add(u64::from(d - b'0'))
+        })
 }
 
 /// Reads fields of one `INFO` section (summed).
@@ -949,6 +973,22 @@ fn writes_done() -> (u64, u64) {
     (write_calls(), changes())
 }
 
+/// `commands_done` and `noauth_refusals` in one `INFO stats errorstats`.
+fn commands_and_noauth() -> (u64, u64) {
+    crate::stats::CACHE_FILTER_READS.add(1);
+    let before = OWN_INFO_CALLS.load(Ordering::Relaxed);
+    let reply = Context::new(events::detached()).call("INFO", &["stats", "errorstats"]);
+    match reply.ok().as_ref().and_then(text) {
+        Some(text) => {
+            OWN_INFO_CALLS.fetch_add(1, Ordering::Relaxed);
+            let commands = field_in(&text, b"total_commands_processed").unwrap_or(0);
+            let noauth = field_in(&text, b"errorstat_NOAUTH").unwrap_or(0);
+            (commands.wrapping_sub(before), noauth)
+        }
+        None => (commands_done(), noauth_refusals()),
+    }
+}
+
 /// How many commands the server has run (`INFO stats`).
 fn commands_done() -> u64 {
     crate::stats::CACHE_FILTER_READS.add(1);
@@ -992,7 +1032,7 @@ fn note(pending: Pending) {
         if full {
             if let (Learn::Auth(_), Some(c)) = (pending.learn, pending.client) {
                 // Not followed: it may have authenticated.
-                TRUST.with(|t| t.borrow_mut().remove(&c));
+                forget_trust(c);
                 return;
             }
         }
@@ -1037,6 +1077,14 @@ fn decide_now(conclusive: bool) -> Fresh {
         }
     }
     let pending = PENDING.with(|p| std::mem::take(&mut *p.borrow_mut()));
+    // A client to learn: the count of commands run and of NOAUTH refusals
+    // in one INFO call.
+    let mut noauth_now = None;
+    if pending.iter().any(|p| matches!(p.learn, Learn::Client(_))) && fresh.commands.is_none() {
+        let (commands, noauth) = commands_and_noauth();
+        fresh.commands = Some(commands);
+        noauth_now = Some(noauth);
+    }
     let mut keep = Vec::new();
     for p in pending {
         if let (Learn::Auth(before), Some(c)) = (p.learn, p.client) {
@@ -1062,10 +1110,13 @@ fn decide_now(conclusive: bool) -> Fresh {
         let now = fresh.evidence(matches!(p.before, Evidence::Writes(..)));
         let ran = now != p.before || blocked;
         if let (Learn::Client(noauth), Some(c)) = (p.learn, p.client) {
-            if ran && connected(c) {
-                trust(c, Trust::Runs);
-            } else if !ran && conclusive && noauth_refusals() != noauth {
+            // Authentication is checked before anything else that refuses a
+            // command the server knows: a command that ran, or was refused
+            // for another reason, comes from an authenticated client.
+            if !ran && conclusive && noauth_now.unwrap_or_else(noauth_refusals) != noauth {
                 trust(c, Trust::NoAuth);
+            } else if (ran || conclusive) && connected(c) {
+                trust(c, Trust::Runs);
             }
         }
         if !ran {
@@ -1237,26 +1288,46 @@ fn trust_of(client: u64) -> Option<Trust> {
     TRUST.with(|t| t.borrow().get(&client).copied())
 }
 
+/// Clients known unauthenticated (`ANY_NOAUTH` while there are any).
+static NOAUTH_CLIENTS: AtomicU64 = AtomicU64::new(0);
+
 fn trust(client: u64, what: Trust) {
-    TRUST.with(|t| t.borrow_mut().insert(client, what));
-    if what == Trust::NoAuth {
-        ANY_NOAUTH.store(true, Ordering::Relaxed);
+    let was = TRUST.with(|t| t.borrow_mut().insert(client, what));
+    count_noauth(was, Some(what));
+}
+
+/// Follows how many clients are known unauthenticated, from what a client
+/// was known as and is now.
+fn count_noauth(was: Option<Trust>, now: Option<Trust>) {
+    let (was, now) = (was == Some(Trust::NoAuth), now == Some(Trust::NoAuth));
+    if now && !was {
+        NOAUTH_CLIENTS.fetch_add(1, Ordering::Relaxed);
+    } else if was && !now {
+        NOAUTH_CLIENTS.fetch_sub(1, Ordering::Relaxed);
     }
+    ANY_NOAUTH.store(
+        NOAUTH_CLIENTS.load(Ordering::Relaxed) > 0,
+        Ordering::Relaxed,
+    );
 }
 
 fn forget_trust(client: u64) {
-    TRUST.with(|t| {
+    let was = TRUST.with(|t| {
         let mut t = t.borrow_mut();
-        if t.remove(&client).is_some() && t.capacity() > 64 && t.len() * 4 < t.capacity() {
+        let was = t.remove(&client);
+        if t.capacity() > 64 && t.len() * 4 < t.capacity() {
             t.shrink_to_fit();
         }
+        was
     });
+    count_noauth(was, None);
 }
 
 /// Forgets which clients are unauthenticated (who must authenticate may
 /// have changed).
 fn forget_unauthenticated() {
     TRUST.with(|t| t.borrow_mut().retain(|_, w| *w != Trust::NoAuth));
+    NOAUTH_CLIENTS.store(0, Ordering::Relaxed);
     ANY_NOAUTH.store(false, Ordering::Relaxed);
 }
 
@@ -1331,7 +1402,7 @@ fn refused_unauthenticated(fctx: FilterCtx, argc: c_int, client: Option<u64>) ->
 
 /// Whether nothing a module can see would refuse the command of a client
 /// known authenticated (see `Trust`).
-fn will_run(fctx: FilterCtx, argc: c_int, client: u64) -> bool {
+fn will_run(fctx: FilterCtx, argc: c_int, client: u64) -> Option<bool> {
     let unsure = raw::REDISMODULE_CTX_FLAGS_LUA
         | raw::REDISMODULE_CTX_FLAGS_OOM
         | raw::REDISMODULE_CTX_FLAGS_SLAVE
@@ -1339,20 +1410,26 @@ fn will_run(fctx: FilterCtx, argc: c_int, client: u64) -> bool {
         | raw::REDISMODULE_CTX_FLAGS_LOADING
         | raw::REDISMODULE_CTX_FLAGS_ASYNC_LOADING;
     let flags = unsafe { raw::RedisModule_GetContextFlags.unwrap()(events::detached()) };
-    if flags as u32 & unsure != 0 || REPLICAS_REQUIRED.load(Ordering::Relaxed) {
-        return false;
+    // A write the server postpones (a pause) runs later, unseen: the slow
+    // way watches its client.
+    if flags as u32 & unsure != 0 || REPLICAS_REQUIRED.load(Ordering::Relaxed) || paused() {
+        return None;
     }
     // The client's flags are not asked (filling them in costs a system call
     // and `inet_ntop`, more than the rest): it is not blocked (a blocked
     // client's commands wait unread), and not in `MULTI` (it was not when
     // its write ran, and every `MULTI` since passed here: its commands go
     // to `queue`). A RESP2 subscriber's refused write revokes: a reload.
-    !CATALOGUE.with(|c| c.borrow().may_block(arg(fctx, 0))) && acl_allows(fctx, argc, client)
+    if CATALOGUE.with(|c| c.borrow().may_block(arg(fctx, 0))) {
+        return None;
+    }
+    acl_allows(fctx, argc, client)
 }
 
 /// Whether the client's user may run the command on its keys (the check
-/// `processCommand` makes).
-fn acl_allows(fctx: FilterCtx, argc: c_int, client: u64) -> bool {
+/// `processCommand` makes); `None` if the server will not say (a user
+/// disabled since: its connections go on).
+fn acl_allows(fctx: FilterCtx, argc: c_int, client: u64) -> Option<bool> {
     let (Some(name_of), Some(user_of), Some(check), Some(free_user), Some(free)) = (unsafe {
         (
             raw::RedisModule_GetClientUserNameById,
@@ -1362,24 +1439,24 @@ fn acl_allows(fctx: FilterCtx, argc: c_int, client: u64) -> bool {
             raw::RedisModule_FreeString,
         )
     }) else {
-        return false;
+        return None;
     };
     let ctx = events::detached();
     let name = unsafe { name_of(ctx, client) };
     if name.is_null() {
-        return false;
+        return None;
     }
     let user = unsafe { user_of(name) };
     unsafe { free(ctx, name) };
     if user.is_null() {
-        return false;
+        return None;
     }
     let get = unsafe { raw::RedisModule_CommandFilterArgGet.unwrap() };
     let mut argv: Vec<*mut raw::RedisModuleString> =
         (0..argc).map(|i| unsafe { get(fctx, i) }).collect();
     let allowed = unsafe { check(user, argv.as_mut_ptr(), argc) } == raw::REDISMODULE_OK as c_int;
     unsafe { free_user(user) };
-    allowed
+    Some(allowed)
 }
 
 /// A command of one argument that opens or ends a transaction.
@@ -1442,6 +1519,11 @@ fn transaction_step(step: Step, client: Option<u64>, fresh: &mut Fresh) {
                 }
             };
             let mut t = t;
+            if t.admin {
+                // Not known to run yet, but what it queued may let clients
+                // in: what was learnt of them is forgotten (conservative).
+                forget_unauthenticated();
+            }
             t.add_granted_since();
             // Invariant: a transaction that reaches no lease is not noted —
             // no INFO read, no client lookup for transactions on other keys.
@@ -1488,13 +1570,13 @@ fn queue(fctx: FilterCtx, argc: c_int, client: u64) -> bool {
     // name the catalogue does not know (renamed, a later module's) counts
     // as a write that may grant until it is learnt.
     let entry = CATALOGUE.with(|c| c.borrow().entry_of(fctx, argc));
-    let (write, grants) = match entry {
-        Some(e) => (e.write, e.grants),
+    let (write, grants, admin) = match entry {
+        Some(e) => (e.write, e.grants, e.admin),
         None => match lookup(fctx, argc) {
-            Lookup::Refused => (false, false),
+            Lookup::Refused => (false, false, false),
             _ => {
                 learn(arg(fctx, 0).to_ascii_lowercase());
-                (true, true)
+                (true, true, true)
             }
         },
     };
@@ -1503,6 +1585,7 @@ fn queue(fctx: FilterCtx, argc: c_int, client: u64) -> bool {
         let Some(t) = q.get_mut(&client) else { return };
         t.confirmed |= confirm;
         t.grants |= grants;
+        t.admin |= admin;
         if write {
             for i in 1..argc {
                 let a = arg(fctx, i);
@@ -1657,13 +1740,26 @@ fn examine(fctx: FilterCtx) {
                 // Refused before it runs (`refused_unauthenticated` says so first).
                 Some(Trust::NoAuth) => return,
                 // Invariant: a lease ends before the command runs only if
-                // the server will run it (or postpone it: it runs later).
-                Some(Trust::Runs) if will_run(fctx, argc, c) => {
-                    writes.revoke();
-                    return;
+                // the server will run it; one the ACL refuses ends none.
+                Some(Trust::Runs) => match will_run(fctx, argc, c) {
+                    Some(true) => {
+                        writes.revoke();
+                        return;
+                    }
+                    Some(false) => return,
+                    None => {}
+                },
+                None => {
+                    let noauth = match fresh.commands {
+                        Some(_) => noauth_refusals(),
+                        None => {
+                            let (commands, noauth) = commands_and_noauth();
+                            fresh.commands = Some(commands);
+                            noauth
+                        }
+                    };
+                    learn = Learn::Client(noauth);
                 }
-                Some(Trust::Runs) => {}
-                None => learn = Learn::Client(noauth_refusals()),
             }
         }
         // A command run inside another is told to have run by the write
@@ -1727,6 +1823,7 @@ pub fn listen(on: bool) {
         TRUST.with(|t| *t.borrow_mut() = FxHashMap::default());
         OUTSIDE.with(|o| *o.borrow_mut() = rustc_hash::FxHashSet::default());
         RECENT.with(|r| *r.borrow_mut() = std::collections::VecDeque::new());
+        NOAUTH_CLIENTS.store(0, Ordering::Relaxed);
         ANY_NOAUTH.store(false, Ordering::Relaxed);
         // Watched clients stay watched (by a timer, and before each fill): a
         // client blocked for good must not keep the filter on the rest of
