@@ -219,14 +219,15 @@ python-test: python-venv $(SERVER_DEPS)
 # callgrind instructions) for one section alone, into its own file. Writes
 # bench/results/.
 # Server instructions per operation under callgrind (valgrind from apt): a
-# figure a busy machine does not move. SECTION=instructions runs it alone.
+# figure a busy machine does not move. SECTION=instructions runs it alone
+# (WARDEN_BENCH_BEFORE=<an older libwarden.so> adds its cache-filter rows).
 valgrind-bin:
 	@command -v valgrind >/dev/null || { SUDO=""; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
 		$$SUDO apt-get install -y -qq valgrind >/dev/null; }
 
-bench: build venv node-deps $(REDISBLOOM) valgrind-bin $(REDIS8)
+bench: build venv node-deps $(REDISBLOOM) valgrind-bin $(REDIS8) $(VALKEY)
 ifeq ($(SECTION),instructions)
-	$(PYTHON) bench/instructions.py $(CURDIR)/$(MODULE) $(CURDIR)/$(REDISBLOOM) redis-server $(CURDIR)/$(REDIS8) | tee bench/results/instructions.md
+	$(PYTHON) bench/instructions.py $(CURDIR)/$(MODULE) $(CURDIR)/$(REDISBLOOM) redis-server $(CURDIR)/$(REDIS8) $(CURDIR)/$(VALKEY) | tee bench/results/instructions.md
 else
 	cargo build --release --example bench
 	WARDEN_MODULE=$(CURDIR)/$(MODULE) REDISBLOOM_MODULE=$(CURDIR)/$(REDISBLOOM) \
@@ -243,7 +244,7 @@ ifeq ($(SECTION),)
 		printf '\n%s\n' "$$py" >> bench/results/latest.md
 	@nb=$$($(MAKE) --no-print-directory -s node-bench) && echo "$$nb" && \
 		printf '\n%s\n' "$$nb" >> bench/results/latest.md
-	@ins=$$($(PYTHON) bench/instructions.py $(CURDIR)/$(MODULE) $(CURDIR)/$(REDISBLOOM) redis-server $(CURDIR)/$(REDIS8)) && echo "$$ins" && \
+	@ins=$$($(PYTHON) bench/instructions.py $(CURDIR)/$(MODULE) $(CURDIR)/$(REDISBLOOM) redis-server $(CURDIR)/$(REDIS8) $(CURDIR)/$(VALKEY)) && echo "$$ins" && \
 		printf '\n%s\n' "$$ins" | tee bench/results/instructions.md >> bench/results/latest.md
 	@$(PYTHON) -c "import matplotlib" 2>/dev/null || $(VENV)/bin/pip install -q matplotlib
 	$(PYTHON) bench/chart.py
