@@ -206,9 +206,12 @@ unsafe extern "C" fn lock_rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) 
         if !valid_lock(owner.as_ref(), holds, fence) {
             return std::ptr::null_mut();
         }
-        // The key's expiry is the lease: a `RESTORE` ttl, or a load's saved
-        // expiry, beyond the capped lease is put back to it.
-        if lowered || grace::capping() && !restored::loading() {
+        // A `RESTORE` (not a load: there the saved expiry is the lease, as
+        // the value's may lag a `PEXPIRE` made without a cap) keeps the
+        // saved lease, whatever its ttl; the key's expiry is put back to it,
+        // as is a load's beyond the capped lease.
+        let restoring = !restored::loading();
+        if lowered || restoring {
             restored::note_loaded(rdb);
         }
         FENCES.observe(fence);
@@ -218,6 +221,7 @@ unsafe extern "C" fn lock_rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) 
             fence,
             deadline_ms,
             granted_ms: 0,
+            foreign_expiry: restoring && deadline_ms > 0,
         };
         boxed(lock)
     })
@@ -298,7 +302,9 @@ unsafe extern "C" fn lock_copy(
         0 => 0,
         at => grace::cap_deadline(at, system_ms()),
     };
-    if grace::capping() {
+    // Without a cap the copy's expiry is its source's, which is the lease
+    // unless that is a `RESTORE`'s ttl not put back yet (the copy keeps the flag).
+    if grace::capping() || lock.foreign_expiry {
         restored::note_copied(ctx);
     }
     boxed(Lock {

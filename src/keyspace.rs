@@ -151,10 +151,11 @@ impl Key {
     /// Puts the key's expiry back to its lease end after something else
     /// (`PERSIST`, `PEXPIRE`, `RESTORE`) moved it: on this server and, the
     /// key being open for writing on a master, on replicas and in the AOF,
-    /// which saw that command too. A key open for reading is left as it is.
-    pub fn restore_expire_at(&self, at_ms: i64) {
+    /// which saw that command too. A key open for reading is left as it is
+    /// (false).
+    pub fn restore_expire_at(&self, at_ms: i64) -> bool {
         if !self.writable {
-            return;
+            return false;
         }
         self.set_expire_at(at_ms);
         if LISTENERS.load(Ordering::Relaxed) && !maybe_replica() {
@@ -168,6 +169,7 @@ impl Key {
                 )
             };
         }
+        true
     }
 }
 

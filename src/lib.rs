@@ -126,6 +126,7 @@ const LISTENERS: &[&events::Listener] = &[
     &cache::commands::EVENTS,
     &keyspace::EVENTS,
     &grace::EVENTS,
+    &restored::EVENTS,
     &waiters::EVENTS,
 ];
 

@@ -17,6 +17,12 @@
 //!
 //! A replica puts back nothing: the master's `PEXPIREAT` reaches it. What the
 //! timer does is what the kind's next command on the key would do.
+//!
+//! Keys are noted by database and name: a `SWAPDB` before the timer runs
+//! swaps the noted numbers, a flush forgets the keys it removed. A `MOVE` or
+//! `RENAME` in between takes the key where the timer does not look; its lease
+//! is still the one in the value, and the kind's next command puts its
+//! expiry back.
 
 use std::cell::{Cell, RefCell};
 use std::os::raw::{c_char, c_int, c_void};
@@ -25,7 +31,7 @@ use std::thread::ThreadId;
 
 use redis_module::raw;
 
-use crate::events;
+use crate::events::{self, Listener, Server};
 use crate::guard;
 use crate::keyspace::{maybe_replica, Key};
 
@@ -86,6 +92,31 @@ unsafe fn note(db: c_int, name: *const raw::RedisModuleString) {
         );
     }
 }
+
+/// Follows the noted keys where a `SWAPDB` takes them; forgets those a flush
+/// removed (`db` -1: all).
+fn on_server(_ctx: *mut raw::RedisModuleCtx, event: &Server) {
+    PENDING.with_borrow_mut(|pending| match *event {
+        Server::Swapped { first, second } => {
+            for (db, _) in pending.iter_mut() {
+                if *db == first {
+                    *db = second;
+                } else if *db == second {
+                    *db = first;
+                }
+            }
+        }
+        Server::Flushed { db: -1 } => pending.clear(),
+        Server::Flushed { db } => pending.retain(|(noted, _)| *noted != db),
+        _ => {}
+    });
+}
+
+/// What moves or removes noted keys: `SWAPDB`, flushes.
+pub static EVENTS: Listener = Listener {
+    key: events::ignore_key,
+    server: on_server,
+};
 
 /// At most this many keys per timer run: a load that capped a million leases
 /// does not stall the event loop in one go.

@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicBool, AtomicI64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use common::wire;
 use common::*;
 use redis::{Connection, Value};
 
@@ -535,6 +536,178 @@ fn restored_and_copied_keys_expire_with_their_capped_lease() {
         }
     }
     assert!(wrong.is_empty(), "leases are at most {CAP} ms: {wrong:#?}");
+}
+
+/// A `RESTORE` keeps the lease saved in the value, with or without
+/// `warden.max-lease`, whatever ttl it gave (a long one, or 0): `PTTL` (on the
+/// master and its replica), `LOCK.INFO` and another owner's acquire agree
+/// with that lease — also when a command on the key, or a `SWAPDB` that moved
+/// it to another database, came in the same pipeline, before the key's
+/// expiry was put back.
+#[test]
+fn restored_keys_keep_their_saved_lease() {
+    const LEASE: i64 = 3000;
+    const LONG: &str = "1000000000";
+    let master = Server::start_tcp(&[]);
+    let replica = Server::start_tcp(&[]);
+    replicate(&master, &replica);
+    let mut c = master.conn();
+    // (kind, how a source gets its lease, a request that changes nothing,
+    // how another owner waits for the key)
+    type Words = &'static [&'static str];
+    let kinds: [(&str, Words, Words, Words); 3] = [
+        (
+            "lock",
+            &["LOCK.ACQUIRE", "src", "owner", "3000"],
+            &["LOCK.RELEASE", "dst", "nobody"],
+            &["LOCK.ACQUIRE", "dst", "next", "1000", "WAIT", "30000"],
+        ),
+        (
+            "rwlock",
+            &["RWLOCK.WRITE", "src", "owner", "3000"],
+            &["RWLOCK.UNLOCK", "dst", "nobody"],
+            &["RWLOCK.WRITE", "dst", "next", "1000", "WAIT", "30000"],
+        ),
+        (
+            "sem",
+            &["SEM.ACQUIRE", "src", "owner", "3000", "LIMIT", "2"],
+            &["SEM.RELEASE", "dst", "nobody"],
+            &[
+                "SEM.ACQUIRE",
+                "dst",
+                "next",
+                "1000",
+                "LIMIT",
+                "2",
+                "PERMITS",
+                "2",
+                "WAIT",
+                "30000",
+            ],
+        ),
+    ];
+    // (max-lease, a database the SWAPDB cases restore in, the one it is swapped with)
+    let phases: [(&str, i64, i64); 2] = [("0", 2, 3), ("60000", 4, 5)];
+    // (operation, RESTORE's ttl, what follows it in the same pipeline)
+    #[derive(Clone, Copy, PartialEq)]
+    enum Then {
+        Nothing,
+        Request,
+        Swapdb,
+    }
+    let ops: [(&str, &str, Then); 4] = [
+        ("RESTORE long ttl", LONG, Then::Nothing),
+        ("RESTORE 0", "0", Then::Nothing),
+        ("RESTORE; a request", LONG, Then::Request),
+        ("RESTORE; SWAPDB", LONG, Then::Swapdb),
+    ];
+    let mut wrong = Vec::new();
+    let mut contenders = Vec::new();
+    for (phase, (cap, from_db, to_db)) in phases.into_iter().enumerate() {
+        run(&mut c, &["CONFIG", "SET", "warden.max-lease", cap]).unwrap();
+        let mut cases = Vec::new();
+        let mut swapped = vec![wire::cmd(&["SELECT", &from_db.to_string()])];
+        for (kind, acquire, request, contend) in kinds {
+            let src = format!("src-{phase}-{kind}");
+            let acquire: Vec<&str> = acquire
+                .iter()
+                .map(|w| if *w == "src" { src.as_str() } else { w })
+                .collect();
+            assert!(int(&mut c, &acquire) > 0, "{kind}");
+            let payload: Vec<u8> = redis::cmd("DUMP").arg(&src).query(&mut c).unwrap();
+            for (i, (op, ttl, then)) in ops.into_iter().enumerate() {
+                let dst = format!("dst-{phase}-{kind}-{i}");
+                let named = |words: &[&str]| -> Vec<String> {
+                    words
+                        .iter()
+                        .map(|w| {
+                            if *w == "dst" {
+                                dst.clone()
+                            } else {
+                                w.to_string()
+                            }
+                        })
+                        .collect()
+                };
+                let mut restore = wire::cmd(&["RESTORE", &dst, ttl]);
+                restore.push(payload.clone());
+                let mut pipeline = vec![restore];
+                if then == Then::Request {
+                    let words = named(request);
+                    let words: Vec<&str> = words.iter().map(String::as_str).collect();
+                    pipeline.push(wire::cmd(&words));
+                }
+                let db = if then == Then::Swapdb {
+                    swapped.extend(pipeline);
+                    to_db
+                } else {
+                    run_pipeline(&master, pipeline);
+                    0
+                };
+                cases.push((
+                    format!("{kind} {op}, max-lease {cap}"),
+                    db,
+                    dst.clone(),
+                    named(contend),
+                ));
+            }
+        }
+        swapped.push(wire::cmd(&[
+            "SWAPDB",
+            &from_db.to_string(),
+            &to_db.to_string(),
+        ]));
+        run_pipeline(&master, swapped);
+        sync_replicas(&mut c, 1);
+        for (case, db, dst, contend) in cases {
+            for (server, s) in [("master", &master), ("replica", &replica)] {
+                let mut conn = s.conn();
+                run(&mut conn, &["SELECT", &db.to_string()]).unwrap();
+                let pttl = int(&mut conn, &["PTTL", &dst]);
+                if pttl != -2 && !(1..=LEASE).contains(&pttl) {
+                    wrong.push(format!("{case}: PTTL {pttl} on the {server}"));
+                }
+            }
+            let mut conn = master.conn();
+            run(&mut conn, &["SELECT", &db.to_string()]).unwrap();
+            if case.starts_with("lock") {
+                let info = maybe_map(&mut conn, &["LOCK.INFO", &dst]);
+                let ttl = info.map_or(0, |f| field_int(&f, "ttl"));
+                if ttl > LEASE {
+                    wrong.push(format!("{case}: LOCK.INFO ttl {ttl}"));
+                }
+            }
+            // Another owner gets the key once the saved lease ends (the
+            // WAIT bounds the wait server-side).
+            let reply = std::thread::spawn(move || {
+                let words: Vec<&str> = contend.iter().map(String::as_str).collect();
+                run(&mut conn, &words)
+            });
+            contenders.push((case, reply));
+        }
+    }
+    for (case, reply) in contenders {
+        match reply.join().unwrap() {
+            Ok(Value::Int(fence)) if fence > 0 => {}
+            other => wrong.push(format!("{case}: the saved lease was outlived: {other:?}")),
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "leases are the saved {LEASE} ms: {wrong:#?}"
+    );
+}
+
+/// Sends `cmds` in one write, so that the server runs them in one event-loop
+/// turn, and checks that none failed.
+fn run_pipeline(s: &Server, cmds: Vec<wire::Cmd>) {
+    let mut w = wire::Wire::open(&s.socket()).unwrap();
+    w.send(&cmds).unwrap();
+    for cmd in &cmds {
+        let reply = w.read().unwrap();
+        let name = String::from_utf8_lossy(&cmd[0]);
+        assert!(!reply.is_error(), "{name}: {reply:?}");
+    }
 }
 
 /// A master, two replicas and three Sentinels, all with the same warden settings.

@@ -26,22 +26,25 @@ fn err(text: &'static str) -> RedisError {
 /// whose key lost its expiry (`PERSIST`) keeps the lease it was granted: the
 /// key gets that deadline back, and a lock whose lease has ended is no lock.
 /// Under `warden.max-lease` an expiry set by anything but warden (`PEXPIRE`,
-/// `EXPIRE`, `RESTORE` with a ttl) may shorten the lease, never lengthen it.
+/// `EXPIRE`, `RESTORE` with a ttl) may shorten the lease, never lengthen it;
+/// a `RESTORE`'s ttl never lengthens the saved lease, with or without a cap.
 pub(crate) fn lock_in(key: &Key) -> Result<Option<&mut Lock>, RedisError> {
     let Some(lock) = key.value::<Lock>(&LOCK_TYPE).map_err(err)? else {
         return Ok(None);
     };
     let now = now_ms();
-    match key.expire_at() {
-        Some(at) => {
-            let capped = grace::cap_expiry(at, lock.deadline_ms, now);
-            if capped != at {
-                key.restore_expire_at(capped);
-            }
-            lock.deadline_ms = capped;
-        }
-        None => key.restore_expire_at(lock.deadline_ms),
+    let at = key.expire_at();
+    let lease = match at {
+        Some(at) if lock.foreign_expiry => at.min(lock.deadline_ms),
+        Some(at) => grace::cap_expiry(at, lock.deadline_ms, now),
+        None => lock.deadline_ms,
+    };
+    // The flag stays until the key's expiry is the lease: a key opened for
+    // reading (`LOCK.INFO`) is not written, and the next command reads it again.
+    if at == Some(lease) || key.restore_expire_at(lease) {
+        lock.foreign_expiry = false;
     }
+    lock.deadline_ms = lease;
     Ok(lock.is_live(now).then_some(lock))
 }
 
@@ -384,6 +387,7 @@ pub fn set(ctx: &Context, args: &[Arg]) -> RedisResult {
         fence,
         deadline_ms: bounded_deadline(deadline_ms),
         granted_ms: 0,
+        foreign_expiry: false,
     };
     match existing {
         Some(existing) => *existing = lock,

@@ -15,6 +15,9 @@ pub struct Lock {
     /// When this server granted the hold (unix ms); 0: not known here (loaded,
     /// copied or replicated), and then no hold time is recorded for it.
     pub granted_ms: i64,
+    /// The key's expiry came from a `RESTORE`'s ttl, not from warden: it may
+    /// shorten the saved lease, never lengthen it, until warden sets it.
+    pub foreign_expiry: bool,
 }
 
 /// What a request by an owner did to an existing lock.
@@ -48,6 +51,7 @@ impl Lock {
             fence,
             deadline_ms: now_ms.saturating_add(ttl_ms),
             granted_ms: now_ms,
+            foreign_expiry: false,
         }
     }
 
