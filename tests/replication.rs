@@ -230,3 +230,125 @@ fn a_replica_drops_the_lapsed_readers_the_master_drops() {
         }
     }
 }
+
+/// Semaphore holds whose leases lapsed leave the replica when the master
+/// drops them, also where the master's command changes nothing else (an
+/// acquire refused or busy, a release or extend by no holder, a waiter
+/// served when leases end with nothing granted): the key is the same on both.
+#[test]
+fn a_replica_drops_the_lapsed_semaphore_holds_the_master_drops() {
+    let master = Server::start_tcp(&[]);
+    let replica = Server::start_tcp(&[]);
+    replicate(&master, &replica);
+    let mut m = master.conn();
+    let mut r = replica.conn();
+    // 40 short holds of 1 permit and a long one of 10 fill the limit of 50;
+    // once the short ones lapse, 41 permits still do not fit.
+    let probes: &[(&str, &[&str])] = &[
+        (
+            "a busy acquire",
+            &[
+                "SEM.ACQUIRE",
+                "k",
+                "new",
+                "1000",
+                "LIMIT",
+                "50",
+                "PERMITS",
+                "41",
+            ],
+        ),
+        (
+            "a second hold",
+            &["SEM.ACQUIRE", "k", "long", "1000", "LIMIT", "50"],
+        ),
+        (
+            "another limit",
+            &["SEM.ACQUIRE", "k", "new", "1000", "LIMIT", "7"],
+        ),
+        ("a release by no holder", &["SEM.RELEASE", "k", "nobody"]),
+        (
+            "an extend by no holder",
+            &["SEM.EXTEND", "k", "nobody", "1000"],
+        ),
+        ("a new limit", &["SEM.SETLIMIT", "k", "60"]),
+        ("a waiter that does not fit", &[]),
+    ];
+    for (i, (what, probe)) in probes.iter().enumerate() {
+        let key = format!("sem{i}");
+        for n in 0..40 {
+            let owner = format!("holder-{n:03}-with-a-longer-name");
+            run(&mut m, &["SEM.ACQUIRE", &key, &owner, "200", "LIMIT", "50"]).unwrap();
+        }
+        let long = [
+            "SEM.ACQUIRE",
+            &key,
+            "long",
+            "60000",
+            "LIMIT",
+            "50",
+            "PERMITS",
+            "10",
+        ];
+        run(&mut m, &long).unwrap();
+        let waiting = probe.is_empty().then(|| {
+            let pending = spawn_command(
+                &master,
+                &[
+                    "SEM.ACQUIRE",
+                    &key,
+                    "w",
+                    "1000",
+                    "LIMIT",
+                    "50",
+                    "PERMITS",
+                    "41",
+                    "WAIT",
+                    "20000",
+                ],
+            );
+            wait_queued(&mut m, "SEM.INFO", &key, 1);
+            pending
+        });
+        sync_replicas(&mut m, 1);
+        let full = dump(&mut m, &key).len();
+        assert_eq!(dump(&mut r, &key).len(), full, "{what}");
+        wait_for(
+            "the short leases to end",
+            std::time::Duration::from_secs(20),
+            || field_int(&map(&mut m, &["SEM.INFO", &key]), "holders") == 1,
+        );
+        let words: Vec<&str> = probe
+            .iter()
+            .map(|w| if *w == "k" { &key } else { *w })
+            .collect();
+        if words.is_empty() {
+            // Served when each lease ends: the master drops the holds then.
+            wait_for(
+                "the master to drop them",
+                std::time::Duration::from_secs(20),
+                || dump(&mut m, &key).len() < full / 4,
+            );
+        } else {
+            let _ = run(&mut m, &words);
+        }
+        sync_replicas(&mut m, 1);
+        let on_master = dump(&mut m, &key);
+        assert!(
+            on_master.len() < full / 4,
+            "{what}: the master keeps {} of {full} bytes",
+            on_master.len()
+        );
+        let on_replica = dump(&mut r, &key);
+        assert!(
+            on_replica == on_master,
+            "{what}: the replica keeps what the master dropped ({} bytes against {})",
+            on_replica.len(),
+            on_master.len()
+        );
+        if let Some((_, pending)) = waiting {
+            run(&mut m, &["SEM.RELEASE", &key, "long"]).unwrap();
+            granted(pending);
+        }
+    }
+}

@@ -81,6 +81,17 @@ fn publish(ctx: &Context, name: &Arg, key: &Key, sem: &mut Semaphore) {
     ctx.replicate(SEM_EFFECT, &all[..]);
 }
 
+/// Publishes what `prune` dropped where the command (or hand-off) changed
+/// nothing else: a replica drops a lapsed hold only when told (it never
+/// writes on its own), and must hold what the master holds. The effect then
+/// names no hold: its time alone drops them. The key may be deleted (no hold
+/// left): the caller uses `sem` no more.
+fn publish_lapsed(ctx: &Context, name: &Arg, key: &Key, sem: &mut Semaphore) {
+    if sem.lapsed() {
+        publish(ctx, name, key, sem);
+    }
+}
+
 /// Takes the waiters at the head of the queue while they fit and records
 /// their holds (the first that does not fit stops the pass: FIFO, no
 /// overtaking). A waiter whose owner already holds, or that asks for more
@@ -160,7 +171,9 @@ fn serve_open(ctx: &Context, name: &Arg, key: &Key) -> Served {
             sem.prune(now);
             let answered = grant_waiting(ctx, name, sem, now);
             if answered.is_empty() {
-                return Served::Wait(sem.next_lease_end());
+                let next = sem.next_lease_end();
+                publish_lapsed(ctx, name, key, sem);
+                return Served::Wait(next);
             }
             publish(ctx, name, key, sem);
             answered
@@ -211,6 +224,7 @@ impl Kind for SemaphoreKind {
             return;
         };
         if !sem.revoke(token as u64, now_ms()) {
+            publish_lapsed(ctx, name, &key, sem);
             return;
         }
         publish(ctx, name, &key, sem);
@@ -244,9 +258,12 @@ pub fn acquire(ctx: &Context, args: &[Arg]) -> RedisResult {
     let mut existing = sem_in(&key)?;
     if let Some(sem) = existing.as_mut() {
         sem.prune(now);
-    }
-    if existing.as_ref().is_some_and(|sem| sem.is_free()) {
-        existing = None;
+        if sem.is_free() {
+            // Emptied by lapses: deleted, on replicas too (a new one may
+            // be stored in its place below).
+            publish_lapsed(ctx, name, &key, sem);
+            existing = None;
+        }
     }
     let is_new = existing.is_none();
     let taken = if is_new {
@@ -271,6 +288,11 @@ pub fn acquire(ctx: &Context, args: &[Arg]) -> RedisResult {
     let sem = existing.unwrap_or(&mut fresh);
     let outcome = sem.request(&req, now, gate, &mut || FENCES.draw(now));
     let next = taken.or(sem.next_lease_end());
+    if !matches!(outcome, Outcome::Granted { .. }) {
+        if let Some(sem) = sem_in(&key)? {
+            publish_lapsed(ctx, name, &key, sem);
+        }
+    }
     match outcome {
         Outcome::Granted { fence } => {
             stats::GRANTS.add(1);
@@ -323,6 +345,7 @@ pub fn release(ctx: &Context, args: &[Arg]) -> RedisResult {
     };
     let now = now_ms();
     if !sem.release(owner, now) {
+        publish_lapsed(ctx, name, &key, sem);
         stats::REFUSED_RELEASES.add(1);
         return Ok(RedisValue::Integer(0));
     }
@@ -358,6 +381,7 @@ pub fn extend(ctx: &Context, args: &[Arg]) -> RedisResult {
         return Ok(RedisValue::Integer(0));
     };
     if !sem.extend(owner, now_ms(), ttl_ms) {
+        publish_lapsed(ctx, name, &key, sem);
         return Ok(RedisValue::Integer(0));
     }
     let next = sem.next_lease_end();
@@ -384,6 +408,7 @@ pub fn setlimit(ctx: &Context, args: &[Arg]) -> RedisResult {
     let now = now_ms();
     sem.prune(now);
     if sem.is_free() {
+        publish_lapsed(ctx, name, &key, sem);
         return Ok(RedisValue::Integer(0));
     }
     sem.limit = limit;

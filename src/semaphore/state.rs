@@ -212,6 +212,9 @@ pub struct Semaphore {
     /// Owners whose hold changed since the caller last took them (the
     /// effect carries only those).
     changed: Vec<Vec<u8>>,
+    /// Whether `prune` dropped holds since the caller last took the changes:
+    /// replicas must hear of it even when no hold changed.
+    lapsed: bool,
     /// How long each hold lasted that ended since the caller last took them
     /// (released or lapsed; not a revoked grant, which no client ever held).
     pub ended: Vec<i64>,
@@ -408,7 +411,11 @@ impl Semaphore {
     }
 
     /// Drops the holds whose lease ended before `now_ms` (or before a later
-    /// time they were dropped at already): O(ended · log n).
+    /// time they were dropped at already): O(ended · log n). A replica,
+    /// told `pruned_at`, drops the same ones (it never drops holds on its
+    /// own), so a command that drops some must send an effect ([`lapsed`]).
+    ///
+    /// [`lapsed`]: Semaphore::lapsed
     pub fn prune(&mut self, now_ms: i64) {
         self.pruned_at = self.clock(now_ms);
         while let Some(slot) = self.heaps[Heap::EARLIEST].top() {
@@ -418,8 +425,16 @@ impl Semaphore {
             let place = self.place_of(slot);
             let hold = self.take(place, slot);
             self.ended.extend(hold.held_for(now_ms));
+            self.lapsed = true;
         }
         self.fit();
+    }
+
+    /// Whether holds lapsed since the changes were last taken: replicas must
+    /// hear of it, even from a command that changed nothing else (an effect
+    /// naming no hold carries the time to drop them at).
+    pub fn lapsed(&self) -> bool {
+        self.lapsed
     }
 
     /// Gives memory back once most holds of a burst are gone.
@@ -586,16 +601,20 @@ impl Semaphore {
         self.top(Heap::EARLIEST).map(|s| s.hold.deadline_ms)
     }
 
-    /// The owners whose hold changed since the last call.
+    /// The owners whose hold changed since the last call (and forgets that
+    /// holds lapsed: the effect sent with them carries `pruned_at`).
     pub fn take_changed(&mut self) -> Vec<Vec<u8>> {
+        self.lapsed = false;
         let mut changed = std::mem::take(&mut self.changed);
         changed.sort_unstable();
         changed.dedup();
         changed
     }
 
-    /// Forgets which holds changed (the whole state is being sent).
+    /// Forgets which holds changed and that holds lapsed (the whole state is
+    /// being sent, or nobody listens).
     pub fn clear_changed(&mut self) {
+        self.lapsed = false;
         self.changed = Vec::new();
     }
 
@@ -642,6 +661,7 @@ impl Semaphore {
             owner_bytes: self.owner_bytes,
             pruned_at: self.pruned_at,
             changed: Vec::new(),
+            lapsed: false,
             ended: Vec::new(),
         }
     }
@@ -847,6 +867,39 @@ mod tests {
         assert_eq!(s.live_counts(101), (0, 0));
         assert!(s.live_hold(b"bob", 100).is_some());
         assert!(s.live_hold(b"bob", 101).is_none());
+    }
+
+    /// A command that changes no hold (a busy acquire, a release by no
+    /// holder) still has the lapse to send: a replica told `pruned_at` alone
+    /// keeps no hold the master dropped, however many lapsed.
+    #[test]
+    fn a_prune_alone_is_a_lapse_to_send_that_drops_the_same_holds_on_a_replica() {
+        let mut draw = counter();
+        let mut s = Semaphore::new(200);
+        for i in 0..100 {
+            s.grant(format!("h{i}").as_bytes(), 1, 0, 10, draw());
+        }
+        s.grant(b"long", 50, 0, 1000, draw());
+        s.grant(b"long too", 50, 0, 1000, draw());
+        s.take_changed();
+        assert!(!s.lapsed());
+        let mut replica = s.clone();
+        let busy = s.request(&req("new", 101, 200, 1000), 50, Gate::Open, &mut draw);
+        assert_eq!(busy, Outcome::Busy);
+        assert!(s.lapsed());
+        assert!(s.take_changed().is_empty(), "no hold to name");
+        assert!(!s.lapsed());
+        replica.prune(s.pruned_at);
+        let holds = |s: &Semaphore| {
+            let mut h: Vec<_> = s.holds().map(|(o, h)| (o.to_vec(), h.clone())).collect();
+            h.sort_by(|a, b| a.0.cmp(&b.0));
+            h
+        };
+        assert_eq!(holds(&replica), holds(&s));
+        assert_eq!(replica.holders(), 2);
+        // Nothing lapsed since: nothing to send.
+        assert!(!s.release(b"nobody", 60));
+        assert!(!s.lapsed());
     }
 
     #[test]
