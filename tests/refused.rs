@@ -1238,3 +1238,29 @@ fn refusals_by_the_acl_and_scripts_in_transactions_cost_no_read() {
     }
     restore(&mut admin);
 }
+
+/// `ACL` renamed: the filter still sees it change who must authenticate,
+/// and a client learnt unauthenticated before then revokes when its write
+/// runs.
+#[test]
+fn a_renamed_acl_still_lets_the_next_write_revoke() {
+    let s = Server::start(&["--rename-command", "ACL", "ACLX"]);
+    let mut admin = s.conn();
+    run(
+        &mut admin,
+        &["ACLX", "SETUSER", "default", "resetpass", ">secret"],
+    )
+    .unwrap();
+    run(&mut admin, &["AUTH", "secret"]).unwrap();
+    let (token, _) = prepare(&s, &mut admin, Before::Value);
+    let mut b = s.conn();
+    assert!(run(&mut b, &["SET", "k", "new1"]).is_err());
+    assert!(run(&mut b, &["SET", "k", "new1"]).is_err());
+    run(&mut admin, &["ACLX", "SETUSER", "default", "nopass"]).unwrap();
+    run(&mut b, &["SET", "k", "new2"]).unwrap();
+    let filled = int(
+        &mut admin,
+        &["CACHE.FILL", "k", &token.to_string(), "stale"],
+    );
+    assert_eq!(filled, 0, "the stale fill is refused");
+}

@@ -443,6 +443,18 @@ pub fn read_catalogue_at_load(ctx: &Context) -> bool {
         ));
         return false;
     }
+    // ACL, CONFIG and MODULE under their own names: while a client is known
+    // unauthenticated, the filter looks for them by name alone.
+    let admin = ["acl", "config", "module"];
+    let mut words = vec!["INFO"];
+    words.extend(admin);
+    let renamed = match ctx.call("COMMAND", &words[..]) {
+        Ok(RedisValue::Array(found)) => {
+            found.len() != admin.len() || found.iter().any(|v| !matches!(v, RedisValue::Array(_)))
+        }
+        _ => true,
+    };
+    ADMIN_RENAMED.store(renamed, Ordering::Relaxed);
     let timer = unsafe {
         raw::RedisModule_CreateTimer.unwrap()(ctx.ctx, 0, Some(on_loaded), std::ptr::null_mut())
     };
@@ -1288,6 +1300,19 @@ fn trust_of(client: u64) -> Option<Trust> {
     TRUST.with(|t| t.borrow().get(&client).copied())
 }
 
+/// `ACL`, `CONFIG` or `MODULE` is renamed (or disabled): every command is
+/// looked at while a client is known unauthenticated.
+static ADMIN_RENAMED: AtomicBool = AtomicBool::new(true);
+
+/// Whether the command is `ACL`, `CONFIG` or `MODULE` (by name: none is
+/// renamed, `ADMIN_RENAMED`).
+fn names_admin(fctx: FilterCtx) -> bool {
+    let name = arg(fctx, 0);
+    [&b"acl"[..], b"config", b"module"]
+        .iter()
+        .any(|a| name.eq_ignore_ascii_case(a))
+}
+
 /// Clients known unauthenticated (`ANY_NOAUTH` while there are any).
 static NOAUTH_CLIENTS: AtomicU64 = AtomicU64::new(0);
 
@@ -1607,8 +1632,16 @@ fn queue(fctx: FilterCtx, argc: c_int, client: u64) -> bool {
 /// followed, it is no transaction step, no argument may name an entry, and
 /// no write is postponed that would be kept.
 fn passes(fctx: FilterCtx) -> bool {
-    if ANY_PENDING.load(Ordering::Relaxed) || ANY_NOAUTH.load(Ordering::Relaxed) {
+    if ANY_PENDING.load(Ordering::Relaxed) {
         return false;
+    }
+    // While a client is known unauthenticated, its commands and what may
+    // change who must authenticate are looked at; the rest pass as ever.
+    if ANY_NOAUTH.load(Ordering::Relaxed) {
+        let unauthenticated = || sender(fctx).is_some_and(|c| trust_of(c) == Some(Trust::NoAuth));
+        if ADMIN_RENAMED.load(Ordering::Relaxed) || unauthenticated() || names_admin(fctx) {
+            return false;
+        }
     }
     // Only the clients in a followed transaction are looked at for it.
     if ANY_QUEUED.load(Ordering::Relaxed) {
