@@ -1264,3 +1264,27 @@ fn a_renamed_acl_still_lets_the_next_write_revoke() {
     );
     assert_eq!(filled, 0, "the stale fill is refused");
 }
+
+/// Once the server stops counting errors (more than 128 error codes), a
+/// refusal tells warden nothing about the client: an unauthenticated
+/// client's refused writes still end no lease.
+#[test]
+fn with_error_counts_off_an_unauthenticated_client_still_revokes_nothing() {
+    let s = Server::start(&[]);
+    let mut admin = s.conn();
+    run(&mut admin, &["ACL", "SETUSER", "default", "resetpass", ">secret"]).unwrap();
+    run(&mut admin, &["AUTH", "secret"]).unwrap();
+    for i in 0..140 {
+        let script = format!("return redis.error_reply('E{i} boom')");
+        let _ = run(&mut admin, &["EVAL", &script, "0"]);
+    }
+    let (token, _) = prepare(&s, &mut admin, Before::Value);
+    let mut b = s.conn();
+    for _ in 0..5 {
+        assert!(run(&mut b, &["SET", "k", "new"]).is_err());
+        assert!(run(&mut b, &["PING"]).is_err());
+    }
+    let filled = int(&mut admin, &["CACHE.FILL", "k", &token.to_string(), "fresh"]);
+    assert_eq!(filled, 1, "the refused writes ended no lease");
+    run(&mut admin, &["ACL", "SETUSER", "default", "nopass"]).unwrap();
+}

@@ -994,8 +994,7 @@ fn commands_and_noauth() -> (u64, u64) {
         Some(text) => {
             OWN_INFO_CALLS.fetch_add(1, Ordering::Relaxed);
             let commands = field_in(&text, b"total_commands_processed").unwrap_or(0);
-            let noauth = field_in(&text, b"errorstat_NOAUTH").unwrap_or(0);
-            (commands.wrapping_sub(before), noauth)
+            (commands.wrapping_sub(before), noauth_in(&text))
         }
         None => (commands_done(), noauth_refusals()),
     }
@@ -1125,10 +1124,21 @@ fn decide_now(conclusive: bool) -> Fresh {
             // Authentication is checked before anything else that refuses a
             // command the server knows: a command that ran, or was refused
             // for another reason, comes from an authenticated client.
-            if !ran && conclusive && noauth_now.unwrap_or_else(noauth_refusals) != noauth {
-                trust(c, Trust::NoAuth);
-            } else if (ran || conclusive) && connected(c) {
-                trust(c, Trust::Runs);
+            // Without error counts (`UNKNOWN`), only a command that ran
+            // tells.
+            if ran {
+                if connected(c) {
+                    trust(c, Trust::Runs);
+                }
+            } else if conclusive {
+                let now = noauth_now.unwrap_or_else(noauth_refusals);
+                if noauth != UNKNOWN && now != UNKNOWN {
+                    if now != noauth {
+                        trust(c, Trust::NoAuth);
+                    } else if connected(c) {
+                        trust(c, Trust::Runs);
+                    }
+                }
             }
         }
         if !ran {
@@ -1386,8 +1396,27 @@ fn auth_refusals() -> u64 {
     )
 }
 
+/// `NOAUTH` refusals counted, or `UNKNOWN` once the server stopped counting
+/// errors (past 128 error codes it lists only
+/// `errorstat_ERRORSTATS_DISABLED`): then no refusal tells what a client is.
 fn noauth_refusals() -> u64 {
-    info_counts(c"errorstats", &[c"errorstat_NOAUTH"])
+    match info_text("errorstats") {
+        Some((text, _)) => {
+            crate::stats::CACHE_FILTER_READS.add(1);
+            noauth_in(&text)
+        }
+        None if info_counts(c"errorstats", &[c"errorstat_ERRORSTATS_DISABLED"]) > 0 => UNKNOWN,
+        None => info_counts(c"errorstats", &[c"errorstat_NOAUTH"]),
+    }
+}
+
+const UNKNOWN: u64 = u64::MAX;
+
+fn noauth_in(text: &[u8]) -> u64 {
+    if text.windows(19).any(|w| w == b"ERRORSTATS_DISABLED") {
+        return UNKNOWN;
+    }
+    field_in(text, b"errorstat_NOAUTH").unwrap_or(0)
 }
 
 /// While some client is known unauthenticated, every command passes here:
