@@ -152,6 +152,54 @@ fn dump(c: &mut Connection, key: &str) -> Vec<u8> {
     redis::cmd("DUMP").arg(key).query(c).unwrap()
 }
 
+/// Once the short leases of `key` lapse (`info`'s `field` is 1), runs
+/// `probe` on the master ("k" stands for the key; none: the master serves
+/// its waiter when each lease ends) and checks that the replica keeps what
+/// the master keeps.
+fn replica_drops_what_the_master_drops(
+    (m, r): (&mut Connection, &mut Connection),
+    key: &str,
+    what: &str,
+    probe: &[&str],
+    (info, field): (&str, &str),
+) {
+    sync_replicas(m, 1);
+    let full = dump(m, key).len();
+    assert_eq!(dump(r, key).len(), full, "{what}");
+    wait_for(
+        "the short leases to end",
+        std::time::Duration::from_secs(20),
+        || field_int(&map(m, &[info, key]), field) == 1,
+    );
+    let words: Vec<&str> = probe
+        .iter()
+        .map(|w| if *w == "k" { key } else { *w })
+        .collect();
+    if words.is_empty() {
+        wait_for(
+            "the master to drop them",
+            std::time::Duration::from_secs(20),
+            || dump(m, key).len() < full / 4,
+        );
+    } else {
+        let _ = run(m, &words);
+    }
+    sync_replicas(m, 1);
+    let on_master = dump(m, key);
+    assert!(
+        on_master.len() < full / 4,
+        "{what}: the master keeps {} of {full} bytes",
+        on_master.len()
+    );
+    let on_replica = dump(r, key);
+    assert!(
+        on_replica == on_master,
+        "{what}: the replica keeps what the master dropped ({} bytes against {})",
+        on_replica.len(),
+        on_master.len()
+    );
+}
+
 /// Readers whose leases lapsed leave the replica when the master drops
 /// them, also where the master's command changes nothing else (a busy
 /// writer, a refused upgrade, a release or extend by no holder, a waiting
@@ -188,41 +236,12 @@ fn a_replica_drops_the_lapsed_readers_the_master_drops() {
             wait_queued(&mut m, "RWLOCK.INFO", &key, 1);
             pending
         });
-        sync_replicas(&mut m, 1);
-        let full = dump(&mut m, &key).len();
-        assert_eq!(dump(&mut r, &key).len(), full, "{what}");
-        wait_for(
-            "the short leases to end",
-            std::time::Duration::from_secs(20),
-            || field_int(&map(&mut m, &["RWLOCK.INFO", &key]), "readers") == 1,
-        );
-        let words: Vec<&str> = probe
-            .iter()
-            .map(|w| if *w == "k" { &key } else { *w })
-            .collect();
-        if words.is_empty() {
-            // Served when each lease ends: the master drops the readers then.
-            wait_for(
-                "the master to drop them",
-                std::time::Duration::from_secs(20),
-                || dump(&mut m, &key).len() < full / 4,
-            );
-        } else {
-            let _ = run(&mut m, &words);
-        }
-        sync_replicas(&mut m, 1);
-        let on_master = dump(&mut m, &key);
-        assert!(
-            on_master.len() < full / 4,
-            "{what}: the master keeps {} of {full} bytes",
-            on_master.len()
-        );
-        let on_replica = dump(&mut r, &key);
-        assert!(
-            on_replica == on_master,
-            "{what}: the replica keeps what the master dropped ({} bytes against {})",
-            on_replica.len(),
-            on_master.len()
+        replica_drops_what_the_master_drops(
+            (&mut m, &mut r),
+            &key,
+            what,
+            probe,
+            ("RWLOCK.INFO", "readers"),
         );
         if let Some((_, pending)) = waiting {
             run(&mut m, &["RWLOCK.UNLOCK", &key, "long"]).unwrap();
@@ -310,41 +329,12 @@ fn a_replica_drops_the_lapsed_semaphore_holds_the_master_drops() {
             wait_queued(&mut m, "SEM.INFO", &key, 1);
             pending
         });
-        sync_replicas(&mut m, 1);
-        let full = dump(&mut m, &key).len();
-        assert_eq!(dump(&mut r, &key).len(), full, "{what}");
-        wait_for(
-            "the short leases to end",
-            std::time::Duration::from_secs(20),
-            || field_int(&map(&mut m, &["SEM.INFO", &key]), "holders") == 1,
-        );
-        let words: Vec<&str> = probe
-            .iter()
-            .map(|w| if *w == "k" { &key } else { *w })
-            .collect();
-        if words.is_empty() {
-            // Served when each lease ends: the master drops the holds then.
-            wait_for(
-                "the master to drop them",
-                std::time::Duration::from_secs(20),
-                || dump(&mut m, &key).len() < full / 4,
-            );
-        } else {
-            let _ = run(&mut m, &words);
-        }
-        sync_replicas(&mut m, 1);
-        let on_master = dump(&mut m, &key);
-        assert!(
-            on_master.len() < full / 4,
-            "{what}: the master keeps {} of {full} bytes",
-            on_master.len()
-        );
-        let on_replica = dump(&mut r, &key);
-        assert!(
-            on_replica == on_master,
-            "{what}: the replica keeps what the master dropped ({} bytes against {})",
-            on_replica.len(),
-            on_master.len()
+        replica_drops_what_the_master_drops(
+            (&mut m, &mut r),
+            &key,
+            what,
+            probe,
+            ("SEM.INFO", "holders"),
         );
         if let Some((_, pending)) = waiting {
             run(&mut m, &["SEM.RELEASE", &key, "long"]).unwrap();
