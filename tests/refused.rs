@@ -891,6 +891,22 @@ fn a_write_around_an_inner_call_revokes() {
     }
 }
 
+/// The default user needs the password `secret`; `admin` authenticates.
+fn require_password(admin: &mut Connection) {
+    run(
+        admin,
+        &["ACL", "SETUSER", "default", "resetpass", ">secret"],
+    )
+    .unwrap();
+    run(admin, &["AUTH", "secret"]).unwrap();
+}
+
+/// No password any more (`requirepass` too).
+fn no_password(admin: &mut Connection) {
+    run(admin, &["CONFIG", "SET", "requirepass", ""]).unwrap();
+    run(admin, &["ACL", "SETUSER", "default", "nopass"]).unwrap();
+}
+
 /// `INFO` sections the cache's command filter has read.
 fn reads(c: &mut Connection) -> i64 {
     warden_stat(c, "cache_filter_info_reads")
@@ -994,12 +1010,7 @@ fn a_known_unauthenticated_client_is_refused_at_no_cost() {
     ];
     for (name, between, runs) in cases {
         run(&mut admin, &["FLUSHALL"]).unwrap();
-        run(
-            &mut admin,
-            &["ACL", "SETUSER", "default", "resetpass", ">secret"],
-        )
-        .unwrap();
-        run(&mut admin, &["AUTH", "secret"]).unwrap();
+        require_password(&mut admin);
         let (token, _) = prepare(&s, &mut admin, Before::Value);
         let mut r = s.conn();
         // Its first refusal is learnt the slow way.
@@ -1023,8 +1034,7 @@ fn a_known_unauthenticated_client_is_refused_at_no_cost() {
         assert_eq!(del.is_ok(), *runs, "{name}: {del:?}");
         let filled = int(&mut admin, &["CACHE.FILL", "k", &token.to_string(), "v"]);
         assert_eq!(filled, i64::from(!runs), "{name}: the fill after the DEL");
-        run(&mut admin, &["CONFIG", "SET", "requirepass", ""]).unwrap();
-        run(&mut admin, &["ACL", "SETUSER", "default", "nopass"]).unwrap();
+        no_password(&mut admin);
     }
 }
 
@@ -1144,12 +1154,7 @@ fn a_password_removed_by_a_transaction_lets_the_next_write_revoke() {
         &["CONFIG", "SET", "requirepass", ""],
     ] {
         run(&mut admin, &["FLUSHALL"]).unwrap();
-        run(
-            &mut admin,
-            &["ACL", "SETUSER", "default", "resetpass", ">secret"],
-        )
-        .unwrap();
-        run(&mut admin, &["AUTH", "secret"]).unwrap();
+        require_password(&mut admin);
         let (token, _) = prepare(&s, &mut admin, Before::Value);
         let mut a = s.conn();
         run(&mut a, &["AUTH", "secret"]).unwrap();
@@ -1166,8 +1171,7 @@ fn a_password_removed_by_a_transaction_lets_the_next_write_revoke() {
             );
             assert_eq!(filled, 0, "{queued:?}: the stale fill is refused");
         }
-        run(&mut admin, &["CONFIG", "SET", "requirepass", ""]).unwrap();
-        run(&mut admin, &["ACL", "SETUSER", "default", "nopass"]).unwrap();
+        no_password(&mut admin);
     }
 }
 
@@ -1272,12 +1276,7 @@ fn a_renamed_acl_still_lets_the_next_write_revoke() {
 fn with_error_counts_off_an_unauthenticated_client_still_revokes_nothing() {
     let s = Server::start(&[]);
     let mut admin = s.conn();
-    run(
-        &mut admin,
-        &["ACL", "SETUSER", "default", "resetpass", ">secret"],
-    )
-    .unwrap();
-    run(&mut admin, &["AUTH", "secret"]).unwrap();
+    require_password(&mut admin);
     for i in 0..140 {
         let script = format!("return redis.error_reply('E{i} boom')");
         let _ = run(&mut admin, &["EVAL", &script, "0"]);
