@@ -372,32 +372,18 @@ impl Table {
     /// Revokes every lease, in every database (a write warden could not
     /// see the keys of ran): stale marks stay. The number revoked.
     pub fn revoke_all(&mut self) -> usize {
-        let leased: Vec<QueueKey> = self
-            .dbs
-            .iter()
-            .flat_map(|(&db, d)| {
-                d.deadlines.iter().map(move |(_, _, name)| QueueKey {
-                    db,
-                    name: name.clone(),
-                })
-            })
-            .collect();
-        let revoked = leased.len();
-        for q in leased {
-            self.take(&q, None);
-            self.revoked.push(q);
-        }
-        revoked
+        self.revoke_where(|_| true)
     }
 
-    /// Revokes the leases of the keys `moved` picks (their slots moved to
-    /// another node), in every database: stale marks stay. The number revoked.
-    pub fn revoke_where(&mut self, moved: impl Fn(&[u8]) -> bool) -> usize {
+    /// Revokes the leases of the keys `picked` chooses (their slots moved to
+    /// another node, or all of them), in every database: stale marks stay.
+    /// The number revoked.
+    pub fn revoke_where(&mut self, picked: impl Fn(&[u8]) -> bool) -> usize {
         let leased: Vec<QueueKey> =
             self.dbs
                 .iter()
                 .flat_map(|(&db, d)| {
-                    d.deadlines.iter().filter(|(_, _, name)| moved(name)).map(
+                    d.deadlines.iter().filter(|(_, _, name)| picked(name)).map(
                         move |(_, _, name)| QueueKey {
                             db,
                             name: name.clone(),
