@@ -59,7 +59,7 @@ REPEATS = 1 if QUICK else 3
 OVERLOAD = {"hold-ms": 4, "interval-ms": 1, "requests": 300, "deadline-ms": 50}
 BURST = {"limit": 32, "requests": 32, "rounds": 5 if QUICK else 10}
 THROUGHPUT = {"limit": 5, "callers": 50, "seconds": 2 if QUICK else 4}
-THROUGHPUT_ROUNDS = 1 if QUICK else 2
+THROUGHPUT_ROUNDS = 1 if QUICK else 3
 
 # (label, how the deadline is given, driver, --client, kinds it runs)
 DRIVERS = {
@@ -400,6 +400,7 @@ def throughput() -> tuple[list[str], list[dict[str, Any]]]:
                 else "npm redis-semaphore (Semaphore)",
                 "variant": client,
                 "rate": n / secs if secs else math.nan,
+                "rates": [r["rate"] for r in ok],
                 "p50_ms": pct(lat, 50),
                 "p99_ms": pct(lat, 99),
                 "max_inside": max((r["max_inside"] for r in ok), default=0),
@@ -426,13 +427,14 @@ def throughput() -> tuple[list[str], list[dict[str, Any]]]:
         f"one INCR inside, each looping for {THROUGHPUT['seconds']} s ({THROUGHPUT_ROUNDS} "
         "round(s), alternating; the libraries' default waits). Target: ≥ 1.2× redis-semaphore's "
         "acquisitions/s, p99 ≤ 1/5 of its.\n",
-        "| client | acquisitions/s | p50 wait ms | p99 wait ms | max inside | errors |",
+        "| client | acquisitions/s (rounds) | p50 wait ms | p99 wait ms | max inside | errors |",
         "|---|---|---|---|---|---|",
     ]
     for r in rows:
         err = f"{r['errors']}" + (f" ({r['error_sample'][:60]})" if r["errors"] else "")
         lines.append(
-            f"| {r['client']} | {r['rate']:,.0f} | {ms(r['p50_ms'])} | {ms(r['p99_ms'])} "
+            f"| {r['client']} | {r['rate']:,.0f} ({span([round(x) for x in r['rates']])}) "
+            f"| {ms(r['p50_ms'])} | {ms(r['p99_ms'])} "
             f"| {r['max_inside']} | {err} |"
         )
     lines.append(

@@ -31,7 +31,7 @@
 import { readFileSync } from "node:fs";
 import { createRequire } from "node:module";
 import { Redis } from "ioredis";
-import { Mutex, Semaphore } from "redis-semaphore";
+import { Mutex, Semaphore, TimeoutError } from "redis-semaphore";
 import { LockBusyError, Warden } from "../dist/esm/index.js";
 
 const require = createRequire(import.meta.url);
@@ -69,13 +69,14 @@ const num = (name) => Number(p[name]);
 
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 
-/** A deadline passing, as each library reports it (not an error). */
+/** A deadline passing, as each library reports it (not an error): warden's
+ * LockBusyError, the AbortSignal's reason, redis-semaphore's TimeoutError. */
 function isTimeout(e) {
   return (
     e instanceof LockBusyError ||
+    e instanceof TimeoutError ||
     e?.name === "TimeoutError" ||
-    e?.name === "AbortError" ||
-    /timeout/i.test(e?.message ?? "")
+    e?.name === "AbortError"
   );
 }
 
