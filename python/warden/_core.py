@@ -76,7 +76,7 @@ class Deadline:
         None when nothing is left (send nothing: report the timeout)."""
         if self.at is None:
             return 0
-        left = (self.at - time.monotonic()) * 1000
+        left = round((self.at - time.monotonic()) * 1000, 3)  # no 49.999… for 50
         if left <= 0:
             return None
         return max(1, int(left - margin_ms(left)))
