@@ -84,6 +84,9 @@ _gates: weakref.WeakKeyDictionary[Any, Optional[Slots]] = weakref.WeakKeyDiction
 
 def wait_pool(pool: Any) -> WaitPool:
     """The pool that requests waiting server-side use beside ``pool`` (made once)."""
+    waits = _wait_pools.get(pool)
+    if waits is not None:
+        return waits
     with _lock:
         waits = _wait_pools.get(pool)
         if waits is None:
@@ -92,6 +95,10 @@ def wait_pool(pool: Any) -> WaitPool:
 
 
 def _gate(pool: Any) -> Optional[Slots]:
+    try:
+        return _gates[pool]  # made once per pool: no lock once there
+    except KeyError:
+        pass
     with _lock:
         if pool not in _gates:
             _gates[pool] = _slots_for(pool)

@@ -204,6 +204,16 @@ def lock_error(cls: type[LockError], message: str, name: str) -> LockError:
         return cls(message)
 
 
+class WrongTypeError(LockError, ResponseError):
+    """The name holds a key of another type (someone's data): the server's
+    ``WRONGTYPE`` error, also a ``LockError`` as redis-py's lock raises when
+    it cannot take a name."""
+
+
+def wrong_type(error: ResponseError, name: Any) -> WrongTypeError:
+    return lock_error(WrongTypeError, str(error), name)  # type: ignore[return-value]
+
+
 def is_wrongtype(error: ResponseError) -> bool:
     """A key of another type: for a lock, someone else's data holds the name."""
     return str(error).startswith("WRONGTYPE")

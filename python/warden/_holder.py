@@ -250,8 +250,12 @@ class Holder:
                 on_sent=lambda: sent.append(True),
                 deadline=deadline,
             )
-        except (ResponseError, DeadlinePassed):
-            raise  # the server refused it (a key of another type, say), or it never went
+        except ResponseError as error:
+            if _core.is_wrongtype(error):
+                raise _core.wrong_type(error, self.name) from None
+            raise  # the server refused it
+        except DeadlinePassed:
+            raise  # it never went
         except BaseException:
             # The connection is closed, but a grant may have crossed the close:
             # give it back.
