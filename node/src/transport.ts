@@ -51,6 +51,10 @@ function fail(error: unknown): never {
   const message = e?.message ?? String(error);
   // ioredis: ReplyError; node-redis: ErrorReply (and its subclasses).
   if (e?.name === "ReplyError" || e?.name === "ErrorReply" || isReplyText(message)) {
+    // The first command of a server without the module: say what to check.
+    if (/^ERR unknown command '(LOCK|RWLOCK|SEM|CACHE|BF)\./i.test(message)) {
+      throw new ReplyError(`${message} (is the warden module loaded? MODULE LIST shows it)`);
+    }
     throw new ReplyError(message);
   }
   throw new ConnectionError(message);
