@@ -20,7 +20,14 @@ import { createClient } from "redis";
 import { Semaphore as PollingSemaphore } from "redis-semaphore";
 import { Server } from "../build/test/servers.js";
 
-const { Warden } = await import(process.env.WARDEN_CLIENT ?? "../dist/esm/index.js");
+const { Warden: Base } = await import(process.env.WARDEN_CLIENT ?? "../dist/esm/index.js");
+// WARDEN_OPTIONS: a JSON object of Warden options (default: none, the defaults).
+const OPTIONS = JSON.parse(process.env.WARDEN_OPTIONS ?? "{}");
+class Warden extends Base {
+  constructor(client) {
+    super(client, OPTIONS);
+  }
+}
 
 const quick = process.argv.includes("--quick");
 const roundsArg = process.argv.indexOf("--rounds");
@@ -176,6 +183,7 @@ const version = /(?:redis|valkey)_version:(\S+)/.exec(await admin.info("server")
 const base = {
   server: `${(process.env.WARDEN_SERVER ?? "redis-server").split("/").pop()} ${version}`,
   client_build: process.env.WARDEN_CLIENT ?? "this checkout",
+  options: OPTIONS,
 };
 const print = (row) => console.log(JSON.stringify({ section: "overload", ...base, ...row }));
 

@@ -9,9 +9,9 @@ import { ConnectionError, ReplyError, abortReason } from "./errors.js";
 import { type Args, type Connection, type Transport, isRedirect } from "./transport.js";
 
 export interface ConnectionOptions {
-  /** Waiter connections at most (per client; default 32). */
+  /** Waiter connections at most (per client; default 128). */
   maxWaiters: number;
-  /** Idle waiter connections kept open for the next wait (default 8). */
+  /** Idle waiter connections kept open for the next wait (default 16). */
   maxIdleWaiters: number;
   /** How much longer than its `WAIT` a blocking request waits for its reply
    * before its connection is closed (ms; default 5000). */
@@ -60,6 +60,8 @@ export class Connections {
   private readonly queue: Queued[] = [];
   private readonly busy = new Set<Connection>();
   private readonly unblocks = new Map<string, Promise<boolean>>();
+  /** Requests of this process waiting, by command and key. */
+  private readonly waiting = new Map<string, number>();
   private waiters = 0;
   private closed = false;
 
@@ -87,7 +89,7 @@ export class Connections {
     if (this.closed) return Promise.reject(new ConnectionError("warden is closed"));
     let conn = this.commands.get(node);
     if (conn === undefined) {
-      conn = this.transport.open(node);
+      conn = this.transport.open(node, false);
       this.commands.set(node, conn);
       conn.catch(() => this.commands.delete(node));
       return conn;
@@ -108,6 +110,31 @@ export class Connections {
    * `late` (a grant nobody takes); a connection closed with its reply unread
    * goes to `abandoned`. */
   async wait(
+    key: string,
+    build: (waitMs: number) => Args,
+    deadline: number,
+    signal: AbortSignal | undefined,
+    late: (reply: unknown) => void,
+    abandoned: (clientId: string) => void,
+  ): Promise<unknown> {
+    const queued = `${build(0)[0]} ${key}`;
+    this.waiting.set(queued, (this.waiting.get(queued) ?? 0) + 1);
+    try {
+      return await this.waitFor(key, build, deadline, signal, late, abandoned);
+    } finally {
+      const n = (this.waiting.get(queued) ?? 1) - 1;
+      if (n > 0) this.waiting.set(queued, n);
+      else this.waiting.delete(queued);
+    }
+  }
+
+  /** Whether a request of this process waits with `command` on `key`: the
+   * server's FIFO queue is not empty, so a try would be answered nil. */
+  queued(command: string, key: string): boolean {
+    return this.waiting.has(`${command} ${key}`);
+  }
+
+  private async waitFor(
     key: string,
     build: (waitMs: number) => Args,
     deadline: number,
@@ -373,7 +400,7 @@ export class Connections {
 
   private openWaiter(node: string): Promise<Connection> {
     this.waiters++;
-    return this.transport.open(node).catch((error: unknown) => {
+    return this.transport.open(node, true).catch((error: unknown) => {
       this.waiters--;
       this.wakeOne();
       throw error;

@@ -293,18 +293,22 @@ export async function grant(
   };
   if (signal?.aborted) throw abortReason(signal);
 
-  let fence: unknown;
-  try {
-    fence = await connections.run(key, args);
-  } catch (error) {
-    if (!(error instanceof ReplyError)) giveBack(connections, kind, key, owner, undefined);
-    throw error;
+  // A request of this process already queued for the key: the server would
+  // answer the try nil (it never overtakes a waiter), so go straight to waiting.
+  if (wait === 0 || !connections.queued(kind.acquire, key)) {
+    let fence: unknown;
+    try {
+      fence = await connections.run(key, args);
+    } catch (error) {
+      if (!(error instanceof ReplyError)) giveBack(connections, kind, key, owner, undefined);
+      throw error;
+    }
+    if (fence !== null && fence !== undefined) {
+      if (signal?.aborted || (wait > 0 && performance.now() > deadline)) return refuse();
+      return { owner, fence: BigInt(String(fence)), ttl, watchdog, granted: started };
+    }
+    if (wait === 0) return null;
   }
-  if (fence !== null && fence !== undefined) {
-    if (signal?.aborted || (wait > 0 && performance.now() > deadline)) return refuse();
-    return { owner, fence: BigInt(String(fence)), ttl, watchdog, granted: started };
-  }
-  if (wait === 0) return null;
 
   const reply = await connections.wait(
     key,
