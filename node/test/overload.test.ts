@@ -142,7 +142,8 @@ for (const kind of CLIENTS.filter((c) => c.name === "ioredis" || c.name === "nod
       await warden.close();
       assert.ok(granted > 0);
       assert.equal(late, 0, `${late} of ${granted} grants came after the deadline`);
-      assert.equal(await info(admin, key, "SEM.INFO"), null);
+      // A grant that came too late is given back without delaying its caller.
+      await until(async () => (await info(admin, key, "SEM.INFO")) === null, "nothing held");
     });
 
     test("an aborted wait leaves no grant and no waiter, also when the grant races the abort", async () => {
