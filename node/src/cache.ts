@@ -143,7 +143,7 @@ export class Cache {
           // A lease nobody will use: the next waiter gets one at once.
           const token = (late as Reply | null)?.[1];
           if (token !== null && token !== undefined) {
-            shared(["CACHE.ABANDON", full, token]).catch(() => {});
+            this.connections.background(shared(["CACHE.ABANDON", full, token]));
           }
         },
         () => {}, // a lease taken on a closed connection ended with it

@@ -20,7 +20,8 @@ export interface ConnectionOptions {
 
 interface Queued {
   node: string;
-  resolve(conn: Connection): void;
+  /** False: the caller left (deadline, abort); the connection is not taken. */
+  resolve(conn: Connection): boolean;
   reject(error: unknown): void;
 }
 
@@ -64,6 +65,8 @@ export class Connections {
   private readonly waiting = new Map<string, number>();
   private waiters = 0;
   private closed = false;
+  private shut = false;
+  private readonly behind = new Set<Promise<unknown>>();
 
   constructor(
     private readonly transport: Transport,
@@ -85,8 +88,14 @@ export class Connections {
     }
   }
 
+  /** Work in the background (giving a grant back) that `close` waits for. */
+  background(work: Promise<unknown>): void {
+    const settled = work.catch(() => {}).finally(() => this.behind.delete(settled));
+    this.behind.add(settled);
+  }
+
   private command(node: string): Promise<Connection> {
-    if (this.closed) return Promise.reject(new ConnectionError("warden is closed"));
+    if (this.shut) return Promise.reject(new ConnectionError("warden is closed"));
     let conn = this.commands.get(node);
     if (conn === undefined) {
       conn = this.transport.open(node, false);
@@ -364,16 +373,20 @@ export class Connections {
     return new Promise((resolve, reject) => {
       let timer: NodeJS.Timeout | undefined;
       const leave = () => {
+        left = true;
         if (timer !== undefined) clearTimeout(timer);
         signal?.removeEventListener("abort", onAbort);
         const i = this.queue.indexOf(entry);
         if (i >= 0) this.queue.splice(i, 1);
       };
+      let left = false;
       const entry: Queued = {
         node,
         resolve: (conn) => {
+          if (left) return false;
           leave();
           resolve(conn);
+          return true;
         },
         reject: (error) => {
           leave();
@@ -420,15 +433,12 @@ export class Connections {
     if (next !== undefined) {
       if (next.node === conn.node) {
         this.busy.add(conn);
-        next.resolve(conn);
+        if (!next.resolve(conn)) this.give(conn);
         return;
       }
       conn.destroy();
       this.waiters--;
-      this.openWaiter(next.node).then((c) => {
-        this.busy.add(c);
-        next.resolve(c);
-      }, next.reject);
+      this.handOver(next);
       return;
     }
     const idle = this.idle.get(conn.node) ?? [];
@@ -443,12 +453,16 @@ export class Connections {
 
   private wakeOne(): void {
     const next = this.queue.shift();
-    if (next !== undefined) {
-      this.openWaiter(next.node).then((c) => {
-        this.busy.add(c);
-        next.resolve(c);
-      }, next.reject);
-    }
+    if (next !== undefined) this.handOver(next);
+  }
+
+  /** A new waiter connection for a queued request (given back if its caller
+   * left while it opened). */
+  private handOver(next: Queued): void {
+    this.openWaiter(next.node).then((c) => {
+      this.busy.add(c);
+      if (!next.resolve(c)) this.give(c);
+    }, next.reject);
   }
 
   /** Closes warden's connections (not the application's client). */
@@ -460,6 +474,11 @@ export class Connections {
     for (const list of this.idle.values()) for (const conn of list) conn.destroy();
     this.idle.clear();
     for (const conn of this.busy) conn.destroy();
+    // Grants on their way back (a late reply, an abort, a closed waiter)
+    // are released before the shared connections close.
+    await new Promise((resolve) => setImmediate(resolve));
+    while (this.behind.size > 0) await Promise.allSettled([...this.behind]);
+    this.shut = true;
     const commands = [...this.commands.values()];
     this.commands.clear();
     for (const conn of await Promise.allSettled(commands)) {

@@ -281,9 +281,7 @@ export async function grant(
   const deadline = started + wait;
   const owner = freshOwner();
   const args: (string | number)[] = [kind.acquire, key, owner, ttl, ...extra];
-  const release = () => {
-    connections.run(key, [kind.release, key, owner]).catch(() => {});
-  };
+  const release = () => connections.background(connections.run(key, [kind.release, key, owner]));
   // A grant this caller can no longer take: given back, reported as the
   // abort or timeout it is.
   const refuse = () => {
@@ -381,11 +379,13 @@ function giveBack(
   clientId: string | undefined,
 ): void {
   const release = () => connections.run(key, [kind.release, key, owner]);
-  (async () => {
-    if (Number(await release()) === 1 || clientId === undefined) return;
-    await connections.gone(key, clientId);
-    await release();
-  })().catch(() => {});
+  connections.background(
+    (async () => {
+      if (Number(await release()) === 1 || clientId === undefined) return;
+      await connections.gone(key, clientId);
+      await release();
+    })(),
+  );
 }
 
 /** Both sides of one read-write lock. */
