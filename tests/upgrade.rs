@@ -270,19 +270,25 @@ fn new_master_diverges_an_old_replica() {
     assert!(late.server.exited(), "{}", late.log());
 }
 
-/// An RDB the old release saved loads in the new one, every key as it was.
+/// An RDB, and an AOF, the old release wrote load in the new one, every
+/// key as it was.
 #[test]
-fn old_rdb_loads_in_the_new_release() {
+fn old_rdb_and_aof_load_in_the_new_release() {
     let Some(prev) = prev_module() else { return };
-    let mut old = Node::start(&prev, &[]);
-    let mut c = old.conn();
-    keys_of_both(&mut c);
-    change_both(&mut c);
-    let before = states(&mut c, &KEYS);
-    redis::cmd("SAVE").query::<()>(&mut c).unwrap();
-    let (mut new, _copy) = Node::start_on(&module_path(), old.server.dir.path(), false);
-    assert!(new.runs(), "{}", new.log());
-    assert_eq!(states(&mut new.conn(), &KEYS), before);
+    for aof in [false, true] {
+        let extra: &[&str] = if aof { &["--appendonly", "yes"] } else { &[] };
+        let mut old = Node::start(&prev, extra);
+        let mut c = old.conn();
+        keys_of_both(&mut c);
+        change_both(&mut c);
+        let before = states(&mut c, &KEYS);
+        if !aof {
+            redis::cmd("SAVE").query::<()>(&mut c).unwrap();
+        }
+        let (mut new, _copy) = Node::start_on(&module_path(), old.server.dir.path(), aof);
+        assert!(new.runs(), "{}", new.log());
+        assert_eq!(states(&mut new.conn(), &KEYS), before, "aof: {aof}");
+    }
 }
 
 /// An RDB the new release saved loads in the old one while it holds no
