@@ -126,10 +126,16 @@ $(VALKEY): | venv
 # feature set with the dev-dependencies): a separate cargo build would make
 # each later cargo test rebuild the module and relink every test binary.
 TEST_MODULE := target/release/deps/libwarden.so
+# tests/upgrade.rs runs against the previous release's module (make
+# prev-release, below), built once when this clone has its commit; a shallow
+# clone without it runs those tests as skipped, and says so.
 test: deps venv python-venv node-deps $(REDISBLOOM) $(SERVER_DEPS)
+	@if git cat-file -e $(PREV_RELEASE)^{commit} 2>/dev/null; then $(MAKE) --no-print-directory prev-release; \
+		else echo "the previous release ($(PREV_RELEASE)) is not in this clone: tests/upgrade.rs will skip"; fi
 	cargo test --release --workspace --no-run
 	WARDEN_SERVER=$(SERVER_BIN) WARDEN_MODULE=$(CURDIR)/$(TEST_MODULE) WARDEN_PYTHON=$(CURDIR)/$(PYTHON) \
 		REDISBLOOM_MODULE=$(CURDIR)/$(REDISBLOOM) \
+		WARDEN_PREV_MODULE=$$([ -f $(PREV_MODULE) ] && echo $(PREV_MODULE)) \
 		cargo test --release --workspace --no-fail-fast $(TEST_TARGETS) -- --test-threads=4 --show-output
 	$(MAKE) --no-print-directory python-test
 	$(MAKE) --no-print-directory node-test

@@ -16,13 +16,19 @@ use redis::{Connection, Value};
 
 /// The previous release's module, if built.
 fn prev_module() -> Option<PathBuf> {
-    let path = std::env::var("WARDEN_PREV_MODULE").map_or_else(
-        |_| {
-            PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-                .join("target/prev-release/target/release/libwarden.so")
-        },
-        PathBuf::from,
-    );
+    // A path given on purpose must be there: a missing build is a failure,
+    // not a skip. Only the default place may be absent (never built).
+    if let Some(given) = std::env::var_os("WARDEN_PREV_MODULE").filter(|p| !p.is_empty()) {
+        let path = PathBuf::from(given);
+        assert!(
+            path.exists(),
+            "WARDEN_PREV_MODULE={} does not exist",
+            path.display()
+        );
+        return Some(path);
+    }
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("target/prev-release/target/release/libwarden.so");
     if path.exists() {
         Some(path)
     } else {
