@@ -77,6 +77,7 @@
 mod backend;
 pub mod blocking;
 mod cache;
+mod deadline;
 mod error;
 mod hold;
 mod lease;
@@ -298,20 +299,6 @@ impl Warden {
         )
         .await
         .map_err(|_| Error::Timeout)?
-    }
-
-    /// `cmd`, which may block for up to `wait` server-side, on a dedicated
-    /// connection; returns the reply and the connection, still open. It is
-    /// sent once: an error on the way is the caller's (the connection is
-    /// closed, which ends a server-side wait).
-    pub(crate) async fn query_blocking<T: FromRedisValue>(
-        &self,
-        cmd: &Cmd,
-        wait: Duration,
-    ) -> Result<(T, Link)> {
-        let link = self.dedicated().await?;
-        let reply = link.query(cmd, self.wait_limit(wait)).await?;
-        Ok((reply, link))
     }
 
     /// How long the reply to a request that waits up to `wait` server-side
