@@ -77,7 +77,10 @@ fn release_calls(url: &str) -> u64 {
     let mut c = redis::Client::open(url)
         .and_then(|c| c.get_connection())
         .expect("connection");
-    let info: String = redis::cmd("INFO").arg("commandstats").query(&mut c).unwrap_or_default();
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query(&mut c)
+        .unwrap_or_default();
     info.lines()
         .find_map(|l| l.strip_prefix("cmdstat_sem.release:calls="))
         .and_then(|rest| rest.split(',').next()?.parse().ok())
@@ -230,7 +233,7 @@ impl Server {
                 let l = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
                 l.local_addr().expect("port").port()
             });
-        let child = Command::new(binary)
+        let mut child = Command::new(binary)
             .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
             .args(["--save", "", "--appendonly", "no", "--loadmodule", &module])
             .stdout(Stdio::null())
@@ -238,15 +241,21 @@ impl Server {
             .expect("server starts");
         let url = format!("redis://127.0.0.1:{port}/");
         let client = redis::Client::open(url.as_str()).expect("url");
-        for _ in 0..200 {
-            if let Ok(mut c) = client.get_connection() {
-                if redis::cmd("PING").query::<String>(&mut c).is_ok() {
-                    return Server(child, url);
-                }
+        let up = (0..200).any(|_| {
+            let pong = client
+                .get_connection()
+                .and_then(|mut c| redis::cmd("PING").query::<String>(&mut c));
+            pong.is_ok() || {
+                std::thread::sleep(Duration::from_millis(10));
+                false
             }
-            std::thread::sleep(Duration::from_millis(10));
+        });
+        if !up {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("the server did not come up on {url}");
         }
-        panic!("the server did not come up on {url}");
+        Server(child, url)
     }
 }
 

@@ -51,7 +51,10 @@ impl Kind {
         if let Kind::Semaphore = self {
             words.extend(["LIMIT", "1"]);
         }
-        assert!(!matches!(run(c, &words).unwrap(), Value::Nil), "{self:?} held");
+        assert!(
+            !matches!(run(c, &words).unwrap(), Value::Nil),
+            "{self:?} held"
+        );
     }
 
     fn release(self, c: &mut redis::Connection, key: &str, holder: &str) {
@@ -135,7 +138,9 @@ fn waits_sent(c: &mut redis::Connection, command: &str) -> Vec<i64> {
     };
     let mut waits = Vec::new();
     for entry in entries {
-        let Value::Array(fields) = entry else { continue };
+        let Value::Array(fields) = entry else {
+            continue;
+        };
         let Some(Value::Array(args)) = fields.get(3) else {
             continue;
         };
@@ -178,7 +183,12 @@ async fn free_capacity_is_granted_without_a_waiter_connection() {
 /// set-up) has used some of the deadline, and the `WAIT` sent is less.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_wait_sent_is_what_remains_of_the_deadline() {
-    let s = Server::start(&["--slowlog-log-slower-than", "0", "--slowlog-max-len", "1000"]);
+    let s = Server::start(&[
+        "--slowlog-log-slower-than",
+        "0",
+        "--slowlog-max-len",
+        "1000",
+    ]);
     let mut c = s.conn();
     let proxy = Proxy::start(&s);
     let w = Warden::open(&proxy.url()).unwrap();
@@ -216,7 +226,9 @@ async fn the_wait_sent_is_what_remains_of_the_deadline() {
     assert!(matches!(got, Err(Error::WaitTimedOut)), "{got:?}");
     let waits = waits_sent(&mut c, "CACHE.GET");
     assert!(
-        waits.iter().all(|&w| w > 0 && w <= (deadline - delay).as_millis() as i64)
+        waits
+            .iter()
+            .all(|&w| w > 0 && w <= (deadline - delay).as_millis() as i64)
             && !waits.is_empty(),
         "cache: WAIT {waits:?} after at least {delay:?} of a {deadline:?} wait"
     );
@@ -235,7 +247,10 @@ async fn a_grant_that_reaches_the_caller_after_its_deadline_is_given_back() {
         kind.hold(&mut c, &key, "holder");
         let acquire = tokio::spawn({
             let key = key.clone();
-            async move { kind.acquire(&w, &key, Duration::from_millis(800), None).await }
+            async move {
+                kind.acquire(&w, &key, Duration::from_millis(800), None)
+                    .await
+            }
         });
         eventually("queued", LONG, || kind.waiters(&mut c, &key) == 1).await;
         proxy.delay_replies(Duration::from_millis(1500));
@@ -243,7 +258,10 @@ async fn a_grant_that_reaches_the_caller_after_its_deadline_is_given_back() {
         assert!(kind.held(&mut c, &key), "{kind:?}: granted to the waiter");
         let got = timeout(LONG, acquire).await.unwrap().unwrap().unwrap();
         assert_eq!(got, None, "{kind:?}: the caller had given up");
-        eventually("the late grant given back", LONG, || !kind.held(&mut c, &key)).await;
+        eventually("the late grant given back", LONG, || {
+            !kind.held(&mut c, &key)
+        })
+        .await;
     }
 }
 
@@ -280,7 +298,9 @@ async fn a_cancelled_wait_leaves_the_queue_and_no_grant() {
         .await;
         // The next wait of this client finds a connection as before.
         kind.hold(&mut c, &key, "holder");
-        let again = kind.acquire(&w, &key, Duration::from_millis(50), None).await;
+        let again = kind
+            .acquire(&w, &key, Duration::from_millis(50), None)
+            .await;
         assert_eq!(again.unwrap(), None);
         kind.release(&mut c, &key, "holder");
     }
