@@ -160,16 +160,16 @@ async fn overload(url: &str, mode: Mode, round: u32) -> String {
         errors += u32::from(failed);
     }
     latencies.sort_by(f64::total_cmp);
-    // Releases the driver did not send: grants the client gave back itself
-    // (late, or racing a cancellation). Background ones may still be on their way.
+    // Releases the driver did not send: the client's own, for grants it gave
+    // back (late, or racing a cancellation) and after each cancelled wait.
     tokio::time::sleep(Duration::from_millis(100)).await;
-    let given_back = (release_calls(url) - releases_before).saturating_sub(u64::from(granted));
+    let client_releases = (release_calls(url) - releases_before).saturating_sub(u64::from(granted));
     let held = held_ms.lock().unwrap().clone();
     let held_mean = held.iter().sum::<f64>() / held.len().max(1) as f64;
     format!(
         "{{\"row\":\"overload\",\"client\":\"warden-client\",\"mode\":\"{}\",\"round\":{round},\
          \"requests\":{REQUESTS},\"capacity_bound\":263,\"granted\":{granted},\"late\":{late},\
-         \"max_inside\":{},\"limit\":{LIMIT},\"errors\":{errors},\"p50_ms\":{:.2},\"p99_ms\":{:.2},\"given_back\":{given_back},\"hold_mean_ms\":{held_mean:.2}}}",
+         \"max_inside\":{},\"limit\":{LIMIT},\"errors\":{errors},\"p50_ms\":{:.2},\"p99_ms\":{:.2},\"client_releases\":{client_releases},\"hold_mean_ms\":{held_mean:.2}}}",
         mode.name(),
         most.load(Ordering::SeqCst),
         percentile(&latencies, 0.5),

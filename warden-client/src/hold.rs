@@ -182,20 +182,21 @@ impl Drop for GiveBack {
                     let mut unblock = redis::cmd("CLIENT");
                     unblock.arg("UNBLOCK").arg(id);
                     if let Ok(1) = warden.query::<i64>(&unblock).await {
-                        // Answered nil, never granted: the link is clean once
-                        // a PING sent after that reply is answered.
+                        // Answered nil: the link is clean once a PING sent
+                        // after that reply is answered.
+                        tracing::debug!(key, "took a cancelled wait out of the queue");
                         if link.alive(warden.config().command_timeout).await {
                             warden.recycle(link);
                         }
-                        tracing::debug!(key, "took a cancelled wait out of the queue");
-                        return;
+                    } else {
+                        let mut kill = redis::cmd("CLIENT");
+                        kill.arg("KILL").arg("ID").arg(id);
+                        let _ = warden.query::<redis::Value>(&kill).await;
                     }
-                    let mut kill = redis::cmd("CLIENT");
-                    kill.arg("KILL").arg("ID").arg(id);
-                    let _ = warden.query::<redis::Value>(&kill).await;
                 }
-                drop(link);
             }
+            // Sent also after an unblock: a grant made in the same event-loop
+            // turn as the unblock may still stand.
             let mut release = redis::cmd(release_cmd);
             release.arg(&key).arg(&owner);
             match warden.query::<i64>(&release).await {

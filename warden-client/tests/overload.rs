@@ -330,6 +330,38 @@ async fn a_grant_that_raced_the_cancel_is_given_back() {
     }
 }
 
+/// Callers arrive faster than the holders leave and give up by dropping
+/// their acquire (`tokio::time::timeout` around a wait without end): every
+/// cancellation races grants, and none leaves a permit held behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancelled_waits_under_overload_leave_nothing_held() {
+    let s = Server::start(&[]);
+    let mut c = s.conn();
+    let w = warden(&s);
+    let start = Instant::now();
+    let tasks: Vec<_> = (0..150u32)
+        .map(|i| {
+            let sem = w.semaphore("k", 2).ttl(Duration::from_secs(60));
+            tokio::spawn(async move {
+                tokio::time::sleep_until(start + Duration::from_millis(u64::from(i))).await;
+                let got = timeout(Duration::from_millis(20), sem.acquire()).await;
+                if let Ok(got) = got {
+                    let guard = got.unwrap().expect("a wait without end is granted");
+                    tokio::time::sleep(Duration::from_millis(3)).await;
+                    guard.release().await.unwrap();
+                }
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await.unwrap();
+    }
+    eventually("nothing held, nobody waiting", LONG, || {
+        !Kind::Semaphore.held(&mut c, "k") && Kind::Semaphore.waiters(&mut c, "k") == 0
+    })
+    .await;
+}
+
 /// 300 callers wait at once with the default settings: no connection or
 /// pool error, each granted in turn.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
