@@ -225,6 +225,18 @@ valgrind-bin:
 	@command -v valgrind >/dev/null || { SUDO=""; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
 		$$SUDO apt-get install -y -qq valgrind >/dev/null; }
 
+# SECTION=overload: warden's clients (Python, Node, Rust) against npm
+# redis-semaphore and redis-py's Lock under overload, a burst with free permits
+# and 50 callers on a limit of 5 (bench/overload.py; its drivers document their
+# parameters), into bench/results/$(OVERLOAD_OUT).md and .json. WARDEN_MODULE=<.so>
+# loads that module instead of building this checkout's.
+OVERLOAD_OUT ?= overload
+ifeq ($(SECTION),overload)
+bench: venv node-deps $(if $(WARDEN_MODULE),,build)
+	cargo build --release --example overload -p warden-client
+	WARDEN_MODULE=$(or $(WARDEN_MODULE),$(CURDIR)/$(MODULE)) $(PYTHON) bench/overload.py \
+		$(if $(QUICK),--quick,) --out $(CURDIR)/bench/results/$(OVERLOAD_OUT)
+else
 bench: build venv node-deps $(REDISBLOOM) valgrind-bin $(REDIS8) $(VALKEY)
 ifeq ($(SECTION),instructions)
 	$(PYTHON) bench/instructions.py $(CURDIR)/$(MODULE) $(CURDIR)/$(REDISBLOOM) redis-server $(CURDIR)/$(REDIS8) $(CURDIR)/$(VALKEY) | tee bench/results/instructions.md
@@ -248,6 +260,7 @@ ifeq ($(SECTION),)
 		printf '\n%s\n' "$$ins" | tee bench/results/instructions.md >> bench/results/latest.md
 	@$(PYTHON) -c "import matplotlib" 2>/dev/null || $(VENV)/bin/pip install -q matplotlib
 	$(PYTHON) bench/chart.py
+endif
 endif
 
 # A local 3-master + 3-replica cluster with the module (ports CLUSTER_PORT..+5).

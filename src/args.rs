@@ -10,13 +10,49 @@ pub const MAX_MS: i64 = 1 << 46;
 /// Largest owner, in bytes.
 pub const MAX_OWNER: usize = 1024;
 
-/// A lock request: `key owner ttl [WAIT timeout]`.
+/// A lock request: `key owner ttl [WAIT timeout] [QUEUE n]`.
 #[derive(Debug, PartialEq, Eq)]
 pub struct LockRequest<'a> {
     pub owner: &'a [u8],
     pub ttl_ms: i64,
     /// `None`: answer at once when busy; `Some(0)`: wait forever.
     pub wait_ms: Option<i64>,
+    /// `QUEUE n`: answer at once instead of queueing behind `n` or more waiters.
+    pub queue: Option<u64>,
+}
+
+/// `WAIT timeout` and `QUEUE n`, the options of every command that may wait.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct WaitOptions {
+    wait_ms: Option<i64>,
+    queue: Option<u64>,
+}
+
+impl WaitOptions {
+    /// Takes `arg` (and its value) if it is `WAIT` or `QUEUE`, each once.
+    /// `Ok(false)`: not one of them.
+    fn take<'a, A: Deref<Target = [u8]> + 'a>(
+        &mut self,
+        arg: &[u8],
+        rest: &mut impl Iterator<Item = &'a A>,
+    ) -> Result<bool, String> {
+        if is_keyword(arg, "WAIT") && self.wait_ms.is_none() {
+            self.wait_ms = Some(timeout(option_value(rest.next())?).map_err(str::to_string)?);
+        } else if is_keyword(arg, "QUEUE") && self.queue.is_none() {
+            self.queue = Some(queue_length(option_value(rest.next())?)?);
+        } else {
+            return Ok(false);
+        }
+        Ok(true)
+    }
+}
+
+/// `QUEUE n`: 0..=2^46 waiters.
+fn queue_length(bytes: &[u8]) -> Result<u64, &'static str> {
+    match integer(bytes) {
+        Some(n) if (0..=MAX_MS).contains(&n) => Ok(n as u64),
+        _ => Err(error::INVALID_QUEUE),
+    }
 }
 
 /// A decimal integer exactly as Redis writes one: optional `-`, digits, no spaces or `+`.
@@ -88,7 +124,7 @@ pub fn is_keyword(arg: &[u8], keyword: &str) -> bool {
     arg.eq_ignore_ascii_case(keyword.as_bytes())
 }
 
-/// Parses `owner ttl [WAIT timeout]` (the arguments after the key).
+/// Parses `owner ttl [WAIT timeout] [QUEUE n]` (the arguments after the key).
 /// `Err` carries the full error line; arity is the caller's check.
 pub fn lock_request<A: Deref<Target = [u8]>>(args: &[A]) -> Result<LockRequest<'_>, String> {
     let [owner_arg, ttl_arg, rest @ ..] = args else {
@@ -96,28 +132,27 @@ pub fn lock_request<A: Deref<Target = [u8]>>(args: &[A]) -> Result<LockRequest<'
     };
     let owner = owner(owner_arg).map_err(str::to_string)?;
     let ttl_ms = ttl(ttl_arg).map_err(str::to_string)?;
-    let mut wait_ms = None;
+    let mut options = WaitOptions::default();
     let mut rest = rest.iter();
     while let Some(arg) = rest.next() {
-        if is_keyword(arg, "WAIT") && wait_ms.is_none() {
-            let value = option_value(rest.next())?;
-            wait_ms = Some(timeout(value).map_err(str::to_string)?);
-        } else {
+        if !options.take(arg, &mut rest)? {
             return Err(error::SYNTAX.to_string());
         }
     }
     Ok(LockRequest {
         owner,
         ttl_ms,
-        wait_ms,
+        wait_ms: options.wait_ms,
+        queue: options.queue,
     })
 }
 
-/// `CACHE.GET key lease_ms [WAIT timeout] [REFRESH ms] [FRESH]`.
+/// `CACHE.GET key lease_ms [WAIT timeout] [QUEUE n] [REFRESH ms] [FRESH]`.
 #[derive(Debug, PartialEq, Eq)]
 pub struct CacheGet {
     pub lease_ms: i64,
     pub wait_ms: Option<i64>,
+    pub queue: Option<u64>,
     pub refresh_ms: Option<i64>,
     pub fresh: bool,
 }
@@ -139,14 +174,15 @@ pub fn cache_get<A: Deref<Target = [u8]>>(args: &[A]) -> Result<CacheGet, String
     let mut get = CacheGet {
         lease_ms,
         wait_ms: None,
+        queue: None,
         refresh_ms: None,
         fresh: false,
     };
+    let mut options = WaitOptions::default();
     let mut rest = rest.iter();
     while let Some(arg) = rest.next() {
-        if is_keyword(arg, "WAIT") && get.wait_ms.is_none() {
-            let value = option_value(rest.next())?;
-            get.wait_ms = Some(timeout(value).map_err(str::to_string)?);
+        if options.take(arg, &mut rest)? {
+            continue;
         } else if is_keyword(arg, "REFRESH") && get.refresh_ms.is_none() {
             let value = option_value(rest.next())?;
             get.refresh_ms = Some(ms_in(value, 1, error::INVALID_REFRESH)?);
@@ -156,6 +192,7 @@ pub fn cache_get<A: Deref<Target = [u8]>>(args: &[A]) -> Result<CacheGet, String
             return Err(error::SYNTAX.to_string());
         }
     }
+    (get.wait_ms, get.queue) = (options.wait_ms, options.queue);
     Ok(get)
 }
 
@@ -218,7 +255,7 @@ pub fn stale_option<A: Deref<Target = [u8]>>(args: &[A]) -> Result<Option<i64>, 
     }
 }
 
-/// A semaphore acquire: `key owner ttl LIMIT n [PERMITS k] [WAIT timeout]`.
+/// A semaphore acquire: `key owner ttl LIMIT n [PERMITS k] [WAIT timeout] [QUEUE n]`.
 #[derive(Debug, PartialEq, Eq)]
 pub struct SemRequest<'a> {
     pub owner: &'a [u8],
@@ -227,6 +264,7 @@ pub struct SemRequest<'a> {
     pub permits: u64,
     /// `None`: answer at once when busy; `Some(0)`: wait forever.
     pub wait_ms: Option<i64>,
+    pub queue: Option<u64>,
 }
 
 /// A semaphore limit, 1..=2^31.
@@ -237,7 +275,7 @@ pub fn limit(bytes: &[u8]) -> Result<u64, &'static str> {
     }
 }
 
-/// Parses `owner ttl LIMIT n [PERMITS k] [WAIT timeout]` (the arguments
+/// Parses `owner ttl LIMIT n [PERMITS k] [WAIT timeout] [QUEUE n]` (the arguments
 /// after the key; options in any order, each once). `PERMITS` is 1..=`LIMIT`.
 pub fn sem_request<A: Deref<Target = [u8]>>(args: &[A]) -> Result<SemRequest<'_>, String> {
     let [owner_arg, ttl_arg, rest @ ..] = args else {
@@ -245,16 +283,15 @@ pub fn sem_request<A: Deref<Target = [u8]>>(args: &[A]) -> Result<SemRequest<'_>
     };
     let owner = owner(owner_arg).map_err(str::to_string)?;
     let ttl_ms = ttl(ttl_arg).map_err(str::to_string)?;
-    let (mut limit_n, mut permits, mut wait_ms) = (None, None, None);
+    let (mut limit_n, mut permits) = (None, None);
+    let mut options = WaitOptions::default();
     let mut rest = rest.iter();
     while let Some(arg) = rest.next() {
         if is_keyword(arg, "LIMIT") && limit_n.is_none() {
             limit_n = Some(limit(option_value(rest.next())?).map_err(str::to_string)?);
         } else if is_keyword(arg, "PERMITS") && permits.is_none() {
             permits = Some(integer(option_value(rest.next())?).ok_or(error::INVALID_PERMITS)?);
-        } else if is_keyword(arg, "WAIT") && wait_ms.is_none() {
-            wait_ms = Some(timeout(option_value(rest.next())?).map_err(str::to_string)?);
-        } else {
+        } else if !options.take(arg, &mut rest)? {
             return Err(error::SYNTAX.to_string());
         }
     }
@@ -269,7 +306,8 @@ pub fn sem_request<A: Deref<Target = [u8]>>(args: &[A]) -> Result<SemRequest<'_>
         ttl_ms,
         limit,
         permits,
-        wait_ms,
+        wait_ms: options.wait_ms,
+        queue: options.queue,
     })
 }
 
@@ -382,6 +420,27 @@ mod tests {
     }
 
     #[test]
+    fn queue_goes_with_wait_on_every_command_that_waits() {
+        let args = v(&["me", "100", "queue", "3", "WAIT", "5"]);
+        let lock = lock_request(&args).unwrap();
+        assert_eq!((lock.wait_ms, lock.queue), (Some(5), Some(3)));
+        let get = cache_get(&v(&["100", "QUEUE", "0", "FRESH"])).unwrap();
+        assert_eq!((get.wait_ms, get.queue, get.fresh), (None, Some(0), true));
+        let args = v(&["o", "100", "QUEUE", "7", "LIMIT", "2"]);
+        let sem = sem_request(&args).unwrap();
+        assert_eq!((sem.limit, sem.queue), (2, Some(7)));
+        for bad in [
+            &["QUEUE", "-1"][..],
+            &["QUEUE", "70368744177665"],
+            &["QUEUE", "x"],
+        ] {
+            let words = [&["me", "100"][..], bad].concat();
+            let args = v(&words);
+            assert_eq!(lock_request(&args).unwrap_err(), error::INVALID_QUEUE);
+        }
+    }
+
+    #[test]
     fn cache_get_takes_its_options_in_any_order_once() {
         let g = cache_get(&v(&["100", "fresh", "REFRESH", "20", "wait", "0"])).unwrap();
         assert_eq!(
@@ -389,6 +448,7 @@ mod tests {
             CacheGet {
                 lease_ms: 100,
                 wait_ms: Some(0),
+                queue: None,
                 refresh_ms: Some(20),
                 fresh: true
             }

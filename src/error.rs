@@ -7,6 +7,8 @@ pub const INVALID_COUNT: &str = "ERR invalid count: expected an integer from 1 t
 pub const INVALID_TTL: &str = "ERR invalid ttl: expected an integer from 1 to 70368744177664 (ms)";
 pub const INVALID_TIMEOUT: &str =
     "ERR invalid timeout: expected an integer from 0 to 70368744177664 (ms)";
+pub const INVALID_QUEUE: &str =
+    "ERR invalid QUEUE: expected an integer from 0 to 70368744177664 (waiters)";
 pub const INVALID_OWNER: &str = "ERR invalid owner: expected a string of 1 to 1024 bytes";
 pub const HOLDS_OVERFLOW: &str =
     "ERR hold count overflow: an owner may stack at most 9223372036854775807 holds";

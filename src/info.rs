@@ -72,6 +72,7 @@ extern "C" fn report(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_report: c_int
             ("handoffs", stats::HANDOFFS.get() as i64),
             ("lease_expiries", stats::LEASE_EXPIRIES.get() as i64),
             ("wait_timeouts", stats::WAIT_TIMEOUTS.get() as i64),
+            ("shed", stats::SHED.get() as i64),
             ("refused_releases", stats::REFUSED_RELEASES.get() as i64),
             ("evicted_locks", stats::EVICTED_LOCKS.get() as i64),
             ("evicted_keys_taken", crate::evicted::count() as i64),

@@ -24,6 +24,8 @@ pub static GRANTS: Counter = Counter::new();
 pub static HANDOFFS: Counter = Counter::new();
 /// Waiters answered nil after their `WAIT` timeout (or `CLIENT UNBLOCK`).
 pub static WAIT_TIMEOUTS: Counter = Counter::new();
+/// Requests answered at once by `QUEUE n` instead of queueing.
+pub static SHED: Counter = Counter::new();
 /// Grace windows opened (start, load from disk, promotion).
 pub static GRACE_WINDOWS: Counter = Counter::new();
 /// Releases refused because the caller did not hold the lock.

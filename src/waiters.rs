@@ -379,6 +379,20 @@ pub fn queued(ctx: &Context, name: &[u8], kind: &'static dyn Kind) -> usize {
     with(|r| r.queue(db, name).map_or(0, |q| q[kind.index()].live))
 }
 
+/// Load shedding (`QUEUE n`): whether a request that would queue on `name`
+/// is answered at once instead, because `n` or more of its kind already wait.
+/// Decided before anything is queued, so a shed request changes nothing.
+pub fn shed(ctx: &Context, name: &[u8], kind: &'static dyn Kind, limit: Option<u64>) -> bool {
+    let Some(limit) = limit else {
+        return false;
+    };
+    let shed = queued(ctx, name, kind) as u64 >= limit;
+    if shed {
+        stats::SHED.add(1);
+    }
+    shed
+}
+
 /// Whether waiters of another kind are queued on `name`: a request that
 /// finds the key free lets them be served first (they were there when it
 /// was freed; their turn may still be on its way from the next tick).
@@ -583,7 +597,9 @@ pub fn update(
 }
 
 /// Takes every waiter of `kind` that `wanted` accepts off `name`'s queue,
-/// oldest first, wherever they stand. The caller answers them.
+/// oldest first, wherever they stand. The caller answers them. Those whose
+/// deadline passed (the timer has not fired yet: the server was busy) are
+/// answered nil here instead: nothing reaches a waiter after its deadline.
 pub fn drain(
     ctx: &Context,
     name: &[u8],
@@ -594,9 +610,10 @@ pub fn drain(
         return Vec::new();
     }
     let db = selected_db(ctx.ctx);
-    with(|r| {
+    let now = now_ms();
+    let (late, taken): (Vec<Waiter>, Vec<Waiter>) = with(|r| {
         let Some(queues) = r.queue(db, name) else {
-            return Vec::new();
+            return (Vec::new(), Vec::new());
         };
         let chosen: Vec<usize> = queues[kind.index()]
             .slots
@@ -607,8 +624,12 @@ pub fn drain(
         chosen
             .into_iter()
             .filter_map(|h| r.take(h as Handle))
-            .collect()
-    })
+            .partition(|w| w.deadline_ms <= now)
+    });
+    for waiter in late {
+        time_out(ctx.ctx, waiter);
+    }
+    taken
 }
 
 /// Answers a waiter taken off its queue (a grant, nil or an error). Redis

@@ -389,6 +389,17 @@ fn lock_traffic(s: &Server, c: &mut Connection, w: &mut Wire) {
     );
     let timed_out = w.call(&["LOCK.ACQUIRE", "t", "b", "600000", "WAIT", "1"]);
     assert_eq!(timed_out.unwrap(), Reply::Nil);
+    let shed = w.call(&[
+        "LOCK.ACQUIRE",
+        "t",
+        "b",
+        "600000",
+        "WAIT",
+        "0",
+        "QUEUE",
+        "0",
+    ]);
+    assert_eq!(shed.unwrap(), Reply::Nil);
     reply_int(
         w.ok(&["LOCK.ACQUIRE", "lapses", "a", "1"]).unwrap(),
         "acquire",

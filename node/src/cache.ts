@@ -1,13 +1,14 @@
 // Cache-aside on warden's CACHE.* leases: on a miss one caller loads and the
-// others wait in the server, answered with the value by the fill itself. The
-// lease and its fill share one waiter connection (a lease ends with the
-// connection that took it); a failing loader abandons its lease, so the next
-// caller loads at once.
+// others wait in the server, answered with the value by the fill itself. A
+// lease ends with the connection that took it, so its fill goes on that one
+// (the shared connection, or the waiter connection a waited lease came on);
+// a failing loader abandons its lease, so the next caller loads at once.
 
-import type { Connections } from "./connections.js";
-import { CacheWaitTimeoutError } from "./errors.js";
+import { type Connections, TIMED_OUT, serverWait } from "./connections.js";
+import { CacheWaitTimeoutError, abortReason } from "./errors.js";
 import { callKey } from "./keys.js";
-import type { Connection } from "./transport.js";
+import { checkQueue } from "./lock.js";
+import type { Args } from "./transport.js";
 
 /** How values become the strings the cache stores, and back. It must never
  * produce the empty string: that is the negative entry. */
@@ -40,6 +41,9 @@ export interface CacheOptions {
    * for this long, in ms (default 30000); readers get `undefined`. */
   negativeTtl?: number;
   serializer?: Serializer;
+  /** Load shedding: when this many callers already wait for a key's load,
+   * do not queue (the server's `QUEUE n`); such a wait counts as timed out. */
+  maxQueue?: number;
 }
 
 export interface LoadOptions {
@@ -79,6 +83,7 @@ export class Cache {
   private readonly retries: number;
   private readonly negativeTtl: number;
   private readonly serializer: Serializer;
+  private readonly maxQueue: number | undefined;
 
   /** @internal */
   constructor(
@@ -91,49 +96,96 @@ export class Cache {
     this.retries = options.retries ?? 3;
     this.negativeTtl = options.negativeTtl ?? 30000;
     this.serializer = options.serializer ?? jsonSerializer;
+    this.maxQueue = checkQueue(options.maxQueue);
   }
 
   /** The cached value of `key`, or `await loader()`'s, loaded by one caller
    * at a time across every process. `undefined` from the loader is cached as
-   * a negative entry (`negativeTtl`). */
+   * a negative entry (`negativeTtl`).
+   *
+   * A hit, or a miss that this caller loads, takes one round trip on the
+   * shared connection; only a miss another caller is loading waits (up to
+   * `wait`, in the server's queue, on a waiter connection). */
   async getOrLoad<T>(
     key: string,
     loader: () => Promise<T | undefined> | T | undefined,
     options: LoadOptions = {},
   ): Promise<T | undefined> {
     const full = this.prefix + key;
-    const args: (string | number)[] = ["CACHE.GET", full, this.lease, "WAIT", this.wait];
+    const args: (string | number)[] = ["CACHE.GET", full, this.lease];
     if (options.refresh !== undefined) args.push("REFRESH", Math.ceil(options.refresh));
+    const { signal } = options;
+    const shared = (command: Args) => this.connections.run(full, command);
     for (let attempt = 0; attempt <= this.retries; attempt++) {
-      const conn = await this.connections.take(await this.connections.nodeOf(full), options.signal);
-      let kept = false;
-      try {
-        const [value, lease] = (await this.connections.waitOn(
-          conn,
-          args,
-          this.wait,
-          options.signal,
-          undefined,
-          false,
-        )) as Reply;
-        if (lease === null) {
-          if (value !== null) return this.decode<T>(value);
-          continue; // the wait timed out: ask again
-        }
-        if (value !== null) {
-          // Refresh ahead: serve the value now, reload behind on this connection.
-          kept = true;
-          this.load(conn, full, lease, loader, options)
-            .catch(() => {})
-            .finally(() => this.connections.give(conn));
-          return this.decode<T>(value);
-        }
-        return await this.load(conn, full, lease, loader, options);
-      } finally {
-        if (!kept) this.connections.give(conn);
+      if (signal?.aborted) throw abortReason(signal);
+      const [value, lease] = (await this.connections.run(full, args)) as Reply;
+      if (lease !== null) return this.served(full, value, lease, loader, options, shared);
+      if (value !== null) return this.decode<T>(value);
+      // Another caller is loading: wait for its fill.
+      const deadline = performance.now() + this.wait;
+      const node = await this.connections.nodeOf(full);
+      const conn = await this.connections.take(node, signal, deadline);
+      if (conn === null) continue;
+      const waitMs = serverWait(deadline);
+      if (waitMs === null) {
+        this.connections.give(conn);
+        continue;
       }
+      const command = [...args, "WAIT", waitMs];
+      if (this.maxQueue !== undefined) command.push("QUEUE", this.maxQueue);
+      const reply = (await this.connections.waitOn(
+        conn,
+        command,
+        waitMs,
+        deadline,
+        signal,
+        (late) => {
+          // A lease nobody will use: the next waiter gets one at once.
+          const token = (late as Reply | null)?.[1];
+          if (token !== null && token !== undefined) {
+            this.connections.background(shared(["CACHE.ABANDON", full, token]));
+          }
+        },
+        () => {}, // a lease taken on a closed connection ended with it
+      )) as Reply | typeof TIMED_OUT;
+      if (reply === TIMED_OUT) continue;
+      const [waited, waitedLease] = reply;
+      if (waitedLease === null) {
+        this.connections.give(conn);
+        if (waited !== null) return this.decode<T>(waited);
+        continue; // the wait timed out (or was shed): ask again
+      }
+      // A lease handed on to this waiter ends with its connection: the
+      // connection is kept until the fill.
+      const send = (command: Args) => conn.send(command);
+      const done = () => this.connections.give(conn);
+      return this.served(full, waited, waitedLease, loader, options, send, done);
     }
     throw new CacheWaitTimeoutError(full);
+  }
+
+  /** A reply that carries a lease: load (a miss), or serve the value and
+   * reload behind (refresh ahead). `done` runs when the lease is settled. */
+  private async served<T>(
+    key: string,
+    value: string | null,
+    lease: string,
+    loader: () => Promise<T | undefined> | T | undefined,
+    options: LoadOptions,
+    send: (command: Args) => Promise<unknown>,
+    done: () => void = () => {},
+  ): Promise<T | undefined> {
+    if (value !== null) {
+      this.load(send, key, lease, loader, options)
+        .catch(() => {})
+        .finally(done);
+      return this.decode<T>(value);
+    }
+    try {
+      return await this.load(send, key, lease, loader, options);
+    } finally {
+      done();
+    }
   }
 
   /** Deletes a cached value and revokes any load in flight (a reader that
@@ -170,7 +222,7 @@ export class Cache {
   }
 
   private async load<T>(
-    conn: Connection,
+    send: (command: Args) => Promise<unknown>,
     key: string,
     lease: string,
     loader: () => Promise<T | undefined> | T | undefined,
@@ -197,14 +249,12 @@ export class Cache {
           if (jitter) args.push("JITTER", Math.ceil(jitter));
         }
       }
-      await conn.send(args);
+      await send(args);
       filled = true;
       // What a hit would answer, so every caller sees the same kind of value.
       return value === undefined ? undefined : this.decode<T>(String(args[3]));
     } finally {
-      if (!filled && !conn.broken) {
-        await conn.send(["CACHE.ABANDON", key, lease]).catch(() => {});
-      }
+      if (!filled) await send(["CACHE.ABANDON", key, lease]).catch(() => {});
     }
   }
 }

@@ -1,16 +1,17 @@
 // warden's own connections for one application client: one multiplexed
-// connection per node for the commands that never block (release, extend,
-// info, fill), and a bounded set of waiter connections, each carrying one
-// blocking request at a time. A full waiter set queues further waits here, in
-// the process; releases never wait for a waiter connection.
+// connection per node for the commands that never block (tries, release,
+// extend, info, fill), and a bounded set of waiter connections, each carrying
+// one blocking request at a time. A full waiter set queues further waits here,
+// in the process, each only until its caller's deadline; releases never wait
+// for a waiter connection.
 
 import { ConnectionError, ReplyError, abortReason } from "./errors.js";
 import { type Args, type Connection, type Transport, isRedirect } from "./transport.js";
 
 export interface ConnectionOptions {
-  /** Waiter connections at most (per client; default 32). */
+  /** Waiter connections at most (per client; default 128). */
   maxWaiters: number;
-  /** Idle waiter connections kept open for the next wait (default 8). */
+  /** Idle waiter connections kept open for the next wait (default 16). */
   maxIdleWaiters: number;
   /** How much longer than its `WAIT` a blocking request waits for its reply
    * before its connection is closed (ms; default 5000). */
@@ -19,19 +20,53 @@ export interface ConnectionOptions {
 
 interface Queued {
   node: string;
-  resolve(conn: Connection): void;
+  /** False: the caller left (deadline, abort); the connection is not taken. */
+  resolve(conn: Connection): boolean;
   reject(error: unknown): void;
 }
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+/** What `wait` answers when the caller's deadline passed first. */
+export const TIMED_OUT: unique symbol = Symbol("timed out");
+
+/** The `WAIT` to send now for `deadline` (a `performance.now()` time): the
+ * time that remains less a margin for the reply's trip (a tenth of it, 1 to
+ * 5 ms), at least 1; 0 (forever) without a deadline; null when nothing
+ * remains (send nothing: the caller has timed out). */
+export function serverWait(deadline: number): number | null {
+  if (deadline === Number.POSITIVE_INFINITY) return 0;
+  const remaining = deadline - performance.now();
+  if (remaining < 1) return null;
+  const margin = Math.min(5, Math.max(1, remaining / 10));
+  return Math.max(1, Math.floor(remaining - margin));
+}
+
+/** Whether a server's `INFO server` names one whose `CLIENT UNBLOCK` takes a
+ * module's waiter out of its queue (Redis >= 7.4, Valkey >= 8). */
+export function unblocksModuleWaiters(info: string): boolean {
+  const version = (name: string): [number, number] | null => {
+    const m = new RegExp(`^${name}_version:(\\d+)\\.(\\d+)`, "m").exec(info);
+    return m === null ? null : [Number(m[1]), Number(m[2])];
+  };
+  const valkey = version("valkey");
+  if (valkey !== null) return valkey[0] >= 8;
+  const redis = version("redis");
+  return redis !== null && (redis[0] > 7 || (redis[0] === 7 && redis[1] >= 4));
+}
 
 export class Connections {
   private readonly commands = new Map<string, Promise<Connection>>();
   private readonly idle = new Map<string, Connection[]>();
   private readonly queue: Queued[] = [];
   private readonly busy = new Set<Connection>();
+  private readonly unblocks = new Map<string, Promise<boolean>>();
+  /** Requests of this process waiting, by command and key. */
+  private readonly waiting = new Map<string, number>();
   private waiters = 0;
   private closed = false;
+  private shut = false;
+  private readonly behind = new Set<Promise<unknown>>();
 
   constructor(
     private readonly transport: Transport,
@@ -53,11 +88,17 @@ export class Connections {
     }
   }
 
+  /** Work in the background (giving a grant back) that `close` waits for. */
+  background(work: Promise<unknown>): void {
+    const settled = work.catch(() => {}).finally(() => this.behind.delete(settled));
+    this.behind.add(settled);
+  }
+
   private command(node: string): Promise<Connection> {
-    if (this.closed) return Promise.reject(new ConnectionError("warden is closed"));
+    if (this.shut) return Promise.reject(new ConnectionError("warden is closed"));
     let conn = this.commands.get(node);
     if (conn === undefined) {
-      conn = this.transport.open(node);
+      conn = this.transport.open(node, false);
       this.commands.set(node, conn);
       conn.catch(() => this.commands.delete(node));
       return conn;
@@ -69,21 +110,67 @@ export class Connections {
     });
   }
 
-  /** One blocking request that waits `waitMs` in the server (`Infinity`:
-   * forever) on a waiter connection. When the signal aborts, or no reply comes
-   * within `waitMs` + `readMargin`, the connection is closed — the server drops
-   * the request — and `abandoned` is told the connection's client id. */
+  /** One blocking request about `key` on a waiter connection, within
+   * `deadline` (a `performance.now()` time; `Infinity`: none). `build` makes
+   * the command for the `WAIT` it carries (0: forever), computed when it is
+   * sent. Resolves to the reply, or `TIMED_OUT` when the deadline passes
+   * first (also while waiting for a waiter connection); rejects with the
+   * signal's reason on abort. A reply read after the call settled goes to
+   * `late` (a grant nobody takes); a connection closed with its reply unread
+   * goes to `abandoned`. */
   async wait(
     key: string,
-    args: Args,
-    waitMs: number,
+    build: (waitMs: number) => Args,
+    deadline: number,
     signal: AbortSignal | undefined,
+    late: (reply: unknown) => void,
+    abandoned: (clientId: string) => void,
+  ): Promise<unknown> {
+    const queued = `${build(0)[0]} ${key}`;
+    this.waiting.set(queued, (this.waiting.get(queued) ?? 0) + 1);
+    try {
+      return await this.waitFor(key, build, deadline, signal, late, abandoned);
+    } finally {
+      const n = (this.waiting.get(queued) ?? 1) - 1;
+      if (n > 0) this.waiting.set(queued, n);
+      else this.waiting.delete(queued);
+    }
+  }
+
+  /** Whether a request of this process waits with `command` on `key`: the
+   * server's FIFO queue is not empty, so a try would be answered nil. */
+  queued(command: string, key: string): boolean {
+    return this.waiting.has(`${command} ${key}`);
+  }
+
+  private async waitFor(
+    key: string,
+    build: (waitMs: number) => Args,
+    deadline: number,
+    signal: AbortSignal | undefined,
+    late: (reply: unknown) => void,
     abandoned: (clientId: string) => void,
   ): Promise<unknown> {
     for (let attempt = 0; ; attempt++) {
-      const conn = await this.take(await this.transport.nodeOf(key), signal);
+      const conn = await this.take(await this.transport.nodeOf(key), signal, deadline);
+      if (conn === null) return TIMED_OUT;
+      const waitMs = serverWait(deadline);
+      if (waitMs === null) {
+        this.give(conn);
+        return TIMED_OUT;
+      }
       try {
-        return await this.waitOn(conn, args, waitMs, signal, abandoned);
+        const reply = await this.waitOn(
+          conn,
+          build(waitMs),
+          waitMs,
+          deadline,
+          signal,
+          late,
+          abandoned,
+        );
+        if (reply !== TIMED_OUT) this.give(conn);
+        return reply;
       } catch (error) {
         if (attempt > 0 || !isRedirect(error)) throw error;
         await this.transport.refresh(key);
@@ -96,65 +183,146 @@ export class Connections {
     return this.transport.nodeOf(key);
   }
 
-  /** A blocking request on a held connection (see `wait`). */
+  /** A blocking request with `WAIT waitMs` on a held waiter connection (see
+   * `wait`). Resolved with the reply, the connection is the caller's again;
+   * in every other case (an error, `TIMED_OUT`, an abort) `waitOn` gives it
+   * back itself, once its reply is read or it is closed. */
   waitOn(
     conn: Connection,
     args: Args,
     waitMs: number,
+    deadline: number,
     signal: AbortSignal | undefined,
-    abandoned?: (clientId: string) => void,
-    release = true,
+    late: (reply: unknown) => void,
+    abandoned: (clientId: string) => void,
   ): Promise<unknown> {
     return new Promise((resolve, reject) => {
-      let done = false;
-      let timer: NodeJS.Timeout | undefined;
+      let settled = false;
+      let replied = false;
+      let deadlineTimer: NodeJS.Timeout | undefined;
+      let readTimer: NodeJS.Timeout | undefined;
       const settle = () => {
-        done = true;
-        if (timer !== undefined) clearTimeout(timer);
+        settled = true;
+        if (deadlineTimer !== undefined) clearTimeout(deadlineTimer);
         signal?.removeEventListener("abort", onAbort);
       };
-      const abandon = (error: unknown) => {
-        if (done) return;
-        settle();
-        conn.destroy();
-        if (release) this.give(conn);
-        abandoned?.(conn.clientId);
-        reject(error);
+      const finished = () => {
+        replied = true;
+        if (readTimer !== undefined) clearTimeout(readTimer);
       };
-      const onAbort = () => abandon(abortReason(signal as AbortSignal));
+      // The reply will never be read: close the connection, so the server
+      // drops the request (and any grant made to it ends with it).
+      const drop = () => {
+        if (replied) return;
+        finished();
+        conn.destroy();
+        this.give(conn);
+        abandoned(conn.clientId);
+      };
+      const onAbort = () => {
+        if (settled) return;
+        settle();
+        reject(abortReason(signal as AbortSignal));
+        this.unblock(conn, Number.isFinite(waitMs) && waitMs > 0).then((kept) => {
+          if (!kept) drop();
+        });
+      };
       if (signal?.aborted) {
-        done = true;
-        if (release) this.give(conn);
+        this.give(conn);
         reject(abortReason(signal));
         return;
       }
-      if (Number.isFinite(waitMs)) {
-        const limit = waitMs + this.options.readMargin;
-        timer = setTimeout(
-          () => abandon(new ConnectionError(`no reply to ${args[0]} within ${limit} ms`)),
-          limit,
+      if (Number.isFinite(deadline)) {
+        // The caller is answered at its deadline even if the reply is late;
+        // the server's WAIT ends before it, so the reply follows shortly.
+        deadlineTimer = setTimeout(
+          () => {
+            if (settled) return;
+            settle();
+            resolve(TIMED_OUT);
+          },
+          Math.max(0, deadline - performance.now()),
         );
+      }
+      if (waitMs > 0) {
+        // No reply long after the server's WAIT: the connection is lost.
+        readTimer = setTimeout(() => {
+          if (!settled) {
+            settle();
+            reject(
+              new ConnectionError(
+                `no reply to ${args[0]} within ${waitMs + this.options.readMargin} ms`,
+              ),
+            );
+          }
+          drop();
+        }, waitMs + this.options.readMargin);
       }
       signal?.addEventListener("abort", onAbort, { once: true });
       conn.send(args).then(
         (reply) => {
-          if (done) return;
-          settle();
-          if (release) this.give(conn);
-          resolve(reply);
+          if (replied) return;
+          finished();
+          if (!settled) {
+            settle();
+            resolve(reply);
+            return;
+          }
+          late(reply);
+          this.give(conn);
         },
         (error: unknown) => {
-          if (done) return;
-          settle();
-          if (!(error instanceof ReplyError)) {
+          if (replied) return;
+          finished();
+          const broken = !(error instanceof ReplyError);
+          if (broken) {
             conn.destroy();
-            abandoned?.(conn.clientId);
+            abandoned(conn.clientId);
           }
-          if (release) this.give(conn);
-          reject(error);
+          this.give(conn);
+          if (!settled) {
+            settle();
+            reject(error);
+          }
         },
       );
     });
+  }
+
+  /** Takes the waiter on `conn` out of the server's queue with `CLIENT
+   * UNBLOCK`, where the server answers it with nil and the connection stays
+   * usable (Redis >= 7.4, Valkey >= 8). False: close the connection instead
+   * (an older server, or UNBLOCK found nothing blocked and the request may
+   * wait forever). */
+  private async unblock(conn: Connection, bounded: boolean): Promise<boolean> {
+    try {
+      if (!(await this.unblockable(conn.node))) return false;
+      const n = Number(
+        await (await this.command(conn.node)).send(["CLIENT", "UNBLOCK", conn.clientId]),
+      );
+      // 0: the reply is on its way, or the request has not reached the
+      // server yet; a bounded WAIT answers it in time anyway.
+      return n === 1 || bounded;
+    } catch {
+      return false;
+    }
+  }
+
+  /** Whether `node` unblocks a warden waiter with `CLIENT UNBLOCK`, learned
+   * once from `INFO server`. */
+  private unblockable(node: string): Promise<boolean> {
+    let known = this.unblocks.get(node);
+    if (known === undefined) {
+      known = this.command(node)
+        .then((c) => c.send(["INFO", "server"]))
+        .then((info) => unblocksModuleWaiters(String(info)))
+        .catch(() => {
+          this.unblocks.delete(node);
+          return false;
+        });
+      this.unblocks.set(node, known);
+    }
+    return known;
   }
 
   /** Resolves once the server no longer lists the client `clientId` of
@@ -173,14 +341,25 @@ export class Connections {
     }
   }
 
-  /** A waiter connection to `node`, for `waitOn` requests; `give` it back. */
-  async take(node: string, signal: AbortSignal | undefined): Promise<Connection> {
-    const conn = await this.checkOut(node, signal);
-    this.busy.add(conn);
+  /** A waiter connection to `node`, for `waitOn` requests; `give` it back.
+   * Null when `deadline` passes before one is free: a request never waits
+   * here past its caller's deadline. */
+  async take(
+    node: string,
+    signal: AbortSignal | undefined,
+    deadline = Number.POSITIVE_INFINITY,
+  ): Promise<Connection | null> {
+    this.unblockable(node); // learned before the first abort needs it
+    const conn = await this.checkOut(node, signal, deadline);
+    if (conn !== null) this.busy.add(conn);
     return conn;
   }
 
-  private checkOut(node: string, signal: AbortSignal | undefined): Promise<Connection> {
+  private checkOut(
+    node: string,
+    signal: AbortSignal | undefined,
+    deadline: number,
+  ): Promise<Connection | null> {
     if (this.closed) return Promise.reject(new ConnectionError("warden is closed"));
     if (signal?.aborted) return Promise.reject(abortReason(signal));
     const idle = this.idle.get(node);
@@ -190,23 +369,43 @@ export class Connections {
       this.waiters--;
     }
     if (this.waiters < this.options.maxWaiters) return this.openWaiter(node);
+    if (performance.now() >= deadline) return Promise.resolve(null);
     return new Promise((resolve, reject) => {
+      let timer: NodeJS.Timeout | undefined;
+      const leave = () => {
+        left = true;
+        if (timer !== undefined) clearTimeout(timer);
+        signal?.removeEventListener("abort", onAbort);
+        const i = this.queue.indexOf(entry);
+        if (i >= 0) this.queue.splice(i, 1);
+      };
+      let left = false;
       const entry: Queued = {
         node,
         resolve: (conn) => {
-          signal?.removeEventListener("abort", onAbort);
+          if (left) return false;
+          leave();
           resolve(conn);
+          return true;
         },
         reject: (error) => {
-          signal?.removeEventListener("abort", onAbort);
+          leave();
           reject(error);
         },
       };
       const onAbort = () => {
-        const i = this.queue.indexOf(entry);
-        if (i >= 0) this.queue.splice(i, 1);
+        leave();
         reject(abortReason(signal as AbortSignal));
       };
+      if (Number.isFinite(deadline)) {
+        timer = setTimeout(
+          () => {
+            leave();
+            resolve(null);
+          },
+          Math.max(0, deadline - performance.now()),
+        );
+      }
       signal?.addEventListener("abort", onAbort, { once: true });
       this.queue.push(entry);
     });
@@ -214,7 +413,7 @@ export class Connections {
 
   private openWaiter(node: string): Promise<Connection> {
     this.waiters++;
-    return this.transport.open(node).catch((error: unknown) => {
+    return this.transport.open(node, true).catch((error: unknown) => {
       this.waiters--;
       this.wakeOne();
       throw error;
@@ -234,15 +433,12 @@ export class Connections {
     if (next !== undefined) {
       if (next.node === conn.node) {
         this.busy.add(conn);
-        next.resolve(conn);
+        if (!next.resolve(conn)) this.give(conn);
         return;
       }
       conn.destroy();
       this.waiters--;
-      this.openWaiter(next.node).then((c) => {
-        this.busy.add(c);
-        next.resolve(c);
-      }, next.reject);
+      this.handOver(next);
       return;
     }
     const idle = this.idle.get(conn.node) ?? [];
@@ -257,12 +453,16 @@ export class Connections {
 
   private wakeOne(): void {
     const next = this.queue.shift();
-    if (next !== undefined) {
-      this.openWaiter(next.node).then((c) => {
-        this.busy.add(c);
-        next.resolve(c);
-      }, next.reject);
-    }
+    if (next !== undefined) this.handOver(next);
+  }
+
+  /** A new waiter connection for a queued request (given back if its caller
+   * left while it opened). */
+  private handOver(next: Queued): void {
+    this.openWaiter(next.node).then((c) => {
+      this.busy.add(c);
+      if (!next.resolve(c)) this.give(c);
+    }, next.reject);
   }
 
   /** Closes warden's connections (not the application's client). */
@@ -274,6 +474,11 @@ export class Connections {
     for (const list of this.idle.values()) for (const conn of list) conn.destroy();
     this.idle.clear();
     for (const conn of this.busy) conn.destroy();
+    // Grants on their way back (a late reply, an abort, a closed waiter)
+    // are released before the shared connections close.
+    await new Promise((resolve) => setImmediate(resolve));
+    while (this.behind.size > 0) await Promise.allSettled([...this.behind]);
+    this.shut = true;
     const commands = [...this.commands.values()];
     this.commands.clear();
     for (const conn of await Promise.allSettled(commands)) {

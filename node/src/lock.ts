@@ -1,11 +1,12 @@
 // Locks held in the server: exclusive (LOCK.*) and the two sides of a
-// read-write lock (RWLOCK.*). A blocked acquire waits in the server's FIFO
-// queue on a waiter connection of its own; every grant carries a fencing token.
+// read-write lock (RWLOCK.*). An acquire tries once on the shared connection;
+// a busy lock is waited for in the server's FIFO queue, on a waiter connection
+// of its own, until the caller's deadline; every grant carries a fencing token.
 
 import "./dispose.js";
 import { randomBytes } from "node:crypto";
-import type { Connections } from "./connections.js";
-import { LockBusyError, LockLostError, ReplyError } from "./errors.js";
+import { type Connections, TIMED_OUT } from "./connections.js";
+import { LockBusyError, LockLostError, ReplyError, abortReason } from "./errors.js";
 import type { Args } from "./transport.js";
 
 /** The commands behind one kind of lock (or semaphore). */
@@ -48,6 +49,9 @@ export interface AcquireOptions {
   wait?: number;
   /** Aborting gives up the wait (and gives back a grant already on its way). */
   signal?: AbortSignal;
+  /** Load shedding: when this many requests already wait for the key, do
+   * not queue — answer as a timeout at once (the server's `QUEUE n`). */
+  maxQueue?: number;
 }
 
 /** A routine run under a lock: `signal` aborts if the lock is lost. */
@@ -242,9 +246,24 @@ export interface Grant {
   granted: number;
 }
 
+/** Checks `maxQueue`: the `QUEUE n` of a waiting request. */
+export function checkQueue(value: number | undefined): number | undefined {
+  if (value === undefined) return undefined;
+  if (!Number.isSafeInteger(value) || value < 0 || value > 2 ** 46) {
+    throw new RangeError(`maxQueue must be an integer from 0 to 2^46, not ${value}`);
+  }
+  return value;
+}
+
 /** Sends one acquire of `kind` (`extra`: its options after the ttl); null
- * when not granted within `wait`. A grant that crosses an abort or a broken
- * connection is given back. */
+ * when not granted within `wait`.
+ *
+ * It first tries without waiting on the shared command connection: a free
+ * lock is granted in one round trip. Only a busy one waits, on a waiter
+ * connection, with `WAIT` = what remains of `wait` (measured from this
+ * call) less the reply's trip. A grant that reaches this client after the
+ * deadline or an abort, or that crosses a broken connection, is given back
+ * at once: no caller is ever handed a grant past its deadline. */
 export async function grant(
   connections: Connections,
   kind: LockKind,
@@ -253,32 +272,60 @@ export async function grant(
   defaults: LockDefaults,
   extra: Args = [],
 ): Promise<Grant | null> {
+  const started = performance.now();
   const watchdog = options.watchdog ?? options.ttl === undefined;
   const ttl = checkMs("ttl", options.ttl ?? defaults.watchdogLease, false);
   const wait = checkMs("wait", options.wait ?? Number.POSITIVE_INFINITY, true);
+  const queue = checkQueue(options.maxQueue);
+  const { signal } = options;
+  const deadline = started + wait;
   const owner = freshOwner();
   const args: (string | number)[] = [kind.acquire, key, owner, ttl, ...extra];
-  const started = performance.now();
-  let fence: unknown;
-  if (wait === 0) {
-    if (options.signal?.aborted) throw options.signal.reason;
+  const release = () => connections.background(connections.run(key, [kind.release, key, owner]));
+  // A grant this caller can no longer take: given back, reported as the
+  // abort or timeout it is.
+  const refuse = () => {
+    release();
+    if (signal?.aborted) throw abortReason(signal);
+    return null;
+  };
+  if (signal?.aborted) throw abortReason(signal);
+
+  // A request of this process already queued for the key: the server would
+  // answer the try nil (it never overtakes a waiter), so go straight to waiting.
+  if (wait === 0 || !connections.queued(kind.acquire, key)) {
+    let fence: unknown;
     try {
       fence = await connections.run(key, args);
     } catch (error) {
       if (!(error instanceof ReplyError)) giveBack(connections, kind, key, owner, undefined);
       throw error;
     }
-  } else {
-    // WAIT 0 is the server's "forever".
-    args.push("WAIT", Number.isFinite(wait) ? wait : 0);
-    fence = await connections.wait(key, args, wait, options.signal, (clientId) =>
-      giveBack(connections, kind, key, owner, clientId),
-    );
+    if (fence !== null && fence !== undefined) {
+      if (signal?.aborted || (wait > 0 && performance.now() > deadline)) return refuse();
+      return { owner, fence: BigInt(String(fence)), ttl, watchdog, granted: started };
+    }
+    if (wait === 0) return null;
   }
-  if (fence === null || fence === undefined) return null;
-  // The lease runs from the grant: for a waiter, at most the reply's trip ago.
-  const granted = wait === 0 ? started : performance.now();
-  return { owner, fence: BigInt(String(fence)), ttl, watchdog, granted };
+
+  const reply = await connections.wait(
+    key,
+    (waitMs) => {
+      const command = [...args, "WAIT", waitMs];
+      if (queue !== undefined) command.push("QUEUE", queue);
+      return command;
+    },
+    deadline,
+    signal,
+    (late) => {
+      if (late !== null && late !== undefined && !(late instanceof Error)) release();
+    },
+    (clientId) => giveBack(connections, kind, key, owner, clientId),
+  );
+  if (reply === TIMED_OUT || reply === null || reply === undefined) return null;
+  if (signal?.aborted || performance.now() > deadline) return refuse();
+  // The lease runs from the grant: at most the reply's trip ago.
+  return { owner, fence: BigInt(String(reply)), ttl, watchdog, granted: performance.now() };
 }
 
 /** Acquires one lock of `kind`; null when not granted within `wait`. */
@@ -332,11 +379,13 @@ function giveBack(
   clientId: string | undefined,
 ): void {
   const release = () => connections.run(key, [kind.release, key, owner]);
-  (async () => {
-    if (Number(await release()) === 1 || clientId === undefined) return;
-    await connections.gone(key, clientId);
-    await release();
-  })().catch(() => {});
+  connections.background(
+    (async () => {
+      if (Number(await release()) === 1 || clientId === undefined) return;
+      await connections.gone(key, clientId);
+      await release();
+    })(),
+  );
 }
 
 /** Both sides of one read-write lock. */

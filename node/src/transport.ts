@@ -21,7 +21,8 @@ export type Args = readonly (string | number)[];
 export interface Connection {
   /** The node it is connected to (`""` for a standalone server). */
   readonly node: string;
-  /** Its `CLIENT ID`, to tell when the server has seen it go. */
+  /** Its `CLIENT ID`, to unblock its request or tell when the server has
+   * seen it go (`""` on a command connection: not asked, one round trip less). */
   readonly clientId: string;
   /** Sends one command; integers in the reply are decimal strings. */
   send(args: Args): Promise<unknown>;
@@ -34,8 +35,9 @@ export interface Connection {
 export interface Transport {
   /** The node serving `key` (`""` without a cluster). */
   nodeOf(key: string): Promise<string>;
-  /** A new connection to `node`, no retries, no command timeout. */
-  open(node: string): Promise<Connection>;
+  /** A new connection to `node`, no retries, no command timeout; a
+   * `waiter` one learns its `CLIENT ID`. */
+  open(node: string, waiter: boolean): Promise<Connection>;
   /** A cluster redirect (`MOVED`, `ASK`) answered for `key`: learn the slots again. */
   refresh(key: string): Promise<void>;
 }
@@ -51,6 +53,10 @@ function fail(error: unknown): never {
   const message = e?.message ?? String(error);
   // ioredis: ReplyError; node-redis: ErrorReply (and its subclasses).
   if (e?.name === "ReplyError" || e?.name === "ErrorReply" || isReplyText(message)) {
+    // The first command of a server without the module: say what to check.
+    if (/^ERR unknown command '(LOCK|RWLOCK|SEM|CACHE|BF)\./i.test(message)) {
+      throw new ReplyError(`${message} (is the warden module loaded? MODULE LIST shows it)`);
+    }
     throw new ReplyError(message);
   }
   throw new ConnectionError(message);
@@ -88,12 +94,12 @@ class IoredisConnection implements Connection {
     readonly clientId: string,
   ) {}
 
-  static async open(template: Client, node: string): Promise<IoredisConnection> {
+  static async open(template: Client, node: string, waiter: boolean): Promise<IoredisConnection> {
     const redis = template.duplicate(IOREDIS_OWN);
     redis.on("error", () => {}); // failures reach the command that was on it
     try {
       await redis.connect();
-      const id = String(await redis.call("CLIENT", "ID"));
+      const id = waiter ? String(await redis.call("CLIENT", "ID")) : "";
       const conn = new IoredisConnection(node, redis, id);
       redis.on("close", () => {
         conn.broken = true;
@@ -122,7 +128,7 @@ class IoredisConnection implements Connection {
 function ioredisStandalone(redis: Client): Transport {
   return {
     nodeOf: async () => "",
-    open: (node) => IoredisConnection.open(redis, node),
+    open: (node, waiter) => IoredisConnection.open(redis, node, waiter),
     refresh: async () => {},
   };
 }
@@ -143,10 +149,10 @@ function ioredisCluster(cluster: Client): Transport {
       if (node === undefined) throw new ConnectionError(`no node serves the slot of ${key}`);
       return String(node);
     },
-    async open(node) {
+    async open(node, waiter) {
       const template = cluster.connectionPool.getInstanceByKey(node);
       if (template === undefined) throw new ConnectionError(`unknown cluster node ${node}`);
-      return IoredisConnection.open(template, node);
+      return IoredisConnection.open(template, node, waiter);
     },
     refresh: () =>
       new Promise<void>((resolve) => {
@@ -168,7 +174,7 @@ class NodeRedisConnection implements Connection {
     readonly clientId: string,
   ) {}
 
-  static async open(template: Client, node: string): Promise<NodeRedisConnection> {
+  static async open(template: Client, node: string, waiter: boolean): Promise<NodeRedisConnection> {
     const options = template.options ?? {};
     const client = template.duplicate({
       socket: { ...options.socket, reconnectStrategy: false },
@@ -178,7 +184,9 @@ class NodeRedisConnection implements Connection {
     client.on("error", () => {}); // failures reach the command that was on it
     try {
       await client.connect();
-      const id = String(await client.sendCommand(["CLIENT", "ID"], NODE_REDIS_COMMAND));
+      const id = waiter
+        ? String(await client.sendCommand(["CLIENT", "ID"], NODE_REDIS_COMMAND))
+        : "";
       const conn = new NodeRedisConnection(node, client, id);
       client.on("end", () => {
         conn.broken = true;
@@ -211,7 +219,7 @@ class NodeRedisConnection implements Connection {
 function nodeRedisStandalone(client: Client): Transport {
   return {
     nodeOf: async () => "",
-    open: (node) => NodeRedisConnection.open(client, node),
+    open: (node, waiter) => NodeRedisConnection.open(client, node, waiter),
     refresh: async () => {},
   };
 }
@@ -220,7 +228,8 @@ function nodeRedisPool(pool: Client): Transport {
   return {
     nodeOf: async () => "",
     // A pooled client is the template; it goes back to the pool at once.
-    open: async (node) => NodeRedisConnection.open(await pool.execute((c: Client) => c), node),
+    open: async (node, waiter) =>
+      NodeRedisConnection.open(await pool.execute((c: Client) => c), node, waiter),
     refresh: async () => {},
   };
 }
@@ -232,12 +241,12 @@ function nodeRedisCluster(cluster: Client): Transport {
       if (master === undefined) throw new ConnectionError(`no node serves the slot of ${key}`);
       return `${master.host}:${master.port}`;
     },
-    async open(node) {
+    async open(node, waiter) {
       const master = cluster.masters.find(
         (m: { host: string; port: number }) => `${m.host}:${m.port}` === node,
       );
       if (master === undefined) throw new ConnectionError(`unknown cluster node ${node}`);
-      return NodeRedisConnection.open(await cluster.nodeClient(master), node);
+      return NodeRedisConnection.open(await cluster.nodeClient(master), node, waiter);
     },
     async refresh(key) {
       // A keyed command through the cluster client: its own MOVED handling

@@ -28,8 +28,10 @@ export interface WardenOptions extends Partial<ConnectionOptions> {
  * or `Cluster` of ioredis; a client, pool or cluster of node-redis).
  *
  * The client is the template of warden's own connections: one per node for
- * releases and renewals, and up to `maxWaiters` for waits, never the
- * application's. `close()` closes them (the client stays yours).
+ * tries, releases and renewals, and up to `maxWaiters` for waits (opened only
+ * when a lock is busy), never the application's. A wait that finds them all
+ * taken waits for one only until its deadline. `close()` closes them (the
+ * client stays yours).
  */
 export class Warden implements AsyncDisposable {
   private readonly connections: Connections;
@@ -37,8 +39,8 @@ export class Warden implements AsyncDisposable {
 
   constructor(client: Client, options: WardenOptions = {}) {
     this.connections = new Connections(transportFor(client), {
-      maxWaiters: options.maxWaiters ?? 32,
-      maxIdleWaiters: options.maxIdleWaiters ?? 8,
+      maxWaiters: options.maxWaiters ?? 128,
+      maxIdleWaiters: options.maxIdleWaiters ?? 16,
       readMargin: options.readMargin ?? 5000,
     });
     this.defaults = { watchdogLease: options.watchdogLease ?? 30000 };

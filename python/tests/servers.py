@@ -26,7 +26,9 @@ MODULE = os.environ.get("WARDEN_MODULE", str(ROOT / "target/release/libwarden.so
 class Server:
     """One server on a unix socket in a temp dir (or on a TCP port)."""
 
-    def __init__(self, port: int = 0, extra: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self, port: int = 0, extra: tuple[str, ...] = (), module: Optional[str] = MODULE
+    ) -> None:
         self.dir = tempfile.mkdtemp(prefix="warden-py-")
         self.port = port
         self.socket = os.path.join(self.dir, "redis.sock")
@@ -45,8 +47,7 @@ class Server:
             "no",
             "--logfile",
             self.log,
-            "--loadmodule",
-            MODULE,
+            *(("--loadmodule", module) if module else ()),
             *extra,
         ]
         if port:

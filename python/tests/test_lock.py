@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import redis
 from conftest import no_retries
-from redis.exceptions import LockError, LockNotOwnedError
+from redis.exceptions import LockError, LockNotOwnedError, ResponseError
 from servers import Server
 
 import warden
@@ -160,12 +160,14 @@ def test_extend_adds_time_and_reacquire_resets_it(r: redis.Redis) -> None:
         lock.extend(1)
 
 
-def test_a_key_of_another_type_is_never_acquired(r: redis.Redis) -> None:
+def test_a_key_of_another_type_is_a_wrongtype_error(r: redis.Redis) -> None:
     r.set("taken", "data")
-    assert not warden.Lock(r, "taken", blocking_timeout=0.1).acquire()
-    with pytest.raises(LockError):
+    with pytest.raises(ResponseError, match="^WRONGTYPE"):
+        warden.Lock(r, "taken", blocking_timeout=0.1).acquire()
+    with pytest.raises(LockError, match="^WRONGTYPE"):  # redis-py's Lock raises LockError
         with warden.Lock(r, "taken", blocking_timeout=0.1):
             pass
+    assert r.get("taken") == b"data"
 
 
 def test_watchdog_keeps_a_short_lease_alive(r: redis.Redis) -> None:

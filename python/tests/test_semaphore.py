@@ -295,10 +295,11 @@ def test_server_errors_surface_as_response_errors(r: redis.Redis) -> None:
     sem.release()
 
 
-def test_a_key_of_another_type_is_never_acquired(r: redis.Redis) -> None:
+def test_a_key_of_another_type_is_a_wrongtype_error(r: redis.Redis) -> None:
     r.set("data", "x")
     sem = warden.Semaphore(r, "data", 2, blocking_timeout=0.1)
-    assert not sem.acquire()
+    with pytest.raises(ResponseError, match="^WRONGTYPE"):
+        sem.acquire()
     assert sem.info() is None
     assert r.get("data") == b"x"
 

@@ -1,22 +1,22 @@
 """How warden's commands reach the server from a sync client.
 
 Every request runs on a connection checked out of the pool for its whole
-duration (a blocking ``WAIT`` holds its connection; a cache lease lives as
-long as the connection that took it), is read with its own timeout whatever
-the pool's ``socket_timeout``, and is never retried whatever the client's
-``Retry``: a re-sent ``LOCK.ACQUIRE`` whose first grant was lost with the
-connection would become a second hold. A request that fails in flight — a
-read timeout, a dropped connection, ``KeyboardInterrupt`` — closes its
-connection, which also takes a waiter out of the server's queue.
+duration, is read with its own timeout whatever the pool's
+``socket_timeout``, and is never retried whatever the client's ``Retry``: a
+re-sent ``LOCK.ACQUIRE`` whose first grant was lost with the connection would
+become a second hold. A request that fails in flight (a read timeout, a
+dropped connection) closes its connection, which also takes a waiter out of
+the server's queue.
 
 Requests that wait server-side (an acquire with ``WAIT``, ``CACHE.GET`` and
 the fill that follows it) never take a connection from the client's own pool:
-they run on a pool of their own beside it, built from the same connection
-class and settings, bounded by the same ``max_connections`` (and, for a
-``BlockingConnectionPool``, the same ``timeout``). Waiters parked in the
-server therefore cannot starve the release, the renewals or the application
-of the connections they need, however small the bounded pool. A pool of
-another class (Sentinel's) is used as it is.
+they run on a pool of their own beside it (``WaitPool``), built from the same
+connection class and settings, bounded by the same ``max_connections``.
+Waiters parked in the server therefore cannot starve the release, the
+renewals or the application of the connections they need. warden's own
+requests wait for a free connection of either pool (within their caller's
+deadline, if any) rather than raise redis-py's "Too many connections". A pool
+of another class (Sentinel's) is used as it is.
 """
 
 from __future__ import annotations
@@ -31,42 +31,89 @@ from redis.connection import BlockingConnectionPool, ConnectionPool
 from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from ._core import is_redirect
+from ._core import Deadline, hinted, is_redirect
 
 
-def _pool(client: Any, key: str, waits: bool = False) -> Any:
-    if isinstance(client, RedisCluster):
-        node = client.get_node_from_key(key)  # type: ignore[no-untyped-call]
-        pool = client.get_redis_connection(node).connection_pool
-    else:
-        pool = client.connection_pool
-    return wait_pool(pool) if waits else pool
+class Slots:
+    """At most ``max_connections`` of warden's requests at once on one pool,
+    so that the pool never raises for them: the others wait for a slot."""
+
+    def __init__(self, count: int) -> None:
+        self.free = threading.BoundedSemaphore(count)
+
+    def take(self, deadline: Optional[Deadline]) -> bool:
+        """False when ``deadline`` passes first (without one: waits)."""
+        left = None if deadline is None else deadline.remaining()
+        return self.free.acquire(timeout=left) if left is not None else self.free.acquire()
+
+    def give(self) -> None:
+        self.free.release()
 
 
-_wait_pools: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
-_wait_pools_lock = threading.Lock()
+def _slots_for(pool: Any) -> Optional[Slots]:
+    count = getattr(pool, "max_connections", None)
+    return Slots(count) if isinstance(count, int) and 0 < count < 2**31 else None
 
 
-def wait_pool(pool: Any) -> Any:
-    """The pool that requests waiting server-side use beside ``pool``: same
-    connection settings and bound, its own connections (made once per pool)."""
-    if type(pool) not in (ConnectionPool, BlockingConnectionPool):
-        return pool
-    with _wait_pools_lock:
-        waits = _wait_pools.get(pool)
-        if waits is None:
+class WaitPool:
+    """The connections of requests that wait server-side beside one pool: the
+    same settings and bound, connections of their own. ``unblock_works``
+    becomes True once ``CLIENT UNBLOCK`` took a warden waiter out (Redis >=
+    7.4, Valkey >= 8)."""
+
+    def __init__(self, pool: Any) -> None:
+        self.pool = pool
+        if type(pool) in (ConnectionPool, BlockingConnectionPool):
             kwargs = dict(pool.connection_kwargs)
             for client_side_cache in ("cache", "cache_config"):
                 kwargs.pop(client_side_cache, None)
-            if isinstance(pool, BlockingConnectionPool):
-                kwargs["timeout"] = pool.timeout
-            waits = type(pool)(
+            # Plain: the slots bound it, and wait only as long as their caller may.
+            self.pool = ConnectionPool(
                 connection_class=pool.connection_class,
                 max_connections=pool.max_connections,
                 **kwargs,
             )
-            _wait_pools[pool] = waits
+        self.slots = _slots_for(self.pool)
+        self.unblock_works: Optional[bool] = None
+
+
+_lock = threading.Lock()
+_wait_pools: weakref.WeakKeyDictionary[Any, WaitPool] = weakref.WeakKeyDictionary()
+_gates: weakref.WeakKeyDictionary[Any, Optional[Slots]] = weakref.WeakKeyDictionary()
+
+
+def wait_pool(pool: Any) -> WaitPool:
+    """The pool that requests waiting server-side use beside ``pool`` (made once)."""
+    waits = _wait_pools.get(pool)
+    if waits is not None:
         return waits
+    with _lock:
+        waits = _wait_pools.get(pool)
+        if waits is None:
+            waits = _wait_pools[pool] = WaitPool(pool)
+        return waits
+
+
+def _gate(pool: Any) -> Optional[Slots]:
+    try:
+        return _gates[pool]  # made once per pool: no lock once there
+    except KeyError:
+        pass
+    with _lock:
+        if pool not in _gates:
+            _gates[pool] = _slots_for(pool)
+        return _gates[pool]
+
+
+def _pool(client: Any, key: str) -> Any:
+    if isinstance(client, RedisCluster):
+        node = client.get_node_from_key(key)  # type: ignore[no-untyped-call]
+        return client.get_redis_connection(node).connection_pool
+    return client.connection_pool
+
+
+class DeadlinePassed(Exception):
+    """No connection was free before the caller's deadline."""
 
 
 def _checkout(pool: Any) -> Any:
@@ -79,11 +126,23 @@ def _checkout(pool: Any) -> Any:
 class Pinned:
     """One connection to the server that owns ``key``, checked out until closed."""
 
-    def __init__(self, client: Any, key: str, waits: bool = False) -> None:
+    def __init__(
+        self, client: Any, key: str, waits: bool = False, deadline: Optional[Deadline] = None
+    ) -> None:
         self.client = client
         self.key = key
-        self.pool = _pool(client, key, waits)
-        self.connection = _checkout(self.pool)
+        pool = _pool(client, key)
+        self.waits: Optional[WaitPool] = wait_pool(pool) if waits else None
+        self.pool = self.waits.pool if self.waits is not None else pool
+        self.slots = self.waits.slots if self.waits is not None else _gate(pool)
+        if self.slots is not None and not self.slots.take(deadline):
+            raise DeadlinePassed()
+        try:
+            self.connection = _checkout(self.pool)
+        except BaseException:
+            if self.slots is not None:
+                self.slots.give()
+            raise
         self.broken = False
 
     def call(
@@ -106,16 +165,20 @@ class Pinned:
             ):
                 raise RedisTimeoutError(f"no reply to {args[0]} within {timeout:.1f} s")
             return self.connection.read_response()
-        except ResponseError:
-            raise  # the connection is fine: the server answered
+        except ResponseError as error:
+            raise hinted(error) from None  # the connection is fine: the server answered
         except BaseException:
             self.broken = True
             raise
 
     def close(self) -> None:
-        if self.broken:
-            self.connection.disconnect()
-        self.pool.release(self.connection)
+        try:
+            if self.broken:
+                self.connection.disconnect()
+            self.pool.release(self.connection)
+        finally:
+            if self.slots is not None:
+                self.slots.give()
 
     def __enter__(self) -> Pinned:
         return self
@@ -131,13 +194,15 @@ def call(
     timeout: Optional[float] = None,
     waits: bool = False,
     on_sent: Optional[Callable[[], None]] = None,
+    deadline: Optional[Deadline] = None,
 ) -> Any:
     """One command about ``key`` on a connection of its own, never retried;
     a cluster redirect (the command did not run) refreshes the slot map once.
     ``waits``: the command may wait server-side (it runs on a connection of
-    the wait pool)."""
+    the wait pool). ``DeadlinePassed`` if no connection is free before
+    ``deadline``."""
     for attempt in (0, 1):
-        with Pinned(client, key, waits) as pinned:
+        with Pinned(client, key, waits, deadline) as pinned:
             try:
                 return pinned.call(*args, timeout=timeout, on_sent=on_sent)
             except ResponseError as error:
@@ -145,3 +210,112 @@ def call(
                     raise
         client.nodes_manager.initialize()
     raise AssertionError("unreachable")
+
+
+def blocking_call(
+    client: Any,
+    key: str,
+    args: list[Any],
+    deadline: Deadline,
+    extra: list[Any],
+    lost: Callable[[Optional[int]], None],
+) -> Any:
+    """Send ``args`` with ``WAIT`` (what is left of ``deadline`` less a margin,
+    computed when it is sent) and ``extra`` on a connection of the wait pool,
+    and read the reply; None when the deadline passes first (also while
+    waiting for a connection). A grant the caller will not get (it arrived
+    after the deadline, or raced an interrupt) is handed to ``lost``, which
+    gives it back; ``lost(None)``: the connection was closed with the request
+    unanswered (a grant may have crossed the close).
+
+    Past the deadline, or on ``KeyboardInterrupt``, the waiter is taken out of
+    the server's queue at once: ``CLIENT UNBLOCK`` on an ordinary connection
+    (its nil is read and the connection kept), or, where the server does not
+    unblock warden's waiters (Redis < 7.4), by closing its connection."""
+    try:
+        pinned = Pinned(client, key, waits=True, deadline=deadline)
+    except DeadlinePassed:
+        return None
+    connection = pinned.connection
+    waits = pinned.waits
+    assert waits is not None
+    parked = False
+    client_id: Optional[int] = None
+    try:
+        wait = deadline.wait_ms()
+        if wait is None:
+            return None
+        sent = False
+        try:
+            # CLIENT ID rides along (no round trip of its own): the id to unblock.
+            connection.send_packed_command(
+                connection.pack_commands([("CLIENT", "ID"), (*args, "WAIT", wait, *extra)])
+            )
+            sent = True
+            try:
+                client_id = int(connection.read_response())
+            except ResponseError:  # an ACL without CLIENT: close to abort instead
+                client_id = None
+            parked = True
+            left = deadline.remaining()
+            ready = connection.can_read(timeout=left)
+            parked = False
+            if not ready:
+                _abort(client, key, pinned, client_id, lost)
+                return None
+            reply = connection.read_response()
+        except ResponseError as error:
+            raise hinted(error) from None
+        except BaseException:
+            if parked:  # the connection is sound: only the wait is unwanted
+                _abort(client, key, pinned, client_id, lost)
+            else:
+                pinned.broken = True
+                if sent:
+                    lost(None)
+            raise
+        if reply is not None and deadline.passed():
+            lost(int(reply))  # the caller has given up: never a late grant
+            return None
+        return reply
+    finally:
+        pinned.close()
+
+
+def _abort(
+    client: Any,
+    key: str,
+    pinned: Pinned,
+    client_id: Optional[int],
+    lost: Callable[[Optional[int]], None],
+) -> None:
+    """Take a parked waiter out of the server's queue; its connection is kept
+    when its last reply was read, else closed."""
+    waits, connection = pinned.waits, pinned.connection
+    assert waits is not None
+    try:
+        unblocked: Any = None
+        if not connection.can_read(timeout=0) and client_id is not None:
+            try:
+                unblocked = call(client, key, "CLIENT", "UNBLOCK", client_id, timeout=1.0)
+            except Exception:
+                unblocked = None
+            if unblocked == 1:
+                waits.unblock_works = True
+        # Read the reply when it is due: it was sent already (the wait ended or
+        # was unblocked); an older server answers 0 and goes on waiting.
+        due = unblocked == 1 or unblocked == 0 and waits.unblock_works or unblocked is None
+        if due and connection.can_read(timeout=1.0 if unblocked is not None else 0):
+            try:
+                reply = connection.read_response()
+            except ResponseError:
+                return
+            if reply is not None:
+                lost(int(reply))
+            return
+    except BaseException:
+        pinned.broken = True
+        lost(None)
+        raise
+    pinned.broken = True
+    lost(None)

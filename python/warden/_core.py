@@ -9,6 +9,7 @@ import math
 import os
 import string
 import threading
+import time
 import urllib.parse
 import uuid
 from dataclasses import dataclass
@@ -23,8 +24,8 @@ Number = Union[int, float]
 #: every third of this while the lock is held (Redisson's default).
 WATCHDOG_TIMEOUT = 30.0
 
-#: How much longer than its ``WAIT`` a blocking request waits for its reply
-#: before the client gives up and closes the connection (the server answers a
+#: How much longer than its ``WAIT`` a cache wait waits for its reply before
+#: the client gives up and closes the connection (the server answers a
 #: timed-out waiter within a few ms; the rest covers a busy machine).
 READ_MARGIN = 5.0
 
@@ -53,15 +54,45 @@ def to_ms(seconds: Number) -> int:
     return max(1, int(math.ceil(seconds * 1000)))
 
 
-def wait_ms(blocking: bool, blocking_timeout: Optional[Number]) -> Optional[int]:
-    """The ``WAIT`` of an acquire: None for no wait, 0 for forever."""
-    if not blocking:
+class Deadline:
+    """A caller's deadline on the monotonic clock, counted from its call (not
+    from when a connection was free); ``at`` None is no deadline (forever)."""
+
+    __slots__ = ("at",)
+
+    def __init__(self, seconds: Optional[Number]) -> None:
+        self.at = None if seconds is None else time.monotonic() + seconds
+
+    def remaining(self) -> Optional[float]:
+        """Seconds left (never below 0); None without a deadline."""
+        return None if self.at is None else max(0.0, self.at - time.monotonic())
+
+    def passed(self) -> bool:
+        return self.at is not None and time.monotonic() >= self.at
+
+    def wait_ms(self) -> Optional[int]:
+        """The ``WAIT`` to send now: 0 (forever) without a deadline, else the
+        time left less ``margin_ms`` (the grant's way back), at least 1;
+        None when nothing is left (send nothing: report the timeout)."""
+        if self.at is None:
+            return 0
+        left = round((self.at - time.monotonic()) * 1000, 3)  # no 49.999… for 50
+        if left <= 0:
+            return None
+        return max(1, int(left - margin_ms(left)))
+
+
+def margin_ms(left_ms: float) -> float:
+    """What a blocking request keeps of its caller's time left for the reply
+    to reach the caller: a tenth, between 1 and 5 ms."""
+    return min(5.0, max(1.0, left_ms / 10))
+
+
+def deadline(blocking: bool, blocking_timeout: Optional[Number]) -> Optional[Deadline]:
+    """The deadline of an acquire that may wait (None: it only tries)."""
+    if not blocking or (blocking_timeout is not None and blocking_timeout <= 0):
         return None
-    if blocking_timeout is None:
-        return 0
-    if blocking_timeout <= 0:
-        return None
-    return to_ms(blocking_timeout)
+    return Deadline(blocking_timeout)
 
 
 def read_timeout(wait: Optional[int]) -> Optional[float]:
@@ -74,23 +105,29 @@ def read_timeout(wait: Optional[int]) -> Optional[float]:
     return wait / 1000 + READ_MARGIN
 
 
-def acquire_args(
-    commands: LockCommands, name: str, owner: bytes, lease_ms: int, wait: Optional[int]
-) -> list[Any]:
-    args: list[Any] = [commands.acquire, name, owner, lease_ms]
-    if wait is not None:
-        args += ["WAIT", wait]
-    return args
+def check_max_queue(max_queue: Optional[int]) -> Optional[int]:
+    if max_queue is not None and (
+        isinstance(max_queue, bool) or not isinstance(max_queue, int) or max_queue < 0
+    ):
+        raise ValueError(f"max_queue must be a non-negative int or None, not {max_queue!r}")
+    return max_queue
 
 
-def semaphore_args(
-    name: str, owner: bytes, lease_ms: int, limit: int, permits: int, wait: Optional[int]
-) -> list[Any]:
+def queue_args(max_queue: Optional[int]) -> list[Any]:
+    """What a blocking request adds after its ``WAIT`` to shed load: answered
+    nil at once when ``max_queue`` requests already wait."""
+    return [] if max_queue is None else ["QUEUE", max_queue]
+
+
+def acquire_args(commands: LockCommands, name: str, owner: bytes, lease_ms: int) -> list[Any]:
+    """An acquire that only tries; a wait adds ``WAIT`` and ``queue_args``."""
+    return [commands.acquire, name, owner, lease_ms]
+
+
+def semaphore_args(name: str, owner: bytes, lease_ms: int, limit: int, permits: int) -> list[Any]:
     args: list[Any] = [SEMAPHORE.acquire, name, owner, lease_ms, "LIMIT", limit]
     if permits != 1:
         args += ["PERMITS", permits]
-    if wait is not None:
-        args += ["WAIT", wait]
     return args
 
 
@@ -167,9 +204,32 @@ def lock_error(cls: type[LockError], message: str, name: str) -> LockError:
         return cls(message)
 
 
+class WrongTypeError(LockError, ResponseError):
+    """The name holds a key of another type (someone's data): the server's
+    ``WRONGTYPE`` error, also a ``LockError`` as redis-py's lock raises when
+    it cannot take a name."""
+
+
+def wrong_type(error: ResponseError, name: Any) -> WrongTypeError:
+    return lock_error(WrongTypeError, str(error), name)  # type: ignore[return-value]
+
+
 def is_wrongtype(error: ResponseError) -> bool:
     """A key of another type: for a lock, someone else's data holds the name."""
     return str(error).startswith("WRONGTYPE")
+
+
+def hinted(error: ResponseError) -> ResponseError:
+    """``error``, told that warden is not loaded when the server does not
+    know a warden command."""
+    message = str(error)
+    if message.startswith("unknown command") and any(
+        f"'{prefix}" in message.upper() for prefix in ("LOCK.", "RWLOCK.", "SEM.", "CACHE.")
+    ):
+        return type(error)(
+            f"{message} (is the warden module loaded? loadmodule /path/to/libwarden.so)"
+        )
+    return error
 
 
 def is_redirect(error: ResponseError) -> bool:

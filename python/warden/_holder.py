@@ -1,16 +1,24 @@
 """What a sync ``Lock`` and ``Semaphore`` share: the holder's state (owner,
 fence, the ``lost`` event of each hold), the watchdog that renews a lease,
-the acquire that waits in the server without taking the client's
-connections, and the give-back of an acquire that was interrupted.
+the acquire, and the give-back of an acquire that was interrupted.
+
+An acquire first tries once without waiting, on an ordinary connection of
+the client's pool: a free lock or permit costs one round trip and no waiter
+connection. Only a busy answer goes on to wait in the server's queue, on a
+connection of the wait pool beside the client's (see ``warden._connection``,
+so waiters never starve a release or a renewal), with ``WAIT`` = what is left
+of ``blocking_timeout`` (counted from the call) less a margin for the reply's
+way back. Waiting for a wait-pool connection happens only within that time;
+``max_queue`` sheds load (``QUEUE``: busy at once when that many already
+wait). A grant that reaches the client after the deadline is given back at
+once and the acquire answers False; ``KeyboardInterrupt`` or the deadline
+passing locally take the waiter out of the queue at once (``CLIENT
+UNBLOCK``, or closing its connection on servers that do not unblock warden's
+waiters), and whatever the server may have granted meanwhile is given back.
 
 Each hold has its own ``lost`` event: ``holder.lost`` is the event of the
 calling thread's current (or last) hold (with ``thread_local=False``, of the
-object's), so another thread's acquire never clears it. An acquire that is
-interrupted (``KeyboardInterrupt``, a read timeout, a dropped connection)
-gives back what the server may have granted it. Waiting acquires run on
-connections of their own beside the client's pool (see
-``warden._connection``), so a bounded pool full of waiters never starves a
-release or a renewal.
+object's), so another thread's acquire never clears it.
 """
 
 from __future__ import annotations
@@ -24,7 +32,7 @@ from typing import Any, Callable, Literal, Optional, TypeVar
 from redis.exceptions import LockError, LockNotOwnedError, ResponseError
 
 from . import _core
-from ._connection import call
+from ._connection import DeadlinePassed, blocking_call, call
 from ._core import LockCommands, Number, lock_error
 
 logger = logging.getLogger(__name__)
@@ -111,8 +119,10 @@ class Holder:
         thread_local: bool,
         raise_on_release_error: bool,
         watchdog_timeout: Number,
+        max_queue: Optional[int] = None,
     ) -> None:
         self.redis = redis
+        self.max_queue = _core.check_max_queue(max_queue)
         self.name = name
         self.timeout = timeout
         self.blocking = blocking
@@ -190,36 +200,65 @@ class Holder:
 
     # --- the parts of acquire and release ---------------------------------
 
-    def _wait(self, blocking: Optional[bool], blocking_timeout: Optional[Number]) -> Optional[int]:
-        """The ``WAIT`` of an acquire, from its arguments or the holder's defaults."""
-        return _core.wait_ms(
+    def _acquire(
+        self,
+        args: list[Any],
+        owner: bytes,
+        blocking: Optional[bool],
+        blocking_timeout: Optional[Number],
+        may_hold: Callable[[bool], bool],
+    ) -> Optional[int]:
+        """Try ``args`` once on an ordinary connection; if busy and blocking,
+        wait in the server's queue until the deadline (counted from now):
+        the fencing token, or None. If a request fails in flight, what
+        ``owner`` may hold because of it (``may_hold(sent)``) is given back,
+        as is a grant that came too late."""
+        deadline = _core.deadline(
             self.blocking if blocking is None else blocking,
             self.blocking_timeout if blocking_timeout is None else blocking_timeout,
         )
+        try:
+            fence = self._request(args, owner, may_hold, deadline)
+        except DeadlinePassed:
+            return None
+        if fence is not None or deadline is None:
+            return fence
+
+        def lost(reply: Optional[int]) -> None:
+            if reply is not None or may_hold(True):
+                self._give_back(owner)
+
+        reply = blocking_call(
+            self.redis, self.name, args, deadline, _core.queue_args(self.max_queue), lost
+        )
+        return None if reply is None else int(reply)
 
     def _request(
-        self, args: list[Any], owner: bytes, wait: Optional[int], may_hold: Callable[[bool], bool]
+        self,
+        args: list[Any],
+        owner: bytes,
+        may_hold: Callable[[bool], bool],
+        deadline: Optional[_core.Deadline],
     ) -> Optional[int]:
-        """Send an acquire: its fencing token, or None (busy, or the name holds
-        another type). If it fails in flight, what ``owner`` may hold because
-        of it (``may_hold(sent)``) is given back."""
+        """Send an acquire that does not wait: its fencing token, or None (busy)."""
         sent: list[bool] = []
         try:
             fence = call(
                 self.redis,
                 self.name,
                 *args,
-                timeout=_core.read_timeout(wait),
-                waits=wait is not None,
                 on_sent=lambda: sent.append(True),
+                deadline=deadline,
             )
         except ResponseError as error:
             if _core.is_wrongtype(error):
-                return None  # the name holds someone's data: never ours
-            raise
+                raise _core.wrong_type(error, self.name) from None
+            raise  # the server refused it
+        except DeadlinePassed:
+            raise  # it never went
         except BaseException:
-            # The connection is closed (the server dropped the waiter), but a
-            # grant may have crossed the close: give it back.
+            # The connection is closed, but a grant may have crossed the close:
+            # give it back.
             if may_hold(bool(sent)):
                 self._give_back(owner)
             raise

@@ -39,7 +39,8 @@ class Lock(Holder):
     acquire again (each acquire needs its release); by default each acquire
     takes a fresh owner and a second acquire from the same thread waits like
     anyone else. ``watchdog_timeout`` is the lease, in seconds, renewed while a
-    lock with ``timeout=None`` is held.
+    lock with ``timeout=None`` is held. ``max_queue``: an acquire that finds
+    that many already waiting answers False at once (load shedding).
     """
 
     commands: LockCommands = EXCLUSIVE
@@ -57,6 +58,7 @@ class Lock(Holder):
         *,
         reentrant: bool = False,
         watchdog_timeout: Number = _core.WATCHDOG_TIMEOUT,
+        max_queue: Optional[int] = None,
     ) -> None:
         super().__init__(
             redis,
@@ -67,6 +69,7 @@ class Lock(Holder):
             thread_local,
             raise_on_release_error,
             watchdog_timeout,
+            max_queue,
         )
         self.sleep = sleep
         self.reentrant = reentrant
@@ -88,19 +91,19 @@ class Lock(Holder):
             owner = _core.reentrant_owner(threading.get_ident())
         else:
             owner = _core.fresh_owner()
-        wait = self._wait(blocking, blocking_timeout)
         lease_ms = self._lease_ms()
-        args = _core.acquire_args(self.commands, self.name, owner, lease_ms, wait)
+        args = _core.acquire_args(self.commands, self.name, owner, lease_ms)
         reentrant = token is None and self.reentrant
         before = _core.REENTRANT_HOLDS.get(owner, self.name, self.commands) if reentrant else 0
         # What this owner may hold because of this acquire if it fails in
         # flight: a fresh owner, or a re-entrant one that held nothing, at
         # most this grant; a re-entrant owner that already held is granted at
         # once once the request is sent.
-        fence = self._request(
+        fence = self._acquire(
             args,
             owner,
-            wait,
+            blocking,
+            blocking_timeout,
             lambda sent: token is None and (not reentrant or before == 0 or sent),
         )
         if fence is None:

@@ -29,8 +29,8 @@ class Semaphore(Holder):
     """At most ``limit`` permits of ``name`` held at once, by every client of
     the server. ``permits`` is what an acquire asks for unless it says
     otherwise; ``timeout`` the lease in seconds (None: ``watchdog_timeout``,
-    renewed while held); ``blocking`` and ``blocking_timeout`` as for
-    ``warden.Lock``."""
+    renewed while held); ``blocking``, ``blocking_timeout`` and ``max_queue``
+    as for ``warden.Lock``."""
 
     commands: LockCommands = SEMAPHORE
     kind = "semaphore"
@@ -48,6 +48,7 @@ class Semaphore(Holder):
         thread_local: bool = True,
         raise_on_release_error: bool = True,
         watchdog_timeout: Number = _core.WATCHDOG_TIMEOUT,
+        max_queue: Optional[int] = None,
     ) -> None:
         super().__init__(
             redis,
@@ -58,6 +59,7 @@ class Semaphore(Holder):
             thread_local,
             raise_on_release_error,
             watchdog_timeout,
+            max_queue,
         )
         self.limit = limit
         self.permits = permits
@@ -84,17 +86,11 @@ class Semaphore(Holder):
                 self.name,
             )
         owner = _core.fresh_owner()
-        wait = self._wait(blocking, blocking_timeout)
         lease_ms = self._lease_ms()
         args = _core.semaphore_args(
-            self.name,
-            owner,
-            lease_ms,
-            self.limit,
-            self.permits if permits is None else permits,
-            wait,
+            self.name, owner, lease_ms, self.limit, self.permits if permits is None else permits
         )
-        fence = self._request(args, owner, wait, lambda sent: True)  # a fresh owner
+        fence = self._acquire(args, owner, blocking, blocking_timeout, lambda sent: True)
         if fence is None:
             return False
         self._new_hold(owner, lease_ms)

@@ -572,9 +572,12 @@ fn get_from(ctx: &Context, args: &[Arg], look: bool) -> RedisResult {
         }
         Read::MissBusy => {
             stats::CACHE_MISSES.add(1);
+            let waits = req.wait_ms.is_some()
+                && waiters::can_block(ctx)
+                && !waiters::shed(ctx, name, &KIND, req.queue);
             match req.wait_ms {
-                Some(_) if waiters::can_block(ctx) && memory::over_limit() => Err(err(error::OOM)),
-                Some(timeout_ms) if waiters::can_block(ctx) => {
+                Some(_) if waits && memory::over_limit() => Err(err(error::OOM)),
+                Some(timeout_ms) if waits => {
                     let mode = if req.fresh {
                         Mode::FillFresh
                     } else {

@@ -207,10 +207,13 @@ impl Kind for LockKind {
 }
 
 /// A busy request: block until served (with `WAIT`, where blocking is
-/// allowed), else nil at once. `until`: when the key may free itself.
+/// allowed and `QUEUE` does not shed it), else nil at once. `until`: when the
+/// key may free itself.
 fn busy(ctx: &Context, name: &Arg, req: &args::LockRequest, until: i64) -> RedisResult {
     match req.wait_ms {
-        Some(timeout_ms) if waiters::can_block(ctx) => {
+        Some(timeout_ms)
+            if waiters::can_block(ctx) && !waiters::shed(ctx, name, &KIND, req.queue) =>
+        {
             let waiter = Waiter::new(&KIND, req.owner, req.ttl_ms, Mode::Exclusive);
             waiters::block(ctx, name, waiter, timeout_ms);
             waiters::watch_lease(ctx, name, until);
@@ -220,7 +223,7 @@ fn busy(ctx: &Context, name: &Arg, req: &args::LockRequest, until: i64) -> Redis
     }
 }
 
-/// `LOCK.ACQUIRE key owner ttl [WAIT timeout]`
+/// `LOCK.ACQUIRE key owner ttl [WAIT timeout] [QUEUE n]`
 pub fn acquire(ctx: &Context, args: &[Arg]) -> RedisResult {
     if args.len() < 4 {
         return Err(RedisError::WrongArity);

@@ -331,7 +331,9 @@ fn request(ctx: &Context, args: &[Arg], mode: Mode) -> RedisResult {
             let next = taken.or(lock.next_lease_end());
             publish_lapsed(ctx, name, &key, lock, now);
             return match req.wait_ms {
-                Some(timeout_ms) if waiters::can_block(ctx) => {
+                Some(timeout_ms)
+                    if waiters::can_block(ctx) && !waiters::shed(ctx, name, &KIND, req.queue) =>
+                {
                     drop(key);
                     waiters::block(
                         ctx,

@@ -308,7 +308,9 @@ pub fn acquire(ctx: &Context, args: &[Arg]) -> RedisResult {
         Outcome::AlreadyHeld => Err(err(error::ALREADY_HOLDS)),
         Outcome::OtherLimit(limit) => Err(RedisError::String(error::other_limit(limit, req.limit))),
         Outcome::Busy => match req.wait_ms {
-            Some(timeout_ms) if waiters::can_block(ctx) => {
+            Some(timeout_ms)
+                if waiters::can_block(ctx) && !waiters::shed(ctx, name, &KIND, req.queue) =>
+            {
                 drop(key);
                 let mode = Mode::Permits {
                     permits: req.permits,

@@ -731,6 +731,7 @@ mod tests {
             limit,
             permits,
             wait_ms: None,
+            queue: None,
         }
     }
 

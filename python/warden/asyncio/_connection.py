@@ -1,10 +1,10 @@
 """How warden's commands reach the server from an asyncio client: the same
 rules as the sync side (``warden._connection``): a connection checked out for
-the request, its own read timeout, no retries, and a failed or cancelled
-request closes its connection (which takes a waiter out of the server's queue).
-Requests that wait server-side run on a pool of their own beside the client's,
-with the same settings and bound (see ``warden._connection``); on a cluster,
-one such pool per node.
+the request, its own read timeout, no retries, a failed request closes its
+connection, a pool of its own beside the client's for requests that wait
+server-side (on a cluster, one per node), and warden's requests wait for a
+free connection of either pool (within their caller's deadline) rather than
+raise redis-py's ``MaxConnectionsError``.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import math
 import weakref
+from collections.abc import Awaitable
 from typing import Any, Callable, Optional
 
 from redis.asyncio.cluster import RedisCluster
@@ -19,60 +20,123 @@ from redis.asyncio.connection import BlockingConnectionPool, ConnectionPool
 from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from .._core import is_redirect
+from .._core import Deadline, hinted, is_redirect
 
 # read_response(timeout=t) answers None when t passes: the outer wait_for owns the deadline.
 _NO_READ_TIMEOUT = 10.0**9
 
 
-_wait_pools: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
+_background: set[asyncio.Future[Any]] = set()
+
+
+def in_background(coroutine: Any) -> asyncio.Future[Any]:
+    """Run ``coroutine`` as a task of its own, referenced until done."""
+    task: asyncio.Future[Any] = asyncio.ensure_future(coroutine)
+    _background.add(task)
+    task.add_done_callback(_background.discard)
+    return task
+
+
+class DeadlinePassed(Exception):
+    """No connection was free before the caller's deadline."""
+
+
+class Slots:
+    """At most ``max_connections`` of warden's requests at once on one pool,
+    so that the pool never raises for them: the others wait for a slot."""
+
+    def __init__(self, count: int) -> None:
+        self.free = asyncio.Semaphore(count)
+
+    async def take(self, deadline: Optional[Deadline]) -> bool:
+        """False when ``deadline`` passes first (without one: waits)."""
+        left = None if deadline is None else deadline.remaining()
+        if left is None:
+            await self.free.acquire()
+            return True
+        if not self.free.locked():
+            await self.free.acquire()  # a free slot: taken without suspending
+            return True
+        # asyncio.wait, not wait_for: a slot taken as the timeout fires (or as
+        # the caller is cancelled) is given back, never lost.
+        taking = asyncio.ensure_future(self.free.acquire())
+        try:
+            await asyncio.wait({taking}, timeout=left)
+        except BaseException:
+            self._drop(taking)
+            raise
+        if taking.done() and not taking.cancelled():
+            return True
+        self._drop(taking)
+        return False
+
+    def _drop(self, taking: asyncio.Future[Any]) -> None:
+        taking.cancel()
+        taking.add_done_callback(
+            lambda t: None if t.cancelled() or t.exception() else self.free.release()
+        )
+
+    def give(self) -> None:
+        self.free.release()
+
+
+def _slots_for(pool: Any) -> Optional[Slots]:
+    count = getattr(pool, "max_connections", None)
+    return Slots(count) if isinstance(count, int) and 0 < count < 2**31 else None
+
+
+class WaitPool:
+    """The connections of requests that wait server-side beside one pool (or
+    cluster node): same settings and bound, connections of their own;
+    ``unblock_works`` as in ``warden._connection.WaitPool``."""
+
+    def __init__(self, pool: Any) -> None:
+        self.pool = pool
+        if type(pool) in (ConnectionPool, BlockingConnectionPool) or not isinstance(
+            pool, ConnectionPool
+        ):
+            # A plain pool, or a cluster node (its own bound, no pool object);
+            # plain: the slots bound it, and wait only as long as their caller may.
+            kwargs = dict(pool.connection_kwargs)
+            for client_side_cache in ("cache", "cache_config"):
+                kwargs.pop(client_side_cache, None)
+            self.pool = ConnectionPool(
+                connection_class=pool.connection_class,
+                max_connections=pool.max_connections,
+                **kwargs,
+            )
+        # else: a pool of another class (Sentinel's), used as it is
+        self.slots = _slots_for(self.pool)
+        self.unblock_works: Optional[bool] = None
+
+
+_wait_pools: weakref.WeakKeyDictionary[Any, WaitPool] = weakref.WeakKeyDictionary()
+_gates: weakref.WeakKeyDictionary[Any, Optional[Slots]] = weakref.WeakKeyDictionary()
 # A cluster's nodes cannot be weakly referenced: their pools hang on the client.
-_node_wait_pools: weakref.WeakKeyDictionary[Any, dict[str, Any]] = weakref.WeakKeyDictionary()
+_node_wait_pools: weakref.WeakKeyDictionary[Any, dict[str, WaitPool]] = weakref.WeakKeyDictionary()
 
 
-def node_wait_pool(client: Any, node: Any) -> Any:
+def node_wait_pool(client: Any, node: Any) -> WaitPool:
     """The wait pool beside one cluster node's connections."""
     pools = _node_wait_pools.setdefault(client, {})
     waits = pools.get(node.name)
     if waits is None:
-        waits = pools[node.name] = _new_wait_pool(node)
+        waits = pools[node.name] = WaitPool(node)
     return waits
 
 
-def wait_pool(pool: Any) -> Any:
-    """The pool that requests waiting server-side use beside ``pool``: same
-    connection settings and bound, connections of its own."""
+def wait_pool(pool: Any) -> WaitPool:
+    """The pool that requests waiting server-side use beside ``pool`` (made once)."""
     waits = _wait_pools.get(pool)
     if waits is None:
-        waits = _new_wait_pool(pool)
-        if waits is pool:
-            return pool
-        _wait_pools[pool] = waits
+        waits = _wait_pools[pool] = WaitPool(pool)
     return waits
 
 
-def _new_wait_pool(pool: Any) -> Any:
-    kwargs = dict(pool.connection_kwargs)
-    for client_side_cache in ("cache", "cache_config"):
-        kwargs.pop(client_side_cache, None)
-    waits: Any
-    if isinstance(pool, BlockingConnectionPool):
-        waits = BlockingConnectionPool(
-            connection_class=pool.connection_class,
-            max_connections=pool.max_connections,
-            timeout=pool.timeout,
-            **kwargs,
-        )
-    elif type(pool) is ConnectionPool or not isinstance(pool, ConnectionPool):
-        # A plain pool, or a cluster node (its own bound, no pool object).
-        waits = ConnectionPool(
-            connection_class=pool.connection_class,
-            max_connections=pool.max_connections,
-            **kwargs,
-        )
-    else:
-        return pool  # a pool of another class (Sentinel's): used as it is
-    return waits
+def _gate(pool: Any) -> Optional[Slots]:
+    if pool not in _gates:
+        _gates[pool] = _slots_for(pool)
+    return _gates[pool]
 
 
 class Pinned:
@@ -83,28 +147,44 @@ class Pinned:
         self.key = key
         self.node: Any = None
         self.pool: Any = None
+        self.waits: Optional[WaitPool] = None
+        self.slots: Optional[Slots] = None
         self.connection: Any = None
         self.broken = False
 
     @classmethod
-    async def open(cls, client: Any, key: str, waits: bool = False) -> Pinned:
+    async def open(
+        cls, client: Any, key: str, waits: bool = False, deadline: Optional[Deadline] = None
+    ) -> Pinned:
+        """Check a connection out (``DeadlinePassed`` if none is free before
+        ``deadline``)."""
         pinned = cls(client, key)
         if isinstance(client, RedisCluster):
             node: Any = client.get_node_from_key(key)
             if waits:
-                pinned.pool = node_wait_pool(client, node)
+                pinned.waits = node_wait_pool(client, node)
             else:
                 pinned.node = node
                 pinned.connection = node.acquire_connection()
+                return pinned
+        elif waits:
+            pinned.waits = wait_pool(client.connection_pool)
+        if pinned.waits is not None:
+            pinned.pool, pinned.slots = pinned.waits.pool, pinned.waits.slots
         else:
             pinned.pool = client.connection_pool
-            if waits:
-                pinned.pool = wait_pool(pinned.pool)
-        if pinned.pool is not None:
+            pinned.slots = _gate(pinned.pool)
+        if pinned.slots is not None and not await pinned.slots.take(deadline):
+            raise DeadlinePassed()
+        try:
             try:
                 pinned.connection = await pinned.pool.get_connection()
             except TypeError:  # redis-py < 5.3 wants a command name
                 pinned.connection = await pinned.pool.get_connection("_")
+        except BaseException:
+            if pinned.slots is not None:
+                pinned.slots.give()
+            raise
         return pinned
 
     async def call(
@@ -131,8 +211,8 @@ class Pinned:
                 return await asyncio.wait_for(read, timeout)
             except asyncio.TimeoutError:
                 raise RedisTimeoutError(f"no reply to {args[0]} within {timeout:.1f} s") from None
-        except ResponseError:
-            raise  # the connection is fine: the server answered
+        except ResponseError as error:
+            raise hinted(error) from None  # the connection is fine: the server answered
         except BaseException:
             self.broken = True
             raise
@@ -141,16 +221,20 @@ class Pinned:
         connection, self.connection = self.connection, None
         if connection is None:
             return
-        if self.broken:
-            await connection.disconnect(nowait=True)
-        if self.node is not None:
-            release = getattr(self.node, "release", None)
-            if release is not None:
-                release(connection)
-            else:  # redis-py < 5.1
-                self.node._free.append(connection)
-        else:
-            await self.pool.release(connection)
+        try:
+            if self.broken:
+                await connection.disconnect(nowait=True)
+            if self.node is not None:
+                release = getattr(self.node, "release", None)
+                if release is not None:
+                    release(connection)
+                else:  # redis-py < 5.1
+                    self.node._free.append(connection)
+            else:
+                await self.pool.release(connection)
+        finally:
+            if self.slots is not None:
+                self.slots.give()
 
     async def __aenter__(self) -> Pinned:
         return self
@@ -166,12 +250,14 @@ async def call(
     timeout: Optional[float] = None,
     waits: bool = False,
     on_sent: Optional[Callable[[], None]] = None,
+    deadline: Optional[Deadline] = None,
 ) -> Any:
     """One command about ``key`` on a connection of its own, never retried;
     a cluster redirect (the command did not run) refreshes the slot map once.
-    ``waits``: the command may wait server-side (wait pool)."""
+    ``waits``: the command may wait server-side (wait pool).
+    ``DeadlinePassed`` if no connection is free before ``deadline``."""
     for attempt in (0, 1):
-        async with await Pinned.open(client, key, waits) as pinned:
+        async with await Pinned.open(client, key, waits, deadline) as pinned:
             try:
                 return await pinned.call(*args, timeout=timeout, on_sent=on_sent)
             except ResponseError as error:
@@ -179,3 +265,124 @@ async def call(
                     raise
         await client.nodes_manager.initialize()
     raise AssertionError("unreachable")
+
+
+Lost = Callable[[Optional[int]], Awaitable[None]]
+
+
+async def blocking_call(
+    client: Any, key: str, args: list[Any], deadline: Deadline, extra: list[Any], lost: Lost
+) -> Any:
+    """As ``warden._connection.blocking_call``, for asyncio: send ``args``
+    with ``WAIT`` (what is left of ``deadline`` less a margin) and ``extra``
+    on a connection of the wait pool; the reply, or None when the deadline
+    passes first. Past the deadline, or when the calling task is cancelled,
+    the waiter leaves the server's queue at once (``CLIENT UNBLOCK``, or
+    closing its connection where that does not work); a grant that raced it
+    goes to ``lost`` (given back), and the cancel goes on."""
+    try:
+        pinned = await Pinned.open(client, key, waits=True, deadline=deadline)
+    except DeadlinePassed:
+        return None
+    connection = pinned.connection
+    reading: Optional[asyncio.Future[Any]] = None
+    client_id: Optional[int] = None
+    parked = False
+    closed_by_abort = False
+    try:
+        wait = deadline.wait_ms()
+        if wait is None:
+            return None
+        sent = False
+        try:
+            # CLIENT ID rides along (no round trip of its own): the id to unblock.
+            await connection.send_packed_command(
+                connection.pack_commands([("CLIENT", "ID"), (*args, "WAIT", wait, *extra)])
+            )
+            sent = True
+            try:
+                client_id = int(await connection.read_response())
+            except ResponseError:  # an ACL without CLIENT: close to abort instead
+                client_id = None
+            # The read runs as a task of its own: a cancel of the caller leaves
+            # it intact, so the waiter's nil can be read and the connection kept.
+            reading = asyncio.ensure_future(connection.read_response(timeout=_NO_READ_TIMEOUT))
+            parked = True
+            await asyncio.wait({reading}, timeout=deadline.remaining())
+            if not reading.done():
+                await _abort(client, key, pinned, reading, client_id, lost)
+                return None
+            parked = False
+            reply = reading.result()
+        except ResponseError as error:
+            raise hinted(error) from None
+        except BaseException:
+            if parked and reading is not None:
+                # Cancelled while parked: out of the queue now, the cancel goes
+                # on at once even if cancelled again meanwhile.
+                closed_by_abort = True
+                abort = in_background(_abort(client, key, pinned, reading, client_id, lost, True))
+                try:
+                    await asyncio.shield(abort)
+                except BaseException:
+                    pass
+            else:
+                pinned.broken = True
+                if sent:
+                    await asyncio.shield(in_background(lost(None)))
+            raise
+        if reply is not None and deadline.passed():
+            await lost(int(reply))  # the caller has given up: never a late grant
+            return None
+        return reply
+    finally:
+        if not closed_by_abort:
+            await pinned.close()
+
+
+async def _abort(
+    client: Any,
+    key: str,
+    pinned: Pinned,
+    reading: asyncio.Future[Any],
+    client_id: Optional[int],
+    lost: Lost,
+    close: bool = False,
+) -> None:
+    """Take a parked waiter out of the server's queue; its connection is kept
+    when its last reply was read, else closed (``close``: and given back)."""
+    waits = pinned.waits
+    assert waits is not None
+    try:
+        unblocked: Any = None
+        if not reading.done() and client_id is not None:
+            try:
+                unblocked = await call(client, key, "CLIENT", "UNBLOCK", client_id, timeout=1.0)
+            except Exception:
+                unblocked = None
+            if unblocked == 1:
+                waits.unblock_works = True
+        # The reply is due when the wait ended or was unblocked; an older
+        # server answers 0 and goes on waiting.
+        if unblocked == 1 or unblocked == 0 and waits.unblock_works:
+            await asyncio.wait({reading}, timeout=1.0)
+        if reading.done() and not reading.cancelled():
+            error = reading.exception()
+            if error is None:
+                reply = reading.result()
+                if reply is not None:
+                    await lost(int(reply))
+                return
+            if isinstance(error, ResponseError):
+                return
+        pinned.broken = True
+        if not reading.done():
+            reading.cancel()  # redis-py closes a connection whose read is cancelled
+            try:
+                await reading
+            except BaseException:
+                pass
+        await lost(None)
+    finally:
+        if close:
+            await pinned.close()

@@ -1,10 +1,11 @@
 """What an asyncio ``Lock`` and ``Semaphore`` share, as ``warden._holder``
-for sync clients (read that module's notes). The watchdog is a task; ``lost``
-is an ``asyncio.Event`` of its own for each hold, and ``holder.lost`` is the
-event of the calling task's current (or last) hold, so another task's acquire
-never clears it. A cancelled ``acquire`` closes its connection, which takes
-it out of the server's queue, and gives back what the server may have
-granted it.
+for sync clients (read that module's notes: try first, then wait within the
+deadline). The watchdog is a task; ``lost`` is an ``asyncio.Event`` of its
+own for each hold, and ``holder.lost`` is the event of the calling task's
+current (or last) hold, so another task's acquire never clears it. A
+cancelled ``acquire`` takes its waiter out of the server's queue at once
+(``CLIENT UNBLOCK``, or closing its connection where that does not work),
+gives back what the server may have granted it, and is cancelled.
 """
 
 from __future__ import annotations
@@ -21,20 +22,11 @@ from redis.exceptions import LockError, LockNotOwnedError, ResponseError
 
 from .. import _core
 from .._core import LockCommands, Number, lock_error
-from ._connection import call
+from ._connection import DeadlinePassed, blocking_call, call, in_background
 
 logger = logging.getLogger(__name__)
 
 _H = TypeVar("_H", bound="Holder")
-
-_background: set[asyncio.Task[Any]] = set()
-
-
-def in_background(coroutine: Any, name: str) -> asyncio.Task[Any]:
-    task: asyncio.Task[Any] = asyncio.ensure_future(coroutine)
-    _background.add(task)
-    task.add_done_callback(_background.discard)
-    return task
 
 
 def holder_id() -> int:
@@ -50,7 +42,7 @@ class _Watchdog:
         self.holder, self.owner, self.lease_ms = holder, owner, lease_ms
         self.lost = lost  # this hold's, not whichever hold the holder has later
         self.deadline = time.monotonic() + lease_ms / 1000
-        self.task = in_background(self.run(), f"warden-watchdog:{holder.name}")
+        self.task = in_background(self.run())
 
     def stop(self) -> None:
         self.task.cancel()
@@ -125,8 +117,10 @@ class Holder:
         thread_local: bool,
         raise_on_release_error: bool,
         watchdog_timeout: Number,
+        max_queue: Optional[int] = None,
     ) -> None:
         self.redis = redis
+        self.max_queue = _core.check_max_queue(max_queue)
         self.name: Any = name
         self.timeout = timeout
         self.blocking = blocking
@@ -201,38 +195,66 @@ class Holder:
 
     # --- the parts of acquire and release ---------------------------------
 
-    def _wait(self, blocking: Optional[bool], blocking_timeout: Optional[Number]) -> Optional[int]:
-        """The ``WAIT`` of an acquire, from its arguments or the holder's defaults."""
-        return _core.wait_ms(
+    async def _acquire(
+        self,
+        args: list[Any],
+        owner: bytes,
+        blocking: Optional[bool],
+        blocking_timeout: Optional[Number],
+        may_hold: Callable[[bool], bool],
+    ) -> Optional[int]:
+        """As ``warden._holder.Holder._acquire``: try on an ordinary
+        connection, then wait in the server's queue within the deadline."""
+        deadline = _core.deadline(
             self.blocking if blocking is None else blocking,
             self.blocking_timeout if blocking_timeout is None else blocking_timeout,
         )
+        try:
+            fence = await self._request(args, owner, may_hold, deadline)
+        except DeadlinePassed:
+            return None
+        if fence is not None or deadline is None:
+            return fence
+
+        async def lost(reply: Optional[int]) -> None:
+            if reply is not None or may_hold(True):
+                await self._give_back(owner)
+
+        reply = await blocking_call(
+            self.redis, self.name, args, deadline, _core.queue_args(self.max_queue), lost
+        )
+        return None if reply is None else int(reply)
 
     async def _request(
-        self, args: list[Any], owner: bytes, wait: Optional[int], may_hold: Callable[[bool], bool]
+        self,
+        args: list[Any],
+        owner: bytes,
+        may_hold: Callable[[bool], bool],
+        deadline: Optional[_core.Deadline],
     ) -> Optional[int]:
-        """Send an acquire: its fencing token, or None (busy, or the name holds
-        another type). If it fails in flight or is cancelled, what ``owner``
-        may hold because of it (``may_hold(sent)``) is given back."""
+        """Send an acquire that does not wait: its fencing token, or None
+        (busy). If it fails in flight or is cancelled, what ``owner`` may hold
+        because of it (``may_hold(sent)``) is given back."""
         sent: list[bool] = []
         try:
             fence = await call(
                 self.redis,
                 self.name,
                 *args,
-                timeout=_core.read_timeout(wait),
-                waits=wait is not None,
                 on_sent=lambda: sent.append(True),
+                deadline=deadline,
             )
         except ResponseError as error:
             if _core.is_wrongtype(error):
-                return None
-            raise
+                raise _core.wrong_type(error, self.name) from None
+            raise  # the server refused it
+        except DeadlinePassed:
+            raise  # it never went
         except BaseException:
             # A grant may have crossed the close of the connection: give it
             # back, in the background (we may be cancelled).
             if may_hold(bool(sent)):
-                in_background(self._give_back(owner), f"warden-give-back:{self.name}")
+                in_background(self._give_back(owner))
             raise
         return None if fence is None else int(fence)
 

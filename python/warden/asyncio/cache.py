@@ -12,8 +12,7 @@ from typing import Any, Callable, Optional, TypeVar, Union, cast
 
 from .. import _core
 from .._core import CacheRequest, CacheWaitTimeout, Number, Serializer
-from ._connection import Pinned, call
-from ._holder import in_background
+from ._connection import Pinned, call, in_background
 
 logger = logging.getLogger(__name__)
 
@@ -72,10 +71,7 @@ class Cache:
                     continue
                 if value is not None:  # refresh ahead: serve now, reload behind
                     handed_off = True
-                    in_background(
-                        self._refresh(pinned, request.key, lease, loader, ttl, jitter),
-                        f"warden-refresh:{request.key}",
-                    )
+                    in_background(self._refresh(pinned, request.key, lease, loader, ttl, jitter))
                     return self._decode(value)
                 return await self._load(pinned, request.key, lease, loader, ttl, jitter)
             finally:

@@ -40,6 +40,7 @@ class Lock(Holder):
         *,
         reentrant: bool = False,
         watchdog_timeout: Number = _core.WATCHDOG_TIMEOUT,
+        max_queue: Optional[int] = None,
     ) -> None:
         super().__init__(
             redis,
@@ -50,6 +51,7 @@ class Lock(Holder):
             thread_local,
             raise_on_release_error,
             watchdog_timeout,
+            max_queue,
         )
         self.sleep = sleep
         self.reentrant = reentrant
@@ -68,16 +70,16 @@ class Lock(Holder):
             owner = _core.reentrant_owner(holder_id())
         else:
             owner = _core.fresh_owner()
-        wait = self._wait(blocking, blocking_timeout)
         lease_ms = self._lease_ms()
-        args = _core.acquire_args(self.commands, self.name, owner, lease_ms, wait)
+        args = _core.acquire_args(self.commands, self.name, owner, lease_ms)
         reentrant = token is None and self.reentrant
         before = _core.REENTRANT_HOLDS.get(owner, self.name, self.commands) if reentrant else 0
         # What this owner may hold because of a failed acquire: see warden.lock.
-        fence = await self._request(
+        fence = await self._acquire(
             args,
             owner,
-            wait,
+            blocking,
+            blocking_timeout,
             lambda sent: token is None and (not reentrant or before == 0 or sent),
         )
         if fence is None:

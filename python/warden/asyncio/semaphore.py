@@ -49,6 +49,7 @@ class Semaphore(Holder):
         thread_local: bool = True,
         raise_on_release_error: bool = True,
         watchdog_timeout: Number = _core.WATCHDOG_TIMEOUT,
+        max_queue: Optional[int] = None,
     ) -> None:
         self._key = next(_keys)
         super().__init__(
@@ -60,6 +61,7 @@ class Semaphore(Holder):
             thread_local,
             raise_on_release_error,
             watchdog_timeout,
+            max_queue,
         )
         self.limit = limit
         self.permits = permits
@@ -106,17 +108,11 @@ class Semaphore(Holder):
                 self.name,
             )
         owner = _core.fresh_owner()
-        wait = self._wait(blocking, blocking_timeout)
         lease_ms = self._lease_ms()
         args = _core.semaphore_args(
-            self.name,
-            owner,
-            lease_ms,
-            self.limit,
-            self.permits if permits is None else permits,
-            wait,
+            self.name, owner, lease_ms, self.limit, self.permits if permits is None else permits
         )
-        fence = await self._request(args, owner, wait, lambda sent: True)  # a fresh owner
+        fence = await self._acquire(args, owner, blocking, blocking_timeout, lambda sent: True)
         if fence is None:
             return False
         self._new_hold(owner, lease_ms)

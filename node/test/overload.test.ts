@@ -1,0 +1,293 @@
+// The client's side of deadlines and overload: a try on the shared connection
+// first, the caller's deadline as the server's WAIT, no in-process queue past
+// it, aborts that leave nothing behind, load shedding, clear errors.
+
+import assert from "node:assert/strict";
+import { after, before, describe, test } from "node:test";
+import type { Redis } from "ioredis";
+import { LockBusyError, ReplyError, Warden } from "warden-redis";
+import { type AppClient, CLIENTS, Server, info, sleep, until } from "./servers.js";
+
+let server: Server;
+let admin: Redis;
+let unblocks = false;
+let queues = false;
+before(async () => {
+  server = await Server.start();
+  admin = server.admin();
+  const text = await admin.info("server");
+  const version = (name: string) =>
+    /^(\d+)\.(\d+)/.exec(new RegExp(`${name}_version:(\\S+)`).exec(text)?.[1] ?? "");
+  const valkey = version("valkey");
+  const redis = version("redis");
+  unblocks = valkey
+    ? Number(valkey[1]) >= 8
+    : redis !== null && (Number(redis[1]) > 7 || (Number(redis[1]) === 7 && Number(redis[2]) >= 4));
+  // A module without QUEUE answers a syntax error.
+  queues = await admin.call("LOCK.ACQUIRE", "probe:queue", "o", "1", "QUEUE", "1").then(
+    () => true,
+    () => false,
+  );
+});
+after(async () => {
+  admin?.disconnect();
+  await server?.stop();
+});
+
+const clients = async () =>
+  Number(/connected_clients:(\d+)/.exec(await admin.info("clients"))?.[1] ?? Number.NaN);
+
+/** Resolves when `key`'s LOCK.INFO (or `command`) shows `n` waiters. */
+const waiters = (key: string, n: number, command = "LOCK.INFO") =>
+  until(
+    async () => Number((await info(admin, key, command))?.waiters) === n,
+    `${n} waiters on ${key}`,
+  );
+
+for (const kind of CLIENTS.filter((c) => c.name === "ioredis" || c.name === "node-redis")) {
+  describe(`overload with ${kind.name}`, () => {
+    let app: AppClient;
+    before(async () => {
+      app = await kind.open(server);
+      await app.client.ping(); // connected before any count of connections
+    });
+    after(async () => {
+      await app?.close();
+    });
+
+    test("a free lock, semaphore or read lock is granted without a waiter connection", async () => {
+      const cases: [string, (w: Warden, key: string) => Promise<{ release(): Promise<void> }>][] = [
+        ["lock", (w, key) => w.lock(key, { ttl: 10000, wait: 1000 })],
+        ["semaphore", (w, key) => w.semaphore(key, 2).acquire({ ttl: 10000, wait: 1000 })],
+        ["read lock", (w, key) => w.readWriteLock(key).read({ ttl: 10000, wait: 1000 })],
+        ["write lock", (w, key) => w.readWriteLock(key).write({ ttl: 10000 })],
+      ];
+      for (const [name, take] of cases) {
+        const warden = new Warden(app.client);
+        const before = await clients();
+        const held = await take(warden, `${kind.name}:fast:${name}`);
+        await held.release();
+        // One connection: the shared one that took and released it.
+        assert.equal((await clients()) - before, 1, name);
+        await warden.close();
+        await until(async () => (await clients()) === before, "warden's connection to close");
+      }
+    });
+
+    test("a wait for a waiter connection ends at its deadline, and the WAIT sent is what remains", async () => {
+      const key = `${kind.name}:remaining`;
+      await admin.call("LOCK.ACQUIRE", key, "holder", "10000");
+      const warden = new Warden(app.client, { maxWaiters: 1 });
+      const monitor = await admin.monitor();
+      const sent: number[] = [];
+      monitor.on("monitor", (_time: string, args: string[]) => {
+        if (args[0]?.toUpperCase() === "LOCK.ACQUIRE" && args[1] === key) {
+          const i = args.findIndex((a) => a.toUpperCase() === "WAIT");
+          if (i > 0) sent.push(Number(args[i + 1]));
+        }
+      });
+      try {
+        const order: string[] = [];
+        // `first` takes the one waiter connection; `short` waits for it and
+        // gives up at its own deadline, long before `first` is answered.
+        const first = warden.lock(key, { wait: 1500 }).catch((e) => {
+          order.push("first");
+          return e;
+        });
+        await waiters(key, 1);
+        const short = warden.lock(key, { wait: 100 }).catch((e) => {
+          order.push("short");
+          return e;
+        });
+        assert.ok((await short) instanceof LockBusyError);
+        // `later` gets the connection once `first` times out: its WAIT is
+        // what remains of its 2500 ms, not 2500.
+        const later = warden.lock(key, { wait: 2500 }).catch((e) => e);
+        assert.ok((await first) instanceof LockBusyError);
+        assert.ok((await later) instanceof LockBusyError);
+        assert.deepEqual(order, ["short", "first"]);
+        assert.equal(sent.length, 2, `WAITs sent: ${sent}`);
+        assert.ok(sent[0] >= 1400 && sent[0] < 1500, `first WAIT ${sent[0]}`);
+        assert.ok(sent[1] >= 1 && sent[1] < 2500 - 500, `later WAIT ${sent[1]}`);
+      } finally {
+        monitor.disconnect();
+        await warden.close();
+        await admin.call("LOCK.RELEASE", key, "holder");
+      }
+    });
+
+    test("no grant reaches a caller after its deadline", async () => {
+      const key = `${kind.name}:deadline`;
+      const warden = new Warden(app.client, { maxWaiters: 4 });
+      const sem = warden.semaphore(key, 1);
+      let late = 0;
+      let granted = 0;
+      await Promise.all(
+        Array.from({ length: 40 }, async () => {
+          const t0 = performance.now();
+          let permit: Awaited<ReturnType<typeof sem.acquire>>;
+          try {
+            permit = await sem.acquire({ ttl: 10000, wait: 30 });
+          } catch (error) {
+            assert.ok(error instanceof LockBusyError, String(error));
+            return;
+          }
+          granted++;
+          // Generous slack: the test's clock starts before the call's.
+          if (performance.now() - t0 > 30 + 25) late++;
+          await sleep(5);
+          await permit.release();
+        }),
+      );
+      await warden.close();
+      assert.ok(granted > 0);
+      assert.equal(late, 0, `${late} of ${granted} grants came after the deadline`);
+      // A grant that came too late is given back without delaying its caller.
+      await until(async () => (await info(admin, key, "SEM.INFO")) === null, "nothing held");
+    });
+
+    test("an aborted wait leaves no grant and no waiter, also when the grant races the abort", async () => {
+      const cases: {
+        name: string;
+        race: boolean;
+        command: string;
+        take: (w: Warden, key: string, s: AbortSignal) => Promise<unknown>;
+      }[] = [
+        {
+          name: "lock",
+          race: false,
+          command: "LOCK",
+          take: (w, key, signal) => w.lock(key, { ttl: 10000, signal }),
+        },
+        {
+          name: "lock, grant racing",
+          race: true,
+          command: "LOCK",
+          take: (w, key, signal) => w.lock(key, { ttl: 10000, signal }),
+        },
+        {
+          name: "semaphore, grant racing",
+          race: true,
+          command: "SEM",
+          take: (w, key, signal) => w.semaphore(key, 1).acquire({ ttl: 10000, wait: 5000, signal }),
+        },
+      ];
+      for (const c of cases) {
+        const key = `${kind.name}:abort:${c.name}`;
+        const acquire =
+          c.command === "SEM"
+            ? ["SEM.ACQUIRE", key, "holder", "10000", "LIMIT", "1"]
+            : ["LOCK.ACQUIRE", key, "holder", "10000"];
+        const infoCommand = `${c.command}.INFO`;
+        await admin.call(acquire[0], ...acquire.slice(1));
+        const warden = new Warden(app.client);
+        const abort = new AbortController();
+        const waiting = c.take(warden, key, abort.signal).then(
+          () => "granted",
+          (e) => e,
+        );
+        await waiters(key, 1, infoCommand);
+        const open = await clients();
+        if (c.race) {
+          // The release hands the lock to the waiter while the abort is on its way.
+          const released = admin.call(`${c.command}.RELEASE`, key, "holder");
+          abort.abort();
+          await released;
+        } else {
+          abort.abort();
+        }
+        const outcome = await waiting;
+        assert.equal((outcome as Error)?.name, "AbortError", `${c.name}: ${outcome}`);
+        if (!c.race) {
+          await waiters(key, 0, infoCommand);
+          await admin.call(`${c.command}.RELEASE`, key, "holder");
+        }
+        await until(
+          async () => (await info(admin, key, infoCommand)) === null,
+          `${c.name}: nothing held`,
+        );
+        if (!c.race) {
+          // Where the server unblocks a module's waiter, the connection stays.
+          const now = await until(async () => {
+            const n = await clients();
+            return unblocks || n < open ? n : 0;
+          }, "the connection count to settle");
+          if (unblocks) assert.equal(now, open, `${c.name}: the waiter connection kept`);
+          else assert.equal(now, open - 1, `${c.name}: the waiter connection closed`);
+        }
+        await warden.close();
+      }
+    });
+
+    test("maxQueue sheds a request at once when that many wait", async (t) => {
+      if (!queues) {
+        t.skip("this module has no QUEUE");
+        return;
+      }
+      const key = `${kind.name}:shed`;
+      await admin.call("LOCK.ACQUIRE", key, "holder", "10000");
+      const warden = new Warden(app.client);
+      try {
+        const first = warden.lock(key, { wait: 5000 }).catch((e) => e);
+        await waiters(key, 1);
+        const order: string[] = [];
+        const shed = warden.lock(key, { wait: 5000, maxQueue: 1 }).catch((e) => {
+          order.push("shed");
+          return e;
+        });
+        assert.ok((await shed) instanceof LockBusyError);
+        assert.equal(Number((await info(admin, key)).waiters), 1);
+        await admin.call("LOCK.RELEASE", key, "holder");
+        const lock = await first;
+        order.push("first");
+        assert.deepEqual(order, ["shed", "first"]);
+        await lock.release();
+        await assert.rejects(warden.lock(key, { maxQueue: -1 }), RangeError);
+      } finally {
+        await warden.close();
+      }
+    });
+
+    test("300 concurrent waiters with the default options: no error", async () => {
+      const key = `${kind.name}:300`;
+      const warden = new Warden(app.client);
+      const sem = warden.semaphore(key, 3);
+      const outcomes = await Promise.all(
+        Array.from({ length: 300 }, async (_, i) => {
+          try {
+            // Half give up quickly, half wait until granted.
+            const permit = await sem.acquire({ ttl: 10000, wait: i % 2 ? 20 : 60000 });
+            await sleep(1);
+            await permit.release();
+            return "granted";
+          } catch (error) {
+            if (error instanceof LockBusyError) return "busy";
+            return String(error);
+          }
+        }),
+      );
+      await warden.close();
+      const errors = outcomes.filter((o) => o !== "granted" && o !== "busy");
+      assert.deepEqual(errors, []);
+      assert.equal(outcomes.filter((o, i) => i % 2 === 0 && o === "granted").length, 150);
+      assert.equal(await info(admin, key, "SEM.INFO"), null);
+    });
+
+    test("WRONGTYPE stays WRONGTYPE, on the try and on the wait", async () => {
+      const key = `${kind.name}:wrongtype`;
+      await admin.set(key, "a string");
+      const warden = new Warden(app.client);
+      for (const take of [
+        () => warden.lock(key, { wait: 100 }),
+        () => warden.semaphore(key, 2).acquire({ wait: 100 }),
+        () => warden.readWriteLock(key).read({ wait: 100 }),
+      ]) {
+        await assert.rejects(
+          take(),
+          (e: unknown) => e instanceof ReplyError && /^WRONGTYPE/.test(e.message),
+        );
+      }
+      await warden.close();
+    });
+  });
+}

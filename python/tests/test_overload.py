@@ -1,0 +1,396 @@
+"""The overload rule, sync and asyncio: an acquire tries first on the client's
+pool, waits only within its deadline (WAIT = the time left), never raises a
+pool error with many waiters, takes an aborted waiter out at once and never
+hands a grant to a caller past its deadline."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import redis
+import redis.asyncio
+from redis.exceptions import ResponseError
+from servers import Server
+
+import warden
+import warden.asyncio
+from warden import _core
+
+
+def sem_info(r: redis.Redis, name: str) -> dict[str, Any]:
+    reply = r.execute_command("SEM.INFO", name)
+    if reply is None:
+        return {}
+    items = reply.items() if isinstance(reply, dict) else zip(reply[::2], reply[1::2])
+    return {k.decode() if isinstance(k, bytes) else k: v for k, v in items}
+
+
+def lock_waiters(r: redis.Redis, name: str) -> int:
+    reply = r.execute_command("LOCK.INFO", name)
+    items = reply.items() if isinstance(reply, dict) else zip(reply[::2], reply[1::2])
+    return int({k.decode() if isinstance(k, bytes) else k: v for k, v in items}["waiters"])
+
+
+def wait_for(condition: Any, timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.005)
+
+
+async def async_wait_for(condition: Any, timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition not met in time"
+        await asyncio.sleep(0.005)
+
+
+def unblocks_waiters(r: redis.Redis) -> bool:
+    """CLIENT UNBLOCK takes a warden waiter out: Redis >= 7.4, Valkey >= 8."""
+    server = r.info("server")
+    if "valkey_version" in server:
+        return tuple(map(int, str(server["valkey_version"]).split(".")[:2])) >= (8, 0)
+    return tuple(map(int, str(server["redis_version"]).split(".")[:2])) >= (7, 4)
+
+
+def clients(r: redis.Redis) -> int:
+    return int(r.info("clients")["connected_clients"])
+
+
+@pytest.fixture
+def watcher(server: Server) -> Iterator[redis.Redis]:
+    r = server.client()
+    r.flushall()
+    yield r
+    r.close()
+
+
+# --- the deadline ------------------------------------------------------------
+
+
+def test_wait_ms_is_the_time_left_less_a_margin(monkeypatch: pytest.MonkeyPatch) -> None:
+    now = [100.0]
+    monkeypatch.setattr(_core.time, "monotonic", lambda: now[0])
+    cases = [  # (deadline s, s elapsed before the send, WAIT sent)
+        (None, 0.0, 0),  # no deadline: forever
+        (1.0, 0.0, 995),  # margin capped at 5 ms
+        (0.05, 0.0, 45),
+        (0.05, 0.02, 27),  # 30 ms left, margin 3 ms
+        (0.05, 0.045, 4),  # 5 ms left, margin 1 ms
+        (0.05, 0.0495, 1),  # never WAIT 0 for a finite deadline
+        (0.05, 0.05, None),  # nothing left: nothing is sent
+        (0.05, 0.2, None),
+    ]
+    for seconds, elapsed, wait in cases:
+        now[0] = 100.0
+        deadline = _core.Deadline(seconds)
+        now[0] += elapsed
+        assert deadline.wait_ms() == wait, (seconds, elapsed)
+
+
+def monitored(server: Server) -> tuple[list[str], threading.Event, threading.Thread]:
+    """The commands the server runs, as MONITOR lines, until ``stop`` is set."""
+    lines: list[str] = []
+    stop = threading.Event()
+    ready = threading.Event()
+
+    def run() -> None:
+        with server.client().monitor() as m:
+            ready.set()
+            while not stop.is_set():
+                lines.append(m.next_command()["command"])
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    ready.wait(5)
+    time.sleep(0.05)
+    return lines, stop, t
+
+
+@pytest.mark.parametrize("flavour", ["sync", "asyncio"])
+def test_the_wait_sent_is_what_is_left_after_waiting_for_a_connection(
+    server: Server, watcher: redis.Redis, flavour: str
+) -> None:
+    # A pool of 1: the second waiter gets its wait connection only when the
+    # first is granted, 300 ms into its own 600 ms, and sends what is left.
+    watcher.execute_command("SEM.ACQUIRE", "left", "holder", 30_000, "LIMIT", 1)
+    threading.Timer(0.3, lambda: watcher.execute_command("SEM.RELEASE", "left", "holder")).start()
+    lines, stop, t = monitored(server)
+    results: list[Any] = []
+
+    if flavour == "sync":
+        r = server.client(max_connections=1)
+
+        def one(seconds: float) -> None:
+            sem = warden.Semaphore(r, "left", 1, timeout=0.05)
+            results.append(sem.acquire(blocking_timeout=seconds))
+
+        first = threading.Thread(target=one, args=(10,))
+        first.start()
+        wait_for(lambda: sem_info(watcher, "left").get("waiters") == 1)
+        one(0.6)
+        first.join(5)
+    else:
+
+        async def main() -> None:
+            r = server.async_client(max_connections=1)
+
+            async def one(seconds: float) -> None:
+                sem = warden.asyncio.Semaphore(r, "left", 1, timeout=0.05)
+                results.append(await sem.acquire(blocking_timeout=seconds))
+
+            first = asyncio.ensure_future(one(10))
+            await async_wait_for(lambda: sem_info(watcher, "left").get("waiters") == 1)
+            await one(0.6)
+            await first
+            await r.aclose()
+
+        asyncio.run(main())
+    stop.set()
+    watcher.ping()  # one more line for the monitor to see the stop
+    t.join(5)
+    waits = [int(m.group(1)) for m in map(re.compile(r"WAIT (\d+)").search, lines) if m]
+    assert results == [True, True] or results == [True, False]
+    assert waits[0] >= 9_000 and 1 <= waits[1] < 400  # not 600: the clock ran meanwhile
+
+
+@pytest.mark.parametrize("flavour", ["sync", "asyncio"])
+def test_no_grant_reaches_a_caller_past_its_deadline(
+    watcher: redis.Redis, server: Server, flavour: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The grant arrives, but the deadline has passed by then (as a busy
+    # machine would make it): it is given back and the acquire answers False.
+    watcher.execute_command("SEM.ACQUIRE", "late", "holder", 30_000, "LIMIT", 1)
+    real = _core.Deadline.passed
+    monkeypatch.setattr(_core.Deadline, "passed", lambda self: True)
+    threading.Timer(0.2, lambda: watcher.execute_command("SEM.RELEASE", "late", "holder")).start()
+    if flavour == "sync":
+        got = warden.Semaphore(server.client(), "late", 1, timeout=30).acquire(blocking_timeout=5)
+    else:
+
+        async def main() -> bool:
+            r = server.async_client()
+            sem = warden.asyncio.Semaphore(r, "late", 1, timeout=30)
+            try:
+                return await sem.acquire(blocking_timeout=5)
+            finally:
+                await r.aclose()
+
+        got = asyncio.run(main())
+    monkeypatch.setattr(_core.Deadline, "passed", real)
+    assert got is False
+    wait_for(lambda: sem_info(watcher, "late") == {})  # given back: nothing held
+
+
+# --- many waiters, the default pool -------------------------------------------
+
+
+def test_300_threads_waiting_on_the_default_pool_raise_nothing(
+    server: Server, watcher: redis.Redis
+) -> None:
+    r = server.client()  # redis-py's default pool: 100 connections
+    watcher.execute_command("SEM.ACQUIRE", "many", "holder", 30_000, "LIMIT", 1)
+    errors: list[BaseException] = []
+    granted: list[bool] = []
+    go = threading.Barrier(301)
+
+    def one() -> None:
+        go.wait()
+        try:
+            sem = warden.Semaphore(r, "many", 1, timeout=10)
+            if sem.acquire(blocking_timeout=1):
+                granted.append(True)
+                sem.release()
+        except BaseException as error:
+            errors.append(error)
+
+    threads = [threading.Thread(target=one) for _ in range(300)]
+    for t in threads:
+        t.start()
+    go.wait()
+    time.sleep(0.3)
+    watcher.execute_command("SEM.RELEASE", "many", "holder")
+    for t in threads:
+        t.join(30)
+    assert errors == []
+    assert granted  # the released permit went to a waiter, and on
+    wait_for(lambda: sem_info(watcher, "many") == {})
+    r.close()
+
+
+async def test_300_tasks_waiting_on_the_default_pool_raise_nothing(
+    server: Server, watcher: redis.Redis
+) -> None:
+    r = server.async_client()  # redis-py's default pool: 100 connections
+    watcher.execute_command("LOCK.ACQUIRE", "many", "holder", 30_000)
+
+    async def one() -> bool:
+        lock = warden.asyncio.Lock(r, "many", timeout=10)
+        if await lock.acquire(blocking_timeout=1):
+            await lock.release()
+            return True
+        return False
+
+    tasks = [asyncio.ensure_future(one()) for _ in range(300)]
+    await asyncio.sleep(0.3)
+    watcher.execute_command("LOCK.RELEASE", "many", "holder")
+    results = await asyncio.gather(*tasks, return_exceptions=True)
+    assert [e for e in results if isinstance(e, BaseException)] == []
+    assert any(results)
+    assert not watcher.exists("many")
+    await r.aclose()
+
+
+# --- the fast path --------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["lock", "semaphore"])
+def test_a_free_acquire_opens_no_waiter_connection(
+    server: Server, watcher: redis.Redis, kind: str
+) -> None:
+    before = clients(watcher)
+    r = server.client()
+    for _ in range(3):
+        holder: Any = (
+            warden.Lock(r, "free", timeout=10)
+            if kind == "lock"
+            else warden.Semaphore(r, "free", 2, timeout=10)
+        )
+        assert holder.acquire(blocking_timeout=5)
+        holder.release()
+    assert clients(watcher) == before + 1  # one ordinary connection, reused
+    r.close()
+
+
+async def test_a_free_acquire_opens_no_waiter_connection_asyncio(
+    server: Server, watcher: redis.Redis
+) -> None:
+    before = clients(watcher)
+    r = server.async_client()
+    for _ in range(3):
+        sem = warden.asyncio.Semaphore(r, "free", 2, timeout=10)
+        assert await sem.acquire(blocking_timeout=5)
+        await sem.release()
+    assert clients(watcher) == before + 1
+    await r.aclose()
+
+
+# --- aborts -----------------------------------------------------------------------
+
+
+async def test_a_cancelled_wait_leaves_no_waiter_and_no_grant(
+    server: Server, watcher: redis.Redis
+) -> None:
+    r = server.async_client()
+    watcher.execute_command("SEM.ACQUIRE", "cancel", "holder", 30_000, "LIMIT", 1)
+    # Opened beforehand: the connection counts below see only the waiter's.
+    await warden.asyncio.Semaphore(r, "other", 1, timeout=1).acquire()
+    sem = warden.asyncio.Semaphore(r, "cancel", 1, timeout=30)
+    task = asyncio.ensure_future(sem.acquire(blocking_timeout=30))
+    await async_wait_for(lambda: sem_info(watcher, "cancel").get("waiters") == 1)
+    parked = clients(watcher)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert sem_info(watcher, "cancel")["waiters"] == 0  # out at once, not at its WAIT
+    if unblocks_waiters(watcher):
+        assert clients(watcher) == parked  # unblocked: its connection kept
+    watcher.execute_command("SEM.RELEASE", "cancel", "holder")
+    assert sem_info(watcher, "cancel") == {}  # nobody was granted it
+    await r.aclose()
+
+
+def test_a_deadline_the_server_misses_takes_the_waiter_out(
+    own_server: Server, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The server answers nothing in time (the WAIT it was sent is longer than
+    # the caller's deadline, as a server busy elsewhere would): at the
+    # deadline the client takes the waiter out itself and answers False.
+    watcher = own_server.client()
+    watcher.execute_command("LOCK.ACQUIRE", "missed", "holder", 30_000)
+    monkeypatch.setattr(_core.Deadline, "wait_ms", lambda self: 30_000)
+    r = own_server.client()
+    assert warden.Lock(r, "missed", timeout=10).acquire(blocking_timeout=0.2) is False
+    wait_for(lambda: lock_waiters(watcher, "missed") == 0)
+    watcher.execute_command("LOCK.RELEASE", "missed", "holder")
+    assert not watcher.exists("missed")
+    r.close()
+    watcher.close()
+
+
+# --- load shedding ------------------------------------------------------------------
+
+
+def has_queue(r: redis.Redis) -> bool:
+    try:
+        r.execute_command("LOCK.ACQUIRE", "probe:queue", "o", 1, "WAIT", 1, "QUEUE", 0)
+    except ResponseError:
+        return False
+    return True
+
+
+@pytest.mark.parametrize("flavour", ["sync", "asyncio"])
+def test_max_queue_sheds_at_once(server: Server, watcher: redis.Redis, flavour: str) -> None:
+    if not has_queue(watcher):
+        pytest.skip("this module has no QUEUE")
+    watcher.execute_command("SEM.ACQUIRE", "shed", "holder", 30_000, "LIMIT", 1)
+    r = server.client()
+    queued = threading.Thread(
+        target=lambda: warden.Semaphore(r, "shed", 1, timeout=1).acquire(blocking_timeout=3)
+    )
+    queued.start()
+    wait_for(lambda: sem_info(watcher, "shed").get("waiters") == 1)
+    shed = int(watcher.info("warden")["warden_shed"])
+    if flavour == "sync":
+        got = warden.Semaphore(r, "shed", 1, max_queue=1).acquire(blocking_timeout=30)
+    else:
+
+        async def main() -> bool:
+            ar = server.async_client()
+            try:
+                sem = warden.asyncio.Semaphore(ar, "shed", 1, max_queue=1)
+                return await sem.acquire(blocking_timeout=30)
+            finally:
+                await ar.aclose()
+
+        got = asyncio.run(main())
+    assert got is False  # answered at once, not after 30 s
+    assert int(watcher.info("warden")["warden_shed"]) == shed + 1
+    watcher.execute_command("SEM.RELEASE", "shed", "holder")
+    queued.join(5)
+    r.close()
+
+
+def test_max_queue_must_be_a_count(r: redis.Redis) -> None:
+    for bad in (-1, 1.5, True, "3"):
+        with pytest.raises(ValueError):
+            warden.Lock(r, "x", max_queue=bad)  # type: ignore[arg-type]
+
+
+# --- errors ---------------------------------------------------------------------------
+
+
+async def test_asyncio_a_key_of_another_type_is_a_wrongtype_error(ar: Any) -> None:
+    await ar.set("data", "x")
+    for holder in (
+        warden.asyncio.Lock(ar, "data", blocking_timeout=0.1),
+        warden.asyncio.Semaphore(ar, "data", 2, blocking_timeout=0.1),
+    ):
+        with pytest.raises(ResponseError, match="^WRONGTYPE"):
+            await holder.acquire()
+    assert await ar.get("data") == b"x"
+
+
+def test_a_server_without_the_module_says_so() -> None:
+    plain = Server(module=None)
+    try:
+        with pytest.raises(ResponseError, match="warden module loaded"):
+            warden.Lock(plain.client(), "x").acquire()
+    finally:
+        plain.stop()
