@@ -30,6 +30,72 @@ const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 /** What `wait` answers when the caller's deadline passed first. */
 export const TIMED_OUT: unique symbol = Symbol("timed out");
 
+/** The longest delay a Node timer keeps (a longer one fires at once). */
+const MAX_TIMER = 2 ** 31 - 1;
+/** The longest `WAIT` the server takes. */
+const MAX_WAIT = 2 ** 46;
+
+/** Runs `fn` once `ms` ms have passed (never for `Infinity`); delays past
+ * Node's timer limit are chained. Returns what cancels it. */
+export function later(ms: number, fn: () => void, unref = false): () => void {
+  if (!(ms < Number.POSITIVE_INFINITY)) return () => {};
+  const end = performance.now() + ms;
+  let handle: NodeJS.Timeout;
+  const arm = () => {
+    const left = end - performance.now();
+    handle = left > MAX_TIMER ? setTimeout(arm, MAX_TIMER) : setTimeout(fn, Math.max(0, left));
+    if (unref) handle.unref();
+  };
+  arm();
+  return () => clearTimeout(handle);
+}
+
+/** `work`'s value, or `TIMED_OUT` once `deadline` (a `performance.now()`
+ * time) passes first; rejects with the signal's reason on abort. What
+ * `work` yields after the caller left goes to `leftValue` / `leftError`:
+ * the caller is answered by its deadline whatever the server does. */
+export function within<T>(
+  work: Promise<T>,
+  deadline: number,
+  signal: AbortSignal | undefined,
+  leftValue: (value: T) => void,
+  leftError: (error: unknown) => void = () => {},
+): Promise<T | typeof TIMED_OUT> {
+  return new Promise((resolve, reject) => {
+    let left = false;
+    let cancel = () => {};
+    const leave = () => {
+      left = true;
+      cancel();
+      signal?.removeEventListener("abort", onAbort);
+    };
+    const onAbort = () => {
+      if (left) return;
+      leave();
+      reject(abortReason(signal as AbortSignal));
+    };
+    work.then(
+      (value) => {
+        if (left) return leftValue(value);
+        leave();
+        resolve(value);
+      },
+      (error: unknown) => {
+        if (left) return leftError(error);
+        leave();
+        reject(error);
+      },
+    );
+    if (signal?.aborted) return onAbort();
+    cancel = later(Math.max(0, deadline - performance.now()), () => {
+      if (left) return;
+      leave();
+      resolve(TIMED_OUT);
+    });
+    signal?.addEventListener("abort", onAbort, { once: true });
+  });
+}
+
 /** The `WAIT` to send now for `deadline` (a `performance.now()` time): the
  * time that remains less a margin for the reply's trip (a tenth of it, 1 to
  * 5 ms), at least 1; 0 (forever) without a deadline; null when nothing
@@ -39,7 +105,7 @@ export function serverWait(deadline: number): number | null {
   const remaining = deadline - performance.now();
   if (remaining < 1) return null;
   const margin = Math.min(5, Math.max(1, remaining / 10));
-  return Math.max(1, Math.floor(remaining - margin));
+  return Math.min(MAX_WAIT, Math.max(1, Math.floor(remaining - margin)));
 }
 
 /** Whether a server's `INFO server` names one whose `CLIENT UNBLOCK` takes a
@@ -61,6 +127,9 @@ export class Connections {
   private readonly queue: Queued[] = [];
   private readonly busy = new Set<Connection>();
   private readonly unblocks = new Map<string, Promise<boolean>>();
+  /** Nodes that refuse `CLIENT` to this user (ACL, rename-command): their
+   * waiters are never unblocked, an abort closes the connection. */
+  private readonly noClient = new Set<string>();
   /** Requests of this process waiting, by command and key. */
   private readonly waiting = new Map<string, number>();
   private waiters = 0;
@@ -88,6 +157,12 @@ export class Connections {
     }
   }
 
+  /** Opens the command connection of a single server now, so that the first
+   * acquire is one round trip, not a connection setup and a round trip. */
+  warm(): void {
+    if (this.transport.single) this.command("").catch(() => {});
+  }
+
   /** Work in the background (giving a grant back) that `close` waits for. */
   background(work: Promise<unknown>): void {
     const settled = work.catch(() => {}).finally(() => this.behind.delete(settled));
@@ -98,7 +173,7 @@ export class Connections {
     if (this.shut) return Promise.reject(new ConnectionError("warden is closed"));
     let conn = this.commands.get(node);
     if (conn === undefined) {
-      conn = this.transport.open(node, false);
+      conn = this.transport.open(node);
       this.commands.set(node, conn);
       conn.catch(() => this.commands.delete(node));
       return conn;
@@ -199,16 +274,17 @@ export class Connections {
     return new Promise((resolve, reject) => {
       let settled = false;
       let replied = false;
-      let deadlineTimer: NodeJS.Timeout | undefined;
-      let readTimer: NodeJS.Timeout | undefined;
+      let cancelDeadline = () => {};
+      let cancelRead = () => {};
+      let id: Promise<string> = Promise.resolve(conn.clientId);
       const settle = () => {
         settled = true;
-        if (deadlineTimer !== undefined) clearTimeout(deadlineTimer);
+        cancelDeadline();
         signal?.removeEventListener("abort", onAbort);
       };
       const finished = () => {
         replied = true;
-        if (readTimer !== undefined) clearTimeout(readTimer);
+        cancelRead();
       };
       // The reply will never be read: close the connection, so the server
       // drops the request (and any grant made to it ends with it).
@@ -223,7 +299,7 @@ export class Connections {
         if (settled) return;
         settle();
         reject(abortReason(signal as AbortSignal));
-        this.unblock(conn, Number.isFinite(waitMs) && waitMs > 0).then((kept) => {
+        this.unblock(conn, id, Number.isFinite(waitMs) && waitMs > 0).then((kept) => {
           if (!kept) drop();
         });
       };
@@ -232,21 +308,16 @@ export class Connections {
         reject(abortReason(signal));
         return;
       }
-      if (Number.isFinite(deadline)) {
-        // The caller is answered at its deadline even if the reply is late;
-        // the server's WAIT ends before it, so the reply follows shortly.
-        deadlineTimer = setTimeout(
-          () => {
-            if (settled) return;
-            settle();
-            resolve(TIMED_OUT);
-          },
-          Math.max(0, deadline - performance.now()),
-        );
-      }
+      // The caller is answered at its deadline even if the reply is late;
+      // the server's WAIT ends before it, so the reply follows shortly.
+      cancelDeadline = later(Math.max(0, deadline - performance.now()), () => {
+        if (settled) return;
+        settle();
+        resolve(TIMED_OUT);
+      });
       if (waitMs > 0) {
         // No reply long after the server's WAIT: the connection is lost.
-        readTimer = setTimeout(() => {
+        cancelRead = later(waitMs + this.options.readMargin, () => {
           if (!settled) {
             settle();
             reject(
@@ -256,9 +327,24 @@ export class Connections {
             );
           }
           drop();
-        }, waitMs + this.options.readMargin);
+        });
       }
       signal?.addEventListener("abort", onAbort, { once: true });
+      if (conn.clientId === "" && !this.noClient.has(conn.node)) {
+        // The id (to unblock this request on abort) in the same write as the
+        // request: no round trip before waiting. A server that refuses
+        // CLIENT still lets it wait; an abort then closes the connection.
+        id = conn.send(["CLIENT", "ID"]).then(
+          (reply) => {
+            conn.clientId = String(reply);
+            return conn.clientId;
+          },
+          (error: unknown) => {
+            if (error instanceof ReplyError) this.noClient.add(conn.node);
+            return "";
+          },
+        );
+      }
       conn.send(args).then(
         (reply) => {
           if (replied) return;
@@ -294,12 +380,11 @@ export class Connections {
    * usable (Redis >= 7.4, Valkey >= 8). False: close the connection instead
    * (an older server, or UNBLOCK found nothing blocked and the request may
    * wait forever). */
-  private async unblock(conn: Connection, bounded: boolean): Promise<boolean> {
+  private async unblock(conn: Connection, id: Promise<string>, bounded: boolean): Promise<boolean> {
     try {
-      if (!(await this.unblockable(conn.node))) return false;
-      const n = Number(
-        await (await this.command(conn.node)).send(["CLIENT", "UNBLOCK", conn.clientId]),
-      );
+      const clientId = await id;
+      if (clientId === "" || !(await this.unblockable(conn.node))) return false;
+      const n = Number(await (await this.command(conn.node)).send(["CLIENT", "UNBLOCK", clientId]));
       // 0: the reply is on its way, or the request has not reached the
       // server yet; a bounded WAIT answers it in time anyway.
       return n === 1 || bounded;
@@ -328,6 +413,10 @@ export class Connections {
   /** Resolves once the server no longer lists the client `clientId` of
    * `key`'s node (a closed connection takes the server a moment to notice). */
   async gone(key: string, clientId: string): Promise<void> {
+    if (clientId === "") {
+      await sleep(50); // its id unknown: give the server time
+      return;
+    }
     for (let i = 0; i < 200; i++) {
       let listed: unknown;
       try {
@@ -352,6 +441,11 @@ export class Connections {
     this.unblockable(node); // learned before the first abort needs it
     const conn = await this.checkOut(node, signal, deadline);
     if (conn !== null) this.busy.add(conn);
+    if (conn !== null && this.closed) {
+      // close() came while the caller was being answered: never used.
+      this.give(conn);
+      throw new ConnectionError("warden is closed");
+    }
     return conn;
   }
 
@@ -368,13 +462,20 @@ export class Connections {
       if (!conn.broken) return Promise.resolve(conn);
       this.waiters--;
     }
-    if (this.waiters < this.options.maxWaiters) return this.openWaiter(node);
     if (performance.now() >= deadline) return Promise.resolve(null);
+    if (this.waiters < this.options.maxWaiters) {
+      // Opening is raced against the deadline too; a connection that opens
+      // after its caller left goes to the next one (or the idle set).
+      return within(this.openWaiter(node), deadline, signal, (conn) => {
+        this.busy.add(conn);
+        this.give(conn);
+      }).then((conn) => (conn === TIMED_OUT ? null : conn));
+    }
     return new Promise((resolve, reject) => {
-      let timer: NodeJS.Timeout | undefined;
+      let cancel = () => {};
       const leave = () => {
         left = true;
-        if (timer !== undefined) clearTimeout(timer);
+        cancel();
         signal?.removeEventListener("abort", onAbort);
         const i = this.queue.indexOf(entry);
         if (i >= 0) this.queue.splice(i, 1);
@@ -397,15 +498,10 @@ export class Connections {
         leave();
         reject(abortReason(signal as AbortSignal));
       };
-      if (Number.isFinite(deadline)) {
-        timer = setTimeout(
-          () => {
-            leave();
-            resolve(null);
-          },
-          Math.max(0, deadline - performance.now()),
-        );
-      }
+      cancel = later(Math.max(0, deadline - performance.now()), () => {
+        leave();
+        resolve(null);
+      });
       signal?.addEventListener("abort", onAbort, { once: true });
       this.queue.push(entry);
     });
@@ -413,11 +509,20 @@ export class Connections {
 
   private openWaiter(node: string): Promise<Connection> {
     this.waiters++;
-    return this.transport.open(node, true).catch((error: unknown) => {
-      this.waiters--;
-      this.wakeOne();
-      throw error;
-    });
+    return this.transport.open(node).then(
+      (conn) => {
+        if (!this.closed) return conn;
+        // Opened after close(): closed at once, never used.
+        conn.destroy();
+        this.waiters--;
+        throw new ConnectionError("warden is closed");
+      },
+      (error: unknown) => {
+        this.waiters--;
+        this.wakeOne();
+        throw error;
+      },
+    );
   }
 
   /** A waiter connection is free again (or closed). */

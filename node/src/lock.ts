@@ -5,7 +5,7 @@
 
 import "./dispose.js";
 import { randomBytes } from "node:crypto";
-import { type Connections, TIMED_OUT } from "./connections.js";
+import { type Connections, TIMED_OUT, later, within } from "./connections.js";
 import { LockBusyError, LockLostError, ReplyError, abortReason } from "./errors.js";
 import type { Args } from "./transport.js";
 
@@ -82,7 +82,7 @@ export class Lock implements AsyncDisposable {
   readonly lost: AbortSignal;
   private readonly lostController = new AbortController();
   private released = false;
-  private timer: NodeJS.Timeout | undefined;
+  private timer: (() => void) | undefined;
   private deadline: number;
 
   /** @internal */
@@ -173,7 +173,7 @@ export class Lock implements AsyncDisposable {
   }
 
   private stop(): void {
-    if (this.timer !== undefined) clearTimeout(this.timer);
+    this.timer?.();
     this.timer = undefined;
   }
 
@@ -184,11 +184,14 @@ export class Lock implements AsyncDisposable {
     const now = performance.now();
     if (this.watchdog) {
       const pause = Math.max(1, Math.min(this.ttl / 3, (this.deadline - now) / 2));
-      this.timer = setTimeout(() => this.renew(), pause);
+      this.timer = later(pause, () => this.renew(), true);
     } else {
-      this.timer = setTimeout(() => this.lose("its lease ended"), Math.max(0, this.deadline - now));
+      this.timer = later(
+        Math.max(0, this.deadline - now),
+        () => this.lose("its lease ended"),
+        true,
+      );
     }
-    this.timer.unref();
   }
 
   private async renew(): Promise<void> {
@@ -294,13 +297,32 @@ export async function grant(
   // A request of this process already queued for the key: the server would
   // answer the try nil (it never overtakes a waiter), so go straight to waiting.
   if (wait === 0 || !connections.queued(kind.acquire, key)) {
+    // A failure that is not the server's answer: the try may have been granted.
+    const lost = (error: unknown) => {
+      if (!(error instanceof ReplyError)) giveBack(connections, kind, key, owner, undefined);
+    };
     let fence: unknown;
     try {
-      fence = await connections.run(key, args);
+      const tried = connections.run(key, args);
+      // The try too ends at the caller's deadline (a stalled server, a slow
+      // connection): a grant that comes later is given back.
+      fence =
+        wait === 0
+          ? await tried
+          : await within(
+              tried,
+              deadline,
+              signal,
+              (late) => {
+                if (late !== null && late !== undefined) release();
+              },
+              lost,
+            );
     } catch (error) {
-      if (!(error instanceof ReplyError)) giveBack(connections, kind, key, owner, undefined);
+      lost(error);
       throw error;
     }
+    if (fence === TIMED_OUT) return null;
     if (fence !== null && fence !== undefined) {
       if (signal?.aborted || (wait > 0 && performance.now() > deadline)) return refuse();
       return { owner, fence: BigInt(String(fence)), ttl, watchdog, granted: started };

@@ -22,8 +22,9 @@ export interface Connection {
   /** The node it is connected to (`""` for a standalone server). */
   readonly node: string;
   /** Its `CLIENT ID`, to unblock its request or tell when the server has
-   * seen it go (`""` on a command connection: not asked, one round trip less). */
-  readonly clientId: string;
+   * seen it go: `""` until learned (asked with a waiter's first blocking
+   * request, in the same write; never on a command connection). */
+  clientId: string;
   /** Sends one command; integers in the reply are decimal strings. */
   send(args: Args): Promise<unknown>;
   /** Closes it at once: the server drops a request still waiting on it. */
@@ -35,11 +36,12 @@ export interface Connection {
 export interface Transport {
   /** The node serving `key` (`""` without a cluster). */
   nodeOf(key: string): Promise<string>;
-  /** A new connection to `node`, no retries, no command timeout; a
-   * `waiter` one learns its `CLIENT ID`. */
-  open(node: string, waiter: boolean): Promise<Connection>;
+  /** A new connection to `node`, no retries, no command timeout. */
+  open(node: string): Promise<Connection>;
   /** A cluster redirect (`MOVED`, `ASK`) answered for `key`: learn the slots again. */
   refresh(key: string): Promise<void>;
+  /** One server, node `""` (no cluster): its connection can open before the first command. */
+  readonly single?: boolean;
 }
 
 /** The clients this package takes: ioredis `Redis` or `Cluster`, node-redis
@@ -88,19 +90,18 @@ const IOREDIS_OWN = {
 
 class IoredisConnection implements Connection {
   broken = false;
+  clientId = "";
   constructor(
     readonly node: string,
     private readonly redis: Client,
-    readonly clientId: string,
   ) {}
 
-  static async open(template: Client, node: string, waiter: boolean): Promise<IoredisConnection> {
+  static async open(template: Client, node: string): Promise<IoredisConnection> {
     const redis = template.duplicate(IOREDIS_OWN);
     redis.on("error", () => {}); // failures reach the command that was on it
     try {
       await redis.connect();
-      const id = waiter ? String(await redis.call("CLIENT", "ID")) : "";
-      const conn = new IoredisConnection(node, redis, id);
+      const conn = new IoredisConnection(node, redis);
       redis.on("close", () => {
         conn.broken = true;
       });
@@ -128,8 +129,9 @@ class IoredisConnection implements Connection {
 function ioredisStandalone(redis: Client): Transport {
   return {
     nodeOf: async () => "",
-    open: (node, waiter) => IoredisConnection.open(redis, node, waiter),
+    open: (node) => IoredisConnection.open(redis, node),
     refresh: async () => {},
+    single: true,
   };
 }
 
@@ -149,10 +151,10 @@ function ioredisCluster(cluster: Client): Transport {
       if (node === undefined) throw new ConnectionError(`no node serves the slot of ${key}`);
       return String(node);
     },
-    async open(node, waiter) {
+    async open(node) {
       const template = cluster.connectionPool.getInstanceByKey(node);
       if (template === undefined) throw new ConnectionError(`unknown cluster node ${node}`);
-      return IoredisConnection.open(template, node, waiter);
+      return IoredisConnection.open(template, node);
     },
     refresh: () =>
       new Promise<void>((resolve) => {
@@ -168,13 +170,13 @@ const NODE_REDIS_COMMAND = { typeMapping: { 58: String }, timeout: undefined };
 
 class NodeRedisConnection implements Connection {
   broken = false;
+  clientId = "";
   constructor(
     readonly node: string,
     private readonly client: Client,
-    readonly clientId: string,
   ) {}
 
-  static async open(template: Client, node: string, waiter: boolean): Promise<NodeRedisConnection> {
+  static async open(template: Client, node: string): Promise<NodeRedisConnection> {
     const options = template.options ?? {};
     const client = template.duplicate({
       socket: { ...options.socket, reconnectStrategy: false },
@@ -184,10 +186,7 @@ class NodeRedisConnection implements Connection {
     client.on("error", () => {}); // failures reach the command that was on it
     try {
       await client.connect();
-      const id = waiter
-        ? String(await client.sendCommand(["CLIENT", "ID"], NODE_REDIS_COMMAND))
-        : "";
-      const conn = new NodeRedisConnection(node, client, id);
+      const conn = new NodeRedisConnection(node, client);
       client.on("end", () => {
         conn.broken = true;
       });
@@ -219,8 +218,9 @@ class NodeRedisConnection implements Connection {
 function nodeRedisStandalone(client: Client): Transport {
   return {
     nodeOf: async () => "",
-    open: (node, waiter) => NodeRedisConnection.open(client, node, waiter),
+    open: (node) => NodeRedisConnection.open(client, node),
     refresh: async () => {},
+    single: true,
   };
 }
 
@@ -228,9 +228,9 @@ function nodeRedisPool(pool: Client): Transport {
   return {
     nodeOf: async () => "",
     // A pooled client is the template; it goes back to the pool at once.
-    open: async (node, waiter) =>
-      NodeRedisConnection.open(await pool.execute((c: Client) => c), node, waiter),
+    open: async (node) => NodeRedisConnection.open(await pool.execute((c: Client) => c), node),
     refresh: async () => {},
+    single: true,
   };
 }
 
@@ -241,12 +241,12 @@ function nodeRedisCluster(cluster: Client): Transport {
       if (master === undefined) throw new ConnectionError(`no node serves the slot of ${key}`);
       return `${master.host}:${master.port}`;
     },
-    async open(node, waiter) {
+    async open(node) {
       const master = cluster.masters.find(
         (m: { host: string; port: number }) => `${m.host}:${m.port}` === node,
       );
       if (master === undefined) throw new ConnectionError(`unknown cluster node ${node}`);
-      return NodeRedisConnection.open(await cluster.nodeClient(master), node, waiter);
+      return NodeRedisConnection.open(await cluster.nodeClient(master), node);
     },
     async refresh(key) {
       // A keyed command through the cluster client: its own MOVED handling

@@ -28,8 +28,9 @@ export interface WardenOptions extends Partial<ConnectionOptions> {
  * or `Cluster` of ioredis; a client, pool or cluster of node-redis).
  *
  * The client is the template of warden's own connections: one per node for
- * tries, releases and renewals, and up to `maxWaiters` for waits (opened only
- * when a lock is busy), never the application's. A wait that finds them all
+ * tries, releases and renewals (to a single server, opened at once), and up
+ * to `maxWaiters` for waits (opened only when a lock is busy), never the
+ * application's. A wait that finds them all
  * taken waits for one only until its deadline. `close()` closes them (the
  * client stays yours).
  */
@@ -44,6 +45,7 @@ export class Warden implements AsyncDisposable {
       readMargin: options.readMargin ?? 5000,
     });
     this.defaults = { watchdogLease: options.watchdogLease ?? 30000 };
+    this.connections.warm();
   }
 
   /** Takes the exclusive lock `key` (`LOCK.ACQUIRE`), waiting in the

@@ -63,8 +63,8 @@ for (const kind of CLIENTS.filter((c) => c.name === "ioredis" || c.name === "nod
         ["write lock", (w, key) => w.readWriteLock(key).write({ ttl: 10000 })],
       ];
       for (const [name, take] of cases) {
-        const warden = new Warden(app.client);
         const before = await clients();
+        const warden = new Warden(app.client);
         const held = await take(warden, `${kind.name}:fast:${name}`);
         await held.release();
         // One connection: the shared one that took and released it.

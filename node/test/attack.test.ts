@@ -1,0 +1,185 @@
+// Edge cases of acquiring: close() during a wait's setup, a user without
+// CLIENT, a stalled server, waits and leases past Node's timer limit, a new
+// Warden's command connection.
+
+import assert from "node:assert/strict";
+import { after, before, describe, test } from "node:test";
+import { Redis } from "ioredis";
+import { createClient } from "redis";
+import { ConnectionError, LockBusyError, Warden } from "warden-redis";
+import { type AppClient, CLIENTS, Server, info, sleep, until } from "./servers.js";
+
+let server: Server;
+let admin: Redis;
+before(async () => {
+  server = await Server.start();
+  admin = server.admin();
+  await admin.call("ACL", "SETUSER", "noclient", "on", ">pw", "~*", "&*", "+@all", "-client");
+});
+after(async () => {
+  admin?.disconnect();
+  await server?.stop();
+});
+
+const clients = async (s: Redis = admin) =>
+  Number(/connected_clients:(\d+)/.exec(await s.info("clients"))?.[1] ?? Number.NaN);
+
+const semWaiters = async (s: Redis, key: string) =>
+  Number((await info(s, key, "SEM.INFO"))?.waiters ?? 0);
+
+for (const kind of CLIENTS.filter((c) => c.name === "ioredis" || c.name === "node-redis")) {
+  describe(`acquire edge cases with ${kind.name}`, () => {
+    let app: AppClient;
+    before(async () => {
+      app = await kind.open(server);
+      await app.client.ping();
+    });
+    after(async () => {
+      await app?.close();
+    });
+
+    test("close() while a waiter connection opens: the acquire rejects, nothing waits or is granted", async () => {
+      // Each delay closes at another point of the wait's setup.
+      for (const delay of [0, 1, 2, 3, 4, 6, 8, 12]) {
+        const key = `${kind.name}:close:${delay}`;
+        await admin.call("SEM.ACQUIRE", key, "holder", "60000", "LIMIT", "1");
+        const warden = new Warden(app.client);
+        const outcome = warden
+          .semaphore(key, 1)
+          .acquire({ ttl: 60000 })
+          .then(
+            () => "granted",
+            (e) => e,
+          );
+        await sleep(delay);
+        await warden.close();
+        const settled = await Promise.race([outcome, sleep(2000).then(() => "pending")]);
+        assert.ok(settled instanceof ConnectionError, `delay ${delay}: ${settled}`);
+        await until(async () => (await semWaiters(admin, key)) === 0, `delay ${delay}: no waiter`);
+        await admin.call("SEM.RELEASE", key, "holder");
+        await sleep(20);
+        assert.equal(await info(admin, key, "SEM.INFO"), null, `delay ${delay}: nothing held`);
+      }
+    });
+
+    test("a stalled server: the caller is answered by its deadline, a late grant is given back", async () => {
+      for (const held of [false, true]) {
+        const key = `${kind.name}:stall:${held}`;
+        const warden = new Warden(app.client);
+        const sem = warden.semaphore(key, 1);
+        await (await sem.acquire({ ttl: 1000 })).release(); // the command connection is open
+        if (held) await admin.call("SEM.ACQUIRE", key, "holder", "60000", "LIMIT", "1");
+        await admin.call("CLIENT", "PAUSE", "2000", "ALL");
+        const t0 = performance.now();
+        const outcome = await sem.acquire({ ttl: 60000, wait: 100 }).catch((e) => e);
+        const took = performance.now() - t0;
+        assert.ok(outcome instanceof LockBusyError, `held ${held}: ${outcome}`);
+        // Generous slack: only "not at the pause's end" is checked.
+        assert.ok(took < 1500, `held ${held}: answered after ${took} ms`);
+        await admin.call("CLIENT", "UNPAUSE");
+        if (held) await admin.call("SEM.RELEASE", key, "holder");
+        await until(async () => (await info(admin, key, "SEM.INFO")) === null, "nothing held");
+        await warden.close();
+      }
+    });
+
+    test("a wait or lease past 2^31 ms keeps its time", async () => {
+      const key = `${kind.name}:long`;
+      const warden = new Warden(app.client);
+      for (const wait of [2 ** 31, 3e9, 1e20]) {
+        await admin.call("LOCK.ACQUIRE", key, "holder", "60000");
+        const release = sleep(100).then(() => admin.call("LOCK.RELEASE", key, "holder"));
+        const lock = await warden.lock(key, { ttl: 10000, wait }).catch((e) => e);
+        await release;
+        assert.ok(!(lock instanceof Error), `wait ${wait}: ${lock}`);
+        await lock.release();
+      }
+      const lock = await warden.lock(key, { ttl: 2 ** 31 + 1000, watchdog: false });
+      await sleep(50);
+      assert.ok(lock.held, "a lease past 2^31 ms is not lost at once");
+      await lock.release();
+      await warden.close();
+    });
+
+    test("a new Warden opens its command connection before the first acquire", async () => {
+      // Earlier tests' closed connections are gone from the count first.
+      let before = -1;
+      await until(async () => {
+        const [a] = [await clients(), await sleep(100)];
+        const settled = a === (await clients());
+        before = a;
+        return settled;
+      }, "the connection count to settle");
+      const warden = new Warden(app.client);
+      await until(async () => (await clients()) === before + 1, "the command connection");
+      await warden.close();
+      await until(async () => (await clients()) === before, "it to close");
+    });
+  });
+}
+
+// A user whose ACL refuses CLIENT, and a server where CLIENT is renamed away:
+// waits work, an abort closes the waiter connection.
+const NO_CLIENT: { name: string; extra: string[]; user?: string }[] = [
+  { name: "ACL -client", extra: [], user: "noclient" },
+  { name: "rename-command CLIENT", extra: ["--rename-command", "CLIENT", '""'] },
+];
+const OPEN: Record<string, (s: Server, user?: string) => Promise<AppClient>> = {
+  ioredis: async (s, user) => {
+    const r = new Redis({ path: s.socket, ...(user ? { username: user, password: "pw" } : {}) });
+    r.on("error", () => {});
+    return { client: r, close: async () => r.disconnect() };
+  },
+  "node-redis": async (s, user) => {
+    const c = createClient({
+      socket: { path: s.socket, tls: false },
+      ...(user ? { username: user, password: "pw" } : {}),
+    });
+    c.on("error", () => {});
+    await c.connect();
+    return { client: c, close: async () => c.destroy() };
+  },
+};
+
+for (const c of NO_CLIENT) {
+  for (const [name, open] of Object.entries(OPEN)) {
+    test(`without CLIENT (${c.name}, ${name}): a wait is granted, an abort leaves nothing`, async () => {
+      const own = c.extra.length > 0 ? await Server.start(c.extra) : server;
+      const check = own === server ? admin : own.admin();
+      if (c.user) {
+        await check.call("ACL", "SETUSER", c.user, "on", ">pw", "~*", "&*", "+@all", "-client");
+      }
+      const app = await open(own, c.user);
+      const warden = new Warden(app.client);
+      const key = `noclient:${c.name}:${name}`;
+      try {
+        await check.call("SEM.ACQUIRE", key, "holder", "60000", "LIMIT", "1");
+        const waiting = warden.semaphore(key, 1).acquire({ ttl: 60000, wait: 5000 });
+        await until(async () => (await semWaiters(check, key)) === 1, "a waiter");
+        await check.call("SEM.RELEASE", key, "holder");
+        await (await waiting).release();
+
+        await check.call("SEM.ACQUIRE", key, "holder", "60000", "LIMIT", "1");
+        const abort = new AbortController();
+        const aborted = warden
+          .semaphore(key, 1)
+          .acquire({ ttl: 60000, signal: abort.signal })
+          .catch((e) => e);
+        await until(async () => (await semWaiters(check, key)) === 1, "a waiter");
+        abort.abort();
+        assert.equal((await aborted)?.name, "AbortError");
+        await until(async () => (await semWaiters(check, key)) === 0, "the waiter gone");
+        await check.call("SEM.RELEASE", key, "holder");
+        await sleep(20);
+        assert.equal(await info(check, key, "SEM.INFO"), null);
+      } finally {
+        await warden.close();
+        await app.close();
+        if (own !== server) {
+          check.disconnect();
+          await own.stop();
+        }
+      }
+    });
+  }
+}
