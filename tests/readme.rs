@@ -546,7 +546,7 @@ fn run_rust(example: &Example, s: &Server) {
         binary.display()
     );
     let mut command = Command::new(&binary);
-    command.env("WARDEN_URL", format!("{}/", url(s)));
+    command.env("REDIS_URL", format!("{}/", url(s)));
     check_output(example, &finish(command, Duration::from_secs(60)));
 }
 
