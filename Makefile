@@ -12,7 +12,7 @@ MODULE := target/release/libwarden.so
 APT_PACKAGES := redis-server redis-tools libclang1-14 libclang-common-14-dev python3-venv \
 	prometheus-redis-exporter prometheus binutils
 
-.PHONY: docs docs-screenshots run exporter test build deps venv check bench valgrind-bin cluster cluster-stop fuzz valgrind clean python-venv python-test failover-demo failover-history node-deps node-test node-bench dist dist-test
+.PHONY: docs docs-screenshots run exporter test build deps venv check bench valgrind-bin cluster cluster-stop fuzz valgrind clean python-venv python-test failover-demo failover-history node-deps node-test node-bench dist dist-test prev-release upgrade-test
 
 FUZZ_SECONDS ?= 600
 
@@ -127,14 +127,40 @@ $(VALKEY): | venv
 # feature set with the dev-dependencies): a separate cargo build would make
 # each later cargo test rebuild the module and relink every test binary.
 TEST_MODULE := target/release/deps/libwarden.so
+# tests/upgrade.rs runs against the previous release's module (make
+# prev-release, below), built once when this clone has its commit; a shallow
+# clone without it runs those tests as skipped, and says so.
 test: deps venv python-venv node-deps $(REDISBLOOM) $(SERVER_DEPS)
+	@if git cat-file -e $(PREV_RELEASE)^{commit} 2>/dev/null; then $(MAKE) --no-print-directory prev-release; \
+		else echo "the previous release ($(PREV_RELEASE)) is not in this clone: tests/upgrade.rs will skip"; fi
 	cargo test --release --workspace --no-run
 	WARDEN_SERVER=$(SERVER_BIN) WARDEN_MODULE=$(CURDIR)/$(TEST_MODULE) WARDEN_PYTHON=$(CURDIR)/$(PYTHON) \
 		REDISBLOOM_MODULE=$(CURDIR)/$(REDISBLOOM) \
+		WARDEN_PREV_MODULE=$$([ -f $(PREV_MODULE) ] && echo $(PREV_MODULE)) \
 		cargo test --release --workspace --no-fail-fast $(TEST_TARGETS) -- --test-threads=4 --show-output
 	$(MAKE) --no-print-directory python-test
 	$(MAKE) --no-print-directory node-test
 	$(MAKE) --no-print-directory dist-test
+
+# The previous release, for tests/upgrade.rs (docs/upgrading.md): 1.0.0, the
+# commit its CHANGELOG entry describes (it was never tagged), extracted with
+# git archive into target/prev-release and built there once (about 2 minutes;
+# later runs rebuild nothing). upgrade-test replicates across it and this
+# release both ways and loads each one's RDB and AOF in the other.
+PREV_RELEASE ?= 7964395
+PREV_DIR ?= target/prev-release
+PREV_MODULE := $(abspath $(PREV_DIR))/target/release/libwarden.so
+prev-release: deps
+	@if [ "$$(cat $(PREV_DIR)/.release 2>/dev/null)" != "$(PREV_RELEASE)" ]; then \
+		rm -rf $(PREV_DIR) && mkdir -p $(PREV_DIR) && \
+		git archive $(PREV_RELEASE) | tar -x -C $(PREV_DIR) && echo $(PREV_RELEASE) > $(PREV_DIR)/.release; \
+	fi
+	cd $(PREV_DIR) && cargo build --release
+
+upgrade-test: prev-release $(SERVER_DEPS)
+	cargo test --release --test upgrade --no-run
+	WARDEN_SERVER=$(SERVER_BIN) WARDEN_MODULE=$(CURDIR)/$(TEST_MODULE) WARDEN_PREV_MODULE=$(PREV_MODULE) \
+		cargo test --release --test upgrade -- --test-threads=2 --show-output
 
 # The release artefacts, into dist/: the module as a tarball named for its
 # target and the oldest glibc it needs (libwarden.so, redis.conf.example,

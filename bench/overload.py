@@ -78,6 +78,7 @@ CLIENTS = [
     ("Python warden.asyncio", "blocking_timeout=0.05", "python", "warden-asyncio", "sem lock"),
     ("Node warden-redis", "wait: 50", "node", "warden-wait", "sem lock"),
     ("Node warden-redis", "signal: AbortSignal.timeout(50)", "node", "warden-signal", "sem lock"),
+    ("Node warden-redis", "wait: 50, maxQueue: 2 × limit", "node", "warden-shed", "sem lock"),
     ("Rust warden-client", ".wait(50 ms)", "rust", "warden-wait", "sem lock"),
     ("Rust warden-client", "tokio::time::timeout(50 ms, ..)", "rust", "warden-timeout", "sem lock"),
     (

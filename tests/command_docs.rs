@@ -75,10 +75,12 @@ fn sections() -> Vec<Section> {
                 }
                 // A RESP3 session is titled as the command that starts one
                 // (the site shows the title; a bare `-3` is no fence there).
-                "redis-cli" | "redis-cli title=\"redis-cli -3\"" => section.examples.push(Example {
-                    resp3: info.trim() != "redis-cli",
-                    lines: block,
-                }),
+                "redis-cli" | "redis-cli title=\"redis-cli -3\"" => {
+                    section.examples.push(Example {
+                        resp3: info.trim() != "redis-cli",
+                        lines: block,
+                    })
+                }
                 _ => {}
             }
             continue;

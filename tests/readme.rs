@@ -310,7 +310,7 @@ fn shell(socket: &Path, code: &str) -> Command {
 }
 
 /// RedisBloom's five types, one key each, as the migration checklist
-/// (docs/bloom.md) shows them.
+/// (docs/migrating.md) shows them.
 const REDISBLOOM_KEYS: [(&str, &[&str]); 5] = [
     ("users", &["BF.ADD", "users", "alice"]),
     ("seen:cuckoo", &["CF.ADD", "seen:cuckoo", "alice"]),
@@ -326,34 +326,6 @@ fn redisbloom_server() -> Plain {
         run(&mut c, words).unwrap();
     }
     rb
-}
-
-/// warden's four types and an imported RedisBloom filter, one key each, as
-/// the way back (docs/bloom.md) shows them.
-fn warden_keys_server() -> Server {
-    let s = Server::start(&[]);
-    let mut c = s.conn();
-    run(&mut c, &["LOCK.ACQUIRE", "order:42", "me", "600000"]).unwrap();
-    run(&mut c, &["RWLOCK.READ", "catalog", "me", "600000"]).unwrap();
-    run(
-        &mut c,
-        &["SEM.ACQUIRE", "imports:quota", "me", "600000", "LIMIT", "3"],
-    )
-    .unwrap();
-    run(&mut c, &["BF.ADD", "users:new", "alice"]).unwrap();
-    // A filter RedisBloom made, brought over with DUMP/RESTORE: it goes back.
-    let mut rb = redisbloom_server();
-    let dump: Vec<u8> = redis::cmd("DUMP")
-        .arg("users")
-        .query(&mut rb.conn())
-        .unwrap();
-    redis::cmd("RESTORE")
-        .arg("users")
-        .arg(0)
-        .arg(dump)
-        .query::<()>(&mut c)
-        .unwrap();
-    s
 }
 
 /// The keys a checklist's first step lists (the second word of each line).
@@ -385,10 +357,6 @@ fn run_sh(example: &Example, s: &Server) {
             let rb = redisbloom_server();
             let socket = rb.dir.path().join("redis.sock");
             finish(shell(&socket, &example.code), Duration::from_secs(60))
-        }
-        Some("warden-keys") => {
-            let s = warden_keys_server();
-            finish(shell(&s.socket(), &example.code), Duration::from_secs(60))
         }
         Some(other) => panic!("{} line {}: no server {other}", example.page, example.line),
     };
@@ -756,7 +724,7 @@ fn cache_page_examples_run() {
 
 #[test]
 fn bloom_page_examples_run() {
-    ran_at_least("docs/bloom.md", &[("redis-cli", 1), ("sh", 2)]);
+    ran_at_least("docs/bloom.md", &[("redis-cli", 1)]);
 }
 
 #[test]
@@ -774,11 +742,12 @@ fn rust_page_examples_run() {
     ran_at_least("docs/clients/rust.md", &[("rust", 2)]);
 }
 
-/// `docs/migrating.md`: its examples (the rolling deploy among them), in
-/// page order, on one server.
+/// `docs/migrating.md`: its examples (the rolling deploy and the RedisBloom
+/// checklist among them), in page order, on one server (its way back:
+/// tests/way_back.rs).
 #[test]
 fn migration_guide_examples_run_in_page_order_on_one_server() {
-    ran_at_least("docs/migrating.md", &[("python", 2)]);
+    ran_at_least("docs/migrating.md", &[("python", 2), ("sh", 1)]);
 }
 
 /// The pages the tests above run; every page with marked blocks is one.
@@ -854,31 +823,6 @@ fn the_redisbloom_checklist_finds_every_key_that_cannot_carry_over() {
     let mut w = moved.conn();
     assert_eq!(int(&mut w, &["BF.EXISTS", "users", "alice"]), 1);
     assert_eq!(int(&mut w, &["DBSIZE"]), 1);
-}
-
-/// The way back, end to end: the keys its first step finds are the ones that
-/// stop a server with RedisBloom alone from loading warden's RDB; without
-/// them it loads, with the imported filter answering as before.
-#[test]
-fn the_way_back_finds_every_key_that_cannot_go_back() {
-    let step = step_on("warden-keys");
-    let s = warden_keys_server();
-    let mut c = s.conn();
-    redis::cmd("SAVE").query::<()>(&mut c).unwrap();
-    let rdb = s.dir.path().join("dump.rdb");
-    let mut refused = Plain::start_on(&rdb, &[module(redisbloom(), &[])]);
-    assert!(!refused.runs(), "RedisBloom alone loaded warden's types");
-
-    let keys = listed_keys(&s.socket(), &step);
-    assert_eq!(keys, ["order:42", "catalog", "imports:quota", "users:new"]);
-    for key in &keys {
-        assert_eq!(int(&mut c, &["DEL", key]), 1);
-    }
-    redis::cmd("SAVE").query::<()>(&mut c).unwrap();
-    let mut back = Plain::start_on(&rdb, &[module(redisbloom(), &[])]);
-    let mut b = back.conn();
-    assert_eq!(int(&mut b, &["BF.EXISTS", "users", "alice"]), 1);
-    assert_eq!(int(&mut b, &["DBSIZE"]), 1);
 }
 
 /// docs/metrics.md: `INFO` and `INFO ALL` leave module sections out; `INFO

@@ -7,6 +7,8 @@
 //   --port P            the server, 127.0.0.1:P
 //   --client C          warden-wait (acquire({ wait: deadline })),
 //                       warden-signal (acquire({ signal: AbortSignal.timeout(deadline) })),
+//                       warden-shed (acquire({ wait: deadline, maxQueue: 2 * limit }):
+//                       load shedding, QUEUE n),
 //                       redis-semaphore (Semaphore, or Mutex for --kind lock;
 //                       acquireTimeout: deadline)
 //   --scenario S        overload, burst or throughput
@@ -99,6 +101,7 @@ async function acquire(warden, client, deadline) {
     if (deadline !== Number.POSITIVE_INFINITY) {
       if (p.client === "warden-signal") opts.signal = AbortSignal.timeout(deadline);
       else opts.wait = deadline;
+      if (p.client === "warden-shed") opts.maxQueue = 2 * limit;
     }
     const held =
       p.kind === "lock"

@@ -7,9 +7,12 @@
 //! - the **shared** one, for every command that answers at once;
 //! - **dedicated** ones ([`Link`]), one per request that may block
 //!   server-side. Dropping a link closes its socket at once (redis-rs aborts
-//!   a multiplexed connection's driver when its last handle goes), which is
-//!   what takes a cancelled waiter out of the server's queue and ends a cache
-//!   lease whose loader was dropped.
+//!   a multiplexed connection's driver when its last handle goes), which
+//!   takes a cancelled waiter out of the server's queue where `CLIENT
+//!   UNBLOCK` cannot, and ends a cache lease whose loader was dropped. A
+//!   handle kept past a cancelled request keeps the socket: its late reply
+//!   is read and skipped by the driver, so a `PING` answered after it proves
+//!   the link clean.
 //!
 //! No command that may have reached the server is ever sent twice: a broken
 //! connection is an error to the caller. Only a pooled link that fails a

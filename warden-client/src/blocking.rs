@@ -182,6 +182,10 @@ impl LockRequest {
         self.map(|r| r.reentrant(owner))
     }
 
+    pub fn max_queue(self, n: u64) -> Self {
+        self.map(|r| r.max_queue(n))
+    }
+
     fn map(self, f: impl FnOnce(crate::LockRequest) -> crate::LockRequest) -> Self {
         LockRequest {
             inner: f(self.inner),
@@ -273,6 +277,10 @@ impl Cache {
 
     pub fn fresh(self, on: bool) -> Self {
         self.map(|c| c.fresh(on))
+    }
+
+    pub fn max_queue(self, n: u64) -> Self {
+        self.map(|c| c.max_queue(n))
     }
 
     fn map(self, f: impl FnOnce(crate::Cache) -> crate::Cache) -> Self {

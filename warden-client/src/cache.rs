@@ -6,6 +6,7 @@ use std::time::Duration;
 use redis::{FromRedisValue, ToRedisArgs};
 
 use crate::backend::{millis, Link};
+use crate::deadline::Deadline;
 use crate::error::{Error, LoaderError, Result};
 use crate::Warden;
 
@@ -39,6 +40,7 @@ pub struct Cache {
     jitter: Option<Duration>,
     refresh: Option<Duration>,
     fresh: bool,
+    max_queue: Option<u64>,
 }
 
 impl Cache {
@@ -50,12 +52,25 @@ impl Cache {
             jitter: None,
             refresh: None,
             fresh: false,
+            max_queue: None,
         }
     }
 
-    /// How long a caller waits for another's fill (default 5 s; zero: forever).
+    /// How long a caller waits for another's fill (default 5 s; zero:
+    /// forever), measured from the call to
+    /// [`get_or_load`](Self::get_or_load): the `WAIT` sent is what remains of
+    /// it then, less a few ms for the reply's way back.
     pub fn wait(mut self, wait: Duration) -> Self {
         self.wait = wait;
+        self
+    }
+
+    /// Load shedding (`QUEUE n`): when `n` or more callers already wait for
+    /// the key's fill, a miss answers [`Error::WaitTimedOut`] at once instead
+    /// of queueing. Needs a server whose warden knows `QUEUE`; `n` at most
+    /// 2^46.
+    pub fn max_queue(mut self, n: u64) -> Self {
+        self.max_queue = Some(n);
         self
     }
 
@@ -102,21 +117,43 @@ impl Cache {
         Fut: Future<Output = std::result::Result<V, E>> + Send + 'static,
         E: Into<LoaderError>,
     {
+        let deadline = Deadline::after(self.wait);
+        // Waiting for a connection counts against the wait, never past it.
+        let link = deadline
+            .within(self.warden.dedicated())
+            .await
+            .ok_or(Error::WaitTimedOut)??;
+        // Computed as it is sent: the time spent getting here is already gone.
+        let Some(wait_ms) = deadline.wait_arg() else {
+            self.warden.recycle(link);
+            return Err(Error::WaitTimedOut);
+        };
         let mut get = redis::cmd("CACHE.GET");
-        get.arg(key)
-            .arg(millis(lease, 1))
-            .arg("WAIT")
-            .arg(millis(self.wait, 0));
+        get.arg(key).arg(millis(lease, 1)).arg("WAIT").arg(wait_ms);
         if let Some(before) = self.refresh {
             get.arg("REFRESH").arg(millis(before, 0));
         }
         if self.fresh {
             get.arg("FRESH");
         }
-        let ((value, token), link) = self
-            .warden
-            .query_blocking::<(Option<V>, Option<i64>)>(&get, self.wait)
-            .await?;
+        if let Some(n) = self.max_queue {
+            get.arg("QUEUE").arg(n);
+        }
+        let limit = self.warden.wait_limit(Duration::from_millis(wait_ms));
+        let (value, token) = link.query::<(Option<V>, Option<i64>)>(&get, limit).await?;
+        if value.is_none() && token.is_some() && deadline.passed() {
+            // A lease handed over after the caller's wait: passed on to the
+            // next waiter rather than loaded for a caller who gave up.
+            let mut abandon = redis::cmd("CACHE.ABANDON");
+            abandon.arg(key).arg(token);
+            let abandoned = link
+                .query::<i64>(&abandon, Some(self.warden.config().command_timeout))
+                .await;
+            if abandoned.is_ok() {
+                self.warden.recycle(link);
+            }
+            return Err(Error::WaitTimedOut);
+        }
         match (value, token) {
             (Some(value), None) => {
                 self.warden.recycle(link);

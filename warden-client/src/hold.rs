@@ -11,7 +11,8 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use crate::backend::millis;
+use crate::backend::{millis, Link};
+use crate::deadline::Deadline;
 use crate::error::{Error, Result};
 use crate::lease::{self, Lease};
 use crate::Warden;
@@ -25,8 +26,9 @@ pub(crate) struct Verbs {
     pub(crate) extend: &'static str,
 }
 
-/// One acquire: the command (key, owner, ttl and options; `WAIT` is added
-/// here), whether its owner is fresh, and what releases a grant to it.
+/// One acquire: the command (key, owner, ttl and options; `WAIT` and
+/// `QUEUE` are added here), whether its owner is fresh, and what releases a
+/// grant to it.
 pub(crate) struct Acquire<'a> {
     pub(crate) warden: &'a Warden,
     pub(crate) cmd: Cmd,
@@ -36,15 +38,25 @@ pub(crate) struct Acquire<'a> {
     /// caller's choosing may hold something the release would take too.
     pub(crate) fresh: bool,
     pub(crate) verbs: Verbs,
+    /// `QUEUE n`: the request is answered nil at once when `n` or more
+    /// already wait on the key.
+    pub(crate) max_queue: Option<u64>,
 }
 
 impl Acquire<'_> {
-    /// Sends the acquire once — on the shared connection, or with `wait` on a
-    /// dedicated one — and returns its token (`None`: not granted) and the
-    /// time it was sent, from which its lease is dated.
-    pub(crate) async fn send(mut self, wait: Option<Duration>) -> Result<(Option<i64>, Instant)> {
-        let warden = self.warden;
-        // Armed while the request is out: if this future is dropped (or the
+    /// Sends the acquire and returns its token (`None`: not granted) and the
+    /// time the granting request was sent, from which its lease is dated.
+    ///
+    /// First without `WAIT` on the shared connection: free capacity is
+    /// granted in one round trip (a queued waiter is never overtaken: the
+    /// server answers nil then). Only a busy answer goes on, when `wait` is
+    /// given, to a dedicated connection with `WAIT` = what remains of the
+    /// caller's deadline (zero: no end). A grant that comes in after the
+    /// deadline, or races the cancellation of this future, is given back.
+    pub(crate) async fn send(self, wait: Option<Duration>) -> Result<(Option<i64>, Instant)> {
+        let deadline = wait.map(Deadline::after);
+        let (warden, fresh) = (self.warden, self.fresh);
+        // Armed while a request is out: if this future is dropped (or the
         // request fails) before the reply is in, a grant may be on its way.
         let mut give_back = GiveBack {
             warden: warden.clone(),
@@ -52,32 +64,36 @@ impl Acquire<'_> {
             key: self.key.to_string(),
             owner: self.owner.to_string(),
             link: None,
-            armed: self.fresh,
+            armed: fresh,
         };
         // The server grants after it receives the request, so its lease
         // ends no earlier than `sent + ttl`.
         let sent = Instant::now();
-        let reply = match wait {
-            None => warden.query::<Option<i64>>(&self.cmd).await,
-            Some(wait) => {
-                self.cmd.arg("WAIT").arg(millis(wait, 0));
-                let link = warden.dedicated().await?;
-                give_back.link = link.client_id();
-                let reply = link
-                    .query::<Option<i64>>(&self.cmd, warden.wait_limit(wait))
-                    .await;
-                // An error reply leaves the link as it was: nothing is pending on it.
-                if matches!(reply, Ok(_) | Err(Error::Server { .. })) {
-                    warden.recycle(link);
-                }
-                reply
+        let reply = warden.query::<Option<i64>>(&self.cmd).await;
+        let (reply, sent) = match (reply, deadline) {
+            (Ok(None), Some(deadline)) => {
+                // Busy: nothing was granted, nothing to give back until the
+                // waiting request is out.
+                give_back.armed = false;
+                let Some(waited) = self.wait(deadline, &mut give_back).await else {
+                    tracing::debug!("deadline passed before the wait was sent");
+                    return Ok((None, sent));
+                };
+                waited
             }
+            (reply, _) => (reply, sent),
         };
         // An error reply is an answer: the request was refused, nothing granted.
         if matches!(reply, Ok(_) | Err(Error::Server { .. })) {
             give_back.armed = false;
         }
-        let token = reply?;
+        let mut token = reply?;
+        if token.is_some() && deadline.is_some_and(|d| d.passed()) {
+            // The caller has given up: the grant goes back, the call times out.
+            tracing::debug!("granted after the caller's deadline: given back");
+            give_back.armed = fresh;
+            token = None;
+        }
         let span = tracing::Span::current();
         span.record("wait_ms", millis(sent.elapsed(), 0));
         match token {
@@ -88,20 +104,63 @@ impl Acquire<'_> {
         }
         Ok((token, sent))
     }
+
+    /// The waiting request on a dedicated connection, got within the
+    /// deadline; its reply and send time, or `None` if the deadline passed
+    /// before it could be sent. While it is out, `give_back` holds the
+    /// connection and is armed.
+    async fn wait(
+        mut self,
+        deadline: Deadline,
+        give_back: &mut GiveBack,
+    ) -> Option<(Result<Option<i64>>, Instant)> {
+        let warden = self.warden;
+        // Waiting for a connection counts against the deadline, never past it.
+        let link = match deadline.within(warden.dedicated()).await? {
+            Ok(link) => link,
+            Err(e) => return Some((Err(e), Instant::now())),
+        };
+        // Computed as it is sent: the time spent getting here is already gone.
+        let Some(wait_ms) = deadline.wait_arg() else {
+            warden.recycle(link);
+            return None;
+        };
+        self.cmd.arg("WAIT").arg(wait_ms);
+        if let Some(n) = self.max_queue {
+            self.cmd.arg("QUEUE").arg(n);
+        }
+        give_back.armed = self.fresh;
+        let link = give_back.link.insert(link);
+        let sent = Instant::now();
+        let limit = warden.wait_limit(Duration::from_millis(wait_ms));
+        let reply = link.query::<Option<i64>>(&self.cmd, limit).await;
+        // An answer leaves the link as it was: nothing is pending on it.
+        if matches!(reply, Ok(_) | Err(Error::Server { .. })) {
+            if let Some(link) = give_back.link.take() {
+                warden.recycle(link);
+            }
+        }
+        Some((reply, sent))
+    }
 }
 
 /// Gives back, when dropped armed, what the server may have granted a fresh
 /// owner whose acquire was cancelled or failed before its reply came in.
-/// First the waiting connection is closed from the shared one (`CLIENT
-/// KILL ID`, so the server drops the waiter before the release below arrives
-/// — dropping the link alone closes its socket only some time later), then
-/// the release: owner-checked, it can only free this request's grant.
+///
+/// A waiting request is taken out of the server's queue first, from the
+/// shared connection: `CLIENT UNBLOCK` (Redis 7.4+, Valkey 8+) answers it nil
+/// and never grants it after, so its connection is kept once that reply is
+/// read. Where it answers 0 (an older server, or a reply already on its way)
+/// the connection is killed instead (`CLIENT KILL ID`: the server drops the
+/// waiter before the release below arrives; dropping the link alone closes
+/// its socket only some time later), then the release: owner-checked, it can
+/// only free this request's grant.
 struct GiveBack {
     warden: Warden,
     release: &'static str,
     key: String,
     owner: String,
-    link: Option<i64>,
+    link: Option<Link>,
     armed: bool,
 }
 
@@ -114,19 +173,34 @@ impl Drop for GiveBack {
             return; // no runtime left: the lease ends the grant
         };
         let warden = self.warden.clone();
-        let (release_cmd, link) = (self.release, self.link);
+        let (release_cmd, link) = (self.release, self.link.take());
         let key = std::mem::take(&mut self.key);
         let owner = std::mem::take(&mut self.owner);
         runtime.spawn(async move {
-            if let Some(id) = link {
-                let mut kill = redis::cmd("CLIENT");
-                kill.arg("KILL").arg("ID").arg(id);
-                let _ = warden.query::<redis::Value>(&kill).await;
+            if let Some(link) = link {
+                if let Some(id) = link.client_id() {
+                    let mut unblock = redis::cmd("CLIENT");
+                    unblock.arg("UNBLOCK").arg(id);
+                    if let Ok(1) = warden.query::<i64>(&unblock).await {
+                        // Answered nil: the link is clean once a PING sent
+                        // after that reply is answered.
+                        tracing::debug!(key, "took a cancelled wait out of the queue");
+                        if link.alive(warden.config().command_timeout).await {
+                            warden.recycle(link);
+                        }
+                    } else {
+                        let mut kill = redis::cmd("CLIENT");
+                        kill.arg("KILL").arg("ID").arg(id);
+                        let _ = warden.query::<redis::Value>(&kill).await;
+                    }
+                }
             }
+            // Sent also after an unblock: a grant made in the same event-loop
+            // turn as the unblock may still stand.
             let mut release = redis::cmd(release_cmd);
             release.arg(&key).arg(&owner);
             match warden.query::<i64>(&release).await {
-                Ok(1) => tracing::debug!(key, "gave back a grant that crossed a cancelled acquire"),
+                Ok(1) => tracing::debug!(key, "gave back a grant its caller did not take"),
                 Ok(_) => {}
                 Err(e) => {
                     tracing::debug!(key, error = %e, "could not give back a cancelled acquire")

@@ -19,17 +19,32 @@
 //! connections itself:
 //!
 //! - one shared connection for every command that answers at once
-//!   (acquire without `WAIT`, release, extend, the watchdog's renewals);
-//! - a dedicated connection for each request that may block server-side
-//!   (an acquire with `WAIT`, `CACHE.GET … WAIT` and the fill or abandon that
-//!   follows it on the same connection, as a cache lease ends with its
-//!   connection). A blocked request therefore never delays other commands.
-//!   Dedicated connections are reused through a small idle pool
-//!   ([`Config::idle_connections`]) once their reply has come in; a request
-//!   that is cancelled (its future dropped) closes its connection, which takes
-//!   it out of the server's queue or ends its cache lease at once; a lock or
-//!   semaphore grant that was already on its way is given back in the
-//!   background ([`LockRequest::acquire`]).
+//!   (release, extend, the watchdog's renewals, and the first try of every
+//!   acquire: free capacity is granted in one round trip there);
+//! - a dedicated connection for each request that waits server-side (an
+//!   acquire whose try found the key busy, sent again with `WAIT`;
+//!   `CACHE.GET … WAIT` and the fill or abandon that follows it on the same
+//!   connection, as a cache lease ends with its connection). A blocked
+//!   request therefore never delays other commands. Dedicated connections
+//!   are opened as needed (no pool limit to raise for many waiters) and
+//!   reused through a small idle pool ([`Config::idle_connections`]) once
+//!   their reply has come in.
+//!
+//! # Deadlines and overload
+//!
+//! A wait (`.wait(timeout)`) is a deadline measured from the call: the
+//! `WAIT` sent is what remains of it at that moment, less a margin for the
+//! reply's way back (a tenth, 1 to 5 ms), and getting a connection counts
+//! against it. The server never grants a waiter past its `WAIT`; a grant
+//! whose reply still reaches the client after the deadline is given back and
+//! the call answers `None`. A request that is cancelled (its future dropped,
+//! e.g. by `tokio::time::timeout`) leaves the server's queue at once:
+//! `CLIENT UNBLOCK` of its connection where the server ends a wait that way
+//! (Redis 7.4+, Valkey 8+; the connection is kept for the next wait), else
+//! the connection is closed; a lock or semaphore grant that was already on
+//! its way is given back in the background ([`LockRequest::acquire`]).
+//! `.max_queue(n)` sheds load at the door: with `n` requests already waiting
+//! on the key, the acquire answers `None` at once (`QUEUE n`).
 //!
 //! No request is ever sent twice: when a connection breaks, the request on it
 //! fails with [`Error::Connection`] (the server may or may not have run it).
@@ -77,6 +92,7 @@
 mod backend;
 pub mod blocking;
 mod cache;
+mod deadline;
 mod error;
 mod hold;
 mod lease;
@@ -117,7 +133,8 @@ pub struct Config {
     /// Longest wait for a reply to a command that answers at once; waiting
     /// requests get their `WAIT` plus this (default 5 s).
     pub command_timeout: Duration,
-    /// Idle dedicated connections kept for waiting requests (default 8).
+    /// Idle dedicated connections kept for waiting requests (default 8);
+    /// more are opened while more requests wait, and closed after.
     pub idle_connections: usize,
     /// How late a timer or a task may run on a busy runtime: part of the
     /// safety margin (default 50 ms).
@@ -298,20 +315,6 @@ impl Warden {
         )
         .await
         .map_err(|_| Error::Timeout)?
-    }
-
-    /// `cmd`, which may block for up to `wait` server-side, on a dedicated
-    /// connection; returns the reply and the connection, still open. It is
-    /// sent once: an error on the way is the caller's (the connection is
-    /// closed, which ends a server-side wait).
-    pub(crate) async fn query_blocking<T: FromRedisValue>(
-        &self,
-        cmd: &Cmd,
-        wait: Duration,
-    ) -> Result<(T, Link)> {
-        let link = self.dedicated().await?;
-        let reply = link.query(cmd, self.wait_limit(wait)).await?;
-        Ok((reply, link))
     }
 
     /// How long the reply to a request that waits up to `wait` server-side

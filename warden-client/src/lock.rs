@@ -119,6 +119,7 @@ pub struct LockRequest {
     wait: Option<Duration>,
     watchdog: bool,
     owner: Option<String>,
+    max_queue: Option<u64>,
 }
 
 impl LockRequest {
@@ -131,6 +132,7 @@ impl LockRequest {
             wait: None,
             watchdog: false,
             owner: None,
+            max_queue: None,
         }
     }
 
@@ -141,10 +143,24 @@ impl LockRequest {
         self
     }
 
-    /// Wait server-side up to `timeout` if the lock is busy (zero: forever),
-    /// on a dedicated connection.
+    /// Wait up to `timeout` if the lock is busy (zero: forever), measured
+    /// from the call to [`acquire`](Self::acquire): a free lock is taken in
+    /// one round trip on the shared connection; a busy one is waited for
+    /// server-side on a dedicated connection, with `WAIT` set to what remains
+    /// of `timeout` when it is sent (less a few ms for the reply's way back).
+    /// The server never grants it past that; a grant that still reaches the
+    /// client after `timeout` is given back and the acquire answers `None`.
     pub fn wait(mut self, timeout: Duration) -> Self {
         self.wait = Some(timeout);
+        self
+    }
+
+    /// Load shedding (`QUEUE n`): when `n` or more requests already wait for
+    /// the lock, a waiting acquire answers `None` at once instead of queueing
+    /// (as if its wait had run out). Needs a server whose warden knows
+    /// `QUEUE`; `n` at most 2^46.
+    pub fn max_queue(mut self, n: u64) -> Self {
+        self.max_queue = Some(n);
         self
     }
 
@@ -164,18 +180,20 @@ impl LockRequest {
         self
     }
 
-    /// The guard, or `None` if the lock stayed busy.
+    /// The guard, or `None` if the lock stayed busy (for the whole
+    /// [`wait`](Self::wait), or shed by [`max_queue`](Self::max_queue)).
     ///
-    /// A waiting acquire is sent once: if its connection breaks, the caller
-    /// gets [`Error::Connection`](crate::Error::Connection). A request that
-    /// fails or is cancelled (its future dropped, by `tokio::time::timeout`
-    /// or `tokio::select!`) before its reply came in may still have been
-    /// granted: with a fresh owner, the client then gives that grant back in
-    /// the background (the waiting connection is closed first, then
-    /// `LOCK.RELEASE`/`RWLOCK.UNLOCK key owner` is sent, which only the
-    /// grant this request got can answer). With [`reentrant`](Self::reentrant)
-    /// nothing is sent: the client cannot tell a hold the cancelled request
-    /// got from one the owner already had.
+    /// Each request is sent once: if its connection breaks, the caller gets
+    /// [`Error::Connection`](crate::Error::Connection). A request that fails
+    /// or is cancelled (its future dropped, by `tokio::time::timeout` or
+    /// `tokio::select!`) before its reply came in is taken out of the
+    /// server's queue at once: `CLIENT UNBLOCK` of its connection (Redis
+    /// 7.4+, Valkey 8+; the connection is kept), else that connection is
+    /// closed. A grant that was already on its way is given back in the
+    /// background with a fresh owner (`LOCK.RELEASE`/`RWLOCK.UNLOCK key
+    /// owner`, which only the grant this request got can answer). With
+    /// [`reentrant`](Self::reentrant) nothing is released: the client cannot
+    /// tell a hold the cancelled request got from one the owner already had.
     pub async fn acquire(self) -> Result<Option<LockGuard>> {
         let span = tracing::debug_span!(
             "warden.acquire",
@@ -199,6 +217,7 @@ impl LockRequest {
             owner: &owner,
             fresh,
             verbs: self.kind.verbs(),
+            max_queue: self.max_queue,
         }
         .send(self.wait)
         .await?;

@@ -55,6 +55,7 @@ pub struct Semaphore {
     wait: Duration,
     watchdog: bool,
     owner: Option<String>,
+    max_queue: Option<u64>,
 }
 
 /// What `SEM.INFO` reports of a semaphore.
@@ -82,6 +83,7 @@ impl Semaphore {
             wait: Duration::ZERO,
             watchdog: false,
             owner: None,
+            max_queue: None,
         }
     }
 
@@ -98,10 +100,24 @@ impl Semaphore {
         self
     }
 
-    /// How long [`acquire`](Self::acquire) waits server-side for its permits
-    /// (default and zero: until granted), on a dedicated connection.
+    /// How long [`acquire`](Self::acquire) waits for its permits (default
+    /// and zero: until granted), measured from the call: free permits are
+    /// taken in one round trip on the shared connection; otherwise the
+    /// request waits server-side on a dedicated connection with `WAIT` set to
+    /// what remains of `timeout` when it is sent (less a few ms for the
+    /// reply's way back). A grant that still reaches the client after
+    /// `timeout` is given back and the acquire answers `None`.
     pub fn wait(mut self, timeout: Duration) -> Self {
         self.wait = timeout;
+        self
+    }
+
+    /// Load shedding (`QUEUE n`): when `n` or more requests already wait on
+    /// the semaphore, [`acquire`](Self::acquire) answers `None` at once
+    /// instead of queueing (as if its wait had run out). Needs a server whose
+    /// warden knows `QUEUE`; `n` at most 2^46.
+    pub fn max_queue(mut self, n: u64) -> Self {
+        self.max_queue = Some(n);
         self
     }
 
@@ -130,10 +146,11 @@ impl Semaphore {
         self.limit
     }
 
-    /// Waits in the server's queue (up to [`wait`](Self::wait)) for the
-    /// permits; `None` if the wait ran out. Cancelling it (dropping the
-    /// future) takes it out of the queue and gives back a grant that was
-    /// already on its way, as for locks
+    /// The permits, at once if free, else after waiting in the server's
+    /// queue (up to [`wait`](Self::wait)); `None` if the wait ran out or the
+    /// request was shed ([`max_queue`](Self::max_queue)). Cancelling it
+    /// (dropping the future) takes it out of the queue and gives back a
+    /// grant that was already on its way, as for locks
     /// ([`LockRequest::acquire`](crate::LockRequest::acquire)).
     pub async fn acquire(&self) -> Result<Option<SemaphoreGuard>> {
         self.acquire_within(Some(self.wait)).await
@@ -173,6 +190,7 @@ impl Semaphore {
             owner: &owner,
             fresh: self.owner.is_none(),
             verbs: VERBS,
+            max_queue: self.max_queue,
         }
         .send(wait)
         .await
@@ -239,6 +257,7 @@ impl std::fmt::Debug for Semaphore {
             .field("ttl", &self.ttl)
             .field("wait", &self.wait)
             .field("watchdog", &self.watchdog)
+            .field("max_queue", &self.max_queue)
             .finish()
     }
 }
