@@ -625,33 +625,12 @@ fn program_blocks_are_run_or_say_why_not(page: &str, text: &str) {
     );
 }
 
-/// The settings of `redis.conf.example` as `make run GRACE=0` gives them to
-/// the server (`--warden.grace 0` last), but the harness's own port,
-/// address and directory.
-fn make_run_args() -> Vec<String> {
-    let config = std::fs::read_to_string(root().join("redis.conf.example")).unwrap();
-    let mut args = Vec::new();
-    for line in config.lines().map(str::trim) {
-        if line.is_empty() || line.starts_with('#') {
-            continue;
-        }
-        let (name, value) = line.split_once(' ').unwrap_or((line, ""));
-        if !["port", "bind", "dir", "protected-mode", "loadmodule"].contains(&name) {
-            args.push(format!("--{name}"));
-            args.push(value.trim().to_string());
-        }
-    }
-    args.extend(["--warden.grace".to_string(), "0".to_string()]);
-    args
-}
-
 /// The server a page names (`<!-- server: NAME -->`; none: the module's defaults).
 fn server_for(page: &str, text: &str) -> Server {
     match page_server(text).as_deref() {
         None => Server::start_tcp(&[]),
         Some("make-run") => {
-            let args = make_run_args();
-            let s = Server::start_tcp(&args.iter().map(String::as_str).collect::<Vec<_>>());
+            let s = Server::start_tcp(&make_run_args());
             let max_lease: Vec<String> = redis::cmd("CONFIG")
                 .arg("GET")
                 .arg("warden.max-lease")
