@@ -1,7 +1,8 @@
 # warden — make run: start redis-server with the module; make test: run every test
 # (the module's and the Rust client's, warden-client/; make test SERVER=redis8 or
 # SERVER=valkey: the integration tests on Redis 8.2 or Valkey 9.1); make exporter: Prometheus metrics of
-# make run's server (docs/metrics.md); make dist: the release artefacts, into dist/.
+# make run's server (docs/metrics.md); make dist: the release artefacts, into dist/;
+# make docs: the documentation site, into target/site.
 SHELL := /bin/bash
 PORT ?= 6379
 MODULE := target/release/libwarden.so
@@ -11,7 +12,7 @@ MODULE := target/release/libwarden.so
 APT_PACKAGES := redis-server redis-tools libclang1-14 libclang-common-14-dev python3-venv \
 	prometheus-redis-exporter prometheus binutils
 
-.PHONY: run exporter test build deps venv check bench valgrind-bin cluster cluster-stop fuzz valgrind clean python-venv python-test failover-demo failover-history node-deps node-test node-bench dist dist-test prev-release upgrade-test
+.PHONY: docs docs-screenshots run exporter test build deps venv check bench valgrind-bin cluster cluster-stop fuzz valgrind clean python-venv python-test failover-demo failover-history node-deps node-test node-bench dist dist-test prev-release upgrade-test
 
 FUZZ_SECONDS ?= 600
 
@@ -329,6 +330,39 @@ valgrind: deps venv $(SERVER_DEPS)
 	WARDEN_SERVER=$(SERVER_BIN) WARDEN_VALGRIND_DIR=$(CURDIR)/target/valgrind WARDEN_MODULE=$(CURDIR)/$(MODULE) WARDEN_PYTHON=$(CURDIR)/$(PYTHON) \
 		cargo test --release --test lock --test waiting --test rwlock --test bloom --test operability --test replication -- --test-threads=2
 	scripts/valgrind-report.sh target/valgrind
+
+# The documentation site from docs/ (mkdocs.yml says why mkdocs-material),
+# strict: a broken link or anchor fails the build. mkdocs-material from PyPI
+# into .venv; Mermaid's mermaid.min.js from npm's tarball (npm pack, no
+# dependencies), copied into the site so that it asks no CDN for it; the
+# comparisons chart drawn from bench/results first. Not part of make test:
+# it downloads a site generator and Mermaid the tests do not need.
+MKDOCS_MATERIAL := mkdocs-material==9.8.2
+MERMAID_VERSION := 11.12.1
+MERMAID_JS := target/docs-deps/mermaid-$(MERMAID_VERSION).min.js
+SITE := target/site
+$(MERMAID_JS):
+	@command -v npm >/dev/null || $(MAKE) --no-print-directory node-deps
+	rm -rf target/docs-deps/pack && mkdir -p target/docs-deps/pack
+	cd target/docs-deps/pack && npm pack --silent mermaid@$(MERMAID_VERSION) >/dev/null && tar -xzf mermaid-$(MERMAID_VERSION).tgz package/dist/mermaid.min.js
+	mv target/docs-deps/pack/package/dist/mermaid.min.js $@ && rm -rf target/docs-deps/pack
+
+docs: venv $(MERMAID_JS)
+	@$(VENV)/bin/pip show -q mkdocs-material 2>/dev/null | grep -qx 'Version: $(subst mkdocs-material==,,$(MKDOCS_MATERIAL))' \
+		|| $(VENV)/bin/pip install -q "$(MKDOCS_MATERIAL)"
+	$(PYTHON) scripts/docs-chart.py
+	rm -rf $(SITE)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir $(SITE)
+	mkdir -p $(SITE)/javascripts && cp $(MERMAID_JS) $(SITE)/javascripts/mermaid.min.js
+	@echo "the site: $(SITE)/index.html"
+
+# The built site in headless Chromium (Debian's chromium, installed here when
+# missing): one screenshot per kind of page into target/docs-shots/.
+DOCS_SHOTS := target/docs-shots
+docs-screenshots: docs
+	@command -v chromium >/dev/null || { echo "installing: chromium"; SUDO=""; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
+		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends chromium >/dev/null; }
+	scripts/docs-screenshots.sh $(SITE) $(DOCS_SHOTS)
 
 check:
 	cargo fmt --check

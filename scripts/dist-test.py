@@ -212,7 +212,7 @@ print("python: warden-redis", warden.__version__, "from the wheel: lock and cach
         shutil.copy(unpacked / "examples/readme.rs", project / "src/main.rs")
         cargo_env = {**os.environ, "CARGO_TARGET_DIR": str(smoke_dir)}
         out = run(["cargo", "run", "-q"], cwd=project,
-                  env={**cargo_env, "WARDEN_URL": f"redis://127.0.0.1:{port}/"})
+                  env={**cargo_env, "REDIS_URL": f"redis://127.0.0.1:{port}/"})
         if "written with fence" not in out.stdout:
             fail(f"the crate's readme example printed:\n{out.stdout}")
         print(f"rust: warden-client {version} from the .crate: {out.stdout.splitlines()[0]}")

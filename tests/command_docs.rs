@@ -73,10 +73,14 @@ fn sections() -> Vec<Section> {
                     assert_eq!(block.len(), 1, "{}: one syntax line", section.name);
                     section.syntax = block.remove(0);
                 }
-                "redis-cli" | "redis-cli -3" => section.examples.push(Example {
-                    resp3: info.trim() == "redis-cli -3",
-                    lines: block,
-                }),
+                // A RESP3 session is titled as the command that starts one
+                // (the site shows the title; a bare `-3` is no fence there).
+                "redis-cli" | "redis-cli title=\"redis-cli -3\"" => {
+                    section.examples.push(Example {
+                        resp3: info.trim() != "redis-cli",
+                        lines: block,
+                    })
+                }
                 _ => {}
             }
             continue;

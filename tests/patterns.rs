@@ -1,4 +1,5 @@
-//! Runs every Python example of docs/patterns.md, as written, against a fresh server.
+//! Runs every Python example of docs/patterns.md, as written, each on a
+//! fresh server started as `make run GRACE=0` starts it (the page says so).
 
 mod common;
 
@@ -35,14 +36,21 @@ fn every_pattern_in_the_guide_runs_as_written() {
     let doc =
         std::fs::read_to_string(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("docs/patterns.md"))
             .unwrap();
+    assert!(
+        doc.contains("<!-- server: make-run -->"),
+        "the page names its server"
+    );
     let blocks = python_blocks(&doc);
     assert_eq!(blocks.len(), 7, "one runnable example per pattern");
     for (heading, code) in blocks {
-        let s = Server::start(&[]);
+        let s = Server::start_tcp(&make_run_args());
         let out = Command::new(python())
             .arg("-c")
             .arg(&code)
-            .env("WARDEN_SOCKET", s.socket())
+            .env(
+                "REDIS_URL",
+                format!("redis://127.0.0.1:{}", s.port.unwrap()),
+            )
             .output()
             .expect("run python");
         assert!(

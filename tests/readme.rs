@@ -1,6 +1,12 @@
-//! Runs the README's examples as written, in page order, on one server (each
-//! keeps to keys of its own, so a reader can try them one after the other);
-//! and the examples of `docs/migrating.md` the same way.
+//! Runs the examples of the README and of every page under `docs/` as
+//! written, in page order, each page on a server of its own (each example
+//! keeps to keys of its own, so a reader can try them one after the other).
+//!
+//! A page names the server its examples run on with `<!-- server: NAME -->`:
+//! `make-run` is redis-server with `redis.conf.example` as `make run GRACE=0`
+//! starts it (its settings, `warden.max-lease 30000` among them, with
+//! `warden.grace 0`); a page without one runs on the module's defaults. The
+//! README runs on `make-run`.
 //!
 //! A code block runs when an HTML comment names how, on the line above its
 //! fence:
@@ -23,7 +29,8 @@
 //!
 //! A block followed by `<!-- output -->` and a fenced block must print that
 //! (with the same rule for numbers). Every `python`, `js` and `rust` block of
-//! the page is either run or marked `<!-- not run: why -->`.
+//! every page is either run or marked `<!-- not run: why -->`, and every page
+//! with marked blocks is run by a test below.
 
 mod common;
 
@@ -34,11 +41,11 @@ use std::time::Duration;
 
 use common::*;
 
-/// One marked block of the README.
+/// One marked block of a page.
 #[derive(Debug)]
 struct Example {
-    /// The page (`README.md`, `docs/migrating.md`), for messages.
-    page: &'static str,
+    /// The page (`README.md`, `docs/locks.md`), for messages.
+    page: String,
     /// The line of its fence, for messages.
     line: usize,
     kind: String,
@@ -52,7 +59,37 @@ fn root() -> PathBuf {
 }
 
 fn readme() -> String {
-    std::fs::read_to_string(root().join("README.md")).unwrap()
+    page_text("README.md")
+}
+
+fn page_text(page: &str) -> String {
+    std::fs::read_to_string(root().join(page)).unwrap_or_else(|e| panic!("{page}: {e}"))
+}
+
+/// README.md and every page under docs/, as paths from the repository's root.
+fn pages() -> Vec<String> {
+    fn walk(dir: &Path, found: &mut Vec<String>) {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                walk(&path, found);
+            } else if path.extension().is_some_and(|e| e == "md") {
+                let rel = path.strip_prefix(root()).unwrap();
+                found.push(rel.to_str().unwrap().to_string());
+            }
+        }
+    }
+    let mut found = vec!["README.md".to_string()];
+    walk(&root().join("docs"), &mut found);
+    found.sort();
+    found
+}
+
+/// The server a page's examples run on: `<!-- server: NAME -->`, if any.
+fn page_server(text: &str) -> Option<String> {
+    text.lines()
+        .find_map(|l| marker(l, "server"))
+        .map(str::to_string)
 }
 
 /// The marker comment `<!-- NAME: REST -->` on a line, if it is one.
@@ -82,11 +119,11 @@ fn fenced(lines: &[&str], i: usize) -> Option<(String, String, usize)> {
         body.push_str(&line[cut..]);
         body.push('\n');
     }
-    panic!("README line {}: a fence that never closes", i + 1);
+    panic!("line {}: a fence that never closes", i + 1);
 }
 
 /// Every marked block, in page order.
-fn examples(page: &'static str, markdown: &str) -> Vec<Example> {
+fn examples(page: &str, markdown: &str) -> Vec<Example> {
     let lines: Vec<&str> = markdown.lines().collect();
     let mut found = Vec::new();
     let mut i = 0;
@@ -107,7 +144,7 @@ fn examples(page: &'static str, markdown: &str) -> Vec<Example> {
             })
             .collect();
         let (_, code, after) = fenced(&lines, i + 1)
-            .unwrap_or_else(|| panic!("README line {}: a marker without a block", i + 1));
+            .unwrap_or_else(|| panic!("{page} line {}: a marker without a block", i + 1));
         let mut output = None;
         let mut next = after;
         while lines.get(next).is_some_and(|l| l.trim().is_empty()) {
@@ -118,14 +155,14 @@ fn examples(page: &'static str, markdown: &str) -> Vec<Example> {
             .is_some_and(|l| l.trim() == "<!-- output -->")
         {
             let (_, text, end) = fenced(&lines, next + 1)
-                .unwrap_or_else(|| panic!("README line {}: output without a block", next + 1));
+                .unwrap_or_else(|| panic!("{page} line {}: output without a block", next + 1));
             output = Some(text);
             next = end;
         } else {
             next = after;
         }
         found.push(Example {
-            page,
+            page: page.to_string(),
             line: i + 2,
             kind,
             options,
@@ -249,7 +286,11 @@ fn node_dir() -> PathBuf {
 fn run_node(example: &Example, s: &Server) {
     let dir = node_dir();
     // In the directory of node_modules, so that `import "redis"` finds it.
-    let file = dir.join(format!("readme-line-{}.mjs", example.line));
+    let file = dir.join(format!(
+        "{}-line-{}.mjs",
+        example.page.replace(['/', '.'], "-"),
+        example.line
+    ));
     std::fs::write(&file, &example.code).unwrap();
     let mut command = Command::new("node");
     command.arg(&file).env("REDIS_URL", url(s));
@@ -268,8 +309,8 @@ fn shell(socket: &Path, code: &str) -> Command {
     command
 }
 
-/// RedisBloom's five types, one key each, as the README's migration
-/// checklist shows them.
+/// RedisBloom's five types, one key each, as the migration checklist
+/// (docs/migrating.md) shows them.
 const REDISBLOOM_KEYS: [(&str, &[&str]); 5] = [
     ("users", &["BF.ADD", "users", "alice"]),
     ("seen:cuckoo", &["CF.ADD", "seen:cuckoo", "alice"]),
@@ -285,29 +326,6 @@ fn redisbloom_server() -> Plain {
         run(&mut c, words).unwrap();
     }
     rb
-}
-
-/// warden's three types and an imported RedisBloom filter, one key each, as
-/// the README's way back shows them.
-fn warden_keys_server() -> Server {
-    let s = Server::start(&[]);
-    let mut c = s.conn();
-    run(&mut c, &["LOCK.ACQUIRE", "order:42", "me", "600000"]).unwrap();
-    run(&mut c, &["RWLOCK.READ", "catalog", "me", "600000"]).unwrap();
-    run(&mut c, &["BF.ADD", "users:new", "alice"]).unwrap();
-    // A filter RedisBloom made, brought over with DUMP/RESTORE: it goes back.
-    let mut rb = redisbloom_server();
-    let dump: Vec<u8> = redis::cmd("DUMP")
-        .arg("users")
-        .query(&mut rb.conn())
-        .unwrap();
-    redis::cmd("RESTORE")
-        .arg("users")
-        .arg(0)
-        .arg(dump)
-        .query::<()>(&mut c)
-        .unwrap();
-    s
 }
 
 /// The keys a checklist's first step lists (the second word of each line).
@@ -339,10 +357,6 @@ fn run_sh(example: &Example, s: &Server) {
             let rb = redisbloom_server();
             let socket = rb.dir.path().join("redis.sock");
             finish(shell(&socket, &example.code), Duration::from_secs(60))
-        }
-        Some("warden-keys") => {
-            let s = warden_keys_server();
-            finish(shell(&s.socket(), &example.code), Duration::from_secs(60))
         }
         Some(other) => panic!("{} line {}: no server {other}", example.page, example.line),
     };
@@ -546,13 +560,15 @@ fn run_rust(example: &Example, s: &Server) {
         binary.display()
     );
     let mut command = Command::new(&binary);
-    command.env("WARDEN_URL", format!("{}/", url(s)));
+    command.env("REDIS_URL", format!("{}/", url(s)));
     check_output(example, &finish(command, Duration::from_secs(60)));
 }
 
+/// The marked blocks of `kind` on every page.
 fn examples_of(kind: &str) -> Vec<Example> {
-    examples("README", &readme())
+    pages()
         .into_iter()
+        .flat_map(|p| examples(&p, &page_text(&p)))
         .filter(|e| e.kind == kind)
         .collect()
 }
@@ -569,11 +585,20 @@ const PROGRAMS: [&str; 8] = [
     "go",
 ];
 
+/// Pages whose blocks a test of their own runs (each on a fresh server, or
+/// against the command table), and so carry no `test:` markers.
+const RUN_ELSEWHERE: [(&str, &str); 2] = [
+    ("docs/patterns.md", "tests/patterns.rs"),
+    ("docs/commands.md", "tests/command_docs.rs"),
+];
+
 #[test]
 fn every_program_block_is_run_or_says_why_not() {
-    let guide = std::fs::read_to_string(root().join("docs/migrating.md")).unwrap();
-    for (page, text) in [("README", readme()), ("docs/migrating.md", guide)] {
-        program_blocks_are_run_or_say_why_not(page, &text);
+    for page in pages() {
+        if RUN_ELSEWHERE.iter().any(|(p, _)| *p == page) {
+            continue;
+        }
+        program_blocks_are_run_or_say_why_not(&page, &page_text(&page));
     }
 }
 
@@ -600,17 +625,37 @@ fn program_blocks_are_run_or_say_why_not(page: &str, text: &str) {
     );
 }
 
-/// Runs `examples` in order on one server; the kinds each page must have run.
-fn run_in_order(examples: &[Example]) -> HashMap<String, usize> {
-    let s = Server::start_tcp(&[]);
+/// The server a page names (`<!-- server: NAME -->`; none: the module's defaults).
+fn server_for(page: &str, text: &str) -> Server {
+    match page_server(text).as_deref() {
+        None => Server::start_tcp(&[]),
+        Some("make-run") => {
+            let s = Server::start_tcp(&make_run_args());
+            let max_lease: Vec<String> = redis::cmd("CONFIG")
+                .arg("GET")
+                .arg("warden.max-lease")
+                .query(&mut s.conn())
+                .unwrap();
+            assert_eq!(max_lease[1], "30000", "{page}: make run's lease cap");
+            s
+        }
+        Some(other) => panic!("{page}: no server {other}"),
+    }
+}
+
+/// Runs a page's examples in order on the server it names; how many of
+/// each kind ran.
+fn run_page(page: &str) -> HashMap<String, usize> {
+    let text = page_text(page);
+    let s = server_for(page, &text);
     let mut ran = HashMap::new();
-    for e in examples {
+    for e in examples(page, &text) {
         match e.kind.as_str() {
-            "redis-cli" => run_transcript(e, &s),
-            "python" => run_python(e, &s),
-            "node" => run_node(e, &s),
-            "sh" => run_sh(e, &s),
-            "rust" => run_rust(e, &s),
+            "redis-cli" => run_transcript(&e, &s),
+            "python" => run_python(&e, &s),
+            "node" => run_node(&e, &s),
+            "sh" => run_sh(&e, &s),
+            "rust" => run_rust(&e, &s),
             "install" => continue, // make dist-test, on the artefacts
             other => panic!("{} line {}: no way to run {other}", e.page, e.line),
         }
@@ -619,46 +664,107 @@ fn run_in_order(examples: &[Example]) -> HashMap<String, usize> {
     ran
 }
 
-/// The README's examples, in page order, on one server: as a reader who
-/// tries each in turn on one `make run` server would run them.
-#[test]
-fn readme_examples_run_in_page_order_on_one_server() {
-    let ran = run_in_order(&examples("README", &readme()));
-    for (kind, at_least, what) in [
-        (
-            "redis-cli",
-            3,
-            "the quick start, cache and Bloom transcripts",
-        ),
-        ("python", 3, "the package and redis-py by hand"),
-        ("node", 3, "node-redis (lock, cache) and ioredis"),
-        ("rust", 2, "warden-client and redis-rs by hand"),
-    ] {
+/// Asserts that `page` ran at least these many examples of each kind.
+fn ran_at_least(page: &str, expected: &[(&str, usize)]) {
+    let ran = run_page(page);
+    for (kind, at_least) in expected {
         assert!(
-            ran.get(kind).copied().unwrap_or(0) >= at_least,
-            "{what}: {ran:?}"
+            ran.get(*kind).copied().unwrap_or(0) >= *at_least,
+            "{page}: expected {at_least} {kind} examples, ran {ran:?}"
         );
     }
 }
 
-/// `docs/migrating.md`: its examples (the rolling deploy among them), in
-/// page order, on one server.
+/// The README's examples, in page order, on one server started as `make run
+/// GRACE=0` starts it: as a reader who tries each in turn would run them.
 #[test]
-fn migration_guide_examples_run_in_page_order_on_one_server() {
-    let text = std::fs::read_to_string(root().join("docs/migrating.md")).unwrap();
-    let ran = run_in_order(&examples("docs/migrating.md", &text));
-    assert!(
-        ran.get("python").copied().unwrap_or(0) >= 2,
-        "the rolling deploy and the differences: {ran:?}"
+fn readme_examples_run_on_make_runs_server() {
+    assert_eq!(page_server(&readme()).as_deref(), Some("make-run"));
+    ran_at_least(
+        "README.md",
+        &[("redis-cli", 2), ("python", 1), ("node", 1), ("rust", 1)],
     );
 }
 
 #[test]
+fn lock_page_examples_run() {
+    ran_at_least("docs/locks.md", &[("redis-cli", 1)]);
+}
+
+#[test]
+fn semaphore_page_examples_run() {
+    ran_at_least("docs/semaphores.md", &[("redis-cli", 1)]);
+}
+
+#[test]
+fn cache_page_examples_run() {
+    ran_at_least("docs/cache.md", &[("redis-cli", 1)]);
+}
+
+#[test]
+fn bloom_page_examples_run() {
+    ran_at_least("docs/bloom.md", &[("redis-cli", 1)]);
+}
+
+#[test]
+fn python_page_examples_run() {
+    ran_at_least("docs/clients/python.md", &[("python", 5)]);
+}
+
+#[test]
+fn node_page_examples_run() {
+    ran_at_least("docs/clients/node.md", &[("node", 5)]);
+}
+
+#[test]
+fn rust_page_examples_run() {
+    ran_at_least("docs/clients/rust.md", &[("rust", 2)]);
+}
+
+/// `docs/migrating.md`: its examples (the rolling deploy and the RedisBloom
+/// checklist among them), in page order, on one server (its way back:
+/// tests/way_back.rs).
+#[test]
+fn migration_guide_examples_run_in_page_order_on_one_server() {
+    ran_at_least("docs/migrating.md", &[("python", 2), ("sh", 1)]);
+}
+
+/// The pages the tests above run; every page with marked blocks is one.
+const RUN_PAGES: [&str; 9] = [
+    "README.md",
+    "docs/locks.md",
+    "docs/semaphores.md",
+    "docs/cache.md",
+    "docs/bloom.md",
+    "docs/clients/python.md",
+    "docs/clients/node.md",
+    "docs/clients/rust.md",
+    "docs/migrating.md",
+];
+
+#[test]
+fn every_page_with_examples_is_run() {
+    for page in pages() {
+        let runnable = examples(&page, &page_text(&page))
+            .iter()
+            .any(|e| e.kind != "install");
+        assert!(
+            !runnable || RUN_PAGES.contains(&page.as_str()),
+            "{page} has examples that no test runs: add it to RUN_PAGES and a test"
+        );
+    }
+    for (page, test) in RUN_ELSEWHERE {
+        assert!(root().join(test).exists(), "{page}: {test}");
+    }
+}
+
+#[test]
 fn every_marked_block_has_a_runner() {
-    for e in examples("README", &readme()) {
+    for e in pages().iter().flat_map(|p| examples(p, &page_text(p))) {
         assert!(
             ["redis-cli", "python", "node", "sh", "rust", "install"].contains(&e.kind.as_str()),
-            "README line {}: no way to run {}",
+            "{} line {}: no way to run {}",
+            e.page,
             e.line,
             e.kind
         );
@@ -698,32 +804,7 @@ fn the_redisbloom_checklist_finds_every_key_that_cannot_carry_over() {
     assert_eq!(int(&mut w, &["DBSIZE"]), 1);
 }
 
-/// The way back, end to end: the keys its first step finds are the ones that
-/// stop a server with RedisBloom alone from loading warden's RDB; without
-/// them it loads, with the imported filter answering as before.
-#[test]
-fn the_way_back_finds_every_key_that_cannot_go_back() {
-    let step = step_on("warden-keys");
-    let s = warden_keys_server();
-    let mut c = s.conn();
-    redis::cmd("SAVE").query::<()>(&mut c).unwrap();
-    let rdb = s.dir.path().join("dump.rdb");
-    let mut refused = Plain::start_on(&rdb, &[module(redisbloom(), &[])]);
-    assert!(!refused.runs(), "RedisBloom alone loaded warden's types");
-
-    let keys = listed_keys(&s.socket(), &step);
-    assert_eq!(keys, ["order:42", "catalog", "users:new"]);
-    for key in &keys {
-        assert_eq!(int(&mut c, &["DEL", key]), 1);
-    }
-    redis::cmd("SAVE").query::<()>(&mut c).unwrap();
-    let mut back = Plain::start_on(&rdb, &[module(redisbloom(), &[])]);
-    let mut b = back.conn();
-    assert_eq!(int(&mut b, &["BF.EXISTS", "users", "alice"]), 1);
-    assert_eq!(int(&mut b, &["DBSIZE"]), 1);
-}
-
-/// "Monitoring": `INFO` and `INFO ALL` leave module sections out; `INFO
+/// docs/metrics.md: `INFO` and `INFO ALL` leave module sections out; `INFO
 /// warden`, `INFO modules` and `INFO everything` have warden's.
 #[test]
 fn info_sections_are_where_the_readme_says() {
@@ -743,5 +824,7 @@ fn info_sections_are_where_the_readme_says() {
             "INFO {args:?}"
         );
     }
-    assert!(readme().contains("`INFO` and `INFO ALL` leave module sections out"));
+    assert!(
+        page_text("docs/metrics.md").contains("`INFO` and `INFO ALL` leave module sections out")
+    );
 }

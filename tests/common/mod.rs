@@ -151,6 +151,26 @@ pub fn wait_for(what: &str, limit: Duration, mut cond: impl FnMut() -> bool) {
     }
 }
 
+/// The settings of `redis.conf.example` as `make run GRACE=0` gives them to
+/// the server (`--warden.grace 0` last), but for the harness's own port,
+/// address and directory: the server every page of the docs runs on.
+pub fn make_run_args() -> Vec<&'static str> {
+    let config = include_str!("../../redis.conf.example");
+    let mut args = Vec::new();
+    for line in config.lines().map(str::trim) {
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let (name, value) = line.split_once(' ').unwrap_or((line, ""));
+        if !["port", "bind", "dir", "protected-mode", "loadmodule"].contains(&name) {
+            args.push(&*format!("--{name}").leak());
+            args.push(value.trim());
+        }
+    }
+    args.extend(["--warden.grace", "0"]);
+    args
+}
+
 pub struct Server {
     pub dir: tempfile::TempDir,
     pub port: Option<u16>,

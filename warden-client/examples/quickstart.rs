@@ -1,5 +1,5 @@
 //! A lock with a watchdog, a read-write lock and a cache read, against the
-//! server at `WARDEN_URL` (default `redis://127.0.0.1/`). The test suite runs it.
+//! server at `REDIS_URL` (default `redis://localhost:6379`). The test suite runs it.
 
 use std::time::Duration;
 
@@ -7,7 +7,7 @@ use warden_client::{Release, Warden};
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let url = std::env::var("WARDEN_URL").unwrap_or_else(|_| "redis://127.0.0.1/".into());
+    let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://localhost:6379".into());
     let warden = Warden::open(&url)?;
 
     // An exclusive lock, renewed while held, waiting up to 5 s if busy.

@@ -1,6 +1,6 @@
 //! The README's Rust client example, verbatim between the markers (the
 //! tests check that it still matches, and run this against a real server at
-//! `WARDEN_URL`).
+//! `REDIS_URL`).
 
 use std::time::Duration;
 
@@ -36,7 +36,7 @@ async fn readme(url: &str) -> Result<String, Box<dyn std::error::Error>> {
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let url = std::env::var("WARDEN_URL").unwrap_or_else(|_| "redis://127.0.0.1/".into());
+    let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://localhost:6379".into());
     let name = readme(&url).await?;
     println!("user:42:name = {name}");
     Ok(())

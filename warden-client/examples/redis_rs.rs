@@ -1,6 +1,6 @@
 //! The README's redis-rs example (a lock taken with plain redis-rs, without
 //! warden-client), verbatim between the markers: the tests check that it
-//! still matches, and run it against a real server at `WARDEN_URL`.
+//! still matches, and run it against a real server at `REDIS_URL`.
 
 use std::time::Duration;
 
@@ -22,6 +22,6 @@ fn readme(url: &str) -> redis::RedisResult<()> {
 }
 
 fn main() -> redis::RedisResult<()> {
-    let url = std::env::var("WARDEN_URL").unwrap_or_else(|_| "redis://127.0.0.1/".into());
+    let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://localhost:6379".into());
     readme(&url)
 }

@@ -20,7 +20,7 @@ fn run_example(name: &str, s: &Server) -> String {
         .join("examples")
         .join(name);
     let out = Command::new(&example)
-        .env("WARDEN_URL", url(s))
+        .env("REDIS_URL", url(s))
         .output()
         .unwrap_or_else(|e| panic!("{}: {e}", example.display()));
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
