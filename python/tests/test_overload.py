@@ -188,6 +188,39 @@ def test_no_grant_reaches_a_caller_past_its_deadline(
     wait_for(lambda: sem_info(watcher, "late") == {})  # given back: nothing held
 
 
+@pytest.mark.parametrize("flavour", ["sync", "asyncio"])
+def test_a_try_answered_after_the_deadline_is_given_back(
+    watcher: redis.Redis, server: Server, flavour: str
+) -> None:
+    # The semaphore is free, but the server holds the try back (CLIENT PAUSE
+    # WRITE, as a failover does) far past the caller's deadline: the acquire
+    # answers False, and the grant the server makes later is given back.
+    r = server.client()
+    r.ping()  # a pooled connection, opened before the pause
+    watcher.execute_command("CLIENT", "PAUSE", 1000, "WRITE")
+    try:
+        if flavour == "sync":
+            got = warden.Semaphore(r, "stalled", 1, timeout=30).acquire(blocking_timeout=0.05)
+        else:
+
+            async def main() -> bool:
+                ar = server.async_client()
+                await ar.ping()
+                sem = warden.asyncio.Semaphore(ar, "stalled", 1, timeout=30)
+                got = await sem.acquire(blocking_timeout=0.05)
+                # The loop must outlive the server's late answer to give it back.
+                await async_wait_for(lambda: watcher.exists("stalled") == 0)
+                await ar.aclose()
+                return got
+
+            got = asyncio.run(main())
+    finally:
+        watcher.execute_command("CLIENT", "UNPAUSE")
+    assert got is False
+    wait_for(lambda: sem_info(watcher, "stalled") == {})  # given back: nothing held
+    r.close()
+
+
 # --- many waiters, the default pool -------------------------------------------
 
 
