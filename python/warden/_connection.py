@@ -230,6 +230,7 @@ def try_call(
         pinned = Pinned(client, key, False, deadline)
         handed_off = False
         sent = False
+        reply: Any = None
         try:
             connection = pinned.connection
             try:
@@ -244,7 +245,9 @@ def try_call(
                     handed_off = True
                     threading.Thread(target=_read_late, args=(pinned, late), daemon=True).start()
                     raise DeadlinePassed()
-                return connection.read_response()
+                reply = connection.read_response()
+                sent = False  # answered: from here the caller has the reply
+                return reply
             except ResponseError as error:
                 sent = False  # answered: nothing held
                 if attempt or not is_redirect(error) or not isinstance(client, RedisCluster):
@@ -256,7 +259,13 @@ def try_call(
                 raise
         finally:
             if not handed_off:
-                pinned.close()
+                try:
+                    pinned.close()
+                except BaseException:
+                    # Interrupted after the reply was read: the caller never sees it.
+                    if reply is not None:
+                        late(int(reply))
+                    raise
                 if pinned.broken and sent:
                     late(None)
         client.nodes_manager.initialize()
@@ -315,6 +324,7 @@ def blocking_call(
     # True from the send until the acquire's reply is read: the server may
     # grant this connection what its caller never sees.
     unanswered = False
+    reply: Any = None
     try:
         wait = deadline.wait_ms()
         if wait is None:
@@ -347,12 +357,18 @@ def blocking_call(
             raise
         if reply is not None and deadline.passed():
             lost(int(reply))  # the caller has given up: never a late grant
-            return None
+            reply = None
         return reply
     finally:
-        if unanswered:
-            pinned.broken = True
-        pinned.close()
+        try:
+            if unanswered:
+                pinned.broken = True
+            pinned.close()
+        except BaseException:
+            # Interrupted after the reply was read: the caller never sees it.
+            if not unanswered and reply is not None:
+                lost(int(reply))
+            raise
         if unanswered:
             # Closed first, given back once the server has dropped the
             # waiter: a grant made until then is covered too.

@@ -207,12 +207,14 @@ class Holder:
         blocking: Optional[bool],
         blocking_timeout: Optional[Number],
         may_hold: Callable[[bool], bool],
+        record: Callable[[int], None],
     ) -> Optional[int]:
         """Try ``args`` once on an ordinary connection; if busy and blocking,
         wait in the server's queue until the deadline (counted from now):
-        the fencing token, or None. If a request fails in flight, what
-        ``owner`` may hold because of it (``may_hold(sent)``) is given back,
-        as is a grant that came too late."""
+        the fencing token (``record``-ed as this holder's), or None. If a
+        request fails in flight, what ``owner`` may hold because of it
+        (``may_hold(sent)``) is given back, as is a grant that came too late
+        or that an interrupt kept from being recorded."""
         deadline = _core.deadline(
             self.blocking if blocking is None else blocking,
             self.blocking_timeout if blocking_timeout is None else blocking_timeout,
@@ -229,12 +231,18 @@ class Holder:
         if fence is not None and deadline is not None and deadline.passed():
             lost(fence)  # the reply came after the caller's deadline: never a late grant
             return None
-        if fence is not None or deadline is None:
-            return fence
-        reply = blocking_call(
-            self.redis, self.name, args, deadline, _core.queue_args(self.max_queue), lost
-        )
-        return None if reply is None else int(reply)
+        if fence is None and deadline is not None:
+            reply = blocking_call(
+                self.redis, self.name, args, deadline, _core.queue_args(self.max_queue), lost
+            )
+            fence = None if reply is None else int(reply)
+        if fence is not None:
+            try:
+                record(fence)
+            except BaseException:
+                lost(fence)  # interrupted before the hold was recorded: nobody would release it
+                raise
+        return fence
 
     def _request(
         self,
