@@ -15,10 +15,12 @@ from typing import Any
 import pytest
 import redis
 import redis.asyncio
+import redis.connection
 from redis.exceptions import ResponseError
 from servers import Server
 
 import warden
+import warden._holder
 import warden.asyncio
 from warden import _core
 
@@ -353,6 +355,67 @@ def test_a_deadline_the_server_misses_takes_the_waiter_out(
     wait_for(lambda: lock_waiters(watcher, "missed") == 0)
     watcher.execute_command("LOCK.RELEASE", "missed", "holder")
     assert not watcher.exists("missed")
+    r.close()
+    watcher.close()
+
+
+@pytest.mark.parametrize("moment", ["local deadline", "interrupt inside the send"])
+def test_a_grant_racing_an_aborted_wait_is_given_back(
+    own_server: Server, monkeypatch: pytest.MonkeyPatch, moment: str
+) -> None:
+    # The only permit is freed while the waiter is being taken out: the
+    # server grants it to the waiter before it drops the connection. The
+    # grant must be given back, whenever in the abort it happens.
+    watcher = own_server.client()
+    watcher.execute_command("SEM.ACQUIRE", "race", "holder", 30_000, "LIMIT", 1)
+    freed = threading.Event()
+
+    def free_the_permit() -> None:
+        if not freed.is_set():
+            freed.set()
+            watcher.execute_command("SEM.RELEASE", "race", "holder")
+
+    if moment == "local deadline":
+        # The server is sent a longer WAIT than the caller has (as a server
+        # busy elsewhere would miss it): the client aborts at the deadline,
+        # and the permit is freed as its first give-back is on its way.
+        monkeypatch.setattr(_core.Deadline, "wait_ms", lambda self: 30_000)
+        give_back = warden._holder.Holder._give_back
+
+        def racing_give_back(self: Any, owner: bytes) -> None:
+            give_back(self, owner)
+            free_the_permit()
+
+        monkeypatch.setattr(warden._holder.Holder, "_give_back", racing_give_back)
+        expected: Any = False
+    else:
+        # KeyboardInterrupt once the waiting acquire is written, before the
+        # client has noted it as sent; the permit was granted to it meanwhile.
+        send = redis.connection.AbstractConnection.send_packed_command
+
+        def interrupted_send(self: Any, command: Any, check_health: bool = True) -> None:
+            send(self, command, check_health)
+            if b"WAIT" in b"".join(command) and not freed.is_set():
+                free_the_permit()
+                wait_for(lambda: sem_info(watcher, "race").get("waiters") == 0)
+                raise KeyboardInterrupt()
+
+        monkeypatch.setattr(
+            redis.connection.AbstractConnection, "send_packed_command", interrupted_send
+        )
+        expected = KeyboardInterrupt
+    r = own_server.client()
+    sem = warden.Semaphore(r, "race", 1, timeout=30)
+    try:
+        got: Any = sem.acquire(blocking_timeout=0.3)
+    except KeyboardInterrupt as interrupt:
+        got = type(interrupt)
+    assert got is expected
+    # (Where CLIENT UNBLOCK takes the waiter out, its nil is read: no give-back.)
+    assert freed.is_set() or moment == "local deadline" and unblocks_waiters(watcher)
+    wait_for(lambda: sem_info(watcher, "race").get("waiters", 0) == 0)
+    free_the_permit()
+    assert sem_info(watcher, "race") == {}  # nothing held by anyone
     r.close()
     watcher.close()
 
