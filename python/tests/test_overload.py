@@ -490,3 +490,61 @@ def test_a_server_without_the_module_says_so() -> None:
             warden.Lock(plain.client(), "x").acquire()
     finally:
         plain.stop()
+
+
+# --- deadlines beyond the timers ------------------------------------------------------
+
+
+@pytest.mark.parametrize("flavour", ["sync", "asyncio"])
+@pytest.mark.parametrize("seconds", [float("inf"), 7.04e10, 1e11, 1e300])
+def test_a_deadline_beyond_any_timer_waits_forever(
+    server: Server, watcher: redis.Redis, flavour: str, seconds: float
+) -> None:
+    # As redis-py's Lock: inf (or a time no timer or WAIT can hold) is no
+    # deadline: the acquire waits (WAIT 0) until the lock is free.
+    watcher.execute_command("LOCK.ACQUIRE", "forever", "holder", 30_000)
+    lines, stop, t = monitored(server)
+    threading.Timer(
+        0.3, lambda: watcher.execute_command("LOCK.RELEASE", "forever", "holder")
+    ).start()
+    if flavour == "sync":
+        r = server.client()
+        got = warden.Lock(r, "forever", timeout=10).acquire(blocking_timeout=seconds)
+        r.close()
+    else:
+
+        async def main() -> bool:
+            ar = server.async_client()
+            try:
+                return await warden.asyncio.Lock(ar, "forever", timeout=10).acquire(
+                    blocking_timeout=seconds
+                )
+            finally:
+                await ar.aclose()
+
+        got = asyncio.run(main())
+    stop.set()
+    watcher.ping()
+    t.join(5)
+    assert got is True
+    assert [line for line in lines if "WAIT" in line][0].endswith("WAIT 0")
+
+
+@pytest.mark.parametrize("flavour", ["sync", "asyncio"])
+def test_a_nan_deadline_is_a_value_error(server: Server, flavour: str) -> None:
+    if flavour == "sync":
+        r = server.client()
+        with pytest.raises(ValueError, match="blocking_timeout"):
+            warden.Lock(r, "nan", timeout=10).acquire(blocking_timeout=float("nan"))
+        r.close()
+    else:
+
+        async def main() -> None:
+            ar = server.async_client()
+            with pytest.raises(ValueError, match="blocking_timeout"):
+                await warden.asyncio.Lock(ar, "nan", timeout=10).acquire(
+                    blocking_timeout=float("nan")
+                )
+            await ar.aclose()
+
+        asyncio.run(main())
