@@ -15,10 +15,12 @@ from typing import Any
 import pytest
 import redis
 import redis.asyncio
+import redis.connection
 from redis.exceptions import ResponseError
 from servers import Server
 
 import warden
+import warden._holder
 import warden.asyncio
 from warden import _core
 
@@ -188,6 +190,39 @@ def test_no_grant_reaches_a_caller_past_its_deadline(
     wait_for(lambda: sem_info(watcher, "late") == {})  # given back: nothing held
 
 
+@pytest.mark.parametrize("flavour", ["sync", "asyncio"])
+def test_a_try_answered_after_the_deadline_is_given_back(
+    watcher: redis.Redis, server: Server, flavour: str
+) -> None:
+    # The semaphore is free, but the server holds the try back (CLIENT PAUSE
+    # WRITE, as a failover does) far past the caller's deadline: the acquire
+    # answers False, and the grant the server makes later is given back.
+    r = server.client()
+    r.ping()  # a pooled connection, opened before the pause
+    watcher.execute_command("CLIENT", "PAUSE", 1000, "WRITE")
+    try:
+        if flavour == "sync":
+            got = warden.Semaphore(r, "stalled", 1, timeout=30).acquire(blocking_timeout=0.05)
+        else:
+
+            async def main() -> bool:
+                ar = server.async_client()
+                await ar.ping()
+                sem = warden.asyncio.Semaphore(ar, "stalled", 1, timeout=30)
+                got = await sem.acquire(blocking_timeout=0.05)
+                # The loop must outlive the server's late answer to give it back.
+                await async_wait_for(lambda: watcher.exists("stalled") == 0)
+                await ar.aclose()
+                return got
+
+            got = asyncio.run(main())
+    finally:
+        watcher.execute_command("CLIENT", "UNPAUSE")
+    assert got is False
+    wait_for(lambda: sem_info(watcher, "stalled") == {})  # given back: nothing held
+    r.close()
+
+
 # --- many waiters, the default pool -------------------------------------------
 
 
@@ -324,6 +359,67 @@ def test_a_deadline_the_server_misses_takes_the_waiter_out(
     watcher.close()
 
 
+@pytest.mark.parametrize("moment", ["local deadline", "interrupt inside the send"])
+def test_a_grant_racing_an_aborted_wait_is_given_back(
+    own_server: Server, monkeypatch: pytest.MonkeyPatch, moment: str
+) -> None:
+    # The only permit is freed while the waiter is being taken out: the
+    # server grants it to the waiter before it drops the connection. The
+    # grant must be given back, whenever in the abort it happens.
+    watcher = own_server.client()
+    watcher.execute_command("SEM.ACQUIRE", "race", "holder", 30_000, "LIMIT", 1)
+    freed = threading.Event()
+
+    def free_the_permit() -> None:
+        if not freed.is_set():
+            freed.set()
+            watcher.execute_command("SEM.RELEASE", "race", "holder")
+
+    if moment == "local deadline":
+        # The server is sent a longer WAIT than the caller has (as a server
+        # busy elsewhere would miss it): the client aborts at the deadline,
+        # and the permit is freed as its first give-back is on its way.
+        monkeypatch.setattr(_core.Deadline, "wait_ms", lambda self: 30_000)
+        give_back = warden._holder.Holder._give_back
+
+        def racing_give_back(self: Any, owner: bytes) -> None:
+            give_back(self, owner)
+            free_the_permit()
+
+        monkeypatch.setattr(warden._holder.Holder, "_give_back", racing_give_back)
+        expected: Any = False
+    else:
+        # KeyboardInterrupt once the waiting acquire is written, before the
+        # client has noted it as sent; the permit was granted to it meanwhile.
+        send = redis.connection.AbstractConnection.send_packed_command
+
+        def interrupted_send(self: Any, command: Any, check_health: bool = True) -> None:
+            send(self, command, check_health)
+            if b"WAIT" in b"".join(command) and not freed.is_set():
+                free_the_permit()
+                wait_for(lambda: sem_info(watcher, "race").get("waiters") == 0)
+                raise KeyboardInterrupt()
+
+        monkeypatch.setattr(
+            redis.connection.AbstractConnection, "send_packed_command", interrupted_send
+        )
+        expected = KeyboardInterrupt
+    r = own_server.client()
+    sem = warden.Semaphore(r, "race", 1, timeout=30)
+    try:
+        got: Any = sem.acquire(blocking_timeout=0.3)
+    except KeyboardInterrupt as interrupt:
+        got = type(interrupt)
+    assert got is expected
+    # (Where CLIENT UNBLOCK takes the waiter out, its nil is read: no give-back.)
+    assert freed.is_set() or moment == "local deadline" and unblocks_waiters(watcher)
+    wait_for(lambda: sem_info(watcher, "race").get("waiters", 0) == 0)
+    free_the_permit()
+    assert sem_info(watcher, "race") == {}  # nothing held by anyone
+    r.close()
+    watcher.close()
+
+
 # --- load shedding ------------------------------------------------------------------
 
 
@@ -394,3 +490,61 @@ def test_a_server_without_the_module_says_so() -> None:
             warden.Lock(plain.client(), "x").acquire()
     finally:
         plain.stop()
+
+
+# --- deadlines beyond the timers ------------------------------------------------------
+
+
+@pytest.mark.parametrize("flavour", ["sync", "asyncio"])
+@pytest.mark.parametrize("seconds", [float("inf"), 7.04e10, 1e11, 1e300])
+def test_a_deadline_beyond_any_timer_waits_forever(
+    server: Server, watcher: redis.Redis, flavour: str, seconds: float
+) -> None:
+    # As redis-py's Lock: inf (or a time no timer or WAIT can hold) is no
+    # deadline: the acquire waits (WAIT 0) until the lock is free.
+    watcher.execute_command("LOCK.ACQUIRE", "forever", "holder", 30_000)
+    lines, stop, t = monitored(server)
+    threading.Timer(
+        0.3, lambda: watcher.execute_command("LOCK.RELEASE", "forever", "holder")
+    ).start()
+    if flavour == "sync":
+        r = server.client()
+        got = warden.Lock(r, "forever", timeout=10).acquire(blocking_timeout=seconds)
+        r.close()
+    else:
+
+        async def main() -> bool:
+            ar = server.async_client()
+            try:
+                return await warden.asyncio.Lock(ar, "forever", timeout=10).acquire(
+                    blocking_timeout=seconds
+                )
+            finally:
+                await ar.aclose()
+
+        got = asyncio.run(main())
+    stop.set()
+    watcher.ping()
+    t.join(5)
+    assert got is True
+    assert [line for line in lines if "WAIT" in line][0].endswith("WAIT 0")
+
+
+@pytest.mark.parametrize("flavour", ["sync", "asyncio"])
+def test_a_nan_deadline_is_a_value_error(server: Server, flavour: str) -> None:
+    if flavour == "sync":
+        r = server.client()
+        with pytest.raises(ValueError, match="blocking_timeout"):
+            warden.Lock(r, "nan", timeout=10).acquire(blocking_timeout=float("nan"))
+        r.close()
+    else:
+
+        async def main() -> None:
+            ar = server.async_client()
+            with pytest.raises(ValueError, match="blocking_timeout"):
+                await warden.asyncio.Lock(ar, "nan", timeout=10).acquire(
+                    blocking_timeout=float("nan")
+                )
+            await ar.aclose()
+
+        asyncio.run(main())

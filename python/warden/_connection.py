@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 import threading
+import time
 import weakref
 from typing import Any, Callable, Optional
 
@@ -212,6 +213,88 @@ def call(
     raise AssertionError("unreachable")
 
 
+def try_call(
+    client: Any,
+    key: str,
+    args: list[Any],
+    deadline: Deadline,
+    late: Callable[[Optional[int]], None],
+    on_sent: Callable[[], None],
+) -> Any:
+    """Send ``args`` (an acquire that does not wait) and read its reply within
+    ``deadline``; ``DeadlinePassed`` when no connection or no reply came in
+    time. A reply still due then is read in the background and handed to
+    ``late`` (a grant: given back); ``late(None)`` when the request failed in
+    flight (a grant may have crossed the close of its connection)."""
+    for attempt in (0, 1):
+        pinned = Pinned(client, key, False, deadline)
+        handed_off = False
+        sent = False
+        reply: Any = None
+        try:
+            connection = pinned.connection
+            try:
+                connection.connect()  # a failure here sent nothing
+                sent = True  # an interrupt inside the send may leave it sent
+                connection.send_command(*args)
+                on_sent()
+                if not connection.can_read(timeout=deadline.remaining()):
+                    # The server answers late (stalled, paused): the caller
+                    # times out now; the reply is read, and a grant given
+                    # back, on this connection's own time (in order after it).
+                    handed_off = True
+                    threading.Thread(target=_read_late, args=(pinned, late), daemon=True).start()
+                    raise DeadlinePassed()
+                reply = connection.read_response()
+                sent = False  # answered: from here the caller has the reply
+                return reply
+            except ResponseError as error:
+                sent = False  # answered: nothing held
+                if attempt or not is_redirect(error) or not isinstance(client, RedisCluster):
+                    raise hinted(error) from None
+            except DeadlinePassed:
+                raise
+            except BaseException:
+                pinned.broken = True
+                raise
+        finally:
+            if not handed_off:
+                try:
+                    pinned.close()
+                except BaseException:
+                    # Interrupted after the reply was read: the caller never sees it.
+                    if reply is not None:
+                        late(int(reply))
+                    raise
+                if pinned.broken and sent:
+                    late(None)
+        client.nodes_manager.initialize()
+    raise AssertionError("unreachable")
+
+
+# How long a late reply is waited for in the background: past that the
+# connection is closed and whatever it may hold is given back.
+LATE_REPLY_SECONDS = 30.0
+
+
+def _read_late(pinned: Pinned, late: Callable[[Optional[int]], None]) -> None:
+    connection = pinned.connection
+    try:
+        if connection.can_read(timeout=LATE_REPLY_SECONDS):
+            reply = connection.read_response()
+            if reply is not None:
+                late(int(reply))
+            return
+        pinned.broken = True
+    except ResponseError:
+        return  # refused: nothing held
+    except Exception:
+        pinned.broken = True
+    finally:
+        pinned.close()
+    late(None)
+
+
 def blocking_call(
     client: Any,
     key: str,
@@ -237,49 +320,80 @@ def blocking_call(
     except DeadlinePassed:
         return None
     connection = pinned.connection
-    waits = pinned.waits
-    assert waits is not None
-    parked = False
     client_id: Optional[int] = None
+    # True from the send until the acquire's reply is read: the server may
+    # grant this connection what its caller never sees.
+    unanswered = False
+    reply: Any = None
     try:
         wait = deadline.wait_ms()
         if wait is None:
             return None
-        sent = False
+        parked = False
         try:
+            unanswered = True  # an interrupt inside the send may leave it sent
             # CLIENT ID rides along (no round trip of its own): the id to unblock.
             connection.send_packed_command(
                 connection.pack_commands([("CLIENT", "ID"), (*args, "WAIT", wait, *extra)])
             )
-            sent = True
             try:
                 client_id = int(connection.read_response())
             except ResponseError:  # an ACL without CLIENT: close to abort instead
                 client_id = None
             parked = True
-            left = deadline.remaining()
-            ready = connection.can_read(timeout=left)
+            ready = connection.can_read(timeout=deadline.remaining())
             parked = False
             if not ready:
-                _abort(client, key, pinned, client_id, lost)
+                unanswered = not _abort(client, key, pinned, client_id, lost)
                 return None
             reply = connection.read_response()
+            unanswered = False
         except ResponseError as error:
+            unanswered = False
             raise hinted(error) from None
         except BaseException:
             if parked:  # the connection is sound: only the wait is unwanted
-                _abort(client, key, pinned, client_id, lost)
-            else:
-                pinned.broken = True
-                if sent:
-                    lost(None)
+                unanswered = not _abort(client, key, pinned, client_id, lost)
             raise
         if reply is not None and deadline.passed():
             lost(int(reply))  # the caller has given up: never a late grant
-            return None
+            reply = None
         return reply
     finally:
-        pinned.close()
+        try:
+            if unanswered:
+                pinned.broken = True
+            pinned.close()
+        except BaseException:
+            # Interrupted after the reply was read: the caller never sees it.
+            if not unanswered and reply is not None:
+                lost(int(reply))
+            raise
+        if unanswered:
+            # Closed first, given back once the server has dropped the
+            # waiter: a grant made until then is covered too.
+            _until_gone(client, key, client_id)
+            lost(None)
+            if client_id is None:  # not confirmed: once more, a round trip later
+                lost(None)
+
+
+def _until_gone(client: Any, key: str, client_id: Optional[int]) -> None:
+    """Wait (at most a second) until the server no longer lists the closed
+    connection ``client_id`` (None: unknown, nothing to wait for)."""
+    if client_id is None:
+        return
+    give_up = time.monotonic() + 1.0
+    pause = 0.001
+    while time.monotonic() < give_up:
+        try:
+            listed = call(client, key, "CLIENT", "LIST", "ID", client_id, timeout=1.0)
+        except Exception:
+            return
+        if not listed:
+            return
+        time.sleep(pause)
+        pause = min(0.02, pause * 2)
 
 
 def _abort(
@@ -288,34 +402,32 @@ def _abort(
     pinned: Pinned,
     client_id: Optional[int],
     lost: Callable[[Optional[int]], None],
-) -> None:
-    """Take a parked waiter out of the server's queue; its connection is kept
-    when its last reply was read, else closed."""
+) -> bool:
+    """Take a parked waiter out of the server's queue: True once its reply was
+    read (a grant given back, the connection kept); False: it is still
+    unanswered (the caller closes the connection and gives back what it may
+    hold)."""
     waits, connection = pinned.waits, pinned.connection
     assert waits is not None
-    try:
-        unblocked: Any = None
-        if not connection.can_read(timeout=0) and client_id is not None:
-            try:
-                unblocked = call(client, key, "CLIENT", "UNBLOCK", client_id, timeout=1.0)
-            except Exception:
-                unblocked = None
-            if unblocked == 1:
-                waits.unblock_works = True
-        # Read the reply when it is due: it was sent already (the wait ended or
-        # was unblocked); an older server answers 0 and goes on waiting.
-        due = unblocked == 1 or unblocked == 0 and waits.unblock_works or unblocked is None
-        if due and connection.can_read(timeout=1.0 if unblocked is not None else 0):
-            try:
-                reply = connection.read_response()
-            except ResponseError:
-                return
-            if reply is not None:
-                lost(int(reply))
-            return
-    except BaseException:
-        pinned.broken = True
-        lost(None)
-        raise
-    pinned.broken = True
-    lost(None)
+    unblocked: Any = None
+    if not connection.can_read(timeout=0) and client_id is not None:
+        try:
+            unblocked = call(client, key, "CLIENT", "UNBLOCK", client_id, timeout=1.0)
+        except Exception:
+            unblocked = None
+        if unblocked == 1:
+            waits.unblock_works = True
+    # Read the reply when it is due: it was sent already (the wait ended or
+    # was unblocked); an older server answers 0 and goes on waiting.
+    due = unblocked == 1 or unblocked == 0 and waits.unblock_works or unblocked is None
+    if due and connection.can_read(timeout=1.0 if unblocked is not None else 0):
+        try:
+            reply = connection.read_response()
+        except ResponseError:
+            return True
+        except Exception:
+            return False
+        if reply is not None:
+            lost(int(reply))
+        return True
+    return False

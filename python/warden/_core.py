@@ -88,10 +88,20 @@ def margin_ms(left_ms: float) -> float:
     return min(5.0, max(1.0, left_ms / 10))
 
 
+# Longer than this is forever: the server's largest WAIT (2^46 ms) and the
+# longest timeout a thread or socket accepts (threading.TIMEOUT_MAX).
+FOREVER_SECONDS = min(2**46 / 1000, threading.TIMEOUT_MAX)
+
+
 def deadline(blocking: bool, blocking_timeout: Optional[Number]) -> Optional[Deadline]:
-    """The deadline of an acquire that may wait (None: it only tries)."""
+    """The deadline of an acquire that may wait (None: it only tries);
+    ``math.inf`` or any time past ``FOREVER_SECONDS`` waits forever, as None."""
+    if blocking_timeout is not None and math.isnan(blocking_timeout):
+        raise ValueError("blocking_timeout must be a number of seconds or None, not nan")
     if not blocking or (blocking_timeout is not None and blocking_timeout <= 0):
         return None
+    if blocking_timeout is not None and blocking_timeout >= FOREVER_SECONDS:
+        blocking_timeout = None
     return Deadline(blocking_timeout)
 
 

@@ -32,7 +32,7 @@ from typing import Any, Callable, Literal, Optional, TypeVar
 from redis.exceptions import LockError, LockNotOwnedError, ResponseError
 
 from . import _core
-from ._connection import DeadlinePassed, blocking_call, call
+from ._connection import DeadlinePassed, blocking_call, call, try_call
 from ._core import LockCommands, Number, lock_error
 
 logger = logging.getLogger(__name__)
@@ -207,31 +207,42 @@ class Holder:
         blocking: Optional[bool],
         blocking_timeout: Optional[Number],
         may_hold: Callable[[bool], bool],
+        record: Callable[[int], None],
     ) -> Optional[int]:
         """Try ``args`` once on an ordinary connection; if busy and blocking,
         wait in the server's queue until the deadline (counted from now):
-        the fencing token, or None. If a request fails in flight, what
-        ``owner`` may hold because of it (``may_hold(sent)``) is given back,
-        as is a grant that came too late."""
+        the fencing token (``record``-ed as this holder's), or None. If a
+        request fails in flight, what ``owner`` may hold because of it
+        (``may_hold(sent)``) is given back, as is a grant that came too late
+        or that an interrupt kept from being recorded."""
         deadline = _core.deadline(
             self.blocking if blocking is None else blocking,
             self.blocking_timeout if blocking_timeout is None else blocking_timeout,
         )
-        try:
-            fence = self._request(args, owner, may_hold, deadline)
-        except DeadlinePassed:
-            return None
-        if fence is not None or deadline is None:
-            return fence
 
         def lost(reply: Optional[int]) -> None:
             if reply is not None or may_hold(True):
                 self._give_back(owner)
 
-        reply = blocking_call(
-            self.redis, self.name, args, deadline, _core.queue_args(self.max_queue), lost
-        )
-        return None if reply is None else int(reply)
+        try:
+            fence = self._request(args, owner, may_hold, deadline, lost)
+        except DeadlinePassed:
+            return None
+        if fence is not None and deadline is not None and deadline.passed():
+            lost(fence)  # the reply came after the caller's deadline: never a late grant
+            return None
+        if fence is None and deadline is not None:
+            reply = blocking_call(
+                self.redis, self.name, args, deadline, _core.queue_args(self.max_queue), lost
+            )
+            fence = None if reply is None else int(reply)
+        if fence is not None:
+            try:
+                record(fence)
+            except BaseException:
+                lost(fence)  # interrupted before the hold was recorded: nobody would release it
+                raise
+        return fence
 
     def _request(
         self,
@@ -239,8 +250,19 @@ class Holder:
         owner: bytes,
         may_hold: Callable[[bool], bool],
         deadline: Optional[_core.Deadline],
+        lost: Callable[[Optional[int]], None],
     ) -> Optional[int]:
-        """Send an acquire that does not wait: its fencing token, or None (busy)."""
+        """Send an acquire that does not wait: its fencing token, or None
+        (busy). With a deadline its reply is awaited only until then
+        (``DeadlinePassed``; ``try_call`` gives back a late grant)."""
+        if deadline is not None and deadline.at is not None:
+            try:
+                fence = try_call(self.redis, self.name, args, deadline, lost, on_sent=lambda: None)
+            except ResponseError as error:
+                if _core.is_wrongtype(error):
+                    raise _core.wrong_type(error, self.name) from None
+                raise  # the server refused it
+            return None if fence is None else int(fence)
         sent: list[bool] = []
         try:
             fence = call(

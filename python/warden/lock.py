@@ -99,22 +99,24 @@ class Lock(Holder):
         # flight: a fresh owner, or a re-entrant one that held nothing, at
         # most this grant; a re-entrant owner that already held is granted at
         # once once the request is sent.
+
+        def record(fence: int) -> None:
+            if reentrant:
+                _core.REENTRANT_HOLDS.add(owner, self.name, self.commands, 1)
+            if self._token != owner:
+                self._new_hold(owner, lease_ms)
+            self.local.holds = getattr(self.local, "holds", 0) + 1
+            self.local.fence = fence
+
         fence = self._acquire(
             args,
             owner,
             blocking,
             blocking_timeout,
             lambda sent: token is None and (not reentrant or before == 0 or sent),
+            record,
         )
-        if fence is None:
-            return False
-        if reentrant:
-            _core.REENTRANT_HOLDS.add(owner, self.name, self.commands, 1)
-        if self._token != owner:
-            self._new_hold(owner, lease_ms)
-        self.local.holds = getattr(self.local, "holds", 0) + 1
-        self.local.fence = fence
-        return True
+        return fence is not None
 
     def _gave_back(self, owner: bytes, reply: Any) -> None:
         if self.reentrant:

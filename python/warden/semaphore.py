@@ -90,13 +90,14 @@ class Semaphore(Holder):
         args = _core.semaphore_args(
             self.name, owner, lease_ms, self.limit, self.permits if permits is None else permits
         )
-        fence = self._acquire(args, owner, blocking, blocking_timeout, lambda sent: True)
-        if fence is None:
-            return False
-        self._new_hold(owner, lease_ms)
-        self.local.holds = 1
-        self.local.fence = fence
-        return True
+
+        def record(fence: int) -> None:
+            self._new_hold(owner, lease_ms)
+            self.local.holds = 1
+            self.local.fence = fence
+
+        fence = self._acquire(args, owner, blocking, blocking_timeout, lambda sent: True, record)
+        return fence is not None
 
     def release(self) -> None:
         """Give the permits back (to the waiters at once); ``LockNotOwnedError``

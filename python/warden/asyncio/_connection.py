@@ -270,6 +270,82 @@ async def call(
 Lost = Callable[[Optional[int]], Awaitable[None]]
 
 
+async def try_call(client: Any, key: str, args: list[Any], deadline: Deadline, late: Lost) -> Any:
+    """As ``warden._connection.try_call``, for asyncio: the reply of ``args``
+    within ``deadline``, else ``DeadlinePassed``; a reply still due then (or
+    when the caller is cancelled) is read in the background and a grant
+    handed to ``late``; ``late(None)`` when the request failed in flight."""
+    for attempt in (0, 1):
+        pinned = await Pinned.open(client, key, False, deadline)
+        handed_off = False
+        sent = False
+        try:
+            connection = pinned.connection
+            try:
+                await connection.connect()  # a failure here sent nothing
+                sent = True  # a cancel inside the send may leave it sent
+                await connection.send_command(*args)
+                reading = asyncio.ensure_future(connection.read_response(timeout=_NO_READ_TIMEOUT))
+                try:
+                    await asyncio.wait({reading}, timeout=deadline.remaining())
+                except BaseException:  # cancelled: the reply is read in the background
+                    handed_off = True
+                    in_background(_read_late(pinned, reading, late))
+                    raise
+                if not reading.done():
+                    # The server answers late (stalled, paused): the caller
+                    # times out now; a grant is given back once read.
+                    handed_off = True
+                    in_background(_read_late(pinned, reading, late))
+                    raise DeadlinePassed()
+                return reading.result()
+            except ResponseError as error:
+                sent = False  # answered: nothing held
+                if attempt or not is_redirect(error) or not isinstance(client, RedisCluster):
+                    raise hinted(error) from None
+            except DeadlinePassed:
+                raise
+            except BaseException:
+                pinned.broken = True
+                raise
+        finally:
+            if not handed_off:
+                await asyncio.shield(pinned.close())
+                if pinned.broken and sent:
+                    in_background(late(None))
+        await client.nodes_manager.initialize()
+    raise AssertionError("unreachable")
+
+
+# How long a late reply is waited for in the background: past that the
+# connection is closed and whatever it may hold is given back.
+LATE_REPLY_SECONDS = 30.0
+
+
+async def _read_late(pinned: Pinned, reading: asyncio.Future[Any], late: Lost) -> None:
+    try:
+        await asyncio.wait({reading}, timeout=LATE_REPLY_SECONDS)
+        if reading.done() and not reading.cancelled():
+            error = reading.exception()
+            if error is None:
+                reply = reading.result()
+                if reply is not None:
+                    await late(int(reply))
+                return
+            if isinstance(error, ResponseError):
+                return  # refused: nothing held
+        pinned.broken = True
+        if not reading.done():
+            reading.cancel()  # redis-py closes a connection whose read is cancelled
+            try:
+                await reading
+            except BaseException:
+                pass
+    finally:
+        await pinned.close()
+    await late(None)
+
+
 async def blocking_call(
     client: Any, key: str, args: list[Any], deadline: Deadline, extra: list[Any], lost: Lost
 ) -> Any:

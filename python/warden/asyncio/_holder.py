@@ -22,7 +22,7 @@ from redis.exceptions import LockError, LockNotOwnedError, ResponseError
 
 from .. import _core
 from .._core import LockCommands, Number, lock_error
-from ._connection import DeadlinePassed, blocking_call, call, in_background
+from ._connection import DeadlinePassed, Lost, blocking_call, call, in_background, try_call
 
 logger = logging.getLogger(__name__)
 
@@ -209,17 +209,20 @@ class Holder:
             self.blocking if blocking is None else blocking,
             self.blocking_timeout if blocking_timeout is None else blocking_timeout,
         )
-        try:
-            fence = await self._request(args, owner, may_hold, deadline)
-        except DeadlinePassed:
-            return None
-        if fence is not None or deadline is None:
-            return fence
 
         async def lost(reply: Optional[int]) -> None:
             if reply is not None or may_hold(True):
                 await self._give_back(owner)
 
+        try:
+            fence = await self._request(args, owner, may_hold, deadline, lost)
+        except DeadlinePassed:
+            return None
+        if fence is not None and deadline is not None and deadline.passed():
+            await lost(fence)  # the reply came after the caller's deadline: never a late grant
+            return None
+        if fence is not None or deadline is None:
+            return fence
         reply = await blocking_call(
             self.redis, self.name, args, deadline, _core.queue_args(self.max_queue), lost
         )
@@ -231,10 +234,21 @@ class Holder:
         owner: bytes,
         may_hold: Callable[[bool], bool],
         deadline: Optional[_core.Deadline],
+        lost: Lost,
     ) -> Optional[int]:
         """Send an acquire that does not wait: its fencing token, or None
-        (busy). If it fails in flight or is cancelled, what ``owner`` may hold
-        because of it (``may_hold(sent)``) is given back."""
+        (busy). With a deadline its reply is awaited only until then
+        (``DeadlinePassed``; ``try_call`` gives back a late grant). If it
+        fails in flight or is cancelled, what ``owner`` may hold because of it
+        (``may_hold(sent)``) is given back."""
+        if deadline is not None and deadline.at is not None:
+            try:
+                fence = await try_call(self.redis, self.name, args, deadline, lost)
+            except ResponseError as error:
+                if _core.is_wrongtype(error):
+                    raise _core.wrong_type(error, self.name) from None
+                raise  # the server refused it
+            return None if fence is None else int(fence)
         sent: list[bool] = []
         try:
             fence = await call(
