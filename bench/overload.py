@@ -49,9 +49,13 @@ OUT = (
     if "--out" in sys.argv
     else ROOT / "bench/results/overload"
 )
-MODULE = os.environ.get("WARDEN_MODULE") or sys.exit("WARDEN_MODULE: the module to load")
+MODULE = os.environ.get("WARDEN_MODULE") or sys.exit(
+    "WARDEN_MODULE: the module to load"
+)
 SERVER = os.environ.get("WARDEN_SERVER", "redis-server")
-RUST = Path(os.environ.get("WARDEN_OVERLOAD_RUST", ROOT / "target/release/examples/overload"))
+RUST = Path(
+    os.environ.get("WARDEN_OVERLOAD_RUST", ROOT / "target/release/examples/overload")
+)
 PYTHON = sys.executable
 NODE = shutil.which("node") or "node"
 
@@ -75,12 +79,36 @@ CLIENTS = [
         "warden-sync",
         "sem lock",
     ),
-    ("Python warden.asyncio", "blocking_timeout=0.05", "python", "warden-asyncio", "sem lock"),
+    (
+        "Python warden.asyncio",
+        "blocking_timeout=0.05",
+        "python",
+        "warden-asyncio",
+        "sem lock",
+    ),
     ("Node warden-redis", "wait: 50", "node", "warden-wait", "sem lock"),
-    ("Node warden-redis", "signal: AbortSignal.timeout(50)", "node", "warden-signal", "sem lock"),
-    ("Node warden-redis", "wait: 50, maxQueue: 2 × limit", "node", "warden-shed", "sem lock"),
+    (
+        "Node warden-redis",
+        "signal: AbortSignal.timeout(50)",
+        "node",
+        "warden-signal",
+        "sem lock",
+    ),
+    (
+        "Node warden-redis",
+        "wait: 50, maxQueue: 2 × limit",
+        "node",
+        "warden-shed",
+        "sem lock",
+    ),
     ("Rust warden-client", ".wait(50 ms)", "rust", "warden-wait", "sem lock"),
-    ("Rust warden-client", "tokio::time::timeout(50 ms, ..)", "rust", "warden-timeout", "sem lock"),
+    (
+        "Rust warden-client",
+        "tokio::time::timeout(50 ms, ..)",
+        "rust",
+        "warden-timeout",
+        "sem lock",
+    ),
     (
         "npm redis-semaphore (Semaphore / Mutex)",
         "acquireTimeout: 50",
@@ -88,7 +116,13 @@ CLIENTS = [
         "redis-semaphore",
         "sem lock",
     ),
-    ("redis-py Lock (threads)", "blocking_timeout=0.05", "python", "redis-py-lock", "lock"),
+    (
+        "redis-py Lock (threads)",
+        "blocking_timeout=0.05",
+        "python",
+        "redis-py-lock",
+        "lock",
+    ),
 ]
 BURSTS = [
     ("Python warden.Semaphore (threads)", "python", "warden-sync"),
@@ -167,10 +201,14 @@ class Server:
 def run(driver: str, params: dict[str, Any]) -> dict[str, Any]:
     """One driver process against a server of its own: its JSON line."""
     with Server() as server:
-        argv = DRIVERS[driver] + [a for k, v in params.items() for a in (f"--{k}", str(v))]
+        argv = DRIVERS[driver] + [
+            a for k, v in params.items() for a in (f"--{k}", str(v))
+        ]
         argv += ["--port", str(server.port)]
         env = dict(os.environ, PYTHONPATH=str(ROOT / "python"))
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=300, env=env, cwd=ROOT)
+        done = subprocess.run(
+            argv, capture_output=True, text=True, timeout=300, env=env, cwd=ROOT
+        )
     lines = [x for x in done.stdout.splitlines() if x.startswith("{")]
     if done.returncode != 0 or not lines:
         tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
@@ -212,14 +250,21 @@ def versions(server_bin: str) -> dict[str, str]:
     # The redis crate warden-client is built with (Cargo.lock names its version
     # among the client's dependencies when the lock holds more than one).
     lock = (ROOT / "Cargo.lock").read_text()
-    client = re.search(r'name = "warden-client"\n.*?dependencies = \[(.*?)\]', lock, re.S)
+    client = re.search(
+        r'name = "warden-client"\n.*?dependencies = \[(.*?)\]', lock, re.S
+    )
     dep = re.search(r'"redis( [^"]+)?"', client.group(1)) if client else None
     if dep and available("rust"):
         only = re.search(r'name = "redis"\nversion = "([^"]+)"', lock)
-        out["redis-rs"] = dep.group(1).strip() if dep.group(1) else only.group(1) if only else "?"
+        out["redis-rs"] = (
+            dep.group(1).strip() if dep.group(1) else only.group(1) if only else "?"
+        )
     with Server() as s:
         info = s.client.info("server")
-        mods = {m[b"name"].decode(): m[b"ver"] for m in s.client.execute_command("MODULE", "LIST")}
+        mods = {
+            m[b"name"].decode(): m[b"ver"]
+            for m in s.client.execute_command("MODULE", "LIST")
+        }
     out = {
         "server": f"Redis {info['redis_version']} ({server_bin})",
         "module": f"warden {mods.get('warden', '?')} ({MODULE})",
@@ -273,6 +318,11 @@ def overload() -> tuple[list[str], list[dict[str, Any]]]:
                 "p50_ms": pct(lat, 50),
                 "p99_ms": pct(lat, 99),
                 "span_ms": [r["span_ms"] for r in ok],
+                # What a hold really took on this machine (grant reaching the
+                # caller to the release's reply): the bound a client can reach.
+                "held_ms": statistics.fmean(h)
+                if (h := [x for r in ok for x in r.get("held_ms", [])])
+                else math.nan,
             }
             if client not in ANCHORS:
                 row["meets_target"] = bool(ok) and (
@@ -296,8 +346,9 @@ def overload() -> tuple[list[str], list[dict[str, Any]]]:
             "which lowers the load and lets more through).\n",
             "| client | deadline given as | granted | on time (÷ bound) | late | max inside "
             "| errors "
-            "| p50 ms | p99 ms | arrivals ms | target |",
-            "|---|---|---|---|---|---|---|---|---|---|---|",
+            "| p50 ms | p99 ms | arrivals ms | hold ms, measured | on time ÷ bound at that hold "
+            "| target |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
         ]
         for r in (r for r in rows if r["kind"] == kind):
             if not r["granted"]:
@@ -310,15 +361,38 @@ def overload() -> tuple[list[str], list[dict[str, Any]]]:
                     span(r["late"]),
                     f"{r['max_inside']}" + (" ⚠" if r["max_inside"] > limit else ""),
                 ]
-            err = f"{r['errors']}" + (f" ({r['error_sample'][:60]})" if r["errors"] else "")
-            target = "anchor" if "meets_target" not in r else "✓" if r["meets_target"] else "✗"
+            err = f"{r['errors']}" + (
+                f" ({r['error_sample'][:60]})" if r["errors"] else ""
+            )
+            target = (
+                "anchor"
+                if "meets_target" not in r
+                else "✓"
+                if r["meets_target"]
+                else "✗"
+            )
             lines.append(
                 f"| {r['client']} | `{r['deadline']}` | "
                 + " | ".join(cells)
                 + f" | {err} | {ms(r['p50_ms'])} | {ms(r['p99_ms'])} "
-                f"| {max(r['span_ms'], default=math.nan):.0f} | {target} |"
+                f"| {max(r['span_ms'], default=math.nan):.0f} | {ms(r['held_ms'])} "
+                f"| {held_fraction(r)} | {target} |"
             )
     return lines, rows
+
+
+def held_fraction(r: dict[str, Any]) -> str:
+    """On-time grants against the bound a hold of the measured length allows."""
+    if not r["on_time"] or math.isnan(r["held_ms"]):
+        return "—"
+    p = OVERLOAD
+    b = min(
+        p["requests"],
+        r["limit"]
+        * (p["requests"] * p["interval-ms"] + p["deadline-ms"])
+        / r["held_ms"],
+    )
+    return f"{min(r['on_time']) / b:.2f}–{max(r['on_time']) / b:.2f}"
 
 
 def burst() -> tuple[list[str], list[dict[str, Any]]]:
@@ -327,7 +401,14 @@ def burst() -> tuple[list[str], list[dict[str, Any]]]:
         if not available(driver):
             continue
         r = run(
-            driver, {"client": client, "scenario": "burst", "kind": "sem", "key": "burst", **BURST}
+            driver,
+            {
+                "client": client,
+                "scenario": "burst",
+                "kind": "sem",
+                "key": "burst",
+                **BURST,
+            },
         )
         first, last = r.get("first_ms", []), r.get("all_ms", [])
         row = {
@@ -368,8 +449,12 @@ def burst() -> tuple[list[str], list[dict[str, Any]]]:
         else:
             cells = ["—", "—"]
         err = f"{r['errors']}" + (f" ({r['error_sample'][:60]})" if r["errors"] else "")
-        target = "anchor" if "meets_target" not in r else "✓" if r["meets_target"] else "✗"
-        lines.append(f"| {r['client']} | " + " | ".join(cells) + f" | {err} | {target} |")
+        target = (
+            "anchor" if "meets_target" not in r else "✓" if r["meets_target"] else "✗"
+        )
+        lines.append(
+            f"| {r['client']} | " + " | ".join(cells) + f" | {err} | {target} |"
+        )
     return lines, rows
 
 
@@ -450,7 +535,10 @@ def main() -> None:
     v = versions(shutil.which(SERVER) or SERVER)
     sections: dict[str, Any] = {}
     doc: dict[str, Any] = {"versions": dict(v)}
-    text = ["## Overload: warden's clients against redis-semaphore and redis-py's Lock", ""]
+    text = [
+        "## Overload: warden's clients against redis-semaphore and redis-py's Lock",
+        "",
+    ]
     text.append("Server: " + v.pop("server") + "; module: " + v.pop("module") + ".  ")
     text.append("Packages: " + ", ".join(f"{k} {val}" for k, val in v.items()) + ".  ")
     text.append(
@@ -458,7 +546,11 @@ def main() -> None:
         + ", ".join(f"{what} {bound(limit):g}" for what, limit in KINDS.values())
         + f"{' (QUICK)' if QUICK else ''}."
     )
-    for name, section in (("overload", overload), ("burst", burst), ("throughput", throughput)):
+    for name, section in (
+        ("overload", overload),
+        ("burst", burst),
+        ("throughput", throughput),
+    ):
         lines, rows = section()
         sections[name] = rows
         text += lines

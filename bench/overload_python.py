@@ -18,7 +18,8 @@ Parameters (``--name value``; times in ms):
     {"granted","late","max_inside","errors","error_sample",
      "lat_ms":[acquire latency of each grant]}; late = granted after
     deadline-ms from the call (held like any grant: the caller cannot tell);
-    "span_ms": from the first call to the last (a loaded machine stretches it).
+    "span_ms": from the first call to the last (a loaded machine stretches it);
+    "held_ms": each hold, from the grant reaching the caller to the release's reply.
   burst: --limit --requests --rounds
     per round a fresh client (connected: one PING), `requests` acquires at
     once with permits free. Prints {"first_ms":[per round],"all_ms":[per
@@ -49,7 +50,9 @@ def versions() -> dict[str, str]:
     # The package imported (a checkout on PYTHONPATH, or installed).
     project = Path(warden.__file__).resolve().parents[1] / "pyproject.toml"
     if project.exists():
-        line = next(x for x in project.read_text().splitlines() if x.startswith("version"))
+        line = next(
+            x for x in project.read_text().splitlines() if x.startswith("version")
+        )
         own = line.split("=", 1)[1].strip().strip('"')
     else:
         own = metadata.version("warden-redis")
@@ -70,6 +73,7 @@ class Tally:
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.lat: list[float] = []
+        self.held: list[float] = []
         self.late = 0
         self.inside = 0
         self.max_inside = 0
@@ -87,6 +91,10 @@ class Tally:
         with self.lock:
             self.inside -= 1
 
+    def released(self, held_ms: float) -> None:
+        with self.lock:
+            self.held.append(held_ms)
+
     def failed(self, e: BaseException) -> None:
         with self.lock:
             self.errors += 1
@@ -101,6 +109,7 @@ class Tally:
             "errors": self.errors,
             "error_sample": self.error_sample,
             "lat_ms": self.lat,
+            "held_ms": self.held,
         }
 
 
@@ -112,12 +121,16 @@ def sync_holder(p: dict[str, str], r: redis.Redis, deadline_s: float) -> Any:
         return r.lock(p["key"], timeout=TTL, blocking_timeout=deadline_s)
     if p["kind"] == "lock":
         return warden.Lock(r, p["key"], timeout=TTL, blocking_timeout=deadline_s)
-    return warden.Semaphore(r, p["key"], limit, timeout=TTL, blocking_timeout=deadline_s)
+    return warden.Semaphore(
+        r, p["key"], limit, timeout=TTL, blocking_timeout=deadline_s
+    )
 
 
 def async_holder(p: dict[str, str], r: Any, deadline_s: float) -> Any:
     if p["kind"] == "lock":
-        return warden.asyncio.Lock(r, p["key"], timeout=TTL, blocking_timeout=deadline_s)
+        return warden.asyncio.Lock(
+            r, p["key"], timeout=TTL, blocking_timeout=deadline_s
+        )
     return warden.asyncio.Semaphore(
         r, p["key"], int(p["limit"]), timeout=TTL, blocking_timeout=deadline_s
     )
@@ -137,9 +150,11 @@ def sync_overload(p: dict[str, str]) -> dict[str, Any]:
             if not holder.acquire():
                 return
             tally.granted((time.monotonic() - t0) * 1000, deadline_ms)
+            t1 = time.monotonic()
             time.sleep(hold_s)
             tally.left()
             holder.release()
+            tally.released((time.monotonic() - t1) * 1000)
         except Exception as e:
             tally.failed(e)
 
@@ -172,9 +187,11 @@ async def async_overload(p: dict[str, str]) -> dict[str, Any]:
             if not await holder.acquire():
                 return
             tally.granted((time.monotonic() - t0) * 1000, deadline_ms)
+            t1 = time.monotonic()
             await asyncio.sleep(hold_s)
             tally.left()
             await holder.release()
+            tally.released((time.monotonic() - t1) * 1000)
         except Exception as e:
             tally.failed(e)
 

@@ -19,7 +19,8 @@
 //     {"granted","late","max_inside","errors","error_sample",
 //      "lat_ms":[acquire latency of each grant]}; late = granted after
 //     deadline-ms from the call (held like any grant: the caller cannot tell);
-//     "span_ms": from the first call to the last (a loaded machine stretches it).
+//     "span_ms": from the first call to the last (a loaded machine stretches it);
+//     "held_ms": each hold, from the grant reaching the caller to the release's reply.
 //   burst: --limit --requests --rounds
 //     per round a fresh Warden (the ioredis client already connected),
 //     `requests` acquires at once with permits free. Prints
@@ -126,6 +127,7 @@ async function overload(client) {
   let inside = 0;
   let maxInside = 0;
   const lat = [];
+  const held = [];
   let late = 0;
   const calls = [];
   const start = performance.now();
@@ -142,9 +144,11 @@ async function overload(client) {
         if (waited > deadline) late += 1;
         inside += 1;
         maxInside = Math.max(maxInside, inside);
+        const granted = performance.now();
         await sleep(num("hold-ms"));
         inside -= 1;
         await release();
+        held.push(performance.now() - granted);
       })().catch(failed),
     );
   }
@@ -157,6 +161,7 @@ async function overload(client) {
     late,
     max_inside: maxInside,
     lat_ms: lat,
+    held_ms: held,
   });
 }
 

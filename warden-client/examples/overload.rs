@@ -15,7 +15,8 @@
 //!     {"granted","late","max_inside","errors","error_sample",
 //!      "lat_ms":[acquire latency of each grant]}; late = granted after
 //!     deadline-ms from the call (held like any grant: the caller cannot tell);
-//!     "span_ms": from the first call to the last (a loaded machine stretches it).
+//!     "span_ms": from the first call to the last (a loaded machine stretches it);
+//!     "held_ms": each hold, from the grant reaching the caller to the release's reply.
 //!   burst: --limit --requests --rounds
 //!     per round a fresh client (one command sent first: the application's
 //!     connection is open), `requests` acquires at once with permits free.
@@ -111,16 +112,18 @@ async fn overload(p: Arc<Params>, url: String) -> String {
     let inside = Arc::new(AtomicUsize::new(0));
     let max_inside = Arc::new(AtomicUsize::new(0));
     let out = Arc::new(Mutex::new((Vec::<f64>::new(), 0u64, 0u64, String::new())));
+    let held = Arc::new(Mutex::new(Vec::<f64>::new()));
     let start = tokio::time::Instant::now();
     let mut tasks = Vec::new();
     for i in 0..p.num("requests") {
         tokio::time::sleep_until(start + interval * i as u32).await;
-        let (warden, p, inside, max_inside, out) = (
+        let (warden, p, inside, max_inside, out, held) = (
             warden.clone(),
             p.clone(),
             inside.clone(),
             max_inside.clone(),
             out.clone(),
+            held.clone(),
         );
         tasks.push(tokio::spawn(async move {
             let called = Instant::now();
@@ -134,6 +137,7 @@ async fn overload(p: Arc<Params>, url: String) -> String {
                         o.0.push(waited.as_secs_f64() * 1000.0);
                         o.1 += u64::from(waited > deadline);
                     }
+                    let granted = Instant::now();
                     tokio::time::sleep(hold).await;
                     inside.fetch_sub(1, Ordering::SeqCst);
                     if let Err(e) = grant.release().await {
@@ -141,6 +145,8 @@ async fn overload(p: Arc<Params>, url: String) -> String {
                         o.2 += 1;
                         o.3 = e;
                     }
+                    let ms = granted.elapsed().as_secs_f64() * 1000.0;
+                    held.lock().unwrap().push(ms);
                 }
                 Ok(None) => {}
                 Err(e) => {
@@ -157,13 +163,14 @@ async fn overload(p: Arc<Params>, url: String) -> String {
     }
     let o = out.lock().unwrap();
     format!(
-        "{{\"span_ms\":{span:.3},\"granted\":{},\"late\":{},\"max_inside\":{},\"errors\":{},\"error_sample\":{},\"lat_ms\":{}}}",
+        "{{\"span_ms\":{span:.3},\"granted\":{},\"late\":{},\"max_inside\":{},\"errors\":{},\"error_sample\":{},\"lat_ms\":{},\"held_ms\":{}}}",
         o.0.len(),
         o.1,
         max_inside.load(Ordering::SeqCst),
         o.2,
         json_str(&o.3),
-        json_list(&o.0)
+        json_list(&o.0),
+        json_list(&held.lock().unwrap())
     )
 }
 
