@@ -25,13 +25,17 @@ interface Queued {
   reject(error: unknown): void;
 }
 
-const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+export const sleep = (ms: number): Promise<void> =>
+  new Promise((resolve) => setTimeout(resolve, ms));
 
 /** What `wait` answers when the caller's deadline passed first. */
 export const TIMED_OUT: unique symbol = Symbol("timed out");
 
 /** The longest delay a Node timer keeps (a longer one fires at once). */
 const MAX_TIMER = 2 ** 31 - 1;
+/** How long an abort on a server without `CLIENT UNBLOCK` of module waiters
+ * waits for the server to drop the closed waiter before answering (ms). */
+const GONE_MS = 1000;
 /** The longest `WAIT` the server takes. */
 const MAX_WAIT = 2 ** 46;
 
@@ -295,13 +299,34 @@ export class Connections {
         this.give(conn);
         abandoned(conn.clientId);
       };
-      const onAbort = () => {
+      const onAbort = async () => {
         if (settled) return;
         settle();
-        reject(abortReason(signal as AbortSignal));
-        this.unblock(conn, id, Number.isFinite(waitMs) && waitMs > 0).then((kept) => {
-          if (!kept) drop();
-        });
+        const reason = abortReason(signal as AbortSignal);
+        if (await this.unblockable(conn.node)) {
+          reject(reason);
+          if (!(await this.unblock(conn, id, Number.isFinite(waitMs) && waitMs > 0))) drop();
+          return;
+        }
+        // Redis 7.0-7.2: closing the connection is the only way out, and the
+        // server may read that close after the caller's next command (another
+        // connection). The abort is answered once the server no longer lists
+        // the waiter (bounded), so it is ordered before whatever comes next;
+        // where CLIENT is refused, at once.
+        let cancel = () => {};
+        const clientId = await Promise.race([
+          id,
+          new Promise<string>((resolve) => {
+            cancel = later(GONE_MS, () => resolve(""), true);
+          }),
+        ]);
+        cancel();
+        // A reply read meanwhile keeps the connection (a grant goes to `late`).
+        if (!replied) {
+          drop();
+          await this.gone(conn.node, clientId, GONE_MS);
+        }
+        reject(reason);
       };
       if (signal?.aborted) {
         this.give(conn);
@@ -410,23 +435,24 @@ export class Connections {
     return known;
   }
 
-  /** Resolves once the server no longer lists the client `clientId` of
-   * `key`'s node (a closed connection takes the server a moment to notice). */
-  async gone(key: string, clientId: string): Promise<void> {
-    if (clientId === "") {
-      await sleep(50); // its id unknown: give the server time
-      return;
-    }
-    for (let i = 0; i < 200; i++) {
+  /** Resolves true once the server `node` no longer lists the client
+   * `clientId` (a closed connection takes the server a moment to notice);
+   * false when that is not known within `ms` (no id, `CLIENT` refused, still
+   * listed). */
+  async gone(node: string, clientId: string, ms: number): Promise<boolean> {
+    if (clientId === "") return false;
+    const end = performance.now() + ms;
+    for (let i = 0; ; i++) {
       let listed: unknown;
       try {
-        listed = await this.run(key, ["CLIENT", "LIST", "ID", clientId]);
+        listed = await (await this.command(node)).send(["CLIENT", "LIST", "ID", clientId]);
       } catch {
-        await sleep(50); // CLIENT LIST not allowed: give the server time
-        return;
+        return false;
       }
-      if (listed === "" || listed === null || String(listed).trim() === "") return;
-      await sleep(Math.min(1 + i, 20));
+      if (listed === "" || listed === null || String(listed).trim() === "") return true;
+      const pause = Math.min(1 + i, 20, end - performance.now());
+      if (pause <= 0) return false;
+      await sleep(pause);
     }
   }
 

@@ -5,7 +5,7 @@
 
 import "./dispose.js";
 import { randomBytes } from "node:crypto";
-import { type Connections, TIMED_OUT, later, within } from "./connections.js";
+import { type Connections, TIMED_OUT, later, sleep, within } from "./connections.js";
 import { LockBusyError, LockLostError, ReplyError, abortReason } from "./errors.js";
 import type { Args } from "./transport.js";
 
@@ -404,7 +404,10 @@ function giveBack(
   connections.background(
     (async () => {
       if (Number(await release()) === 1 || clientId === undefined) return;
-      await connections.gone(key, clientId);
+      // Unconfirmed (no id, CLIENT refused): give the server a moment.
+      if (!(await connections.gone(await connections.nodeOf(key), clientId, 4000))) {
+        await sleep(50);
+      }
       await release();
     })(),
   );

@@ -219,6 +219,49 @@ for (const kind of CLIENTS.filter((c) => c.name === "ioredis" || c.name === "nod
       }
     });
 
+    test("an abort is over on the server before it is reported: a release next grants nobody", async () => {
+      // The holder is released on the application's client, another
+      // connection than the aborted waiter's: the server must have dropped
+      // the waiter by then (nothing held after the release), also where the
+      // abort closes the waiter's connection (Redis 7.0-7.2).
+      const send = (...args: string[]): Promise<unknown> =>
+        kind.name === "ioredis" ? app.client.call(...args) : app.client.sendCommand(args);
+      const cases: {
+        command: string;
+        hold: string[];
+        wait: (w: Warden, key: string, signal: AbortSignal) => Promise<unknown>;
+      }[] = [
+        {
+          command: "LOCK",
+          hold: ["LOCK.ACQUIRE", "holder", "10000"],
+          wait: (w, key, signal) => w.lock(key, { ttl: 10000, signal }),
+        },
+        {
+          command: "SEM",
+          hold: ["SEM.ACQUIRE", "holder", "10000", "LIMIT", "1"],
+          wait: (w, key, signal) => w.semaphore(key, 1).acquire({ ttl: 10000, wait: 5000, signal }),
+        },
+      ];
+      const warden = new Warden(app.client);
+      try {
+        for (const c of cases) {
+          for (let i = 0; i < 20; i++) {
+            const key = `${kind.name}:abort-ordered:${c.command}:${i}`;
+            await send(c.hold[0], key, ...c.hold.slice(1));
+            const abort = new AbortController();
+            const waiting = c.wait(warden, key, abort.signal).catch((e) => e);
+            await waiters(key, 1, `${c.command}.INFO`);
+            abort.abort();
+            assert.equal(((await waiting) as Error)?.name, "AbortError");
+            await send(`${c.command}.RELEASE`, key, "holder");
+            assert.equal(await info(admin, key, `${c.command}.INFO`), null, `${key}: held`);
+          }
+        }
+      } finally {
+        await warden.close();
+      }
+    });
+
     test("maxQueue sheds a request at once when that many wait", async (t) => {
       if (!queues) {
         t.skip("this module has no QUEUE");
