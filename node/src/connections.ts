@@ -304,8 +304,11 @@ export class Connections {
         settle();
         const reason = abortReason(signal as AbortSignal);
         if (await this.unblockable(conn.node)) {
-          reject(reason);
+          // Answered once the server has taken the waiter out (UNBLOCK's
+          // reply), so the abort is ordered before the caller's next command
+          // on any connection.
           if (!(await this.unblock(conn, id, Number.isFinite(waitMs) && waitMs > 0))) drop();
+          reject(reason);
           return;
         }
         // Redis 7.0-7.2: closing the connection is the only way out, and the
