@@ -32,7 +32,7 @@ from redis.connection import BlockingConnectionPool, ConnectionPool
 from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from ._core import Deadline, hinted, is_redirect
+from ._core import Deadline, gone_pauses, hinted, is_redirect, reply_due
 
 
 class Slots:
@@ -372,28 +372,26 @@ def blocking_call(
         if unanswered:
             # Closed first, given back once the server has dropped the
             # waiter: a grant made until then is covered too.
-            _until_gone(client, key, client_id)
+            gone = _until_gone(client, key, client_id)
             lost(None)
-            if client_id is None:  # not confirmed: once more, a round trip later
+            if not gone:  # not confirmed: once more, a round trip later
                 lost(None)
 
 
-def _until_gone(client: Any, key: str, client_id: Optional[int]) -> None:
+def _until_gone(client: Any, key: str, client_id: Optional[int]) -> bool:
     """Wait (at most a second) until the server no longer lists the closed
-    connection ``client_id`` (None: unknown, nothing to wait for)."""
+    connection ``client_id``: False when that is not confirmed (its id
+    unknown, the check failed or it is still listed)."""
     if client_id is None:
-        return
-    give_up = time.monotonic() + 1.0
-    pause = 0.001
-    while time.monotonic() < give_up:
+        return False
+    for pause in gone_pauses():
         try:
-            listed = call(client, key, "CLIENT", "LIST", "ID", client_id, timeout=1.0)
+            if not call(client, key, "CLIENT", "LIST", "ID", client_id, timeout=1.0):
+                return True
         except Exception:
-            return
-        if not listed:
-            return
+            return False
         time.sleep(pause)
-        pause = min(0.02, pause * 2)
+    return False
 
 
 def _abort(
@@ -417,10 +415,8 @@ def _abort(
             unblocked = None
         if unblocked == 1:
             waits.unblock_works = True
-    # Read the reply when it is due: it was sent already (the wait ended or
-    # was unblocked); an older server answers 0 and goes on waiting.
-    due = unblocked == 1 or unblocked == 0 and waits.unblock_works or unblocked is None
-    if due and connection.can_read(timeout=1.0 if unblocked is not None else 0):
+    due = reply_due(unblocked, waits.unblock_works)
+    if due is not None and connection.can_read(timeout=due):
         try:
             reply = connection.read_response()
         except ResponseError:

@@ -12,6 +12,7 @@ import threading
 import time
 import urllib.parse
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Callable, Optional, Protocol, Union
 
@@ -86,6 +87,27 @@ def margin_ms(left_ms: float) -> float:
     """What a blocking request keeps of its caller's time left for the reply
     to reach the caller: a tenth, between 1 and 5 ms."""
     return min(5.0, max(1.0, left_ms / 10))
+
+
+def reply_due(unblocked: Any, unblock_works: Optional[bool]) -> Optional[float]:
+    """After ``CLIENT UNBLOCK`` of a parked waiter answered ``unblocked``
+    (None: not sent, or it failed): how long the waiter's reply may be
+    awaited, as it was sent (the wait ended or was unblocked), or None when
+    it is not due: an older server answers 0 and the wait goes on (then only
+    closing the connection takes the waiter out)."""
+    if unblocked == 1 or unblocked == 0 and unblock_works:
+        return 1.0
+    return 0.0 if unblocked is None else None
+
+
+def gone_pauses() -> Iterator[float]:
+    """The pauses between checks that the server no longer lists a closed
+    waiter connection (its grants end there): a second at most in all."""
+    give_up = time.monotonic() + 1.0
+    pause = 0.001
+    while time.monotonic() < give_up:
+        yield pause
+        pause = min(0.02, pause * 2)
 
 
 # Longer than this is forever: the server's largest WAIT (2^46 ms) and the
