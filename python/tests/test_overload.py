@@ -636,3 +636,52 @@ def test_a_nan_deadline_is_a_value_error(server: Server, flavour: str) -> None:
             await ar.aclose()
 
         asyncio.run(main())
+
+
+# --- closing the client ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("flavour", ["sync", "asyncio"])
+def test_closing_the_client_ends_its_waits(
+    server: Server, watcher: redis.Redis, flavour: str
+) -> None:
+    # Closing the client closes the connections its waits are parked on too:
+    # they end at once with ClientClosed (a ConnectionError), leave the
+    # server's queue, and nothing is granted to the closed client later.
+    watcher.execute_command("SEM.ACQUIRE", "closing", "holder", 30_000, "LIMIT", 1)
+    results: list[Any] = []
+    if flavour == "sync":
+        r = server.client()
+
+        def wait() -> None:
+            try:
+                results.append(warden.Semaphore(r, "closing", 1, timeout=30).acquire())
+            except redis.ConnectionError as error:
+                results.append(type(error))
+
+        threads = [threading.Thread(target=wait) for _ in range(3)]
+        for thread in threads:
+            thread.start()
+        wait_for(lambda: sem_info(watcher, "closing").get("waiters") == 3)
+        r.close()
+        for thread in threads:
+            thread.join()
+    else:
+
+        async def main() -> None:
+            r = server.async_client()
+            sem = warden.asyncio.Semaphore(r, "closing", 1, timeout=30)
+            tasks = [asyncio.ensure_future(sem.acquire()) for _ in range(3)]
+            await async_wait_for(lambda: sem_info(watcher, "closing").get("waiters") == 3)
+            await r.aclose()
+            for task in tasks:
+                try:
+                    results.append(await task)
+                except redis.ConnectionError as error:
+                    results.append(type(error))
+
+        asyncio.run(main())
+    assert results == [_core.ClientClosed] * 3
+    assert sem_info(watcher, "closing")["waiters"] == 0
+    watcher.execute_command("SEM.RELEASE", "closing", "holder")
+    assert sem_info(watcher, "closing") == {}  # granted to nobody

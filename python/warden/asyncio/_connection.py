@@ -20,7 +20,15 @@ from redis.asyncio.connection import BlockingConnectionPool, ConnectionPool
 from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from .._core import Deadline, gone_pauses, hinted, is_redirect, reply_due
+from .._core import (
+    ClientClosed,
+    Deadline,
+    also_on_disconnect,
+    gone_pauses,
+    hinted,
+    is_redirect,
+    reply_due,
+)
 
 # read_response(timeout=t) answers None when t passes: the outer wait_for owns the deadline.
 _NO_READ_TIMEOUT = 10.0**9
@@ -105,9 +113,23 @@ class WaitPool:
                 max_connections=pool.max_connections,
                 **kwargs,
             )
+            if isinstance(pool, ConnectionPool):
+                also_on_disconnect(pool, self.close)
         # else: a pool of another class (Sentinel's), used as it is
         self.slots = _slots_for(self.pool)
         self.unblock_works: Optional[bool] = None
+        # The requests parked in the server on this pool's connections.
+        self.waiting: set[Pinned] = set()
+
+    async def close(self, inuse_connections: bool = True) -> None:
+        """As ``warden._connection.WaitPool.close``: close the connections as
+        the client's pool was; parked requests end with ``ClientClosed``."""
+        if inuse_connections:
+            for pinned in list(self.waiting):
+                pinned.client_closed = True
+                if pinned.reading is not None:
+                    pinned.reading.cancel()  # redis-py closes its connection
+        await self.pool.disconnect(inuse_connections)
 
 
 _wait_pools: weakref.WeakKeyDictionary[Any, WaitPool] = weakref.WeakKeyDictionary()
@@ -151,6 +173,10 @@ class Pinned:
         self.slots: Optional[Slots] = None
         self.connection: Any = None
         self.broken = False
+        # The read of a request parked in the server; ``client_closed`` is set
+        # when the client is closed meanwhile.
+        self.reading: Optional[asyncio.Future[Any]] = None
+        self.client_closed = False
 
     @classmethod
     async def open(
@@ -368,6 +394,9 @@ async def blocking_call(
     unanswered = False
     reply: Any = None
     aborting: Optional[asyncio.Future[Any]] = None
+    waits = pinned.waits
+    assert waits is not None
+    waits.waiting.add(pinned)
     try:
         wait = deadline.wait_ms()
         if wait is None:
@@ -385,7 +414,10 @@ async def blocking_call(
             # The read runs as a task of its own: a cancel of the caller leaves
             # it intact, so the waiter's nil can be read and the connection kept.
             reading = asyncio.ensure_future(connection.read_response(timeout=_NO_READ_TIMEOUT))
+            pinned.reading = reading
             await asyncio.wait({reading}, timeout=deadline.remaining())
+            if pinned.client_closed:
+                raise ClientClosed("the client was closed while this request waited")
             if not reading.done():
                 aborting = in_background(_abort(client, key, pinned, reading, client_id, lost))
                 await asyncio.shield(aborting)
@@ -395,8 +427,11 @@ async def blocking_call(
         except ResponseError as error:
             unanswered = False
             raise hinted(error) from None
-        except BaseException:
-            if aborting is None and reading is not None and not reading.done():
+        except BaseException as error:
+            if pinned.client_closed:  # its connection was closed under it
+                if isinstance(error, Exception):
+                    raise ClientClosed("the client was closed while this request waited") from None
+            elif aborting is None and reading is not None and not reading.done():
                 # Cancelled while parked: out of the queue now, the cancel goes
                 # on at once even if cancelled again meanwhile.
                 aborting = in_background(_abort(client, key, pinned, reading, client_id, lost))
@@ -410,6 +445,7 @@ async def blocking_call(
             reply = None
         return reply
     finally:
+        waits.waiting.discard(pinned)
         if aborting is None:
             letting_go = in_background(
                 _let_go(client, key, pinned, reading, client_id, lost, unanswered)
