@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 import redis
 import redis.asyncio
+import redis.asyncio.connection
 import redis.connection
 from redis.exceptions import ResponseError
 from servers import Server
@@ -22,6 +23,7 @@ from servers import Server
 import warden
 import warden._holder
 import warden.asyncio
+import warden.asyncio._holder
 from warden import _core
 
 
@@ -364,14 +366,10 @@ def test_a_deadline_the_server_misses_takes_the_waiter_out(
     watcher.close()
 
 
-@pytest.mark.parametrize("moment", ["local deadline", "interrupt inside the send"])
-def test_a_grant_racing_an_aborted_wait_is_given_back(
-    own_server: Server, monkeypatch: pytest.MonkeyPatch, moment: str
-) -> None:
-    # The only permit is freed while the waiter is being taken out: the
-    # server grants it to the waiter before it drops the connection. The
-    # grant must be given back, whenever in the abort it happens.
-    watcher = own_server.client()
+def held_permit(server: Server) -> tuple[redis.Redis, threading.Event, Any]:
+    """A watching client, and the only permit of "race", held until
+    ``free_the_permit()`` (once; ``freed`` is set then)."""
+    watcher = server.client()
     watcher.execute_command("SEM.ACQUIRE", "race", "holder", 30_000, "LIMIT", 1)
     freed = threading.Event()
 
@@ -379,6 +377,18 @@ def test_a_grant_racing_an_aborted_wait_is_given_back(
         if not freed.is_set():
             freed.set()
             watcher.execute_command("SEM.RELEASE", "race", "holder")
+
+    return watcher, freed, free_the_permit
+
+
+@pytest.mark.parametrize("moment", ["local deadline", "interrupt inside the send"])
+def test_a_grant_racing_an_aborted_wait_is_given_back(
+    own_server: Server, monkeypatch: pytest.MonkeyPatch, moment: str
+) -> None:
+    # The only permit is freed while the waiter is being taken out: the
+    # server grants it to the waiter before it drops the connection. The
+    # grant must be given back, whenever in the abort it happens.
+    watcher, freed, free_the_permit = held_permit(own_server)
 
     if moment == "local deadline":
         # The server is sent a longer WAIT than the caller has (as a server
@@ -422,6 +432,79 @@ def test_a_grant_racing_an_aborted_wait_is_given_back(
     free_the_permit()
     assert sem_info(watcher, "race") == {}  # nothing held by anyone
     r.close()
+    watcher.close()
+
+
+@pytest.mark.parametrize(
+    "moment", ["local deadline", "cancel while parked", "cancel inside the send"]
+)
+async def test_a_grant_racing_an_aborted_wait_is_given_back_asyncio(
+    own_server: Server, monkeypatch: pytest.MonkeyPatch, moment: str
+) -> None:
+    # As the sync test above: the only permit is freed while the waiter is
+    # being taken out; the grant must be given back whenever it happens.
+    watcher, freed, free_the_permit = held_permit(own_server)
+
+    if moment == "cancel inside the send":
+        # Cancelled once the waiting acquire is written, before the client has
+        # noted it as sent; the permit was granted to it meanwhile.
+        send = redis.asyncio.connection.AbstractConnection.send_packed_command
+
+        async def cancelled_send(self: Any, command: Any, check_health: bool = True) -> None:
+            await send(self, command, check_health)
+            if b"WAIT" in b"".join(command) and not freed.is_set():
+                free_the_permit()
+                wait_for(lambda: sem_info(watcher, "race").get("waiters") == 0)
+                raise asyncio.CancelledError()
+
+        monkeypatch.setattr(
+            redis.asyncio.connection.AbstractConnection, "send_packed_command", cancelled_send
+        )
+    else:
+        # The waiter is taken out (its deadline passes locally: the server was
+        # sent a longer WAIT; or its task is cancelled), and the permit is
+        # freed as its first give-back is on its way.
+        monkeypatch.setattr(_core.Deadline, "wait_ms", lambda self: 30_000)
+        give_back = warden.asyncio._holder.Holder._give_back
+
+        async def racing_give_back(self: Any, owner: bytes) -> None:
+            await give_back(self, owner)
+            free_the_permit()
+
+        monkeypatch.setattr(warden.asyncio._holder.Holder, "_give_back", racing_give_back)
+        # A busy server notices a closed connection late: the close reaches
+        # it 100 ms after the client closed its end.
+        disconnect = redis.asyncio.connection.AbstractConnection.disconnect
+
+        async def late_disconnect(self: Any, nowait: bool = False, **kwargs: Any) -> None:
+            if self._writer is not None and not freed.is_set():
+                writer, self._reader, self._writer = self._writer, None, None
+                asyncio.get_running_loop().call_later(0.1, writer.close)
+            await disconnect(self, nowait, **kwargs)
+
+        monkeypatch.setattr(
+            redis.asyncio.connection.AbstractConnection, "disconnect", late_disconnect
+        )
+    r = own_server.async_client()
+    sem = warden.asyncio.Semaphore(r, "race", 1, timeout=30)
+    task = asyncio.ensure_future(
+        sem.acquire(blocking_timeout=0.3 if moment == "local deadline" else 30)
+    )
+    if moment == "cancel while parked":
+        await async_wait_for(lambda: sem_info(watcher, "race").get("waiters") == 1)
+        task.cancel()
+    try:
+        got: Any = await task
+    except asyncio.CancelledError:
+        got = asyncio.CancelledError
+    assert got is (False if moment == "local deadline" else asyncio.CancelledError)
+    # (Where CLIENT UNBLOCK takes the waiter out, its nil is read: no give-back.)
+    assert freed.is_set() or moment != "cancel inside the send" and unblocks_waiters(watcher)
+    await async_wait_for(lambda: sem_info(watcher, "race").get("waiters", 0) == 0)
+    free_the_permit()
+    await asyncio.sleep(0.05)  # a give-back still under way in the background
+    assert sem_info(watcher, "race") == {}  # nothing held by anyone
+    await r.aclose()
     watcher.close()
 
 
@@ -553,3 +636,52 @@ def test_a_nan_deadline_is_a_value_error(server: Server, flavour: str) -> None:
             await ar.aclose()
 
         asyncio.run(main())
+
+
+# --- closing the client ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("flavour", ["sync", "asyncio"])
+def test_closing_the_client_ends_its_waits(
+    server: Server, watcher: redis.Redis, flavour: str
+) -> None:
+    # Closing the client closes the connections its waits are parked on too:
+    # they end at once with ClientClosed (a ConnectionError), leave the
+    # server's queue, and nothing is granted to the closed client later.
+    watcher.execute_command("SEM.ACQUIRE", "closing", "holder", 30_000, "LIMIT", 1)
+    results: list[Any] = []
+    if flavour == "sync":
+        r = server.client()
+
+        def wait() -> None:
+            try:
+                results.append(warden.Semaphore(r, "closing", 1, timeout=30).acquire())
+            except redis.ConnectionError as error:
+                results.append(type(error))
+
+        threads = [threading.Thread(target=wait) for _ in range(3)]
+        for thread in threads:
+            thread.start()
+        wait_for(lambda: sem_info(watcher, "closing").get("waiters") == 3)
+        r.close()
+        for thread in threads:
+            thread.join()
+    else:
+
+        async def main() -> None:
+            r = server.async_client()
+            sem = warden.asyncio.Semaphore(r, "closing", 1, timeout=30)
+            tasks = [asyncio.ensure_future(sem.acquire()) for _ in range(3)]
+            await async_wait_for(lambda: sem_info(watcher, "closing").get("waiters") == 3)
+            await r.aclose()
+            for task in tasks:
+                try:
+                    results.append(await task)
+                except redis.ConnectionError as error:
+                    results.append(type(error))
+
+        asyncio.run(main())
+    assert results == [_core.ClientClosed] * 3
+    assert sem_info(watcher, "closing")["waiters"] == 0
+    watcher.execute_command("SEM.RELEASE", "closing", "holder")
+    assert sem_info(watcher, "closing") == {}  # granted to nobody

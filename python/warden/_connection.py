@@ -17,6 +17,15 @@ renewals or the application of the connections they need. warden's own
 requests wait for a free connection of either pool (within their caller's
 deadline, if any) rather than raise redis-py's "Too many connections". A pool
 of another class (Sentinel's) is used as it is.
+
+Closing the client (``close()``, asyncio ``aclose()``) disconnects its pool,
+and the wait pool with it: redis-py has no close hook, so warden wraps the
+``disconnect`` method of the one pool object it built a wait pool for (not
+the class, not the client: the pool is what every way of closing goes
+through, and a pool shared by several clients is closed only when its owner
+closes it). Waits parked then end with ``ClientClosed`` (a
+``ConnectionError``, as a closed connection's request does), their
+connections closed, and what the server may have granted them is given back.
 """
 
 from __future__ import annotations
@@ -32,7 +41,15 @@ from redis.connection import BlockingConnectionPool, ConnectionPool
 from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from ._core import Deadline, hinted, is_redirect
+from ._core import (
+    ClientClosed,
+    Deadline,
+    also_on_disconnect,
+    gone_pauses,
+    hinted,
+    is_redirect,
+    reply_due,
+)
 
 
 class Slots:
@@ -74,8 +91,22 @@ class WaitPool:
                 max_connections=pool.max_connections,
                 **kwargs,
             )
+            also_on_disconnect(pool, self.close)
         self.slots = _slots_for(self.pool)
         self.unblock_works: Optional[bool] = None
+        # The requests parked in the server on this pool's connections.
+        self.waiting: set[Pinned] = set()
+
+    def close(self, inuse_connections: bool = True) -> None:
+        """Close the connections, as the client's pool was (with
+        ``inuse_connections``: the parked requests end with ``ClientClosed``,
+        and whatever the server may have granted them is given back)."""
+        if inuse_connections:
+            with _lock:
+                waiting = list(self.waiting)
+            for pinned in waiting:
+                pinned.client_closed = True
+        self.pool.disconnect(inuse_connections)
 
 
 _lock = threading.Lock()
@@ -145,6 +176,8 @@ class Pinned:
                 self.slots.give()
             raise
         self.broken = False
+        # Set when the client is closed while this connection waits server-side.
+        self.client_closed = False
 
     def call(
         self,
@@ -325,6 +358,10 @@ def blocking_call(
     # grant this connection what its caller never sees.
     unanswered = False
     reply: Any = None
+    waits = pinned.waits
+    assert waits is not None
+    with _lock:
+        waits.waiting.add(pinned)
     try:
         wait = deadline.wait_ms()
         if wait is None:
@@ -343,6 +380,8 @@ def blocking_call(
             parked = True
             ready = connection.can_read(timeout=deadline.remaining())
             parked = False
+            if pinned.client_closed:
+                raise ClientClosed("the client was closed while this request waited")
             if not ready:
                 unanswered = not _abort(client, key, pinned, client_id, lost)
                 return None
@@ -351,8 +390,11 @@ def blocking_call(
         except ResponseError as error:
             unanswered = False
             raise hinted(error) from None
-        except BaseException:
-            if parked:  # the connection is sound: only the wait is unwanted
+        except BaseException as error:
+            if pinned.client_closed:  # its connection was closed under it
+                if isinstance(error, Exception):
+                    raise ClientClosed("the client was closed while this request waited") from None
+            elif parked:  # the connection is sound: only the wait is unwanted
                 unanswered = not _abort(client, key, pinned, client_id, lost)
             raise
         if reply is not None and deadline.passed():
@@ -360,6 +402,8 @@ def blocking_call(
             reply = None
         return reply
     finally:
+        with _lock:
+            waits.waiting.discard(pinned)
         try:
             if unanswered:
                 pinned.broken = True
@@ -372,28 +416,26 @@ def blocking_call(
         if unanswered:
             # Closed first, given back once the server has dropped the
             # waiter: a grant made until then is covered too.
-            _until_gone(client, key, client_id)
+            gone = _until_gone(client, key, client_id)
             lost(None)
-            if client_id is None:  # not confirmed: once more, a round trip later
+            if not gone:  # not confirmed: once more, a round trip later
                 lost(None)
 
 
-def _until_gone(client: Any, key: str, client_id: Optional[int]) -> None:
+def _until_gone(client: Any, key: str, client_id: Optional[int]) -> bool:
     """Wait (at most a second) until the server no longer lists the closed
-    connection ``client_id`` (None: unknown, nothing to wait for)."""
+    connection ``client_id``: False when that is not confirmed (its id
+    unknown, the check failed or it is still listed)."""
     if client_id is None:
-        return
-    give_up = time.monotonic() + 1.0
-    pause = 0.001
-    while time.monotonic() < give_up:
+        return False
+    for pause in gone_pauses():
         try:
-            listed = call(client, key, "CLIENT", "LIST", "ID", client_id, timeout=1.0)
+            if not call(client, key, "CLIENT", "LIST", "ID", client_id, timeout=1.0):
+                return True
         except Exception:
-            return
-        if not listed:
-            return
+            return False
         time.sleep(pause)
-        pause = min(0.02, pause * 2)
+    return False
 
 
 def _abort(
@@ -417,10 +459,8 @@ def _abort(
             unblocked = None
         if unblocked == 1:
             waits.unblock_works = True
-    # Read the reply when it is due: it was sent already (the wait ended or
-    # was unblocked); an older server answers 0 and goes on waiting.
-    due = unblocked == 1 or unblocked == 0 and waits.unblock_works or unblocked is None
-    if due and connection.can_read(timeout=1.0 if unblocked is not None else 0):
+    due = reply_due(unblocked, waits.unblock_works)
+    if due is not None and connection.can_read(timeout=due):
         try:
             reply = connection.read_response()
         except ResponseError:

@@ -12,10 +12,13 @@ import threading
 import time
 import urllib.parse
 import uuid
+import weakref
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Callable, Optional, Protocol, Union
 
 from redis.exceptions import AskError, LockError, ResponseError
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 Number = Union[int, float]
@@ -86,6 +89,67 @@ def margin_ms(left_ms: float) -> float:
     """What a blocking request keeps of its caller's time left for the reply
     to reach the caller: a tenth, between 1 and 5 ms."""
     return min(5.0, max(1.0, left_ms / 10))
+
+
+def reply_due(unblocked: Any, unblock_works: Optional[bool]) -> Optional[float]:
+    """After ``CLIENT UNBLOCK`` of a parked waiter answered ``unblocked``
+    (None: not sent, or it failed): how long the waiter's reply may be
+    awaited, as it was sent (the wait ended or was unblocked), or None when
+    it is not due: an older server answers 0 and the wait goes on (then only
+    closing the connection takes the waiter out)."""
+    if unblocked == 1 or unblocked == 0 and unblock_works:
+        return 1.0
+    return 0.0 if unblocked is None else None
+
+
+def gone_pauses() -> Iterator[float]:
+    """The pauses between checks that the server no longer lists a closed
+    waiter connection (its grants end there): a second at most in all."""
+    give_up = time.monotonic() + 1.0
+    pause = 0.001
+    while time.monotonic() < give_up:
+        yield pause
+        pause = min(0.02, pause * 2)
+
+
+def also_on_disconnect(pool: Any, then: Callable[..., Any]) -> None:
+    """Make ``pool.disconnect(...)`` (what closing its client calls) run
+    ``then(...)`` with the same arguments afterwards (awaited, for an asyncio
+    pool): redis-py has no close hook, so this one pool object's method is
+    wrapped, nothing of its class. The wrapper holds the pool weakly: the
+    pool still goes with its last reference."""
+    method = pool.disconnect
+    func = getattr(method, "__func__", None)
+    target = weakref.ref(pool)
+
+    def own(*args: Any, **kwargs: Any) -> Any:
+        if func is None:  # already a plain function on the object
+            return method(*args, **kwargs)
+        alive = target()
+        return None if alive is None else func(alive, *args, **kwargs)
+
+    if inspect.iscoroutinefunction(method):
+
+        async def disconnect_async(*args: Any, **kwargs: Any) -> None:
+            try:
+                await own(*args, **kwargs)
+            finally:
+                await then(*args, **kwargs)
+
+        pool.disconnect = disconnect_async
+    else:
+
+        def disconnect(*args: Any, **kwargs: Any) -> None:
+            try:
+                own(*args, **kwargs)
+            finally:
+                then(*args, **kwargs)
+
+        pool.disconnect = disconnect
+
+
+class ClientClosed(RedisConnectionError):
+    """The client was closed while this request waited server-side."""
 
 
 # Longer than this is forever: the server's largest WAIT (2^46 ms) and the

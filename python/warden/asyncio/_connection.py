@@ -20,7 +20,15 @@ from redis.asyncio.connection import BlockingConnectionPool, ConnectionPool
 from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from .._core import Deadline, hinted, is_redirect
+from .._core import (
+    ClientClosed,
+    Deadline,
+    also_on_disconnect,
+    gone_pauses,
+    hinted,
+    is_redirect,
+    reply_due,
+)
 
 # read_response(timeout=t) answers None when t passes: the outer wait_for owns the deadline.
 _NO_READ_TIMEOUT = 10.0**9
@@ -105,9 +113,23 @@ class WaitPool:
                 max_connections=pool.max_connections,
                 **kwargs,
             )
+            if isinstance(pool, ConnectionPool):
+                also_on_disconnect(pool, self.close)
         # else: a pool of another class (Sentinel's), used as it is
         self.slots = _slots_for(self.pool)
         self.unblock_works: Optional[bool] = None
+        # The requests parked in the server on this pool's connections.
+        self.waiting: set[Pinned] = set()
+
+    async def close(self, inuse_connections: bool = True) -> None:
+        """As ``warden._connection.WaitPool.close``: close the connections as
+        the client's pool was; parked requests end with ``ClientClosed``."""
+        if inuse_connections:
+            for pinned in list(self.waiting):
+                pinned.client_closed = True
+                if pinned.reading is not None:
+                    pinned.reading.cancel()  # redis-py closes its connection
+        await self.pool.disconnect(inuse_connections)
 
 
 _wait_pools: weakref.WeakKeyDictionary[Any, WaitPool] = weakref.WeakKeyDictionary()
@@ -151,6 +173,10 @@ class Pinned:
         self.slots: Optional[Slots] = None
         self.connection: Any = None
         self.broken = False
+        # The read of a request parked in the server; ``client_closed`` is set
+        # when the client is closed meanwhile.
+        self.reading: Optional[asyncio.Future[Any]] = None
+        self.client_closed = False
 
     @classmethod
     async def open(
@@ -363,19 +389,24 @@ async def blocking_call(
     connection = pinned.connection
     reading: Optional[asyncio.Future[Any]] = None
     client_id: Optional[int] = None
-    parked = False
-    closed_by_abort = False
+    # True from the send until the acquire's reply is read: the server may
+    # grant this connection what its caller never sees.
+    unanswered = False
+    reply: Any = None
+    aborting: Optional[asyncio.Future[Any]] = None
+    waits = pinned.waits
+    assert waits is not None
+    waits.waiting.add(pinned)
     try:
         wait = deadline.wait_ms()
         if wait is None:
             return None
-        sent = False
         try:
+            unanswered = True  # a cancel inside the send may leave it sent
             # CLIENT ID rides along (no round trip of its own): the id to unblock.
             await connection.send_packed_command(
                 connection.pack_commands([("CLIENT", "ID"), (*args, "WAIT", wait, *extra)])
             )
-            sent = True
             try:
                 client_id = int(await connection.read_response())
             except ResponseError:  # an ACL without CLIENT: close to abort instead
@@ -383,37 +414,49 @@ async def blocking_call(
             # The read runs as a task of its own: a cancel of the caller leaves
             # it intact, so the waiter's nil can be read and the connection kept.
             reading = asyncio.ensure_future(connection.read_response(timeout=_NO_READ_TIMEOUT))
-            parked = True
+            pinned.reading = reading
             await asyncio.wait({reading}, timeout=deadline.remaining())
+            if pinned.client_closed:
+                raise ClientClosed("the client was closed while this request waited")
             if not reading.done():
-                await _abort(client, key, pinned, reading, client_id, lost)
+                aborting = in_background(_abort(client, key, pinned, reading, client_id, lost))
+                await asyncio.shield(aborting)
                 return None
-            parked = False
             reply = reading.result()
+            unanswered = False
         except ResponseError as error:
+            unanswered = False
             raise hinted(error) from None
-        except BaseException:
-            if parked and reading is not None:
+        except BaseException as error:
+            if pinned.client_closed:  # its connection was closed under it
+                if isinstance(error, Exception):
+                    raise ClientClosed("the client was closed while this request waited") from None
+            elif aborting is None and reading is not None and not reading.done():
                 # Cancelled while parked: out of the queue now, the cancel goes
                 # on at once even if cancelled again meanwhile.
-                closed_by_abort = True
-                abort = in_background(_abort(client, key, pinned, reading, client_id, lost, True))
+                aborting = in_background(_abort(client, key, pinned, reading, client_id, lost))
                 try:
-                    await asyncio.shield(abort)
+                    await asyncio.shield(aborting)
                 except BaseException:
                     pass
-            else:
-                pinned.broken = True
-                if sent:
-                    await asyncio.shield(in_background(lost(None)))
             raise
         if reply is not None and deadline.passed():
             await lost(int(reply))  # the caller has given up: never a late grant
-            return None
+            reply = None
         return reply
     finally:
-        if not closed_by_abort:
-            await pinned.close()
+        waits.waiting.discard(pinned)
+        if aborting is None:
+            letting_go = in_background(
+                _let_go(client, key, pinned, reading, client_id, lost, unanswered)
+            )
+            try:
+                await asyncio.shield(letting_go)
+            except BaseException:
+                # Cancelled after the reply was read: the caller never sees it.
+                if not unanswered and reply is not None:
+                    in_background(lost(int(reply)))
+                raise
 
 
 async def _abort(
@@ -423,12 +466,13 @@ async def _abort(
     reading: asyncio.Future[Any],
     client_id: Optional[int],
     lost: Lost,
-    close: bool = False,
 ) -> None:
-    """Take a parked waiter out of the server's queue; its connection is kept
-    when its last reply was read, else closed (``close``: and given back)."""
+    """Take a parked waiter out of the server's queue, then let go of its
+    connection (``_let_go``): kept once its reply was read (a grant in it
+    given back), else closed."""
     waits = pinned.waits
     assert waits is not None
+    answered = False
     try:
         unblocked: Any = None
         if not reading.done() and client_id is not None:
@@ -438,27 +482,60 @@ async def _abort(
                 unblocked = None
             if unblocked == 1:
                 waits.unblock_works = True
-        # The reply is due when the wait ended or was unblocked; an older
-        # server answers 0 and goes on waiting.
-        if unblocked == 1 or unblocked == 0 and waits.unblock_works:
-            await asyncio.wait({reading}, timeout=1.0)
+        due = reply_due(unblocked, waits.unblock_works)
+        if due and not reading.done():
+            await asyncio.wait({reading}, timeout=due)
         if reading.done() and not reading.cancelled():
             error = reading.exception()
             if error is None:
+                answered = True
                 reply = reading.result()
                 if reply is not None:
                     await lost(int(reply))
-                return
-            if isinstance(error, ResponseError):
-                return
+            else:
+                answered = isinstance(error, ResponseError)  # refused: nothing held
+    finally:
+        await _let_go(client, key, pinned, reading, client_id, lost, not answered)
+
+
+async def _let_go(
+    client: Any,
+    key: str,
+    pinned: Pinned,
+    reading: Optional[asyncio.Future[Any]],
+    client_id: Optional[int],
+    lost: Lost,
+    unanswered: bool,
+) -> None:
+    """Give the waiter connection back to its pool; ``unanswered`` (the server
+    may still grant it): close it, and give back what it may hold once the
+    server has dropped it, so a grant made until then is covered too."""
+    if unanswered:
         pinned.broken = True
-        if not reading.done():
+        if reading is not None and not reading.done():
             reading.cancel()  # redis-py closes a connection whose read is cancelled
             try:
                 await reading
             except BaseException:
                 pass
+    await pinned.close()
+    if unanswered:
+        gone = await _until_gone(client, key, client_id)
         await lost(None)
-    finally:
-        if close:
-            await pinned.close()
+        if not gone:  # not confirmed: once more, a round trip later
+            await lost(None)
+
+
+async def _until_gone(client: Any, key: str, client_id: Optional[int]) -> bool:
+    """As ``warden._connection._until_gone``: True once the server no longer
+    lists the closed connection ``client_id``."""
+    if client_id is None:
+        return False
+    for pause in gone_pauses():
+        try:
+            if not await call(client, key, "CLIENT", "LIST", "ID", client_id, timeout=1.0):
+                return True
+        except Exception:
+            return False
+        await asyncio.sleep(pause)
+    return False
