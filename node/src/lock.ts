@@ -62,9 +62,20 @@ export interface LockDefaults {
   watchdogLease: number;
 }
 
+// Random bytes drawn 256 owners at a time: one call into the system's
+// random source per 256 acquisitions, not one each.
+const OWNER_BYTES = 16;
+let ownerPool = Buffer.alloc(0);
+let ownerAt = 0;
+
 /** A random owner: a fresh one per acquisition (16 bytes, hex). */
 export function freshOwner(): string {
-  return randomBytes(16).toString("hex");
+  if (ownerAt + OWNER_BYTES > ownerPool.length) {
+    ownerPool = randomBytes(OWNER_BYTES * 256);
+    ownerAt = 0;
+  }
+  ownerAt += OWNER_BYTES;
+  return ownerPool.toString("hex", ownerAt - OWNER_BYTES, ownerAt);
 }
 
 function checkMs(name: string, value: number, zero: boolean): number {
@@ -306,8 +317,9 @@ export async function grant(
       const tried = connections.run(key, args);
       // The try too ends at the caller's deadline (a stalled server, a slow
       // connection): a grant that comes later is given back.
+      // Without a deadline or a signal nothing can end the try early.
       fence =
-        wait === 0
+        wait === 0 || (wait === Number.POSITIVE_INFINITY && signal === undefined)
           ? await tried
           : await within(
               tried,
