@@ -88,10 +88,11 @@ function checkMs(name: string, value: number, zero: boolean): number {
 
 /** A held lock: one grant, to one fresh owner. */
 export class Lock implements AsyncDisposable {
-  /** Aborted (with a `LockLostError`) when the lock is lost: its lease ended,
-   * the watchdog could not renew it, or the key was deleted or overwritten. */
-  readonly lost: AbortSignal;
-  private readonly lostController = new AbortController();
+  /** Why the lock was lost (set once, when it is). */
+  private lostWhy: LockLostError | undefined;
+  /** `lost`'s controller, made when `lost` is first read: most holds are
+   * released without anyone listening. */
+  private lostController: AbortController | undefined;
   private released = false;
   private timer: (() => void) | undefined;
   private deadline: number;
@@ -111,14 +112,23 @@ export class Lock implements AsyncDisposable {
     private readonly watchdog: boolean,
     granted: number,
   ) {
-    this.lost = this.lostController.signal;
     this.deadline = granted + ttl;
     this.schedule();
   }
 
+  /** Aborted (with a `LockLostError`) when the lock is lost: its lease ended,
+   * the watchdog could not renew it, or the key was deleted or overwritten. */
+  get lost(): AbortSignal {
+    if (this.lostController === undefined) {
+      this.lostController = new AbortController();
+      if (this.lostWhy !== undefined) this.lostController.abort(this.lostWhy);
+    }
+    return this.lostController.signal;
+  }
+
   /** True until released or lost. */
   get held(): boolean {
-    return !this.released && !this.lost.aborted;
+    return !this.released && this.lostWhy === undefined;
   }
 
   /** Resets the lease to `ttl` ms from now (default: the lease it was taken
@@ -173,14 +183,16 @@ export class Lock implements AsyncDisposable {
   }
 
   private notHeld(): LockLostError {
-    return this.lost.reason instanceof LockLostError
-      ? this.lost.reason
+    return this.lostWhy !== undefined
+      ? this.lostWhy
       : new LockLostError(this.key, this.released ? "released" : "no longer held");
   }
 
   private lose(why: string): void {
     this.stop();
-    if (!this.lost.aborted) this.lostController.abort(new LockLostError(this.key, why));
+    if (this.lostWhy !== undefined) return;
+    this.lostWhy = new LockLostError(this.key, why);
+    this.lostController?.abort(this.lostWhy);
   }
 
   private stop(): void {
