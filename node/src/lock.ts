@@ -62,9 +62,20 @@ export interface LockDefaults {
   watchdogLease: number;
 }
 
+// Random bytes drawn 256 owners at a time: one call into the system's
+// random source per 256 acquisitions, not one each.
+const OWNER_BYTES = 16;
+let ownerPool = Buffer.alloc(0);
+let ownerAt = 0;
+
 /** A random owner: a fresh one per acquisition (16 bytes, hex). */
 export function freshOwner(): string {
-  return randomBytes(16).toString("hex");
+  if (ownerAt + OWNER_BYTES > ownerPool.length) {
+    ownerPool = randomBytes(OWNER_BYTES * 256);
+    ownerAt = 0;
+  }
+  ownerAt += OWNER_BYTES;
+  return ownerPool.toString("hex", ownerAt - OWNER_BYTES, ownerAt);
 }
 
 function checkMs(name: string, value: number, zero: boolean): number {
@@ -77,10 +88,11 @@ function checkMs(name: string, value: number, zero: boolean): number {
 
 /** A held lock: one grant, to one fresh owner. */
 export class Lock implements AsyncDisposable {
-  /** Aborted (with a `LockLostError`) when the lock is lost: its lease ended,
-   * the watchdog could not renew it, or the key was deleted or overwritten. */
-  readonly lost: AbortSignal;
-  private readonly lostController = new AbortController();
+  /** Why the lock was lost (set once, when it is). */
+  private lostWhy: LockLostError | undefined;
+  /** `lost`'s controller, made when `lost` is first read: most holds are
+   * released without anyone listening. */
+  private lostController: AbortController | undefined;
   private released = false;
   private timer: (() => void) | undefined;
   private deadline: number;
@@ -100,14 +112,23 @@ export class Lock implements AsyncDisposable {
     private readonly watchdog: boolean,
     granted: number,
   ) {
-    this.lost = this.lostController.signal;
     this.deadline = granted + ttl;
     this.schedule();
   }
 
+  /** Aborted (with a `LockLostError`) when the lock is lost: its lease ended,
+   * the watchdog could not renew it, or the key was deleted or overwritten. */
+  get lost(): AbortSignal {
+    if (this.lostController === undefined) {
+      this.lostController = new AbortController();
+      if (this.lostWhy !== undefined) this.lostController.abort(this.lostWhy);
+    }
+    return this.lostController.signal;
+  }
+
   /** True until released or lost. */
   get held(): boolean {
-    return !this.released && !this.lost.aborted;
+    return !this.released && this.lostWhy === undefined;
   }
 
   /** Resets the lease to `ttl` ms from now (default: the lease it was taken
@@ -162,14 +183,16 @@ export class Lock implements AsyncDisposable {
   }
 
   private notHeld(): LockLostError {
-    return this.lost.reason instanceof LockLostError
-      ? this.lost.reason
+    return this.lostWhy !== undefined
+      ? this.lostWhy
       : new LockLostError(this.key, this.released ? "released" : "no longer held");
   }
 
   private lose(why: string): void {
     this.stop();
-    if (!this.lost.aborted) this.lostController.abort(new LockLostError(this.key, why));
+    if (this.lostWhy !== undefined) return;
+    this.lostWhy = new LockLostError(this.key, why);
+    this.lostController?.abort(this.lostWhy);
   }
 
   private stop(): void {
@@ -306,8 +329,9 @@ export async function grant(
       const tried = connections.run(key, args);
       // The try too ends at the caller's deadline (a stalled server, a slow
       // connection): a grant that comes later is given back.
+      // Without a deadline or a signal nothing can end the try early.
       fence =
-        wait === 0
+        wait === 0 || (wait === Number.POSITIVE_INFINITY && signal === undefined)
           ? await tried
           : await within(
               tried,
