@@ -20,10 +20,12 @@ function npm(args) {
 try {
   if (!existsSync(`${root}node_modules/typescript/bin/tsc`)) {
     // --ignore-scripts: `npm ci` here would run this script again.
-    npm(["ci", "--ignore-scripts", "--no-audit", "--no-fund", "--loglevel=error"]);
+    npm(["ci", "--prefer-offline", "--ignore-scripts", "--no-audit", "--no-fund"]);
   }
   npm(["run", "build"]);
 } catch (e) {
-  console.error(`warden-redis: building dist/ failed (${e.message}); in ${root}: npm ci && npm run build`);
+  console.error(
+    `warden-redis: building dist/ failed (${e.message}); in ${root}: npm ci && npm run build`,
+  );
   process.exit(1);
 }
