@@ -166,27 +166,44 @@ upgrade-test: prev-release $(SERVER_DEPS)
 # target and the oldest glibc it needs (libwarden.so, redis.conf.example,
 # README.md, LICENSE: a server needs neither Rust nor libclang), the Python
 # package's wheel and sdist (python -m build), the Rust client's .crate
-# (cargo package; make dist-test builds it from the .crate), and SHA256SUMS.
-# The module is built in target/dist: sharing target/release with cargo test
-# would make each rebuild the other's libwarden.so (see TEST_MODULE).
+# (cargo package; make dist-test builds it from the .crate), the Node
+# package's npm pack tarball (dist/ built by make node-deps: installing it
+# needs no TypeScript), and SHA256SUMS.
+# The module is built in target/dist, not shared with $(MODULE) nor
+# $(TEST_MODULE): cargo test's build of the warden library and cargo build's
+# are two builds that both write target/release/deps/libwarden.so, and each
+# makes the other compile the warden crate again ("info of dependency
+# redis-module changed", even with the dev-dependencies' features aligned)
+# and cargo test then recompile every test binary (8-9 minutes on 2 busy
+# cores, against about 15 s for the warden crate alone). make test runs
+# dist (dist-test) after its tests, so a shared build would cost every
+# make test that. target/dist keeps the release module's own build: the
+# first make dist compiles its dependencies (about 3 minutes), later ones
+# only what changed. Not TEST_MODULE either: cargo test builds it with the
+# dev-dependencies' features, not what a release ships, nor what
+# dist-module.sh's objdump should read the oldest glibc from.
 VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n 1)
 DIST := dist
-dist: deps venv
+dist: deps venv node-deps
 	@$(PYTHON) -c "import build, hatchling" 2>/dev/null || $(VENV)/bin/pip install -q build "hatchling>=1.18"
 	@for f in python/pyproject.toml warden-client/Cargo.toml; do \
 		grep -q '^version = "$(VERSION)"' $$f || { echo "$$f: not version $(VERSION) (Cargo.toml's)"; exit 1; }; done
+	@grep -q '^  "version": "$(VERSION)",' node/package.json || { echo "node/package.json: not version $(VERSION) (Cargo.toml's)"; exit 1; }
 	rm -rf $(DIST) && mkdir -p $(DIST)
+	@[ -f target/dist/release/libwarden.so ] || echo "make dist: the release module's first build, in target/dist (see the Makefile)"
 	cargo build --release --lib -p warden --target-dir target/dist
 	scripts/dist-module.sh target/dist/release/libwarden.so $(VERSION) $(DIST)
 	$(PYTHON) -m build --no-isolation --outdir $(DIST) python
 	cargo package -p warden-client --no-verify --allow-dirty --target-dir target/dist
 	cp target/dist/package/warden-client-$(VERSION).crate $(DIST)/
+	cd node && npm pack --ignore-scripts --silent --pack-destination ../$(DIST) >/dev/null
 	cd $(DIST) && sha256sum * > SHA256SUMS && ls -l
 
 # What a user installs, installed and run (make test runs it; under a minute
-# once target/dist-smoke holds the crate's dependencies): the README's Install
-# lines against the tarball's server, the wheel in a fresh venv, and the
-# crate's examples/readme.rs built from the .crate.
+# once target/dist-smoke holds the crate's dependencies and npm's cache the
+# Node packages): the README's Install lines against the tarball's server,
+# the wheel in a fresh venv, the crate's examples/readme.rs built from the
+# .crate, the npm tarball with ioredis and node-redis, and npm install ./node.
 dist-test: dist $(SERVER_DEPS)
 	WARDEN_SERVER=$(SERVER_BIN) WARDEN_REDIS_PY="redis==$$($(PYTHON) -c 'import redis; print(redis.__version__)')" \
 		python3 scripts/dist-test.py $(DIST) $(VERSION)

@@ -10,7 +10,13 @@
   lock and a cache read through it;
 - the Rust crate: a scratch project whose Cargo.toml has the README's
   dependency lines, with `warden-client` patched to the unpacked .crate, runs
-  the crate's own examples/readme.rs.
+  the crate's own examples/readme.rs;
+- the Node package: the npm pack tarball installed into a fresh project beside
+  ioredis and node-redis (the versions tests/node/package-lock.json pins), a
+  lock taken and released through each client, by ESM import and by CommonJS
+  require, and both entry points' types checked by tsc; then `npm install
+  ./node` from a copy of node/'s tracked files (no dist/, no node_modules/,
+  as in a fresh clone), which builds through the package's `prepare` script.
 
 Blocks of README.md's Install section marked `<!-- test: install -->` are
 run as written (`as=Cargo.toml`: the scratch project's dependencies), with
@@ -100,6 +106,121 @@ def wait_for(what: str, cond, limit: float = 30.0) -> None:
         time.sleep(0.05)
 
 
+# A lock through each client, by import (ESM) and by require (CommonJS); the
+# package must resolve inside the project, not in the checkout.
+NODE_ESM = """
+import assert from "node:assert/strict";
+import { realpathSync } from "node:fs";
+import { createRequire } from "node:module";
+import { Redis } from "ioredis";
+import { createClient } from "redis";
+import { Warden, LockBusyError } from "warden-redis";
+
+const where = realpathSync(createRequire(import.meta.url).resolve("warden-redis"));
+assert.ok(where.startsWith(process.env.WARDEN_EXPECT_UNDER), where);
+const url = process.env.REDIS_URL;
+const ioredis = new Redis(url);
+const nodeRedis = createClient({ url });
+await nodeRedis.connect();
+for (const [name, client] of [["ioredis", ioredis], ["node-redis", nodeRedis]]) {
+  const warden = new Warden(client);
+  const lock = await warden.lock(`dist:${name}`, { ttl: 10000, wait: 5000 });
+  assert.equal(typeof lock.fence, "bigint");
+  assert.equal(await warden.tryLock(`dist:${name}`, { ttl: 10000 }), null);
+  await lock.release();
+  const again = await warden.tryLock(`dist:${name}`, { ttl: 10000 });
+  assert.ok(again && again.fence > lock.fence);
+  await again.release();
+  await warden.close();
+  console.log(`node: warden-redis (import) with ${name}: lock ${lock.fence} acquired and released`);
+}
+assert.ok(LockBusyError.prototype instanceof Error);
+ioredis.disconnect();
+await nodeRedis.quit();
+"""
+
+NODE_CJS = """
+const assert = require("node:assert/strict");
+const { Redis } = require("ioredis");
+const { Warden } = require("warden-redis");
+assert.ok(require.resolve("warden-redis").endsWith("/dist/cjs/index.js"), require.resolve("warden-redis"));
+(async () => {
+  const client = new Redis(process.env.REDIS_URL);
+  const warden = new Warden(client);
+  const lock = await warden.lock("dist:cjs", { ttl: 10000, wait: 5000 });
+  await lock.release();
+  await warden.close();
+  client.disconnect();
+  console.log(`node: warden-redis (require) with ioredis: lock ${lock.fence} acquired and released`);
+})().catch((e) => { console.error(e); process.exit(1); });
+"""
+
+# Both entry points' declarations, as a TypeScript user compiles against them.
+NODE_TYPES = {
+    "esm.mts": 'import { Warden, type Lock } from "warden-redis";\n'
+    'export const f = async (w: Warden): Promise<bigint> => {\n'
+    '  const lock: Lock = await w.lock("k", { ttl: 1000 });\n'
+    '  return lock.fence;\n};\n',
+    "cjs.cts": 'import wr = require("warden-redis");\n'
+    'export const f = async (w: wr.Warden): Promise<bigint> => (await w.lock("k")).fence;\n',
+    "tsconfig.json": '{ "compilerOptions": { "strict": true, "noEmit": true, "target": "ES2022",'
+    ' "module": "NodeNext", "moduleResolution": "NodeNext", "types": ["node"],'
+    ' "lib": ["ES2022", "ESNext.Disposable"] }, "include": ["*.mts", "*.cts"] }\n',
+}
+
+
+def pinned_node_clients() -> list:
+    """ioredis and redis at the versions the README's Node examples run on."""
+    import json
+
+    lock = json.loads((ROOT / "tests/node/package-lock.json").read_text())
+    packages = lock["packages"]
+    return [f"{name}@{packages[f'node_modules/{name}']['version']}" for name in ("ioredis", "redis")]
+
+
+def node_test(npm_tarball: Path, scratch: Path, port: int) -> None:
+    """The npm pack tarball and `npm install ./node`, each in a fresh project."""
+    npm_env = {**os.environ, "REDIS_URL": f"redis://127.0.0.1:{port}",
+               "npm_config_audit": "false", "npm_config_fund": "false",
+               "npm_config_update_notifier": "false", "npm_config_loglevel": "error"}
+    npm_install = ["npm", "install", "--prefer-offline"]
+    tsc = ROOT / "node/node_modules/typescript/bin/tsc"
+    node_types = ROOT / "node/node_modules/@types"
+
+    project = scratch / "node-project"
+    project.mkdir()
+    (project / "package.json").write_text('{ "private": true }\n')
+    # No TypeScript here: installing the tarball builds nothing.
+    run(npm_install + ["--ignore-scripts", str(npm_tarball)] + pinned_node_clients(),
+        cwd=project, env=npm_env)
+    if (project / "node_modules/typescript").exists():
+        fail("installing the npm tarball brought TypeScript")
+    env = {**npm_env, "WARDEN_EXPECT_UNDER": str(project / "node_modules/warden-redis")}
+    (project / "smoke.mjs").write_text(NODE_ESM)
+    (project / "smoke.cjs").write_text(NODE_CJS)
+    print(run(["node", "smoke.mjs"], cwd=project, env=env).stdout, end="")
+    print(run(["node", "smoke.cjs"], cwd=project, env=env).stdout, end="")
+    types = project / "types"
+    types.mkdir()
+    for name, text in NODE_TYPES.items():
+        (types / name).write_text(text)
+    run(["node", str(tsc), "-p", str(types), "--typeRoots", str(node_types)], cwd=types)
+    print("node: warden-redis's types check from import and from require")
+
+    # `npm install ./node` as from a fresh clone: node/'s tracked files only.
+    clone = scratch / "node-clone"
+    files = run(["git", "ls-files", "-co", "--exclude-standard", "node"], cwd=ROOT).stdout.split()
+    for f in files:
+        (clone / f).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(ROOT / f, clone / f)
+    (clone / "package.json").write_text('{ "private": true }\n')
+    run(npm_install + ["./node"], cwd=clone, env=npm_env)
+    probe = ('import("warden-redis").then((m) => { const c = require("warden-redis");'
+             ' if (!m.Warden || !c.Warden) process.exit(1); console.log("ok"); })')
+    run(["node", "-e", probe], cwd=clone, env=npm_env)
+    print("node: npm install ./node (built by its prepare script) imports and requires")
+
+
 def main() -> None:
     dist, version = Path(sys.argv[1]).resolve(), sys.argv[2]
     started = time.monotonic()
@@ -107,6 +228,7 @@ def main() -> None:
     wheel = one(dist, f"warden_redis-{version}-py3-none-any.whl")
     one(dist, f"warden_redis-{version}.tar.gz")
     crate = one(dist, f"warden-client-{version}.crate")
+    npm_tarball = one(dist, f"warden-redis-{version}.tgz")
     readme = (ROOT / "README.md").read_text()
     for name in (tarball.name, wheel.name, crate.name):
         if name not in readme:
@@ -136,7 +258,7 @@ def main() -> None:
     # `pip install warden-redis` as written, from dist/ alone.
     env.update(PIP_NO_INDEX="1", PIP_FIND_LINKS=str(dist), PIP_DISABLE_PIP_VERSION_CHECK="1")
     # The README's blocks run where the artefacts are, as after a download.
-    for artefact in (tarball, wheel, crate):
+    for artefact in (tarball, wheel, crate, npm_tarball):
         shutil.copy(artefact, scratch)
     pidfile = scratch / "redis.pid"
     # redis-server in the background on the test port, answering before the
@@ -216,6 +338,8 @@ print("python: warden-redis", warden.__version__, "from the wheel: lock and cach
         if "written with fence" not in out.stdout:
             fail(f"the crate's readme example printed:\n{out.stdout}")
         print(f"rust: warden-client {version} from the .crate: {out.stdout.splitlines()[0]}")
+
+        node_test(npm_tarball, scratch, port)
     finally:
         if pidfile.exists():
             pid = int(pidfile.read_text())

@@ -43,6 +43,19 @@ pub enum Error {
     },
 }
 
+/// Whether an error reply's text is the server refusing one of warden's
+/// commands as unknown (`unknown command 'LOCK.ACQUIRE', with args ...`).
+fn names_warden_command(message: &str) -> bool {
+    message
+        .strip_prefix("unknown command '")
+        .map(str::to_ascii_uppercase)
+        .is_some_and(|name| {
+            ["LOCK.", "RWLOCK.", "SEM.", "CACHE.", "BF."]
+                .iter()
+                .any(|prefix| name.starts_with(prefix))
+        })
+}
+
 /// `Result` with this crate's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
@@ -86,9 +99,15 @@ impl Error {
         }
         match (e.code(), e.kind()) {
             (Some(code), redis::ErrorKind::Server(_) | redis::ErrorKind::Extension) => {
+                let mut message = e.detail().unwrap_or_default().to_string();
+                if code == "ERR" && names_warden_command(&message) {
+                    // A server without the module: say what to check, as the
+                    // Python and Node clients do.
+                    message.push_str(" (is the warden module loaded? MODULE LIST shows it)");
+                }
                 Error::Server {
                     code: code.to_string(),
-                    message: e.detail().unwrap_or_default().to_string(),
+                    message,
                 }
             }
             _ => Error::Client(Box::new(e)),
@@ -114,5 +133,40 @@ impl Error {
     /// Whether the connection this came from is unusable and must be replaced.
     pub(crate) fn breaks_connection(&self) -> bool {
         matches!(self, Error::Connection(_))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::names_warden_command;
+
+    #[test]
+    fn unknown_warden_commands_are_told_apart() {
+        for (message, warden) in [
+            (
+                "unknown command 'LOCK.ACQUIRE', with args beginning with: 'k' ",
+                true,
+            ),
+            (
+                "unknown command 'rwlock.read', with args beginning with: ",
+                true,
+            ),
+            (
+                "unknown command 'SEM.ACQUIRE', with args beginning with: ",
+                true,
+            ),
+            (
+                "unknown command 'CACHE.GET', with args beginning with: ",
+                true,
+            ),
+            (
+                "unknown command 'GETX', with args beginning with: 'LOCK.' ",
+                false,
+            ),
+            ("unknown subcommand 'LOCK.X'. Try CLIENT HELP.", false),
+            ("lock is held", false),
+        ] {
+            assert_eq!(names_warden_command(message), warden, "{message}");
+        }
     }
 }
