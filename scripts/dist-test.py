@@ -230,7 +230,7 @@ def main() -> None:
     crate = one(dist, f"warden-client-{version}.crate")
     npm_tarball = one(dist, f"warden-redis-{version}.tgz")
     readme = (ROOT / "README.md").read_text()
-    for name in (tarball.name, wheel.name, crate.name):
+    for name in (tarball.name, wheel.name, crate.name, npm_tarball.name):
         if name not in readme:
             fail(f"README.md does not name {name} (the artefact make dist built)")
     blocks = install_blocks()
