@@ -27,7 +27,7 @@ ROWS = [
     ("latest.json", "contention", "hand-offs/s: WAIT vs 10 ms polling",
      "50 clients on one lock: WAIT vs 10 ms polling", False),
     ("semaphore.json", "semaphore", "acquisitions/s: SEM.ACQUIRE WAIT vs redis-semaphore sorted set",
-     "semaphore vs npm redis-semaphore", False),
+     "semaphore vs redis-semaphore's algorithm in Lua", False),
     ("latest.json", "stampede", "loads per expiry: CACHE.GET WAIT vs plain cache-aside (target on CACHE.GET: 1)",
      "cache stampede: database loads per expiry", True),
     ("latest.json", "rwlock", "RWLOCK.READ+UNLOCK vs Redisson-style Lua (P16)",
