@@ -14,6 +14,7 @@ import {
   type LockKind,
   type Routine,
   grant,
+  handOver,
   runHolding,
 } from "./lock.js";
 
@@ -160,15 +161,18 @@ export class Semaphore {
       throw SemaphoreLimitError.from(error);
     }
     if (g === null) return null;
-    return new Permit(
-      this.connections,
-      this.key,
-      g.owner,
-      g.fence,
-      g.ttl,
-      g.watchdog,
-      g.granted,
-      permits,
+    return handOver(
+      g,
+      new Permit(
+        this.connections,
+        this.key,
+        g.owner,
+        g.fence,
+        g.ttl,
+        g.watchdog,
+        g.granted,
+        permits,
+      ),
     );
   }
 }
