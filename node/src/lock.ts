@@ -289,11 +289,19 @@ export interface Grant {
   signal: AbortSignal | undefined;
 }
 
-/** The hold made of `g`, if its caller can still take it: checked last,
- * after the work each grant costs, right before the caller resumes (a burst
- * of grants must not hand one over past its deadline). Otherwise it is
+/** A hold made of a grant, not yet handed to its caller. */
+export interface Made<L extends Lock> {
+  grant: Grant;
+  hold: L;
+}
+
+/** The hold, if its caller can still take it: checked in the last step
+ * before the caller resumes, after every hold of a burst of grants was made
+ * (a burst must not hand a grant over past its deadline). Otherwise it is
  * given back, and the call reports its abort or timeout. */
-export function handOver<L extends Lock>(g: Grant, hold: L): L | null {
+export function handOver<L extends Lock>(made: Made<L> | null): L | null {
+  if (made === null) return null;
+  const { grant: g, hold } = made;
   if (g.signal?.aborted || performance.now() > g.deadline) {
     hold.abandon();
     if (g.signal?.aborted) throw abortReason(g.signal);
@@ -431,6 +439,20 @@ export async function grant(
   return { owner, fence: BigInt(String(reply)), ttl, watchdog, granted, deadline, signal };
 }
 
+/** One lock of `kind`, made but not handed over; null when not granted within `wait`. */
+async function make(
+  connections: Connections,
+  kind: LockKind,
+  key: string,
+  options: AcquireOptions,
+  defaults: LockDefaults,
+): Promise<Made<Lock> | null> {
+  const g = await grant(connections, kind, key, options, defaults);
+  if (g === null) return null;
+  const hold = new Lock(connections, kind, key, g.owner, g.fence, g.ttl, g.watchdog, g.granted);
+  return { grant: g, hold };
+}
+
 /** Acquires one lock of `kind`; null when not granted within `wait`. */
 export async function acquire(
   connections: Connections,
@@ -439,12 +461,7 @@ export async function acquire(
   options: AcquireOptions,
   defaults: LockDefaults,
 ): Promise<Lock | null> {
-  const g = await grant(connections, kind, key, options, defaults);
-  if (g === null) return null;
-  return handOver(
-    g,
-    new Lock(connections, kind, key, g.owner, g.fence, g.ttl, g.watchdog, g.granted),
-  );
+  return handOver(await make(connections, kind, key, options, defaults));
 }
 
 /** Runs `routine` holding `lock`; releases it when the routine settles (a
@@ -467,7 +484,7 @@ export async function acquireOrThrow(
   options: AcquireOptions,
   defaults: LockDefaults,
 ): Promise<Lock> {
-  const lock = await acquire(connections, kind, key, options, defaults);
+  const lock = handOver(await make(connections, kind, key, options, defaults));
   if (lock === null) throw new LockBusyError(key);
   return lock;
 }

@@ -438,5 +438,49 @@ for (const kind of CLIENTS.filter((c) => c.name === "ioredis" || c.name === "nod
       await warden.close();
       await admin.call("SEM.RELEASE", key, "other");
     });
+
+    test("a burst's grants are checked against the deadline after each hold is made", async () => {
+      const key = `${kind.name}:burst-deadline`;
+      const n = 150;
+      const wait = 100;
+      const warden = new Warden(app.client);
+      const sem = warden.semaphore(key, n);
+      (await sem.acquire({ ttl: 1000 })).release(); // connection open, semaphore known
+      // Each hold made costs 1 ms (its lease timer): the burst's grants reach
+      // the client in time, and the holds are ready only past the deadline.
+      const setTimer = globalThis.setTimeout;
+      const slow = ((...args: Parameters<typeof setTimeout>) => {
+        if (/\.schedule /.test(new Error().stack ?? "")) {
+          const end = performance.now() + 1;
+          while (performance.now() < end) {}
+        }
+        return setTimer(...args);
+      }) as typeof setTimeout;
+      globalThis.setTimeout = slow;
+      let late = 0;
+      let granted = 0;
+      try {
+        await Promise.all(
+          Array.from({ length: n }, async () => {
+            const start = performance.now();
+            try {
+              await sem.acquire({ ttl: 60000, watchdog: false, wait });
+            } catch (error) {
+              if (error instanceof LockBusyError) return;
+              throw error;
+            }
+            granted++;
+            if (performance.now() - start > wait) late++;
+          }),
+        );
+      } finally {
+        globalThis.setTimeout = setTimer;
+      }
+      assert.equal(late, 0, `${late} of ${granted} grants reached their caller past the deadline`);
+      await warden.close();
+      const state = await info(admin, key, "SEM.INFO");
+      assert.equal(Number(state?.holders ?? 0), granted);
+      await admin.del(key);
+    });
   });
 }
