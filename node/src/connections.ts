@@ -172,6 +172,9 @@ export class Connections {
   /** Blocking requests whose replies are unread (`close` waits for them:
    * a grant among them is given back). */
   private readonly pending = new Set<Promise<unknown>>();
+  /** Commands `run` was asked for: `close` waits until none came since its
+   * last look (a release sent during close is answered, not cut off). */
+  private runs = 0;
 
   constructor(
     private readonly transport: Transport,
@@ -181,6 +184,7 @@ export class Connections {
   /** One command that never blocks, about `key`, sent once. A cluster
    * redirect (the command did not run) refreshes the slots and sends it again. */
   async run(key: string, args: Args): Promise<unknown> {
+    this.runs++;
     // A single server's open connection: sent now, no turn of the event loop
     // spent finding it (a release is on the path of the next grant).
     const ready = this.single;
@@ -678,12 +682,13 @@ export class Connections {
     // commands already sent are answered (a PING's reply follows theirs),
     // and what that started settles, until nothing new starts.
     for (;;) {
+      const runs = this.runs;
       await Promise.allSettled([...this.pending]);
       await Promise.allSettled(
         [...this.commands.values()].map((c) => c.then((conn) => conn.send(["PING"]))),
       );
       await new Promise((resolve) => setImmediate(resolve));
-      if (this.behind.size === 0 && this.pending.size === 0) break;
+      if (this.behind.size === 0 && this.pending.size === 0 && this.runs === runs) break;
       await Promise.allSettled([...this.behind]);
     }
     this.shut = true;
