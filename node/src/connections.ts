@@ -39,6 +39,32 @@ const GONE_MS = 1000;
 /** The longest `WAIT` the server takes. */
 const MAX_WAIT = 2 ** 46;
 
+/** Callers listening to one signal: one listener on the signal fans out to
+ * them, however many acquires share it (no MaxListenersExceededWarning). */
+const listeners = new WeakMap<AbortSignal, Set<() => void>>();
+
+/** Runs `fn` when `signal` aborts; returns what stops listening. */
+export function onAbort(signal: AbortSignal | undefined, fn: () => void): () => void {
+  if (signal === undefined) return () => {};
+  let set = listeners.get(signal);
+  if (set === undefined) {
+    const callers = new Set<() => void>();
+    set = callers;
+    listeners.set(signal, callers);
+    signal.addEventListener(
+      "abort",
+      () => {
+        listeners.delete(signal);
+        for (const f of [...callers]) f();
+      },
+      { once: true },
+    );
+  }
+  const mine = set;
+  mine.add(fn);
+  return () => mine.delete(fn);
+}
+
 /** Runs `fn` once `ms` ms have passed (never for `Infinity`); delays past
  * Node's timer limit are chained. Returns what cancels it. */
 export function later(ms: number, fn: () => void, unref = false): () => void {
@@ -68,12 +94,13 @@ export function within<T>(
   return new Promise((resolve, reject) => {
     let left = false;
     let cancel = () => {};
+    let unlisten = () => {};
     const leave = () => {
       left = true;
       cancel();
-      signal?.removeEventListener("abort", onAbort);
+      unlisten();
     };
-    const onAbort = () => {
+    const aborted = () => {
       if (left) return;
       leave();
       reject(abortReason(signal as AbortSignal));
@@ -90,13 +117,13 @@ export function within<T>(
         reject(error);
       },
     );
-    if (signal?.aborted) return onAbort();
+    if (signal?.aborted) return aborted();
     cancel = later(Math.max(0, deadline - performance.now()), () => {
       if (left) return;
       leave();
       resolve(TIMED_OUT);
     });
-    signal?.addEventListener("abort", onAbort, { once: true });
+    unlisten = onAbort(signal, aborted);
   });
 }
 
@@ -142,6 +169,12 @@ export class Connections {
   private closed = false;
   private shut = false;
   private readonly behind = new Set<Promise<unknown>>();
+  /** Blocking requests whose replies are unread (`close` waits for them:
+   * a grant among them is given back). */
+  private readonly pending = new Set<Promise<unknown>>();
+  /** Commands `run` was asked for: `close` waits until none came since its
+   * last look (a release sent during close is answered, not cut off). */
+  private runs = 0;
 
   constructor(
     private readonly transport: Transport,
@@ -151,6 +184,7 @@ export class Connections {
   /** One command that never blocks, about `key`, sent once. A cluster
    * redirect (the command did not run) refreshes the slots and sends it again. */
   async run(key: string, args: Args): Promise<unknown> {
+    this.runs++;
     // A single server's open connection: sent now, no turn of the event loop
     // spent finding it (a release is on the path of the next grant).
     const ready = this.single;
@@ -171,6 +205,24 @@ export class Connections {
    * acquire is one round trip, not a connection setup and a round trip. */
   warm(): void {
     if (this.transport.single) this.command("").catch(() => {});
+  }
+
+  /** True once `close()` was called: no new acquire starts. */
+  get isClosed(): boolean {
+    return this.closed;
+  }
+
+  /** A give-back's command: on the command connection until `close()` has
+   * closed it, then on a connection of its own (a grant found late is never
+   * left held until its lease ends). */
+  async giveBack(key: string, args: Args): Promise<unknown> {
+    if (!this.shut) return this.run(key, args);
+    const conn = await this.transport.open(await this.transport.nodeOf(key));
+    try {
+      return await conn.send(args);
+    } finally {
+      conn.destroy();
+    }
   }
 
   /** Work in the background (giving a grant back) that `close` waits for. */
@@ -292,11 +344,12 @@ export class Connections {
       let replied = false;
       let cancelDeadline = () => {};
       let cancelRead = () => {};
+      let unlisten = () => {};
       let id: Promise<string> = Promise.resolve(conn.clientId);
       const settle = () => {
         settled = true;
         cancelDeadline();
-        signal?.removeEventListener("abort", onAbort);
+        unlisten();
       };
       const finished = () => {
         replied = true;
@@ -311,7 +364,7 @@ export class Connections {
         this.give(conn);
         abandoned(conn.clientId);
       };
-      const onAbort = async () => {
+      const aborted = async () => {
         if (settled) return;
         settle();
         const reason = abortReason(signal as AbortSignal);
@@ -369,7 +422,7 @@ export class Connections {
           drop();
         });
       }
-      signal?.addEventListener("abort", onAbort, { once: true });
+      unlisten = onAbort(signal, aborted);
       if (conn.clientId === "" && !this.noClient.has(conn.node)) {
         // The id (to unblock this request on abort) in the same write as the
         // request: no round trip before waiting. A server that refuses
@@ -385,7 +438,10 @@ export class Connections {
           },
         );
       }
-      conn.send(args).then(
+      const sent = conn.send(args);
+      const tracked = sent.catch(() => {}).finally(() => this.pending.delete(tracked));
+      this.pending.add(tracked);
+      sent.then(
         (reply) => {
           if (replied) return;
           finished();
@@ -514,10 +570,11 @@ export class Connections {
     }
     return new Promise((resolve, reject) => {
       let cancel = () => {};
+      let unlisten = () => {};
       const leave = () => {
         left = true;
         cancel();
-        signal?.removeEventListener("abort", onAbort);
+        unlisten();
         const i = this.queue.indexOf(entry);
         if (i >= 0) this.queue.splice(i, 1);
       };
@@ -535,15 +592,14 @@ export class Connections {
           reject(error);
         },
       };
-      const onAbort = () => {
-        leave();
-        reject(abortReason(signal as AbortSignal));
-      };
       cancel = later(Math.max(0, deadline - performance.now()), () => {
         leave();
         resolve(null);
       });
-      signal?.addEventListener("abort", onAbort, { once: true });
+      unlisten = onAbort(signal, () => {
+        leave();
+        reject(abortReason(signal as AbortSignal));
+      });
       this.queue.push(entry);
     });
   }
@@ -620,10 +676,21 @@ export class Connections {
     for (const list of this.idle.values()) for (const conn of list) conn.destroy();
     this.idle.clear();
     for (const conn of this.busy) conn.destroy();
-    // Grants on their way back (a late reply, an abort, a closed waiter)
-    // are released before the shared connections close.
-    await new Promise((resolve) => setImmediate(resolve));
-    while (this.behind.size > 0) await Promise.allSettled([...this.behind]);
+    // Grants on their way back (a late reply, an abort, a closed waiter, a
+    // try answered during close) are released before the shared connections
+    // close: the closed waiters' requests fail (their give-backs start), the
+    // commands already sent are answered (a PING's reply follows theirs),
+    // and what that started settles, until nothing new starts.
+    for (;;) {
+      const runs = this.runs;
+      await Promise.allSettled([...this.pending]);
+      await Promise.allSettled(
+        [...this.commands.values()].map((c) => c.then((conn) => conn.send(["PING"]))),
+      );
+      await new Promise((resolve) => setImmediate(resolve));
+      if (this.behind.size === 0 && this.pending.size === 0 && this.runs === runs) break;
+      await Promise.allSettled([...this.behind]);
+    }
     this.shut = true;
     this.single = undefined;
     const commands = [...this.commands.values()];

@@ -6,7 +6,13 @@
 import "./dispose.js";
 import { randomBytes } from "node:crypto";
 import { type Connections, TIMED_OUT, later, sleep, within } from "./connections.js";
-import { LockBusyError, LockLostError, ReplyError, abortReason } from "./errors.js";
+import {
+  ConnectionError,
+  LockBusyError,
+  LockLostError,
+  ReplyError,
+  abortReason,
+} from "./errors.js";
 import type { Args } from "./transport.js";
 
 /** The commands behind one kind of lock (or semaphore). */
@@ -172,6 +178,14 @@ export class Lock implements AsyncDisposable {
     }
   }
 
+  /** @internal A hold its caller can no longer take: given back in the background. */
+  abandon(): void {
+    this.released = true;
+    this.stop();
+    const { key, owner } = this;
+    this.connections.background(this.connections.giveBack(key, [this.kind.release, key, owner]));
+  }
+
   /** `await using lock = await warden.lock(...)`: releases at the end of the
    * block; a lock lost meanwhile is not an error here (`lost` told). */
   async [Symbol.asyncDispose](): Promise<void> {
@@ -270,7 +284,33 @@ export interface Grant {
   watchdog: boolean;
   /** When the lease started, as far as this client can tell (`performance.now()`). */
   granted: number;
+  /** The caller's deadline (`performance.now()` time; `Infinity`: none). */
+  deadline: number;
+  signal: AbortSignal | undefined;
 }
+
+/** A hold made of a grant, not yet handed to its caller. */
+export interface Made<L extends Lock> {
+  grant: Grant;
+  hold: L;
+}
+
+/** The hold, if its caller can still take it: checked in the last step
+ * before the caller resumes, after every hold of a burst of grants was made
+ * (a burst must not hand a grant over past its deadline). Otherwise it is
+ * given back, and the call reports its abort or timeout. */
+export function handOver<L extends Lock>(made: Made<L> | null): L | null {
+  if (made === null) return null;
+  const { grant: g, hold } = made;
+  if (g.signal?.aborted || performance.now() > g.deadline) {
+    hold.abandon();
+    if (g.signal?.aborted) throw abortReason(g.signal);
+    return null;
+  }
+  return hold;
+}
+
+const closedError = () => new ConnectionError("warden is closed");
 
 /** Checks `maxQueue`: the `QUEUE n` of a waiting request. */
 export function checkQueue(value: number | undefined): number | undefined {
@@ -307,7 +347,8 @@ export async function grant(
   const deadline = started + wait;
   const owner = freshOwner();
   const args: (string | number)[] = [kind.acquire, key, owner, ttl, ...extra];
-  const release = () => connections.background(connections.run(key, [kind.release, key, owner]));
+  const release = () =>
+    connections.background(connections.giveBack(key, [kind.release, key, owner]));
   // A grant this caller can no longer take: given back, reported as the
   // abort or timeout it is.
   const refuse = () => {
@@ -316,6 +357,8 @@ export async function grant(
     return null;
   };
   if (signal?.aborted) throw abortReason(signal);
+  if (connections.isClosed) throw closedError();
+  const limit = wait > 0 ? deadline : Number.POSITIVE_INFINITY;
 
   // A request of this process already queued for the key: the server would
   // answer the try nil (it never overtakes a waiter), so go straight to waiting.
@@ -344,34 +387,70 @@ export async function grant(
             );
     } catch (error) {
       lost(error);
-      throw error;
+      throw connections.isClosed && error instanceof ConnectionError ? closedError() : error;
     }
     if (fence === TIMED_OUT) return null;
     if (fence !== null && fence !== undefined) {
-      if (signal?.aborted || (wait > 0 && performance.now() > deadline)) return refuse();
-      return { owner, fence: BigInt(String(fence)), ttl, watchdog, granted: started };
+      if (connections.isClosed) {
+        refuse();
+        throw closedError();
+      }
+      if (signal?.aborted || performance.now() > limit) return refuse();
+      return {
+        owner,
+        fence: BigInt(String(fence)),
+        ttl,
+        watchdog,
+        granted: started,
+        deadline: limit,
+        signal,
+      };
     }
     if (wait === 0) return null;
   }
 
-  const reply = await connections.wait(
-    key,
-    (waitMs) => {
-      const command = [...args, "WAIT", waitMs];
-      if (queue !== undefined) command.push("QUEUE", queue);
-      return command;
-    },
-    deadline,
-    signal,
-    (late) => {
-      if (late !== null && late !== undefined && !(late instanceof Error)) release();
-    },
-    (clientId) => giveBack(connections, kind, key, owner, clientId),
-  );
+  let reply: unknown;
+  try {
+    reply = await connections.wait(
+      key,
+      (waitMs) => {
+        const command = [...args, "WAIT", waitMs];
+        if (queue !== undefined) command.push("QUEUE", queue);
+        return command;
+      },
+      deadline,
+      signal,
+      (late) => {
+        if (late !== null && late !== undefined && !(late instanceof Error)) release();
+      },
+      (clientId) => giveBack(connections, kind, key, owner, clientId),
+    );
+  } catch (error) {
+    throw connections.isClosed && error instanceof ConnectionError ? closedError() : error;
+  }
   if (reply === TIMED_OUT || reply === null || reply === undefined) return null;
+  if (connections.isClosed) {
+    refuse();
+    throw closedError();
+  }
   if (signal?.aborted || performance.now() > deadline) return refuse();
   // The lease runs from the grant: at most the reply's trip ago.
-  return { owner, fence: BigInt(String(reply)), ttl, watchdog, granted: performance.now() };
+  const granted = performance.now();
+  return { owner, fence: BigInt(String(reply)), ttl, watchdog, granted, deadline, signal };
+}
+
+/** One lock of `kind`, made but not handed over; null when not granted within `wait`. */
+async function make(
+  connections: Connections,
+  kind: LockKind,
+  key: string,
+  options: AcquireOptions,
+  defaults: LockDefaults,
+): Promise<Made<Lock> | null> {
+  const g = await grant(connections, kind, key, options, defaults);
+  if (g === null) return null;
+  const hold = new Lock(connections, kind, key, g.owner, g.fence, g.ttl, g.watchdog, g.granted);
+  return { grant: g, hold };
 }
 
 /** Acquires one lock of `kind`; null when not granted within `wait`. */
@@ -382,9 +461,7 @@ export async function acquire(
   options: AcquireOptions,
   defaults: LockDefaults,
 ): Promise<Lock | null> {
-  const g = await grant(connections, kind, key, options, defaults);
-  if (g === null) return null;
-  return new Lock(connections, kind, key, g.owner, g.fence, g.ttl, g.watchdog, g.granted);
+  return handOver(await make(connections, kind, key, options, defaults));
 }
 
 /** Runs `routine` holding `lock`; releases it when the routine settles (a
@@ -407,7 +484,7 @@ export async function acquireOrThrow(
   options: AcquireOptions,
   defaults: LockDefaults,
 ): Promise<Lock> {
-  const lock = await acquire(connections, kind, key, options, defaults);
+  const lock = handOver(await make(connections, kind, key, options, defaults));
   if (lock === null) throw new LockBusyError(key);
   return lock;
 }
@@ -424,7 +501,7 @@ function giveBack(
   owner: string,
   clientId: string | undefined,
 ): void {
-  const release = () => connections.run(key, [kind.release, key, owner]);
+  const release = () => connections.giveBack(key, [kind.release, key, owner]);
   connections.background(
     (async () => {
       if (Number(await release()) === 1 || clientId === undefined) return;

@@ -12,8 +12,10 @@ import {
   Lock,
   type LockDefaults,
   type LockKind,
+  type Made,
   type Routine,
   grant,
+  handOver,
   runHolding,
 } from "./lock.js";
 
@@ -92,14 +94,14 @@ export class Semaphore {
    * aborted); `LockBusyError` if not granted in time. Without `ttl`, a 30 s
    * lease renewed by a watchdog until release. */
   async acquire(options: SemaphoreAcquireOptions = {}): Promise<Permit> {
-    const permit = await this.take(options);
+    const permit = handOver(await this.take(options));
     if (permit === null) throw new LockBusyError(this.key);
     return permit;
   }
 
   /** The permits, or null when they are not free (default: no wait). */
-  tryAcquire(options: SemaphoreAcquireOptions = {}): Promise<Permit | null> {
-    return this.take({ wait: 0, ...options });
+  async tryAcquire(options: SemaphoreAcquireOptions = {}): Promise<Permit | null> {
+    return handOver(await this.take({ wait: 0, ...options }));
   }
 
   /** Runs `routine` holding permits with a `ttl` ms lease renewed until it
@@ -150,7 +152,7 @@ export class Semaphore {
     };
   }
 
-  private async take(options: SemaphoreAcquireOptions): Promise<Permit | null> {
+  private async take(options: SemaphoreAcquireOptions): Promise<Made<Permit> | null> {
     const permits = checkCount("permits", options.permits ?? 1);
     const extra = ["LIMIT", this.stated, "PERMITS", permits];
     let g: Grant | null;
@@ -160,7 +162,7 @@ export class Semaphore {
       throw SemaphoreLimitError.from(error);
     }
     if (g === null) return null;
-    return new Permit(
+    const hold = new Permit(
       this.connections,
       this.key,
       g.owner,
@@ -170,5 +172,6 @@ export class Semaphore {
       g.granted,
       permits,
     );
+    return { grant: g, hold };
   }
 }

@@ -5,7 +5,7 @@
 import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
 import type { Redis } from "ioredis";
-import { LockBusyError, ReplyError, Warden } from "warden-redis";
+import { ConnectionError, LockBusyError, ReplyError, Warden } from "warden-redis";
 import { type AppClient, CLIENTS, Server, info, sleep, until } from "./servers.js";
 
 let server: Server;
@@ -331,6 +331,156 @@ for (const kind of CLIENTS.filter((c) => c.name === "ioredis" || c.name === "nod
         );
       }
       await warden.close();
+    });
+
+    test("close() racing busy acquires leaves held only what callers hold", async () => {
+      for (let round = 0; round < 6; round++) {
+        const key = `${kind.name}:close-race:${round}`;
+        const warden = new Warden(app.client);
+        const sem = warden.semaphore(key, 3);
+        let closed = false;
+        let held = 0; // permits callers hold and could not release after close()
+        const errors: string[] = [];
+        const worker = async (i: number) => {
+          while (!closed) {
+            const options =
+              i % 3 === 0
+                ? { ttl: 60000, wait: 30 }
+                : i % 3 === 1
+                  ? { ttl: 60000, signal: AbortSignal.timeout(20 + (i % 20)) }
+                  : { ttl: 60000 };
+            let permit: Awaited<ReturnType<typeof sem.acquire>>;
+            try {
+              permit = await sem.acquire(options);
+            } catch (error) {
+              const e = error as Error;
+              const expected =
+                e instanceof LockBusyError ||
+                e.name === "TimeoutError" ||
+                (e instanceof ConnectionError && e.message === "warden is closed");
+              if (!expected) errors.push(`${e.name}: ${e.message}`);
+              continue;
+            }
+            await sleep(Math.random() * 3);
+            await permit.release().catch(() => held++);
+          }
+        };
+        const all = Array.from({ length: 45 }, (_, i) => worker(i));
+        await sleep(5 + Math.random() * 60);
+        closed = true;
+        await warden.close();
+        await Promise.all(all);
+        assert.deepEqual(errors, []);
+        // Give-backs end before close() returns: nothing is left for later.
+        const state = await info(admin, key, "SEM.INFO");
+        assert.equal(Number(state?.holders ?? 0), held, `round ${round}: ${JSON.stringify(state)}`);
+        assert.equal(Number(state?.waiters ?? 0), 0);
+        if (state !== null) await admin.del(key);
+      }
+    });
+
+    test("after close() every acquire rejects with warden's own error", async () => {
+      const key = `${kind.name}:closed`;
+      const warden = new Warden(app.client);
+      const sem = warden.semaphore(key, 100);
+      (await sem.acquire({ ttl: 1000 })).release();
+      const takes = [
+        () => sem.tryAcquire({ ttl: 60000 }),
+        () => sem.acquire({ ttl: 60000 }),
+        () => sem.acquire({ ttl: 60000, wait: 1000 }),
+        () => sem.acquire({ ttl: 60000, signal: AbortSignal.timeout(1000) }),
+        () => warden.lock(`${key}:lock`, { ttl: 60000, wait: 1000 }),
+        () => warden.readWriteLock(`${key}:rw`).read({ ttl: 60000 }),
+      ];
+      // Started in the same turn as close(), and after it returned.
+      const outcome = () =>
+        takes.map((take) =>
+          take().then(
+            () => "granted",
+            (e: Error) => (e instanceof ConnectionError ? e.message : `${e.name}: ${e.message}`),
+          ),
+        );
+      const closing = warden.close();
+      const during = outcome();
+      await closing;
+      const afterwards = outcome();
+      for (const got of await Promise.all([...during, ...afterwards])) {
+        assert.equal(got, "warden is closed");
+      }
+      assert.equal(await info(admin, key, "SEM.INFO"), null);
+      assert.equal(await info(admin, `${key}:lock`), null);
+    });
+
+    test("many acquires sharing one AbortSignal add one listener to it", async () => {
+      const key = `${kind.name}:shared-signal`;
+      await admin.call("SEM.ACQUIRE", key, "other", "60000", "LIMIT", "1");
+      const warnings: string[] = [];
+      const onWarning = (w: Error) => warnings.push(w.name);
+      process.on("warning", onWarning);
+      const warden = new Warden(app.client);
+      const sem = warden.semaphore(key, 1);
+      const controller = new AbortController();
+      const all = Array.from({ length: 40 }, () =>
+        sem.acquire({ ttl: 60000, signal: controller.signal }).then(
+          () => "granted",
+          (e: Error) => e.name,
+        ),
+      );
+      await until(
+        async () => Number((await info(admin, key, "SEM.INFO"))?.waiters) === 40,
+        "40 waiters",
+      );
+      controller.abort();
+      assert.deepEqual(new Set(await Promise.all(all)), new Set(["AbortError"]));
+      await sleep(20);
+      process.off("warning", onWarning);
+      assert.deepEqual(warnings, []);
+      await warden.close();
+      await admin.call("SEM.RELEASE", key, "other");
+    });
+
+    test("a burst's grants are checked against the deadline after each hold is made", async () => {
+      const key = `${kind.name}:burst-deadline`;
+      const n = 150;
+      const wait = 100;
+      const warden = new Warden(app.client);
+      const sem = warden.semaphore(key, n);
+      (await sem.acquire({ ttl: 1000 })).release(); // connection open, semaphore known
+      // Each hold made costs 1 ms (its lease timer): the burst's grants reach
+      // the client in time, and the holds are ready only past the deadline.
+      const setTimer = globalThis.setTimeout;
+      const slow = ((...args: Parameters<typeof setTimeout>) => {
+        if (/\.schedule /.test(new Error().stack ?? "")) {
+          const end = performance.now() + 1;
+          while (performance.now() < end) {}
+        }
+        return setTimer(...args);
+      }) as typeof setTimeout;
+      globalThis.setTimeout = slow;
+      let late = 0;
+      let granted = 0;
+      try {
+        await Promise.all(
+          Array.from({ length: n }, async () => {
+            const start = performance.now();
+            try {
+              await sem.acquire({ ttl: 60000, watchdog: false, wait });
+            } catch (error) {
+              if (error instanceof LockBusyError) return;
+              throw error;
+            }
+            granted++;
+            if (performance.now() - start > wait) late++;
+          }),
+        );
+      } finally {
+        globalThis.setTimeout = setTimer;
+      }
+      assert.equal(late, 0, `${late} of ${granted} grants reached their caller past the deadline`);
+      await warden.close();
+      const state = await info(admin, key, "SEM.INFO");
+      assert.equal(Number(state?.holders ?? 0), granted);
+      await admin.del(key);
     });
   });
 }
