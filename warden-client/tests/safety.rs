@@ -181,7 +181,7 @@ async fn a_broken_waiting_acquire_is_not_sent_again() {
     let proxy = Proxy::start(&s);
     let w = through(&proxy);
     let mut c = s.conn();
-    // A waiting acquire leaves its connection in the idle pool.
+    // The shared connection is open (a free lock is granted on it).
     let g = w.lock("warm").wait(LONG).acquire().await.unwrap().unwrap();
     g.release().await.unwrap();
     let sent_before = calls(&mut c, "lock.acquire");
@@ -193,6 +193,12 @@ async fn a_broken_waiting_acquire_is_not_sent_again() {
         .acquire()
         .await;
     assert!(matches!(r, Err(Error::Connection(_))), "{r:?}");
+    // The caller may see the cut before the server has read the request
+    // the proxy passed on: wait for it to run, then it must have run once.
+    eventually("the acquire to reach the server", LONG, || {
+        calls(&mut c, "lock.acquire") > sent_before
+    })
+    .await;
     assert_eq!(
         calls(&mut c, "lock.acquire"),
         sent_before + 1,

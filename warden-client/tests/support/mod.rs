@@ -164,7 +164,10 @@ async fn pump(
             return;
         }
         if to.write_all(&buf[..n]).await.is_err() || hit {
-            let _ = to.flush().await;
+            // A graceful close (FIN after the data): the server reads and runs
+            // the request before it sees the end. Dropping the socket instead
+            // can reset it first, and the server may then never run it.
+            let _ = to.shutdown().await;
             return;
         }
     }
