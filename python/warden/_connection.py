@@ -94,7 +94,9 @@ class WaitPool:
             also_on_disconnect(pool, self.close)
         self.slots = _slots_for(self.pool)
         self.unblock_works: Optional[bool] = None
-        # The requests parked in the server on this pool's connections.
+        # The requests parked in the server on this pool's connections. No
+        # lock: one set operation is atomic, and an interrupt could leave a
+        # lock taken (between ``with``'s body and its exit).
         self.waiting: set[Pinned] = set()
 
     def close(self, inuse_connections: bool = True) -> None:
@@ -102,9 +104,7 @@ class WaitPool:
         ``inuse_connections``: the parked requests end with ``ClientClosed``,
         and whatever the server may have granted them is given back)."""
         if inuse_connections:
-            with _lock:
-                waiting = list(self.waiting)
-            for pinned in waiting:
+            for pinned in list(self.waiting):
                 pinned.client_closed = True
         self.pool.disconnect(inuse_connections)
 
@@ -250,37 +250,36 @@ def try_call(
     client: Any,
     key: str,
     args: list[Any],
-    deadline: Deadline,
+    deadline: Optional[Deadline],
     late: Callable[[Optional[int]], None],
-    on_sent: Callable[[], None],
-) -> Any:
-    """Send ``args`` (an acquire that does not wait) and read its reply within
-    ``deadline``; ``DeadlinePassed`` when no connection or no reply came in
-    time. A reply still due then is read in the background and handed to
-    ``late`` (a grant: given back); ``late(None)`` when the request failed in
-    flight (a grant may have crossed the close of its connection)."""
+    got: list[Any],
+) -> None:
+    """Send ``args`` (an acquire that does not wait) and read its reply into
+    ``got`` (within ``deadline``, if any); ``DeadlinePassed`` when no
+    connection or no reply came in time. A reply still due then is read in
+    the background and handed to ``late`` (a grant: given back); ``late(None)``
+    when the request failed in flight (a grant may have crossed the close of
+    its connection). Once in ``got`` the reply is the caller's to record or
+    give back, whatever interrupts it from there."""
     for attempt in (0, 1):
         pinned = Pinned(client, key, False, deadline)
         handed_off = False
         sent = False
-        reply: Any = None
         try:
             connection = pinned.connection
             try:
                 connection.connect()  # a failure here sent nothing
                 sent = True  # an interrupt inside the send may leave it sent
                 connection.send_command(*args)
-                on_sent()
-                if not connection.can_read(timeout=deadline.remaining()):
+                if deadline is not None and not connection.can_read(timeout=deadline.remaining()):
                     # The server answers late (stalled, paused): the caller
                     # times out now; the reply is read, and a grant given
                     # back, on this connection's own time (in order after it).
                     handed_off = True
                     threading.Thread(target=_read_late, args=(pinned, late), daemon=True).start()
                     raise DeadlinePassed()
-                reply = connection.read_response()
-                sent = False  # answered: from here the caller has the reply
-                return reply
+                got.append(connection.read_response())
+                return
             except ResponseError as error:
                 sent = False  # answered: nothing held
                 if attempt or not is_redirect(error) or not isinstance(client, RedisCluster):
@@ -294,13 +293,10 @@ def try_call(
             if not handed_off:
                 try:
                     pinned.close()
-                except BaseException:
-                    # Interrupted after the reply was read: the caller never sees it.
-                    if reply is not None:
-                        late(int(reply))
-                    raise
-                if pinned.broken and sent:
-                    late(None)
+                finally:
+                    # Unanswered: whatever the server may have granted is given back.
+                    if pinned.broken and sent and not got:
+                        late(None)
         client.nodes_manager.initialize()
     raise AssertionError("unreachable")
 
@@ -335,40 +331,43 @@ def blocking_call(
     deadline: Deadline,
     extra: list[Any],
     lost: Callable[[Optional[int]], None],
-) -> Any:
+    got: list[Any],
+) -> None:
     """Send ``args`` with ``WAIT`` (what is left of ``deadline`` less a margin,
     computed when it is sent) and ``extra`` on a connection of the wait pool,
-    and read the reply; None when the deadline passes first (also while
-    waiting for a connection). A grant the caller will not get (it arrived
-    after the deadline, or raced an interrupt) is handed to ``lost``, which
-    gives it back; ``lost(None)``: the connection was closed with the request
-    unanswered (a grant may have crossed the close).
+    and read the reply into ``got``; nothing there when the deadline passes
+    first (also while waiting for a connection). Once in ``got`` the reply is
+    the caller's to record or give back, whatever interrupts it from there. A
+    grant the caller will not get (it raced an interrupt or the deadline
+    before it was read) is handed to ``lost``, which gives it back;
+    ``lost(None)``: the connection was closed with the request unanswered (a
+    grant may have crossed the close).
 
     Past the deadline, or on ``KeyboardInterrupt``, the waiter is taken out of
     the server's queue at once: ``CLIENT UNBLOCK`` on an ordinary connection
     (its nil is read and the connection kept), or, where the server does not
-    unblock warden's waiters (Redis < 7.4), by closing its connection."""
+    unblock warden's waiters (Redis < 7.4), by closing its connection. Closing
+    the client ends the request with ``ClientClosed``, also while it waits
+    for a connection."""
     try:
         pinned = Pinned(client, key, waits=True, deadline=deadline)
     except DeadlinePassed:
-        return None
+        return
     connection = pinned.connection
     client_id: Optional[int] = None
-    # True from the send until the acquire's reply is read: the server may
-    # grant this connection what its caller never sees.
-    unanswered = False
-    reply: Any = None
+    # True from the send until the acquire's reply is read (into ``got``):
+    # the server may grant this connection what its caller never sees.
+    sent = False
     waits = pinned.waits
     assert waits is not None
-    with _lock:
-        waits.waiting.add(pinned)
     try:
+        waits.waiting.add(pinned)
         wait = deadline.wait_ms()
         if wait is None:
-            return None
+            return
         parked = False
         try:
-            unanswered = True  # an interrupt inside the send may leave it sent
+            sent = True  # an interrupt inside the send may leave it sent
             # CLIENT ID rides along (no round trip of its own): the id to unblock.
             connection.send_packed_command(
                 connection.pack_commands([("CLIENT", "ID"), (*args, "WAIT", wait, *extra)])
@@ -383,43 +382,39 @@ def blocking_call(
             if pinned.client_closed:
                 raise ClientClosed("the client was closed while this request waited")
             if not ready:
-                unanswered = not _abort(client, key, pinned, client_id, lost)
-                return None
-            reply = connection.read_response()
-            unanswered = False
+                if _abort(client, key, pinned, client_id, lost):
+                    sent = False
+                return
+            got.append(connection.read_response())
         except ResponseError as error:
-            unanswered = False
+            sent = False
             raise hinted(error) from None
         except BaseException as error:
             if pinned.client_closed:  # its connection was closed under it
                 if isinstance(error, Exception):
                     raise ClientClosed("the client was closed while this request waited") from None
-            elif parked:  # the connection is sound: only the wait is unwanted
-                unanswered = not _abort(client, key, pinned, client_id, lost)
+            elif parked and not got:  # the connection is sound: only the wait is unwanted
+                if _abort(client, key, pinned, client_id, lost):
+                    sent = False
             raise
-        if reply is not None and deadline.passed():
-            lost(int(reply))  # the caller has given up: never a late grant
-            reply = None
-        return reply
     finally:
-        with _lock:
-            waits.waiting.discard(pinned)
+        # Every step guarded: an interrupt in one still closes the connection
+        # and gives back what it may hold (a grant in ``got`` is the caller's).
         try:
-            if unanswered:
+            waits.waiting.discard(pinned)
+            if sent and not got:
                 pinned.broken = True
-            pinned.close()
-        except BaseException:
-            # Interrupted after the reply was read: the caller never sees it.
-            if not unanswered and reply is not None:
-                lost(int(reply))
-            raise
-        if unanswered:
-            # Closed first, given back once the server has dropped the
-            # waiter: a grant made until then is covered too.
-            gone = _until_gone(client, key, client_id)
-            lost(None)
-            if not gone:  # not confirmed: once more, a round trip later
-                lost(None)
+        finally:
+            try:
+                pinned.close()
+            finally:
+                if sent and not got:
+                    # Closed first, given back once the server has dropped the
+                    # waiter: a grant made until then is covered too.
+                    gone = _until_gone(client, key, client_id)
+                    lost(None)
+                    if not gone:  # not confirmed: once more, a round trip later
+                        lost(None)
 
 
 def _until_gone(client: Any, key: str, client_id: Optional[int]) -> bool:
