@@ -837,3 +837,35 @@ def test_closing_the_client_ends_the_waits_still_waiting_for_a_connection(
     assert sem_info(watcher, "queued")["waiters"] == 0
     watcher.execute_command("SEM.RELEASE", "queued", "holder")
     assert sem_info(watcher, "queued") == {}  # granted to nobody
+
+
+def test_a_wait_whose_client_closes_before_its_send_ends_with_client_closed(
+    server: Server, watcher: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The client is closed after the wait took its connection, before the
+    # wait is sent: it must not reconnect and wait on the server anyway.
+    watcher.execute_command("SEM.ACQUIRE", "late-close", "holder", 30_000, "LIMIT", 1)
+    r = server.client()
+    send = redis.connection.AbstractConnection.send_packed_command
+
+    def closing_send(self: Any, command: Any, check_health: bool = True) -> None:
+        if b"WAIT" in b"".join(command):
+            r.connection_pool.disconnect()
+        send(self, command, check_health)
+
+    monkeypatch.setattr(redis.connection.AbstractConnection, "send_packed_command", closing_send)
+    results: list[Any] = []
+
+    def wait() -> None:  # without a deadline: only the close can end it
+        try:
+            results.append(warden.Semaphore(r, "late-close", 1, timeout=30).acquire())
+        except Exception as error:
+            results.append(type(error))
+
+    thread = threading.Thread(target=wait, daemon=True)
+    thread.start()
+    thread.join(5)
+    assert results == [_core.ClientClosed]
+    assert sem_info(watcher, "late-close")["waiters"] == 0
+    watcher.execute_command("SEM.RELEASE", "late-close", "holder")
+    assert sem_info(watcher, "late-close") == {}

@@ -23,9 +23,10 @@ and the wait pool with it: redis-py has no close hook, so warden wraps the
 ``disconnect`` method of the one pool object it built a wait pool for (not
 the class, not the client: the pool is what every way of closing goes
 through, and a pool shared by several clients is closed only when its owner
-closes it). Waits parked then end with ``ClientClosed`` (a
-``ConnectionError``, as a closed connection's request does), their
-connections closed, and what the server may have granted them is given back.
+closes it). Waits parked then, or still waiting for a connection, end with
+``ClientClosed`` (a ``ConnectionError``, as a closed connection's request
+does), their connections closed (never opened again to wait), and what the
+server may have granted them is given back.
 """
 
 from __future__ import annotations
@@ -120,12 +121,16 @@ class WaitPool:
         # lock: one set operation is atomic, and an interrupt could leave a
         # lock taken (between ``with``'s body and its exit).
         self.waiting: set[Pinned] = set()
+        # Counts the closes of the client: a wait that sees it change before
+        # it is parked ends (its connection may have been closed under it).
+        self.closes = 0
 
     def close(self, inuse_connections: bool = True) -> None:
         """Close the connections, as the client's pool was (with
         ``inuse_connections``: the parked requests end with ``ClientClosed``,
         and whatever the server may have granted them is given back)."""
         if inuse_connections:
+            self.closes += 1
             for pinned in list(self.waiting):
                 pinned.client_closed = True
             if self.slots is not None:
@@ -373,6 +378,7 @@ def blocking_call(
     unblock warden's waiters (Redis < 7.4), by closing its connection. Closing
     the client ends the request with ``ClientClosed``, also while it waits
     for a connection."""
+    closes = wait_pool(_pool(client, key)).closes
     try:
         pinned = Pinned(client, key, waits=True, deadline=deadline)
     except DeadlinePassed:
@@ -384,6 +390,10 @@ def blocking_call(
     sent = False
     waits = pinned.waits
     assert waits is not None
+
+    def closed() -> bool:
+        return pinned.client_closed or waits.closes != closes
+
     try:
         waits.waiting.add(pinned)
         wait = deadline.wait_ms()
@@ -391,6 +401,8 @@ def blocking_call(
             return
         parked = False
         try:
+            if closed():  # its connection may be closed: not reopened to wait
+                raise ClientClosed("the client was closed while this request waited")
             sent = True  # an interrupt inside the send may leave it sent
             # CLIENT ID rides along (no round trip of its own): the id to unblock.
             connection.send_packed_command(
@@ -400,10 +412,12 @@ def blocking_call(
                 client_id = int(connection.read_response())
             except ResponseError:  # an ACL without CLIENT: close to abort instead
                 client_id = None
+            if closed():  # sent on a connection opened again after the close
+                raise ClientClosed("the client was closed while this request waited")
             parked = True
             ready = connection.can_read(timeout=deadline.remaining())
             parked = False
-            if pinned.client_closed:
+            if closed():
                 raise ClientClosed("the client was closed while this request waited")
             if not ready:
                 if _abort(client, key, pinned, client_id, lost):
@@ -414,7 +428,7 @@ def blocking_call(
             sent = False
             raise hinted(error) from None
         except BaseException as error:
-            if pinned.client_closed:  # its connection was closed under it
+            if closed():  # its connection was closed under it
                 if isinstance(error, Exception):
                     raise ClientClosed("the client was closed while this request waited") from None
             elif parked and not got:  # the connection is sound: only the wait is unwanted
