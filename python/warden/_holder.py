@@ -247,6 +247,10 @@ class Holder:
             if not got or got[0] is None:
                 return None
             fence = int(got[0])
+            if deadline is not None and deadline.passed():
+                got.clear()
+                lost(fence)  # the reply came after the caller's deadline: never a late grant
+                return None
             record(fence)
             recorded = True
             # The last moment before the caller has it: a grant that reaches
