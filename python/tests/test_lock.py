@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 import redis
+import redis.connection
 from conftest import no_retries
 from redis.exceptions import LockError, LockNotOwnedError, ResponseError
 from servers import Server
@@ -305,19 +306,17 @@ def test_lost_belongs_to_the_hold_of_its_thread(r: redis.Redis) -> None:
 def test_an_interrupt_crossing_a_reentrant_grant_gives_it_back(
     r: redis.Redis, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from warden import _connection
-
-    read = _connection.Pinned.call
+    read = redis.connection.AbstractConnection.read_response
     armed = [True]
 
     def interrupted(self: Any, *args: Any, **kwargs: Any) -> Any:
         reply = read(self, *args, **kwargs)
-        if args[0] == "LOCK.ACQUIRE" and armed:
+        if armed:  # the acquire's reply: read, never recorded
             armed.clear()
-            raise KeyboardInterrupt  # the grant was read, never recorded
+            raise KeyboardInterrupt
         return reply
 
-    monkeypatch.setattr(_connection.Pinned, "call", interrupted)
+    monkeypatch.setattr(redis.connection.AbstractConnection, "read_response", interrupted)
     lock = warden.Lock(r, "interrupted", reentrant=True)  # timeout=None: a watchdog
     with pytest.raises(KeyboardInterrupt):
         lock.acquire()

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -685,3 +686,186 @@ def test_closing_the_client_ends_its_waits(
     assert sem_info(watcher, "closing")["waiters"] == 0
     watcher.execute_command("SEM.RELEASE", "closing", "holder")
     assert sem_info(watcher, "closing") == {}  # granted to nobody
+
+
+# --- an interrupt at any moment ----------------------------------------------
+
+
+class Interrupted(BaseException):
+    """What a signal handler raises at an arbitrary moment."""
+
+
+def interrupt_at(moment: int, armed_by: str) -> Any:
+    """A trace function raising ``Interrupted`` at the ``moment``-th line warden
+    runs once the acquire's grant was read (the reply of the request whose
+    caller is the function ``armed_by``), counting from 1; the count is in
+    ``state["lines"]`` when no interrupt came (the moment was past the end)."""
+    warden_dir = warden.__file__.rsplit("/", 1)[0]
+    state = {"armed": False, "lines": 0}
+
+    def on_return(frame: Any, event: str, arg: Any) -> Any:
+        caller = frame.f_back
+        if (
+            event == "return"
+            and isinstance(arg, int)
+            and caller.f_code.co_name == armed_by
+            and (armed_by != "blocking_call" or caller.f_locals.get("client_id") is not None)
+        ):
+            state["armed"] = True
+        return on_return
+
+    def on_line(frame: Any, event: str, arg: Any) -> Any:
+        if event == "line" and state["armed"]:
+            state["lines"] += 1
+            if state["lines"] == moment:
+                raise Interrupted()
+        return on_line
+
+    def trace(frame: Any, event: str, arg: Any) -> Any:
+        code = frame.f_code
+        if code.co_name == "read_response" and frame.f_back.f_code.co_name == armed_by:
+            return on_return
+        if code.co_filename.startswith(warden_dir):
+            return on_line
+        return None
+
+    trace.state = state  # type: ignore[attr-defined]
+    return trace
+
+
+@pytest.mark.parametrize("path", ["try", "wait"])
+def test_an_interrupt_anywhere_after_the_grant_is_read_leaves_nothing_held(
+    server: Server, watcher: redis.Redis, path: str
+) -> None:
+    # Whatever line the interrupt lands on between the grant's reply and the
+    # acquire's return, the permit ends either recorded (the holder releases
+    # it) or given back: never held by nobody.
+    r = server.client()
+    moment = 0
+    while True:
+        moment += 1
+        if path == "wait":
+            watcher.execute_command("SEM.ACQUIRE", "intr", "holder", 30_000, "LIMIT", 1)
+            threading.Timer(
+                0.0,
+                lambda: (
+                    wait_for(lambda: sem_info(watcher, "intr").get("waiters") == 1),
+                    watcher.execute_command("SEM.RELEASE", "intr", "holder"),
+                ),
+            ).start()
+        sem = warden.Semaphore(r, "intr", 1, timeout=30)
+        trace = interrupt_at(moment, "try_call" if path == "try" else "blocking_call")
+        sys.settrace(trace)
+        try:
+            got: Any = sem.acquire(blocking_timeout=5)
+        except Interrupted:
+            got = Interrupted
+        finally:
+            sys.settrace(None)
+        if sem._token is not None:
+            sem.release()
+        wait_for(lambda: sem_info(watcher, "intr").get("waiters", 0) == 0)
+        assert sem_info(watcher, "intr") == {}, f"held by nobody after line {moment}"
+        if got is not Interrupted:
+            assert got is True
+            break
+    assert moment > 10  # the moments were lines indeed
+    r.close()
+
+
+@pytest.mark.parametrize("path", ["try", "wait"])
+def test_a_grant_recorded_past_the_deadline_is_released(
+    server: Server, watcher: redis.Redis, monkeypatch: pytest.MonkeyPatch, path: str
+) -> None:
+    # The process is slow between the grant's reply and the acquire's return
+    # (as a thread waiting for the GIL is): the deadline passes there. The
+    # acquire answers False and the permit is free again.
+    new_hold = warden._holder.Holder._new_hold
+
+    def slow_new_hold(self: Any, owner: bytes, lease_ms: int) -> None:
+        new_hold(self, owner, lease_ms)
+        time.sleep(0.3)
+
+    monkeypatch.setattr(warden._holder.Holder, "_new_hold", slow_new_hold)
+    if path == "wait":
+        watcher.execute_command("SEM.ACQUIRE", "slow", "holder", 30_000, "LIMIT", 1)
+        threading.Timer(
+            0.0,
+            lambda: (
+                wait_for(lambda: sem_info(watcher, "slow").get("waiters") == 1),
+                watcher.execute_command("SEM.RELEASE", "slow", "holder"),
+            ),
+        ).start()
+    r = server.client()
+    sem = warden.Semaphore(r, "slow", 1, timeout=30)
+    assert sem.acquire(blocking_timeout=0.2) is False
+    assert sem._token is None
+    assert sem_info(watcher, "slow") == {}
+    r.close()
+
+
+def test_closing_the_client_ends_the_waits_still_waiting_for_a_connection(
+    server: Server, watcher: redis.Redis
+) -> None:
+    # A bounded pool: 2 waits parked on the server, 4 more waiting for a wait
+    # connection. Closing the client ends all 6 with ClientClosed, and no
+    # wait comes back to the server afterwards.
+    watcher.execute_command("SEM.ACQUIRE", "queued", "holder", 30_000, "LIMIT", 1)
+    pool = redis.BlockingConnectionPool(
+        max_connections=2,
+        connection_class=redis.UnixDomainSocketConnection,
+        path=server.socket,
+    )
+    r = redis.Redis(connection_pool=pool)
+    results: list[Any] = []
+
+    def wait() -> None:
+        try:
+            results.append(warden.Semaphore(r, "queued", 1, timeout=30).acquire())
+        except Exception as error:
+            results.append(type(error))
+
+    threads = [threading.Thread(target=wait) for _ in range(6)]
+    for thread in threads:
+        thread.start()
+    wait_for(lambda: sem_info(watcher, "queued").get("waiters") == 2)
+    pool.disconnect()
+    for thread in threads:
+        thread.join(5)
+    assert not any(thread.is_alive() for thread in threads)
+    assert results == [_core.ClientClosed] * 6
+    assert sem_info(watcher, "queued")["waiters"] == 0
+    watcher.execute_command("SEM.RELEASE", "queued", "holder")
+    assert sem_info(watcher, "queued") == {}  # granted to nobody
+
+
+def test_a_wait_whose_client_closes_before_its_send_ends_with_client_closed(
+    server: Server, watcher: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The client is closed after the wait took its connection, before the
+    # wait is sent: it must not reconnect and wait on the server anyway.
+    watcher.execute_command("SEM.ACQUIRE", "late-close", "holder", 30_000, "LIMIT", 1)
+    r = server.client()
+    send = redis.connection.AbstractConnection.send_packed_command
+
+    def closing_send(self: Any, command: Any, check_health: bool = True) -> None:
+        if b"WAIT" in b"".join(command):
+            r.connection_pool.disconnect()
+        send(self, command, check_health)
+
+    monkeypatch.setattr(redis.connection.AbstractConnection, "send_packed_command", closing_send)
+    results: list[Any] = []
+
+    def wait() -> None:  # without a deadline: only the close can end it
+        try:
+            results.append(warden.Semaphore(r, "late-close", 1, timeout=30).acquire())
+        except Exception as error:
+            results.append(type(error))
+
+    thread = threading.Thread(target=wait, daemon=True)
+    thread.start()
+    thread.join(5)
+    assert results == [_core.ClientClosed]
+    assert sem_info(watcher, "late-close")["waiters"] == 0
+    watcher.execute_command("SEM.RELEASE", "late-close", "holder")
+    assert sem_info(watcher, "late-close") == {}

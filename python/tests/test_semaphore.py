@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 import redis
+import redis.connection
 from redis.exceptions import LockError, LockNotOwnedError, ResponseError
 from servers import Server
 
@@ -225,19 +226,17 @@ def test_keyboard_interrupt_while_waiting_leaves_the_queue(r: redis.Redis) -> No
 def test_an_interrupt_crossing_a_grant_gives_the_permits_back(
     r: redis.Redis, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from warden import _connection
-
-    read = _connection.Pinned.call
+    read = redis.connection.AbstractConnection.read_response
     armed = [True]
 
     def interrupted(self: Any, *args: Any, **kwargs: Any) -> Any:
         reply = read(self, *args, **kwargs)
-        if args[0] == "SEM.ACQUIRE" and armed:
+        if armed:  # the acquire's reply: read, never recorded
             armed.clear()
-            raise KeyboardInterrupt  # the grant was read, never recorded
+            raise KeyboardInterrupt
         return reply
 
-    monkeypatch.setattr(_connection.Pinned, "call", interrupted)
+    monkeypatch.setattr(redis.connection.AbstractConnection, "read_response", interrupted)
     sem = warden.Semaphore(r, "crossed", 4, permits=3)  # timeout=None: a watchdog
     with pytest.raises(KeyboardInterrupt):
         sem.acquire()

@@ -23,9 +23,10 @@ and the wait pool with it: redis-py has no close hook, so warden wraps the
 ``disconnect`` method of the one pool object it built a wait pool for (not
 the class, not the client: the pool is what every way of closing goes
 through, and a pool shared by several clients is closed only when its owner
-closes it). Waits parked then end with ``ClientClosed`` (a
-``ConnectionError``, as a closed connection's request does), their
-connections closed, and what the server may have granted them is given back.
+closes it). Waits parked then, or still waiting for a connection, end with
+``ClientClosed`` (a ``ConnectionError``, as a closed connection's request
+does), their connections closed (never opened again to wait), and what the
+server may have granted them is given back.
 """
 
 from __future__ import annotations
@@ -54,18 +55,40 @@ from ._core import (
 
 class Slots:
     """At most ``max_connections`` of warden's requests at once on one pool,
-    so that the pool never raises for them: the others wait for a slot."""
+    so that the pool never raises for them: the others wait for a slot (and
+    end with ``ClientClosed`` when the client is closed meanwhile)."""
+
+    # How often a request waiting for a slot looks whether the client was
+    # closed: a slot given back wakes it at once, a close within this.
+    CLOSE_CHECK_SECONDS = 0.05
 
     def __init__(self, count: int) -> None:
         self.free = threading.BoundedSemaphore(count)
+        # Counts the closes of the client: a wait that sees it change ends.
+        self.closes = 0
 
     def take(self, deadline: Optional[Deadline]) -> bool:
-        """False when ``deadline`` passes first (without one: waits)."""
-        left = None if deadline is None else deadline.remaining()
-        return self.free.acquire(timeout=left) if left is not None else self.free.acquire()
+        """False when ``deadline`` passes first (without one: waits);
+        ``ClientClosed`` when the client is closed first."""
+        closes = self.closes
+        while True:
+            left = None if deadline is None else deadline.remaining()
+            step = self.CLOSE_CHECK_SECONDS if left is None else min(left, self.CLOSE_CHECK_SECONDS)
+            if self.free.acquire(timeout=step):
+                if self.closes == closes:
+                    return True
+                self.free.release()
+            if self.closes != closes:
+                raise ClientClosed("the client was closed while this request waited")
+            if left is not None and left <= step:
+                return False
 
     def give(self) -> None:
         self.free.release()
+
+    def close(self) -> None:
+        """End the waits for a slot (the client was closed)."""
+        self.closes += 1
 
 
 def _slots_for(pool: Any) -> Optional[Slots]:
@@ -94,18 +117,24 @@ class WaitPool:
             also_on_disconnect(pool, self.close)
         self.slots = _slots_for(self.pool)
         self.unblock_works: Optional[bool] = None
-        # The requests parked in the server on this pool's connections.
+        # The requests parked in the server on this pool's connections. No
+        # lock: one set operation is atomic, and an interrupt could leave a
+        # lock taken (between ``with``'s body and its exit).
         self.waiting: set[Pinned] = set()
+        # Counts the closes of the client: a wait that sees it change before
+        # it is parked ends (its connection may have been closed under it).
+        self.closes = 0
 
     def close(self, inuse_connections: bool = True) -> None:
         """Close the connections, as the client's pool was (with
         ``inuse_connections``: the parked requests end with ``ClientClosed``,
         and whatever the server may have granted them is given back)."""
         if inuse_connections:
-            with _lock:
-                waiting = list(self.waiting)
-            for pinned in waiting:
+            self.closes += 1
+            for pinned in list(self.waiting):
                 pinned.client_closed = True
+            if self.slots is not None:
+                self.slots.close()
         self.pool.disconnect(inuse_connections)
 
 
@@ -250,37 +279,36 @@ def try_call(
     client: Any,
     key: str,
     args: list[Any],
-    deadline: Deadline,
+    deadline: Optional[Deadline],
     late: Callable[[Optional[int]], None],
-    on_sent: Callable[[], None],
-) -> Any:
-    """Send ``args`` (an acquire that does not wait) and read its reply within
-    ``deadline``; ``DeadlinePassed`` when no connection or no reply came in
-    time. A reply still due then is read in the background and handed to
-    ``late`` (a grant: given back); ``late(None)`` when the request failed in
-    flight (a grant may have crossed the close of its connection)."""
+    got: list[Any],
+) -> None:
+    """Send ``args`` (an acquire that does not wait) and read its reply into
+    ``got`` (within ``deadline``, if any); ``DeadlinePassed`` when no
+    connection or no reply came in time. A reply still due then is read in
+    the background and handed to ``late`` (a grant: given back); ``late(None)``
+    when the request failed in flight (a grant may have crossed the close of
+    its connection). Once in ``got`` the reply is the caller's to record or
+    give back, whatever interrupts it from there."""
     for attempt in (0, 1):
         pinned = Pinned(client, key, False, deadline)
         handed_off = False
         sent = False
-        reply: Any = None
         try:
             connection = pinned.connection
             try:
                 connection.connect()  # a failure here sent nothing
                 sent = True  # an interrupt inside the send may leave it sent
                 connection.send_command(*args)
-                on_sent()
-                if not connection.can_read(timeout=deadline.remaining()):
+                if deadline is not None and not connection.can_read(timeout=deadline.remaining()):
                     # The server answers late (stalled, paused): the caller
                     # times out now; the reply is read, and a grant given
                     # back, on this connection's own time (in order after it).
                     handed_off = True
                     threading.Thread(target=_read_late, args=(pinned, late), daemon=True).start()
                     raise DeadlinePassed()
-                reply = connection.read_response()
-                sent = False  # answered: from here the caller has the reply
-                return reply
+                got.append(connection.read_response())
+                return
             except ResponseError as error:
                 sent = False  # answered: nothing held
                 if attempt or not is_redirect(error) or not isinstance(client, RedisCluster):
@@ -294,13 +322,10 @@ def try_call(
             if not handed_off:
                 try:
                     pinned.close()
-                except BaseException:
-                    # Interrupted after the reply was read: the caller never sees it.
-                    if reply is not None:
-                        late(int(reply))
-                    raise
-                if pinned.broken and sent:
-                    late(None)
+                finally:
+                    # Unanswered: whatever the server may have granted is given back.
+                    if pinned.broken and sent and not got:
+                        late(None)
         client.nodes_manager.initialize()
     raise AssertionError("unreachable")
 
@@ -335,40 +360,50 @@ def blocking_call(
     deadline: Deadline,
     extra: list[Any],
     lost: Callable[[Optional[int]], None],
-) -> Any:
+    got: list[Any],
+) -> None:
     """Send ``args`` with ``WAIT`` (what is left of ``deadline`` less a margin,
     computed when it is sent) and ``extra`` on a connection of the wait pool,
-    and read the reply; None when the deadline passes first (also while
-    waiting for a connection). A grant the caller will not get (it arrived
-    after the deadline, or raced an interrupt) is handed to ``lost``, which
-    gives it back; ``lost(None)``: the connection was closed with the request
-    unanswered (a grant may have crossed the close).
+    and read the reply into ``got``; nothing there when the deadline passes
+    first (also while waiting for a connection). Once in ``got`` the reply is
+    the caller's to record or give back, whatever interrupts it from there. A
+    grant the caller will not get (it raced an interrupt or the deadline
+    before it was read) is handed to ``lost``, which gives it back;
+    ``lost(None)``: the connection was closed with the request unanswered (a
+    grant may have crossed the close).
 
     Past the deadline, or on ``KeyboardInterrupt``, the waiter is taken out of
     the server's queue at once: ``CLIENT UNBLOCK`` on an ordinary connection
     (its nil is read and the connection kept), or, where the server does not
-    unblock warden's waiters (Redis < 7.4), by closing its connection."""
+    unblock warden's waiters (Redis < 7.4), by closing its connection. Closing
+    the client ends the request with ``ClientClosed``, also while it waits
+    for a connection."""
+    closes = wait_pool(_pool(client, key)).closes
     try:
         pinned = Pinned(client, key, waits=True, deadline=deadline)
     except DeadlinePassed:
-        return None
+        return
     connection = pinned.connection
     client_id: Optional[int] = None
-    # True from the send until the acquire's reply is read: the server may
-    # grant this connection what its caller never sees.
-    unanswered = False
-    reply: Any = None
+    # True from the send until the acquire's reply is read (into ``got``):
+    # the server may grant this connection what its caller never sees.
+    sent = False
     waits = pinned.waits
     assert waits is not None
-    with _lock:
-        waits.waiting.add(pinned)
+
+    def closed() -> bool:
+        return pinned.client_closed or waits.closes != closes
+
     try:
+        waits.waiting.add(pinned)
         wait = deadline.wait_ms()
         if wait is None:
-            return None
+            return
         parked = False
         try:
-            unanswered = True  # an interrupt inside the send may leave it sent
+            if closed():  # its connection may be closed: not reopened to wait
+                raise ClientClosed("the client was closed while this request waited")
+            sent = True  # an interrupt inside the send may leave it sent
             # CLIENT ID rides along (no round trip of its own): the id to unblock.
             connection.send_packed_command(
                 connection.pack_commands([("CLIENT", "ID"), (*args, "WAIT", wait, *extra)])
@@ -377,49 +412,47 @@ def blocking_call(
                 client_id = int(connection.read_response())
             except ResponseError:  # an ACL without CLIENT: close to abort instead
                 client_id = None
+            if closed():  # sent on a connection opened again after the close
+                raise ClientClosed("the client was closed while this request waited")
             parked = True
             ready = connection.can_read(timeout=deadline.remaining())
             parked = False
-            if pinned.client_closed:
+            if closed():
                 raise ClientClosed("the client was closed while this request waited")
             if not ready:
-                unanswered = not _abort(client, key, pinned, client_id, lost)
-                return None
-            reply = connection.read_response()
-            unanswered = False
+                if _abort(client, key, pinned, client_id, lost):
+                    sent = False
+                return
+            got.append(connection.read_response())
         except ResponseError as error:
-            unanswered = False
+            sent = False
             raise hinted(error) from None
         except BaseException as error:
-            if pinned.client_closed:  # its connection was closed under it
+            if closed():  # its connection was closed under it
                 if isinstance(error, Exception):
                     raise ClientClosed("the client was closed while this request waited") from None
-            elif parked:  # the connection is sound: only the wait is unwanted
-                unanswered = not _abort(client, key, pinned, client_id, lost)
+            elif parked and not got:  # the connection is sound: only the wait is unwanted
+                if _abort(client, key, pinned, client_id, lost):
+                    sent = False
             raise
-        if reply is not None and deadline.passed():
-            lost(int(reply))  # the caller has given up: never a late grant
-            reply = None
-        return reply
     finally:
-        with _lock:
-            waits.waiting.discard(pinned)
+        # Every step guarded: an interrupt in one still closes the connection
+        # and gives back what it may hold (a grant in ``got`` is the caller's).
         try:
-            if unanswered:
+            waits.waiting.discard(pinned)
+            if sent and not got:
                 pinned.broken = True
-            pinned.close()
-        except BaseException:
-            # Interrupted after the reply was read: the caller never sees it.
-            if not unanswered and reply is not None:
-                lost(int(reply))
-            raise
-        if unanswered:
-            # Closed first, given back once the server has dropped the
-            # waiter: a grant made until then is covered too.
-            gone = _until_gone(client, key, client_id)
-            lost(None)
-            if not gone:  # not confirmed: once more, a round trip later
-                lost(None)
+        finally:
+            try:
+                pinned.close()
+            finally:
+                if sent and not got:
+                    # Closed first, given back once the server has dropped the
+                    # waiter: a grant made until then is covered too.
+                    gone = _until_gone(client, key, client_id)
+                    lost(None)
+                    if not gone:  # not confirmed: once more, a round trip later
+                        lost(None)
 
 
 def _until_gone(client: Any, key: str, client_id: Optional[int]) -> bool:

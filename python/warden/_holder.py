@@ -224,25 +224,60 @@ class Holder:
             if reply is not None or may_hold(True):
                 self._give_back(owner)
 
+        # The acquire's reply once read, until the hold is recorded: an
+        # interrupt at any moment in between finds it here and gives it back.
+        got: list[Any] = []
+        recorded = False
         try:
-            fence = self._request(args, owner, may_hold, deadline, lost)
-        except DeadlinePassed:
-            return None
-        if fence is not None and deadline is not None and deadline.passed():
-            lost(fence)  # the reply came after the caller's deadline: never a late grant
-            return None
-        if fence is None and deadline is not None:
-            reply = blocking_call(
-                self.redis, self.name, args, deadline, _core.queue_args(self.max_queue), lost
-            )
-            fence = None if reply is None else int(reply)
-        if fence is not None:
             try:
-                record(fence)
-            except BaseException:
-                lost(fence)  # interrupted before the hold was recorded: nobody would release it
-                raise
-        return fence
+                self._request(args, owner, may_hold, deadline, lost, got)
+            except DeadlinePassed:
+                return None
+            if (not got or got[0] is None) and deadline is not None:
+                got.clear()
+                blocking_call(
+                    self.redis,
+                    self.name,
+                    args,
+                    deadline,
+                    _core.queue_args(self.max_queue),
+                    lost,
+                    got,
+                )
+            if not got or got[0] is None:
+                return None
+            fence = int(got[0])
+            if deadline is not None and deadline.passed():
+                got.clear()
+                lost(fence)  # the reply came after the caller's deadline: never a late grant
+                return None
+            record(fence)
+            recorded = True
+            # The last moment before the caller has it: a grant that reaches
+            # it past its deadline (a busy process) is released, never handed on.
+            if deadline is not None and deadline.passed():
+                got.clear()
+                self._unrecord()
+                return None
+            got.clear()
+            return fence
+        except BaseException:
+            if got and got[0] is not None:
+                if recorded:
+                    self._unrecord()
+                else:
+                    lost(int(got[0]))
+                    if self._token == owner and may_hold(False):
+                        self._forget()  # recorded in part: this hold was its only one
+            raise
+
+    def _unrecord(self) -> None:
+        """Release the hold just recorded, as its caller would (the acquire
+        reports it never got it)."""
+        try:
+            self.release()
+        except Exception:  # the lease bounds what this costs
+            logger.debug("could not release %s %r taken too late", self.kind, self.name)
 
     def _request(
         self,
@@ -251,40 +286,18 @@ class Holder:
         may_hold: Callable[[bool], bool],
         deadline: Optional[_core.Deadline],
         lost: Callable[[Optional[int]], None],
-    ) -> Optional[int]:
-        """Send an acquire that does not wait: its fencing token, or None
-        (busy). With a deadline its reply is awaited only until then
-        (``DeadlinePassed``; ``try_call`` gives back a late grant)."""
-        if deadline is not None and deadline.at is not None:
-            try:
-                fence = try_call(self.redis, self.name, args, deadline, lost, on_sent=lambda: None)
-            except ResponseError as error:
-                if _core.is_wrongtype(error):
-                    raise _core.wrong_type(error, self.name) from None
-                raise  # the server refused it
-            return None if fence is None else int(fence)
-        sent: list[bool] = []
+        got: list[Any],
+    ) -> None:
+        """Send an acquire that does not wait and read its reply (a fencing
+        token, or None when busy) into ``got``. With a deadline its reply is
+        awaited only until then (``DeadlinePassed``; ``try_call`` gives back
+        a late grant)."""
         try:
-            fence = call(
-                self.redis,
-                self.name,
-                *args,
-                on_sent=lambda: sent.append(True),
-                deadline=deadline,
-            )
+            try_call(self.redis, self.name, args, deadline, lost, got)
         except ResponseError as error:
             if _core.is_wrongtype(error):
                 raise _core.wrong_type(error, self.name) from None
             raise  # the server refused it
-        except DeadlinePassed:
-            raise  # it never went
-        except BaseException:
-            # The connection is closed, but a grant may have crossed the close:
-            # give it back.
-            if may_hold(bool(sent)):
-                self._give_back(owner)
-            raise
-        return None if fence is None else int(fence)
 
     def _new_hold(self, owner: bytes, lease_ms: int) -> None:
         """``owner`` now holds: a new ``lost`` event, and a watchdog if the
