@@ -804,41 +804,6 @@ def test_a_grant_recorded_past_the_deadline_is_released(
     r.close()
 
 
-def test_closing_the_client_ends_the_waits_still_waiting_for_a_connection(
-    server: Server, watcher: redis.Redis
-) -> None:
-    # A bounded pool: 2 waits parked on the server, 4 more waiting for a wait
-    # connection. Closing the client ends all 6 with ClientClosed, and no
-    # wait comes back to the server afterwards.
-    watcher.execute_command("SEM.ACQUIRE", "queued", "holder", 30_000, "LIMIT", 1)
-    pool = redis.BlockingConnectionPool(
-        max_connections=2,
-        connection_class=redis.UnixDomainSocketConnection,
-        path=server.socket,
-    )
-    r = redis.Redis(connection_pool=pool)
-    results: list[Any] = []
-
-    def wait() -> None:
-        try:
-            results.append(warden.Semaphore(r, "queued", 1, timeout=30).acquire())
-        except Exception as error:
-            results.append(type(error))
-
-    threads = [threading.Thread(target=wait) for _ in range(6)]
-    for thread in threads:
-        thread.start()
-    wait_for(lambda: sem_info(watcher, "queued").get("waiters") == 2)
-    pool.disconnect()
-    for thread in threads:
-        thread.join(5)
-    assert not any(thread.is_alive() for thread in threads)
-    assert results == [_core.ClientClosed] * 6
-    assert sem_info(watcher, "queued")["waiters"] == 0
-    watcher.execute_command("SEM.RELEASE", "queued", "holder")
-    assert sem_info(watcher, "queued") == {}  # granted to nobody
-
-
 def test_a_wait_whose_client_closes_before_its_send_ends_with_client_closed(
     server: Server, watcher: redis.Redis, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -55,40 +55,18 @@ from ._core import (
 
 class Slots:
     """At most ``max_connections`` of warden's requests at once on one pool,
-    so that the pool never raises for them: the others wait for a slot (and
-    end with ``ClientClosed`` when the client is closed meanwhile)."""
-
-    # How often a request waiting for a slot looks whether the client was
-    # closed: a slot given back wakes it at once, a close within this.
-    CLOSE_CHECK_SECONDS = 0.05
+    so that the pool never raises for them: the others wait for a slot."""
 
     def __init__(self, count: int) -> None:
         self.free = threading.BoundedSemaphore(count)
-        # Counts the closes of the client: a wait that sees it change ends.
-        self.closes = 0
 
     def take(self, deadline: Optional[Deadline]) -> bool:
-        """False when ``deadline`` passes first (without one: waits);
-        ``ClientClosed`` when the client is closed first."""
-        closes = self.closes
-        while True:
-            left = None if deadline is None else deadline.remaining()
-            step = self.CLOSE_CHECK_SECONDS if left is None else min(left, self.CLOSE_CHECK_SECONDS)
-            if self.free.acquire(timeout=step):
-                if self.closes == closes:
-                    return True
-                self.free.release()
-            if self.closes != closes:
-                raise ClientClosed("the client was closed while this request waited")
-            if left is not None and left <= step:
-                return False
+        """False when ``deadline`` passes first (without one: waits)."""
+        left = None if deadline is None else deadline.remaining()
+        return self.free.acquire(timeout=left) if left is not None else self.free.acquire()
 
     def give(self) -> None:
         self.free.release()
-
-    def close(self) -> None:
-        """End the waits for a slot (the client was closed)."""
-        self.closes += 1
 
 
 def _slots_for(pool: Any) -> Optional[Slots]:
@@ -133,8 +111,6 @@ class WaitPool:
             self.closes += 1
             for pinned in list(self.waiting):
                 pinned.client_closed = True
-            if self.slots is not None:
-                self.slots.close()
         self.pool.disconnect(inuse_connections)
 
 
