@@ -208,6 +208,9 @@ def test_keyboard_interrupt_while_waiting_leaves_the_queue(r: redis.Redis) -> No
     assert holder.acquire()
     main = threading.main_thread().ident
     assert threading.get_ident() == main
+    # A process started in the background inherits SIGINT ignored, and Python
+    # then installs no handler: SIGINT must raise KeyboardInterrupt here.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
 
     def interrupt() -> None:
         wait_for(lambda: waiters(r, "sigint") == 1)
@@ -215,9 +218,12 @@ def test_keyboard_interrupt_while_waiting_leaves_the_queue(r: redis.Redis) -> No
 
     t = threading.Thread(target=interrupt)
     t.start()
-    with pytest.raises(KeyboardInterrupt):
-        warden.Semaphore(r, "sigint", 2, timeout=10).acquire(blocking_timeout=30)
-    t.join(5)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            warden.Semaphore(r, "sigint", 2, timeout=10).acquire(blocking_timeout=30)
+        t.join(5)
+    finally:
+        signal.signal(signal.SIGINT, previous)
     wait_for(lambda: waiters(r, "sigint") == 0)
     holder.release()
     assert used(r, "sigint") == 0  # nobody was granted the released permits
