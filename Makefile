@@ -134,6 +134,8 @@ test: deps venv python-venv node-deps $(REDISBLOOM) $(SERVER_DEPS)
 	@if git cat-file -e $(PREV_RELEASE)^{commit} 2>/dev/null; then $(MAKE) --no-print-directory prev-release; \
 		else echo "the previous release ($(PREV_RELEASE)) is not in this clone: tests/upgrade.rs will skip"; fi
 	cargo test --release --workspace --no-run
+	@echo "open files: $$(ulimit -n) (hard limit $$(ulimit -Hn)); the tests open up to 11,000 at once"
+	ulimit -n $$(ulimit -Hn) 2>/dev/null; \
 	WARDEN_SERVER=$(SERVER_BIN) WARDEN_MODULE=$(CURDIR)/$(TEST_MODULE) WARDEN_PYTHON=$(CURDIR)/$(PYTHON) \
 		REDISBLOOM_MODULE=$(CURDIR)/$(REDISBLOOM) \
 		WARDEN_PREV_MODULE=$$([ -f $(PREV_MODULE) ] && echo $(PREV_MODULE)) \

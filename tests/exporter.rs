@@ -559,7 +559,8 @@ fn every_info_warden_field_is_exported_with_its_value() {
     assert_eq!(
         redis_up(&samples),
         1.0,
-        "the script failed: redis_up is not 1"
+        "the script failed: redis_up is not 1; the exporter said:\n{}",
+        exporter.log()
     );
     let before: BTreeMap<String, String> = before.into_iter().collect();
     let exported = script_values(&samples);
@@ -656,7 +657,7 @@ fn contended_keys_are_exported_with_waiters_and_wait() {
     }
     cache_get(&mut w, &["CACHE.GET", "page:/", "600000"]).expect("a lease");
     waiting.push(blocked(&s, &["CACHE.GET", "page:/", "600000", "WAIT", "0"]));
-    wait_for("7 clients waiting", Duration::from_secs(10), || {
+    wait_for("7 clients waiting", Duration::from_secs(60), || {
         warden_stat(&mut c, "waiting_clients") == 7
     });
     let exporter = Exporter::start(s.port.unwrap());
@@ -667,7 +668,8 @@ fn contended_keys_are_exported_with_waiters_and_wait() {
     assert_eq!(
         redis_up(&samples),
         1.0,
-        "the script failed: redis_up is not 1"
+        "the script failed: redis_up is not 1; the exporter said:\n{}",
+        exporter.log()
     );
     let exported = script_values(&samples);
 
@@ -686,7 +688,7 @@ fn contended_keys_are_exported_with_waiters_and_wait() {
         assert_eq!(
             field(earlier, "key"),
             Reply::Bulk(key.clone()),
-            "the order changed"
+            "the order changed: before {before:?}, after {after:?}"
         );
         let db = field(entry, "db").int().unwrap();
         let kind = field(entry, "kind").text().unwrap();
@@ -704,7 +706,7 @@ fn contended_keys_are_exported_with_waiters_and_wait() {
             // Waiters stay; waited times only grow.
             assert!(
                 (low as f64..=high as f64).contains(&got),
-                "{series}: {got} outside [{low}, {high}]"
+                "{series}: {got} outside [{low}, {high}]; before {before:?}, after {after:?}"
             );
         }
     }
@@ -774,7 +776,8 @@ fn without_warden_contended_the_script_exports_the_rest() {
     assert_eq!(
         redis_up(&samples),
         1.0,
-        "the script failed: redis_up is not 1"
+        "the script failed: redis_up is not 1; the exporter said:\n{}",
+        exporter.log()
     );
     let exported = script_values(&samples);
     assert_eq!(exported.get("warden_waiting_clients"), Some(&1.0));

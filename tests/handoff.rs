@@ -272,7 +272,7 @@ fn waiters_cost_little_and_leave_nothing_behind() {
     let mut left = 0;
     wait_for(
         "module memory back near its baseline",
-        Duration::from_secs(10),
+        Duration::from_secs(60),
         || {
             left = warden_stat(&mut c, "module_memory") - base;
             left <= 16 * 1024
