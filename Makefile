@@ -130,19 +130,22 @@ TEST_MODULE := target/release/deps/libwarden.so
 # tests/upgrade.rs runs against the previous release's module (make
 # prev-release, below), built once when this clone has its commit; a shallow
 # clone without it runs those tests as skipped, and says so.
+# The suites after cargo's, in order (each a make target).
+TEST_SUITES := python-test node-test dist-test
 test: deps venv python-venv node-deps $(REDISBLOOM) $(SERVER_DEPS)
 	@if git cat-file -e $(PREV_RELEASE)^{commit} 2>/dev/null; then $(MAKE) --no-print-directory prev-release; \
 		else echo "the previous release ($(PREV_RELEASE)) is not in this clone: tests/upgrade.rs will skip"; fi
 	cargo test --release --workspace --no-run
 	@echo "open files: $$(ulimit -n) (hard limit $$(ulimit -Hn)); the tests open up to 11,000 at once"
-	ulimit -n $$(ulimit -Hn) 2>/dev/null; \
+	@# Every suite runs even when an earlier one failed (a failure must not
+	@# hide the rest); make test fails at the end if any did.
+	@status=0; ulimit -n $$(ulimit -Hn) 2>/dev/null; \
 	WARDEN_SERVER=$(SERVER_BIN) WARDEN_MODULE=$(CURDIR)/$(TEST_MODULE) WARDEN_PYTHON=$(CURDIR)/$(PYTHON) \
 		REDISBLOOM_MODULE=$(CURDIR)/$(REDISBLOOM) \
 		WARDEN_PREV_MODULE=$$([ -f $(PREV_MODULE) ] && echo $(PREV_MODULE)) \
-		cargo test --release --workspace --no-fail-fast $(TEST_TARGETS) -- --test-threads=4 --show-output
-	$(MAKE) --no-print-directory python-test
-	$(MAKE) --no-print-directory node-test
-	$(MAKE) --no-print-directory dist-test
+		cargo test --release --workspace --no-fail-fast $(TEST_TARGETS) -- --test-threads=4 --show-output || status=1; \
+	for suite in $(TEST_SUITES); do $(MAKE) --no-print-directory $$suite || { echo "make $$suite failed"; status=1; }; done; \
+	exit $$status
 
 # The previous release, for tests/upgrade.rs (docs/upgrading.md): 1.0.0, the
 # commit its CHANGELOG entry describes (it was never tagged), extracted with
