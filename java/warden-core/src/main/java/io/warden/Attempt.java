@@ -58,6 +58,8 @@ final class Attempt {
   // (else the UNBLOCK could hit the next request on it).
   private WaitConnection conn;
   private boolean replied;
+  // A reply was read (not only a failed connection): a grant in it is handled where it is read.
+  private boolean seen;
   private boolean unblockSent;
   private boolean unblockDone;
   private boolean aborted;
@@ -200,6 +202,7 @@ final class Attempt {
     lock.lock();
     try {
       replied = true;
+      seen = usable;
       releaseNow = !unblockSent || unblockDone;
     } finally {
       lock.unlock();
@@ -339,7 +342,7 @@ final class Attempt {
                         boolean unseen;
                         lock.lock();
                         try {
-                          unseen = !replied;
+                          unseen = !seen;
                         } finally {
                           lock.unlock();
                         }

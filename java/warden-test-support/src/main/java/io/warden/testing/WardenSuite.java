@@ -102,7 +102,21 @@ public abstract class WardenSuite {
       sleep(5);
     }
     assertEquals(0, server.wardenInfo("waiting_clients"), "clients still waiting");
-    assertEquals(0L, server.call("EXISTS", key), key + " still held");
+    assertEquals(0L, server.call("EXISTS", key), () -> key + " still held: " + describe(key));
+  }
+
+  private String describe(String key) {
+    try {
+      Object info = server.call("LOCK.INFO", key);
+      StringBuilder sb = new StringBuilder();
+      for (Object o : (List<?>) info) {
+        sb.append(o instanceof byte[] ? new String((byte[]) o, StandardCharsets.UTF_8) : o)
+            .append(' ');
+      }
+      return sb.toString();
+    } catch (RuntimeException e) {
+      return String.valueOf(server.call("TYPE", key));
+    }
   }
 
   protected static void sleep(long ms) {
