@@ -217,8 +217,10 @@ final class Attempt {
   private void deliver(Object reply) {
     if (isAborted()) {
       giveBack(reply);
-    } else if (Deadline.passed(deadline, System.nanoTime())) {
-      // Rule: never a grant to a caller past its deadline.
+    } else if (mayWait && Deadline.passed(deadline, System.nanoTime())) {
+      // Rule: never a grant to a caller past its deadline. A try without a
+      // wait (tryLock()) has no deadline to pass: Lock.tryLock() takes a free
+      // lock, however long the round trip took.
       giveBack(reply);
       result.complete(null);
     } else if (!result.complete(reply)) {
