@@ -221,6 +221,70 @@ def node_test(npm_tarball: Path, scratch: Path, port: int) -> None:
     print("node: npm install ./node (built by its prepare script) imports and requires")
 
 
+JAVA_MAIN = """
+import io.lettuce.core.RedisClient;
+import io.warden.Warden;
+import io.warden.WardenLock;
+import io.warden.lettuce.LettuceTransport;
+import java.time.Duration;
+
+public class Smoke {
+  public static void main(String[] args) throws Exception {
+    RedisClient client = RedisClient.create(args[0]);
+    try (Warden warden = Warden.create(LettuceTransport.create(client));
+        WardenLock lock = warden.lock("dist:java").lease(Duration.ofSeconds(10)).acquire()) {
+      String v = warden.cache().getOrLoadString("dist:java:cache", Duration.ofMinutes(1), () -> "v");
+      System.out.println("java: warden-lettuce from dist/: lock " + lock.fence() + " held, cache " + v);
+    } finally {
+      client.shutdown();
+    }
+  }
+}
+"""
+
+
+def java_test(dist: Path, version: str, port: int) -> None:
+    """The jars and POMs, deployed into a file repository as a team's would
+    be, then a project that names warden-lettuce as the README does: it
+    resolves warden from that repository alone (the local repository it
+    builds with holds no io.warden), and runs a lock and a cache read."""
+    smoke = ROOT / "target/dist-smoke/java"
+    repo, local, project = smoke / "repo", smoke / "m2", smoke / "project"
+    for d in (repo, local / "io/warden", project):
+        shutil.rmtree(d, ignore_errors=True)
+    mvn = ["mvn", "-B", "-ntp", "-q", f"-Dmaven.repo.local={local}"]
+    url = f"-Durl=file://{repo}"
+    deploy = "org.apache.maven.plugins:maven-deploy-plugin:3.1.4:deploy-file"
+    parent = one(dist, f"warden-parent-{version}.pom")
+    run(mvn + [deploy, url, f"-Dfile={parent}", f"-DpomFile={parent}", "-Dpackaging=pom"])
+    for jar in sorted(dist.glob(f"warden-*-{version}.jar")):
+        pom = jar.with_suffix(".pom")
+        run(mvn + [deploy, url, f"-Dfile={jar}", f"-DpomFile={pom}"])
+    (project / "src/main/java").mkdir(parents=True)
+    (project / "src/main/java/Smoke.java").write_text(JAVA_MAIN)
+    readme = (ROOT / "README.md").read_text()
+    dependency = re.search(r"```xml\n(<dependency>.*?</dependency>)\n```", readme, re.S)
+    if not dependency or f"<version>{version}</version>" not in dependency.group(1):
+        fail("README.md: no Java <dependency> block naming version " + version)
+    (project / "pom.xml").write_text(f"""<project xmlns="http://maven.apache.org/POM/4.0.0">
+  <modelVersion>4.0.0</modelVersion>
+  <groupId>example</groupId><artifactId>smoke</artifactId><version>0</version>
+  <properties><maven.compiler.release>17</maven.compiler.release></properties>
+  <build><plugins><plugin><artifactId>maven-compiler-plugin</artifactId><version>3.13.0</version></plugin></plugins></build>
+  <repositories><repository><id>team</id><url>file://{repo}</url></repository></repositories>
+  <dependencies>{dependency.group(1)}</dependencies>
+</project>
+""")
+    run(mvn + ["compile", "dependency:build-classpath", "-Dmdep.outputFile=cp.txt"], cwd=project)
+    classpath = (project / "cp.txt").read_text().strip() + os.pathsep + str(project / "target/classes")
+    if "/io/warden/warden-lettuce/" not in classpath:
+        fail(f"the project did not resolve warden-lettuce from the repository: {classpath}")
+    out = run(["java", "-cp", classpath, "Smoke", f"redis://127.0.0.1:{port}"]).stdout
+    if "java: warden-lettuce from dist/" not in out:
+        fail(f"the Java project printed:\n{out}")
+    print(next(line for line in out.splitlines() if line.startswith("java:")))
+
+
 def main() -> None:
     dist, version = Path(sys.argv[1]).resolve(), sys.argv[2]
     started = time.monotonic()
@@ -340,6 +404,7 @@ print("python: warden-redis", warden.__version__, "from the wheel: lock and cach
         print(f"rust: warden-client {version} from the .crate: {out.stdout.splitlines()[0]}")
 
         node_test(npm_tarball, scratch, port)
+        java_test(dist, version, port)
     finally:
         if pidfile.exists():
             pid = int(pidfile.read_text())
