@@ -3,6 +3,7 @@ package io.warden;
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 import java.util.List;
+import java.util.Objects;
 import java.util.Optional;
 import java.util.concurrent.Callable;
 import java.util.concurrent.CompletableFuture;
@@ -63,6 +64,7 @@ final class Cache implements WardenCache {
   @Override
   public <T> T getOrLoad(String key, Duration ttl, Codec<T> codec, Callable<T> loader)
       throws Exception {
+    Objects.requireNonNull(key, "key");
     while (true) {
       // Each round waits at most two leases for another caller's fill; a lease that ends
       // unfilled is handed to the oldest waiter, so a round ends with a value or a lease.
@@ -109,10 +111,16 @@ final class Cache implements WardenCache {
     byte[] bytes;
     try {
       v = loader.call();
-      bytes = codec.encode(v);
+      // Nothing to cache (as Map.computeIfAbsent): the lease is abandoned, so the next caller
+      // loads; a null is never stored as some encoding of "null".
+      bytes = v == null ? null : codec.encode(v);
     } catch (Exception | Error e) {
       abandon(key, lease);
       throw e;
+    }
+    if (bytes == null) {
+      abandon(key, lease);
+      return v;
     }
     if (ttl == null || ttl.isZero() || ttl.isNegative()) {
       warden.call("CACHE.FILL", key, Long.toString(lease), bytes);

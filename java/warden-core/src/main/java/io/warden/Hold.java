@@ -237,7 +237,7 @@ final class Hold implements WardenLock, Permit {
 
   @Override
   public boolean extend(Duration lease) {
-    long ms = Math.max(1, lease.toMillis());
+    long ms = LockRequest.leaseMillis(lease);
     lock.lock();
     try {
       if (state != State.HELD) {

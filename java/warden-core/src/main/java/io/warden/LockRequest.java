@@ -27,10 +27,33 @@ public final class LockRequest {
     this.watchdogMs = warden.watchdogLeaseMillis();
   }
 
-  /** The lease; absent: a watchdog renews the hold while it is held. */
+  /**
+   * The lease; absent (or {@code null}): a watchdog renews the hold while it is held. Zero or
+   * negative: {@link IllegalArgumentException} (not a lease that ends at once).
+   */
   public LockRequest lease(Duration lease) {
-    this.leaseMs = lease == null ? -1 : Math.max(1, lease.toMillis());
+    this.leaseMs = lease == null ? -1 : leaseMillis(lease);
     return this;
+  }
+
+  /**
+   * A lease or extension in ms for the server: at least 1 (a part of a millisecond rounds up);
+   * zero, negative or over the server's bound (2^46 ms) is refused here rather than sent.
+   */
+  static long leaseMillis(Duration lease) {
+    if (lease.isZero() || lease.isNegative()) {
+      throw new IllegalArgumentException("a lease must be positive, not " + lease);
+    }
+    long ms;
+    try {
+      ms = Math.max(1, lease.toMillis());
+    } catch (ArithmeticException e) {
+      ms = Long.MAX_VALUE;
+    }
+    if (ms > Deadline.MAX_WAIT_MS) {
+      throw new IllegalArgumentException("a lease must be at most 2^46 ms, not " + lease);
+    }
+    return ms;
   }
 
   /**

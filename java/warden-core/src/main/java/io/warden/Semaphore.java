@@ -37,7 +37,7 @@ final class Semaphore implements DistributedSemaphore {
       throw new IllegalArgumentException("permits must be from 1 to the limit, " + limit);
     }
     boolean dog = lease == null;
-    long ms = dog ? warden.watchdogLeaseMillis() : Math.max(1, lease.toMillis());
+    long ms = dog ? warden.watchdogLeaseMillis() : LockRequest.leaseMillis(lease);
     String owner = warden.newOwner();
     long sent = System.nanoTime();
     Attempt a =

@@ -27,10 +27,20 @@ final class ThreadLock implements DistributedLock {
     return warden.threadHolds().get(mine());
   }
 
-  /** Re-entry: true when the current thread holds it already (its count goes up). */
+  /**
+   * Re-entry: true when the current thread holds it already (its count goes up). A hold whose lease
+   * ended (or whose renewal failed) is no hold: another client may have the lock by now, so the
+   * thread's entry is dropped and the caller acquires afresh (the outer unlock() then throws
+   * IllegalMonitorStateException, as for any lock the thread no longer holds).
+   */
   private boolean reenter() {
     ThreadHolds.Entry e = entry();
     if (e == null) {
+      return false;
+    }
+    if (!e.hold.isHeld()) {
+      warden.threadHolds().remove(mine(), e);
+      e.hold.releaseAsync();
       return false;
     }
     e.count++;
@@ -104,9 +114,10 @@ final class ThreadLock implements DistributedLock {
     takeUninterruptibly(-1);
   }
 
+  /** A {@code leaseTime} of 0 or less: no lease, the watchdog renews (Redisson's -1). */
   @Override
   public void lock(long leaseTime, TimeUnit unit) {
-    takeUninterruptibly(LockRequest.toMillis(leaseTime, unit));
+    takeUninterruptibly(leaseTime <= 0 ? -1 : LockRequest.toMillis(leaseTime, unit));
   }
 
   @Override
@@ -127,11 +138,20 @@ final class ThreadLock implements DistributedLock {
     if (reenter()) {
       return true;
     }
+    // Not an interruptible method: a pending interrupt neither refuses a free lock nor is lost.
+    boolean interrupted = Thread.interrupted();
     try {
-      return take(System.nanoTime(), false, -1).isPresent();
-    } catch (InterruptedException e) {
-      Thread.currentThread().interrupt();
-      return false;
+      while (true) {
+        try {
+          return take(System.nanoTime(), false, -1).isPresent();
+        } catch (InterruptedException e) {
+          interrupted = true;
+        }
+      }
+    } finally {
+      if (interrupted) {
+        Thread.currentThread().interrupt();
+      }
     }
   }
 

@@ -3,6 +3,7 @@ package io.warden;
 import java.security.SecureRandom;
 import java.time.Duration;
 import java.util.List;
+import java.util.Objects;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.CompletionStage;
 import java.util.concurrent.ConcurrentHashMap;
@@ -108,20 +109,24 @@ public final class Warden implements AutoCloseable {
 
   /** Handle API: one exclusive hold ({@code LOCK.*}) per acquire. */
   public LockRequest lock(String key) {
+    Objects.requireNonNull(key, "key");
     return new LockRequest(this, Hold.Kind.LOCK, key);
   }
 
   /** A {@link java.util.concurrent.locks.Lock} on {@code key}, re-entrant per thread. */
   public DistributedLock getLock(String key) {
+    Objects.requireNonNull(key, "key");
     return new ThreadLock(this, Hold.Kind.LOCK, key);
   }
 
   public DistributedReadWriteLock getReadWriteLock(String key) {
+    Objects.requireNonNull(key, "key");
     return new RwLock(this, key);
   }
 
   /** A semaphore of {@code limit} permits (every acquire states it; SEM.SETLIMIT changes it). */
   public DistributedSemaphore getSemaphore(String key, int limit) {
+    Objects.requireNonNull(key, "key");
     return new Semaphore(this, key, limit, -1);
   }
 

@@ -10,7 +10,8 @@ import java.util.concurrent.Callable;
 public interface WardenCache {
   /**
    * The cached value, or the loader's, stored for {@code ttl}; one load per miss across processes.
-   * A loader exception abandons the lease (the next waiter loads) and is thrown here.
+   * A loader exception abandons the lease (the next waiter loads) and is thrown here; a loader that
+   * returns null caches nothing (the lease is abandoned) and null is returned.
    */
   byte[] getOrLoad(String key, Duration ttl, Callable<byte[]> loader) throws Exception;
 

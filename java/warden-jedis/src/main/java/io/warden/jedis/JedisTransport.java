@@ -166,15 +166,46 @@ public final class JedisTransport implements Transport {
     return reply;
   }
 
+  /**
+   * Runs on the caller's thread. An interrupt while the pool lends a connection is not a failure of
+   * the command (commons-pool2 would report "Could not get a resource from the pool" and clear the
+   * flag, and a release would be lost): the command, not sent yet, is run anyway and the interrupt
+   * is kept for the caller's next wait.
+   */
   @Override
   public CompletionStage<Object> execute(byte[]... args) {
     CompletableFuture<Object> f = new CompletableFuture<>();
+    boolean interrupted = false;
     try {
-      f.complete(normalize(shared.executeCommand(arguments(args))));
-    } catch (RuntimeException e) {
-      f.completeExceptionally(map(e));
+      while (true) {
+        try {
+          f.complete(normalize(shared.executeCommand(arguments(args))));
+          break;
+        } catch (RuntimeException e) {
+          if (!interruptedBorrowing(e)) {
+            f.completeExceptionally(map(e));
+            break;
+          }
+          interrupted = true;
+          Thread.interrupted();
+        }
+      }
+    } finally {
+      if (interrupted) {
+        Thread.currentThread().interrupt();
+      }
     }
     return f;
+  }
+
+  /** Jedis' socket I/O is not interruptible: an InterruptedException comes from the pool. */
+  private static boolean interruptedBorrowing(Throwable e) {
+    for (Throwable c = e; c != null; c = c.getCause()) {
+      if (c instanceof InterruptedException) {
+        return true;
+      }
+    }
+    return false;
   }
 
   @Override

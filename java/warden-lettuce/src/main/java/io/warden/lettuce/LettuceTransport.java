@@ -159,7 +159,8 @@ public final class LettuceTransport implements Transport {
     if (e instanceof WardenException) {
       return e;
     }
-    return new WardenException(String.valueOf(e.getMessage()), e);
+    // A command cancelled by its connection's close has no message: name what happened.
+    return new WardenException(e.getMessage() != null ? e.getMessage() : e.toString(), e);
   }
 
   @Override
