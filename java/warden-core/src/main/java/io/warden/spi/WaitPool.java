@@ -8,6 +8,7 @@ import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.CompletionStage;
 import java.util.concurrent.ScheduledThreadPoolExecutor;
 import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.atomic.AtomicInteger;
 import java.util.concurrent.locks.ReentrantLock;
 
@@ -45,6 +46,48 @@ public abstract class WaitPool implements AutoCloseable {
         return closed;
       } finally {
         pool.lock.unlock();
+      }
+    }
+  }
+
+  /**
+   * One hand-out of a pooled connection. Invariant: a connection serves one wait at a time. A
+   * release or close through a lease that has already ended is ignored, and so is a command sent
+   * through it: a holder that lets go twice, or late, never releases, closes or writes to a
+   * connection that another wait uses now.
+   */
+  private static final class Lease implements WaitConnection {
+    private final Pooled c;
+    private final AtomicBoolean ended = new AtomicBoolean();
+
+    Lease(Pooled c) {
+      this.c = c;
+    }
+
+    @Override
+    public long clientId() {
+      return c.clientId();
+    }
+
+    @Override
+    public CompletionStage<Object> execute(long replyTimeoutMillis, byte[]... args) {
+      if (ended.get()) {
+        return failed(new WardenException("this waiter connection was already given back"));
+      }
+      return c.execute(replyTimeoutMillis, args);
+    }
+
+    @Override
+    public void release() {
+      if (ended.compareAndSet(false, true)) {
+        c.release();
+      }
+    }
+
+    @Override
+    public void close() {
+      if (ended.compareAndSet(false, true)) {
+        c.close();
       }
     }
   }
@@ -105,7 +148,7 @@ public abstract class WaitPool implements AutoCloseable {
       Pooled c = idle.pollFirst();
       if (c != null) {
         c.inUse = true;
-        p.future.complete(c);
+        p.future.complete(new Lease(c));
         return p.future;
       }
       pending.addLast(p);
@@ -206,7 +249,7 @@ public abstract class WaitPool implements AutoCloseable {
         c.closeConnection();
         return;
       }
-      if (p.future.complete(c)) {
+      if (p.future.complete(new Lease(c))) {
         return;
       }
     }
