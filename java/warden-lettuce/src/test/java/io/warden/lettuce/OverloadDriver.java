@@ -31,7 +31,8 @@ import java.util.concurrent.locks.ReentrantLock;
  * --port P         the server, 127.0.0.1:P
  * --client C       warden-lettuce: a thread per request (a cached pool, as a servlet container's),
  *                  each calling the blocking tryAcquire(wait); warden-lettuce-async: every request
- *                  through tryAcquireAsync on the driver's one thread, held by a timer
+ *                  through tryAcquireAsync on the driver's one thread, held by a timer (the
+ *                  release, which blocks, on a pool thread)
  * --scenario S     overload or burst
  * --kind K         sem (a semaphore of --limit) or lock (limit 1)
  * --key KEY
@@ -185,18 +186,21 @@ public final class OverloadDriver {
                     done.complete(null);
                   } else {
                     tally.granted(ms(System.nanoTime() - t0), deadlineMs);
+                    // The release blocks: on a pool thread, not the timer's.
                     timer.schedule(
-                        () -> {
-                          tally.left();
-                          long t1 = System.nanoTime();
-                          try {
-                            got.get().run();
-                          } catch (RuntimeException re) {
-                            tally.failed(re);
-                          }
-                          tally.released(ms(System.nanoTime() - t1) + ms(holdNanos));
-                          done.complete(null);
-                        },
+                        () ->
+                            pool.execute(
+                                () -> {
+                                  tally.left();
+                                  long t1 = System.nanoTime();
+                                  try {
+                                    got.get().run();
+                                  } catch (RuntimeException re) {
+                                    tally.failed(re);
+                                  }
+                                  tally.released(ms(System.nanoTime() - t1) + ms(holdNanos));
+                                  done.complete(null);
+                                }),
                         holdNanos,
                         TimeUnit.NANOSECONDS);
                   }
