@@ -84,6 +84,8 @@ public final class Warden implements AutoCloseable {
   private final ConcurrentHashMap<ThreadHolds.Key, ThreadHolds.Entry> threadHolds =
       new ConcurrentHashMap<>();
   private volatile CompletableFuture<Boolean> unblocks;
+  // Requests of this process waiting, by command and key.
+  private final ConcurrentHashMap<String, Integer> waiting = new ConcurrentHashMap<>();
 
   private Warden(Builder b) {
     this.transport = b.transport;
@@ -149,6 +151,15 @@ public final class Warden implements AutoCloseable {
   }
 
   // ---- shared by the implementations ----
+
+  void waiting(String queue, int delta) {
+    waiting.merge(queue, delta, (a, b) -> a + b <= 0 ? null : a + b);
+  }
+
+  int waitingHere(String queue) {
+    Integer n = waiting.get(queue);
+    return n == null ? 0 : n;
+  }
 
   ScheduledExecutorService scheduler() {
     return scheduler;

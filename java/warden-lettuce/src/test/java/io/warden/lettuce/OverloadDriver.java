@@ -209,12 +209,14 @@ public final class OverloadDriver {
         calls.add(
             pool.submit(
                 () -> {
+                  // From the call, as a request thread would see it (as the Python driver).
+                  long called = System.nanoTime();
                   try {
                     Optional<Runnable> got = acq.acquire(wait);
                     if (!got.isPresent()) {
                       return;
                     }
-                    tally.granted(ms(System.nanoTime() - t0), deadlineMs);
+                    tally.granted(ms(System.nanoTime() - called), deadlineMs);
                     long t1 = System.nanoTime();
                     TimeUnit.NANOSECONDS.sleep(holdNanos);
                     tally.left();
