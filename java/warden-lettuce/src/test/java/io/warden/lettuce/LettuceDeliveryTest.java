@@ -203,7 +203,7 @@ class LettuceDeliveryTest {
     if ("lock".equals(kind)) {
       server.call("LOCK.ACQUIRE", key, other, "30000");
     } else {
-      server.call("SEM.ACQUIRE", key, other, "30000", "LIMIT", "1");
+      server.call("SEM.ACQUIRE", key, other, "30000", "LIMIT", "2", "PERMITS", "2");
     }
     RedisClient client = RedisClient.create(server.uri());
     try (Warden warden = Warden.create(LettuceTransport.create(client))) {
@@ -225,7 +225,9 @@ class LettuceDeliveryTest {
                 ? new String((byte[]) list, StandardCharsets.UTF_8)
                 : String.valueOf(list);
         for (String line : text.split("\n")) {
-          if (line.contains("cmd=" + ("lock".equals(kind) ? "lock.acquire" : "sem.acquire"))) {
+          // The blocked one (flags b): the shared connection ran the same command's try.
+          if (line.contains("cmd=" + ("lock".equals(kind) ? "lock.acquire" : "sem.acquire"))
+              && line.matches(".* flags=[A-Za-z]*b.*")) {
             id = line.replaceAll("^id=(\\d+) .*$", "$1").trim();
           }
         }
