@@ -529,7 +529,13 @@ final class Attempt {
   <T> Optional<T> await(CompletableFuture<Optional<T>> out, Function<T, CompletionStage<?>> undo)
       throws InterruptedException {
     try {
-      return out.get();
+      Optional<T> got = out.get();
+      if (got.isPresent() && mayWait && Deadline.passed(deadline, System.nanoTime())) {
+        // Read in time, but this thread woke past the deadline: the caller has given up.
+        track(undo.apply(got.get()));
+        return Optional.empty();
+      }
+      return got;
     } catch (InterruptedException ie) {
       if (!out.cancel(true)) {
         Optional<T> got = null;
