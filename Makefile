@@ -312,15 +312,17 @@ valgrind-bin:
 	@command -v valgrind >/dev/null || { SUDO=""; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
 		$$SUDO apt-get install -y -qq valgrind >/dev/null; }
 
-# SECTION=overload: warden's clients (Python, Node, Rust) against npm
+# SECTION=overload: warden's clients (Python, Node, Rust, Java) against npm
 # redis-semaphore and redis-py's Lock under overload, a burst with free permits
 # and 50 callers on a limit of 5 (bench/overload.py; its drivers document their
 # parameters), into bench/results/$(OVERLOAD_OUT).md and .json. WARDEN_MODULE=<.so>
 # loads that module instead of building this checkout's.
 OVERLOAD_OUT ?= overload
 ifeq ($(SECTION),overload)
-bench: venv node-deps $(if $(WARDEN_MODULE),,build)
+bench: venv node-deps java-deps $(if $(WARDEN_MODULE),,build)
 	cargo build --release --example overload -p warden-client
+	cd java && $(MVN) -q -DskipTests -pl warden-lettuce -am test-compile dependency:build-classpath \
+		-Dmdep.outputFile=target/classpath.txt -Dmdep.includeScope=test
 	WARDEN_MODULE=$(or $(WARDEN_MODULE),$(CURDIR)/$(MODULE)) $(PYTHON) bench/overload.py \
 		$(if $(QUICK),--quick,) --out $(CURDIR)/bench/results/$(OVERLOAD_OUT)
 else

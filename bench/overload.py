@@ -8,12 +8,18 @@ OUT.json (default bench/results/overload).
 
 WARDEN_MODULE: the module (required); WARDEN_SERVER: the server binary
 (default redis-server, Redis 7.0); WARDEN_OVERLOAD_RUST: the Rust driver
-(default target/release/examples/overload; its rows are left out when absent).
+(default target/release/examples/overload; its rows are left out when absent);
+WARDEN_OVERLOAD_JAVA_CP: the Java driver's classpath file (default
+java/warden-lettuce/target/classpath.txt, written by `make bench
+SECTION=overload`; its rows are left out when absent); WARDEN_OVERLOAD_ONLY:
+drivers to run, comma-separated (e.g. `java`; default all).
 
-Each run starts its own server (a free port in 7400-7499) and one driver
+Each run starts its own server (a free port in 7400-7499; from
+WARDEN_OVERLOAD_PORT_BASE if set) and one driver
 process: node/bench/overload.mjs, bench/overload_python.py,
-warden-client/examples/overload.rs. Their parameters and the JSON line they
-print are described at the top of each. Scenarios:
+warden-client/examples/overload.rs, java/warden-lettuce/src/test/java/
+io/warden/lettuce/OverloadDriver.java. Their parameters and the JSON line
+they print are described at the top of each. Scenarios:
 
 - overload: a semaphore of limit 3 (and a lock: limit 1), each holder 4 ms
   inside, one request a ms for 300 ms, each caller giving up after 50 ms.
@@ -58,6 +64,30 @@ RUST = Path(
 )
 PYTHON = sys.executable
 NODE = shutil.which("node") or "node"
+JAVA_CP = Path(
+    os.environ.get(
+        "WARDEN_OVERLOAD_JAVA_CP", ROOT / "java/warden-lettuce/target/classpath.txt"
+    )
+)
+
+
+def java_argv() -> list[str]:
+    """The Java driver: the module's classes and test classes, then its dependencies."""
+    if not JAVA_CP.exists():
+        return []
+    module = JAVA_CP.parent
+    cp = [
+        str(module / "test-classes"),
+        str(module / "classes"),
+        JAVA_CP.read_text().strip(),
+    ]
+    return [
+        shutil.which("java") or "java",
+        "-cp",
+        ":".join(cp),
+        "io.warden.lettuce.OverloadDriver",
+    ]
+
 
 REPEATS = 1 if QUICK else 3
 OVERLOAD = {"hold-ms": 4, "interval-ms": 1, "requests": 300, "deadline-ms": 50}
@@ -70,6 +100,7 @@ DRIVERS = {
     "node": [NODE, str(ROOT / "node/bench/overload.mjs")],
     "python": [PYTHON, str(ROOT / "bench/overload_python.py")],
     "rust": [str(RUST)],
+    "java": java_argv(),
 }
 CLIENTS = [
     (
@@ -110,6 +141,20 @@ CLIENTS = [
         "sem lock",
     ),
     (
+        "Java warden-lettuce (a thread per request)",
+        "tryAcquire(Duration.ofMillis(50))",
+        "java",
+        "warden-lettuce",
+        "sem lock",
+    ),
+    (
+        "Java warden-lettuce",
+        "tryAcquireAsync(Duration.ofMillis(50))",
+        "java",
+        "warden-lettuce-async",
+        "sem lock",
+    ),
+    (
         "npm redis-semaphore (Semaphore / Mutex)",
         "acquireTimeout: 50",
         "node",
@@ -129,6 +174,7 @@ BURSTS = [
     ("Python warden.asyncio.Semaphore", "python", "warden-asyncio"),
     ("Node warden-redis", "node", "warden-wait"),
     ("Rust warden-client", "rust", "warden-wait"),
+    ("Java warden-lettuce (threads)", "java", "warden-lettuce"),
     ("npm redis-semaphore", "node", "redis-semaphore"),
 ]
 ANCHORS = ("redis-semaphore", "redis-py-lock")
@@ -142,14 +188,15 @@ def bound(limit: int) -> float:
 
 
 def free_port() -> int:
-    for port in range(7400, 7500):
+    base = int(os.environ.get("WARDEN_OVERLOAD_PORT_BASE", "7400"))
+    for port in range(base, base + 100):
         with socket.socket() as s:
             try:
                 s.bind(("127.0.0.1", port))
             except OSError:
                 continue
             return port
-    raise SystemExit("no free port in 7400-7499")
+    raise SystemExit(f"no free port in {base}-{base + 99}")
 
 
 class Server:
@@ -232,13 +279,20 @@ def ms(x: float) -> str:
     return "—" if math.isnan(x) else f"{x:.1f}" if x >= 10 else f"{x:.2f}"
 
 
+ONLY = [d for d in os.environ.get("WARDEN_OVERLOAD_ONLY", "").split(",") if d]
+
+
 def available(driver: str) -> bool:
+    if ONLY and driver not in ONLY:
+        return False
+    if driver == "java":
+        return bool(DRIVERS["java"])
     return driver != "rust" or RUST.exists()
 
 
 def versions(server_bin: str) -> dict[str, str]:
     out: dict[str, str] = {}
-    for driver in ("node", "python", "rust"):
+    for driver in ("node", "python", "rust", "java"):
         if available(driver):
             got = subprocess.run(
                 DRIVERS[driver] + ["--version"],
@@ -551,6 +605,8 @@ def main() -> None:
         ("burst", burst),
         ("throughput", throughput),
     ):
+        if name == "throughput" and not available("node"):
+            continue
         lines, rows = section()
         sections[name] = rows
         text += lines

@@ -1,5 +1,6 @@
 package io.warden;
 
+import java.nio.charset.StandardCharsets;
 import java.util.Arrays;
 import java.util.Optional;
 import java.util.concurrent.CompletableFuture;
@@ -35,6 +36,14 @@ final class Attempt {
      * (a cache lease).
      */
     CompletionStage<?> giveBackUnseen();
+
+    /**
+     * Whether a grant lives only as long as the connection that won it (a cache fill lease): that
+     * connection is kept out of the pool until {@link Attempt#releaseKept()}.
+     */
+    default boolean boundToConnection(Object reply) {
+      return false;
+    }
   }
 
   /** How long an abort waits, at most, for the server to be done with the waiter. */
@@ -63,6 +72,8 @@ final class Attempt {
   private boolean unblockSent;
   private boolean unblockDone;
   private boolean aborted;
+  // The waiter connection a grant bound to it was won on, out of the pool until released.
+  private WaitConnection kept;
   private volatile ScheduledFuture<?> timer;
 
   Attempt(
@@ -82,6 +93,12 @@ final class Attempt {
 
   /** Starts with the fast path: the command without WAIT on the shared connection. */
   Attempt start() {
+    if (mayWait && warden.waitingHere(queue()) > 0) {
+      // A request of this process waits on the key: the server's queue is not empty, and a try
+      // never overtakes a queued waiter. Straight to the wait, a round trip sooner.
+      waitPhase();
+      return this;
+    }
     begin();
     warden
         .transport()
@@ -90,6 +107,11 @@ final class Attempt {
             (reply, error) -> {
               try {
                 if (error != null) {
+                  if (!(Resp.unwrap(error) instanceof WardenServerException)) {
+                    // The connection failed with the try unanswered: the server may have granted
+                    // it (it is never sent again), so what it granted is given back.
+                    giveBackUnseen();
+                  }
                   fail(error);
                 } else if (kind.granted(reply)) {
                   deliver(reply);
@@ -122,6 +144,9 @@ final class Attempt {
       timer = warden.scheduler().schedule(() -> result.complete(null), delay, TimeUnit.NANOSECONDS);
       result.whenComplete((r, e) -> timer.cancel(false));
     }
+    String queue = queue();
+    warden.waiting(queue, 1);
+    result.whenComplete((r, e) -> warden.waiting(queue, -1));
     begin();
     warden
         .transport()
@@ -142,6 +167,13 @@ final class Attempt {
                 end();
               }
             });
+  }
+
+  /** The server queue this request waits in: its command and key. */
+  private String queue() {
+    return new String(command[0], StandardCharsets.UTF_8)
+        + ' '
+        + new String(command[1], StandardCharsets.UTF_8);
   }
 
   private void send(WaitConnection c) {
@@ -173,7 +205,10 @@ final class Attempt {
         .whenComplete(
             (reply, error) -> {
               try {
-                replied(c, error);
+                replied(
+                    c,
+                    error,
+                    error == null && kind.granted(reply) && kind.boundToConnection(reply));
                 if (error == null) {
                   if (kind.granted(reply)) {
                     deliver(reply);
@@ -195,7 +230,7 @@ final class Attempt {
   }
 
   /** The wait's reply was read (or its connection failed): the connection's fate. */
-  private void replied(WaitConnection c, Throwable error) {
+  private void replied(WaitConnection c, Throwable error, boolean keep) {
     Throwable cause = error == null ? null : Resp.unwrap(error);
     boolean usable = cause == null || cause instanceof WardenServerException;
     boolean releaseNow;
@@ -204,6 +239,10 @@ final class Attempt {
       replied = true;
       seen = usable;
       releaseNow = !unblockSent || unblockDone;
+      if (usable && releaseNow && keep) {
+        kept = c;
+        releaseNow = false;
+      }
     } finally {
       lock.unlock();
     }
@@ -235,16 +274,52 @@ final class Attempt {
     try {
       stage = kind.giveBack(reply);
     } catch (RuntimeException e) {
+      releaseKept();
       end();
       return;
     }
-    stage.whenComplete((r, e) -> end());
+    stage.whenComplete(
+        (r, e) -> {
+          releaseKept();
+          end();
+        });
   }
 
   /** Tracks a give-back made by the consumer of {@link #result} (its caller left). */
   void track(CompletionStage<?> stage) {
     begin();
-    stage.whenComplete((r, e) -> end());
+    stage.whenComplete(
+        (r, e) -> {
+          releaseKept();
+          end();
+        });
+  }
+
+  private void giveBackUnseen() {
+    begin();
+    try {
+      kind.giveBackUnseen().whenComplete((r, e) -> end());
+    } catch (RuntimeException e) {
+      end();
+    }
+  }
+
+  /**
+   * Returns to the pool the connection a grant bound to it was won on (once the grant was used: a
+   * cache lease filled or abandoned). Nothing when there is none.
+   */
+  void releaseKept() {
+    WaitConnection c;
+    lock.lock();
+    try {
+      c = kept;
+      kept = null;
+    } finally {
+      lock.unlock();
+    }
+    if (c != null) {
+      c.release();
+    }
   }
 
   private void fail(Throwable error) {
@@ -454,7 +529,13 @@ final class Attempt {
   <T> Optional<T> await(CompletableFuture<Optional<T>> out, Function<T, CompletionStage<?>> undo)
       throws InterruptedException {
     try {
-      return out.get();
+      Optional<T> got = out.get();
+      if (got.isPresent() && mayWait && Deadline.passed(deadline, System.nanoTime())) {
+        // Read in time, but this thread woke past the deadline: the caller has given up.
+        track(undo.apply(got.get()));
+        return Optional.empty();
+      }
+      return got;
     } catch (InterruptedException ie) {
       if (!out.cancel(true)) {
         Optional<T> got = null;

@@ -87,6 +87,8 @@ final class Cache implements WardenCache {
       List<Object> pair = Resp.asList(got.get());
       byte[] value = (byte[]) pair.get(0);
       Long lease = Resp.asLong(pair.get(1));
+      // A lease won on a waiter connection ends if that connection closes: it stays out of the
+      // pool (releaseKept) until the lease is filled or abandoned.
       if (value != null) {
         if (lease != null) {
           // A stale value: serve it, and reload it in the background under this lease.
@@ -96,12 +98,18 @@ final class Cache implements WardenCache {
                   load(key, lease, ttl, codec, loader);
                 } catch (Exception e) {
                   // abandoned by load; the value stays stale
+                } finally {
+                  a.releaseKept();
                 }
               });
         }
         return codec.decode(value);
       }
-      return load(key, lease, ttl, codec, loader);
+      try {
+        return load(key, lease, ttl, codec, loader);
+      } finally {
+        a.releaseKept();
+      }
     }
   }
 
@@ -156,6 +164,11 @@ final class Cache implements WardenCache {
       public CompletionStage<?> giveBackUnseen() {
         // A fill lease ends when its holder's connection closes.
         return CompletableFuture.completedFuture(null);
+      }
+
+      @Override
+      public boolean boundToConnection(Object reply) {
+        return Resp.asList(reply).get(1) != null;
       }
     };
   }

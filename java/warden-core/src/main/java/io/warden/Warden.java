@@ -11,6 +11,7 @@ import java.util.concurrent.ScheduledExecutorService;
 import java.util.concurrent.ScheduledThreadPoolExecutor;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicInteger;
+import java.util.concurrent.atomic.AtomicLong;
 import java.util.regex.Matcher;
 import java.util.regex.Pattern;
 
@@ -77,10 +78,15 @@ public final class Warden implements AutoCloseable {
   private final long cacheLeaseMs;
   private final boolean closeTransport;
   private final ScheduledThreadPoolExecutor scheduler;
-  private final SecureRandom random = new SecureRandom();
+  // Owners are unique, not secret (any client of the server can release any hold): 64 random
+  // bits drawn once, then a counter, so no acquire waits on SecureRandom's lock.
+  private final String ownerPrefix;
+  private final AtomicLong ownerSeq;
   private final ConcurrentHashMap<ThreadHolds.Key, ThreadHolds.Entry> threadHolds =
       new ConcurrentHashMap<>();
   private volatile CompletableFuture<Boolean> unblocks;
+  // Requests of this process waiting, by command and key.
+  private final ConcurrentHashMap<String, Integer> waiting = new ConcurrentHashMap<>();
 
   private Warden(Builder b) {
     this.transport = b.transport;
@@ -97,6 +103,9 @@ public final class Warden implements AutoCloseable {
               return t;
             });
     scheduler.setRemoveOnCancelPolicy(true);
+    SecureRandom random = new SecureRandom();
+    this.ownerPrefix = hex(random.nextLong());
+    this.ownerSeq = new AtomicLong(random.nextLong());
   }
 
   public static Warden create(Transport transport) {
@@ -148,6 +157,15 @@ public final class Warden implements AutoCloseable {
 
   // ---- shared by the implementations ----
 
+  void waiting(String queue, int delta) {
+    waiting.merge(queue, delta, (a, b) -> a + b <= 0 ? null : a + b);
+  }
+
+  int waitingHere(String queue) {
+    Integer n = waiting.get(queue);
+    return n == null ? 0 : n;
+  }
+
   ScheduledExecutorService scheduler() {
     return scheduler;
   }
@@ -164,13 +182,15 @@ public final class Warden implements AutoCloseable {
     return threadHolds;
   }
 
-  /** A fresh owner: 128 random bits, hex. */
+  /** A fresh owner: 128 bits, hex, unique (a random prefix per Warden and a counter). */
   String newOwner() {
-    byte[] b = new byte[16];
-    random.nextBytes(b);
-    StringBuilder sb = new StringBuilder(32);
-    for (byte x : b) {
-      sb.append(Character.forDigit((x >> 4) & 0xf, 16)).append(Character.forDigit(x & 0xf, 16));
+    return ownerPrefix + hex(ownerSeq.getAndIncrement());
+  }
+
+  private static String hex(long v) {
+    StringBuilder sb = new StringBuilder(16);
+    for (int shift = 60; shift >= 0; shift -= 4) {
+      sb.append(Character.forDigit((int) (v >>> shift) & 0xf, 16));
     }
     return sb.toString();
   }

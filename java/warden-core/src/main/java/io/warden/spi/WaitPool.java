@@ -16,7 +16,8 @@ import java.util.concurrent.locks.ReentrantLock;
  * The bounded set of waiter connections a {@link io.warden.Transport} hands out, for transports'
  * use. A caller that finds every connection busy waits for one only until its deadline (then it is
  * answered {@code null}, a timeout): no request queues in the client past its caller's deadline,
- * and many waiters never raise a pool error.
+ * and many waiters never raise a pool error. Idle connections beyond {@code maxIdle} are closed
+ * once unused for {@link #IDLE_GRACE_MS}: a load that comes and goes finds them open, not opening.
  */
 public abstract class WaitPool implements AutoCloseable {
   /** A pooled connection: {@link #release()} returns it, {@link #close()} discards it. */
@@ -25,9 +26,15 @@ public abstract class WaitPool implements AutoCloseable {
     // Guarded by the pool's lock.
     private boolean inUse;
     private boolean closed;
+    private long idleSince;
 
     /** Closes the underlying connection (once). */
     protected abstract void closeConnection();
+
+    /** Whether the connection was closed under the pool (by the server, or a network error). */
+    protected boolean isBroken() {
+      return false;
+    }
 
     @Override
     public final void release() {
@@ -98,6 +105,9 @@ public abstract class WaitPool implements AutoCloseable {
 
   private static final AtomicInteger THREADS = new AtomicInteger();
 
+  /** How long an idle connection beyond {@code maxIdle} stays open unused. */
+  public static final long IDLE_GRACE_MS = 1000;
+
   private final int maxSize;
   private final int maxIdle;
   private final ReentrantLock lock = new ReentrantLock();
@@ -107,6 +117,8 @@ public abstract class WaitPool implements AutoCloseable {
   private final Deque<Pooled> idle = new ArrayDeque<>();
   private final Deque<Pending> pending = new ArrayDeque<>();
   private final ScheduledThreadPoolExecutor timer;
+  // Guarded by lock: a trim of the idle connections beyond maxIdle is scheduled.
+  private boolean trimming;
 
   /**
    * @param maxSize waiter connections open at most (waits beyond it wait for one)
@@ -139,16 +151,18 @@ public abstract class WaitPool implements AutoCloseable {
   public CompletionStage<WaitConnection> acquire(long deadlineNanos) {
     Pending p = new Pending();
     boolean openOne = false;
+    Pooled c;
+    while ((c = takeIdle()) != null) {
+      if (!c.isBroken()) {
+        p.future.complete(new Lease(c));
+        return p.future;
+      }
+      discard(c);
+    }
     lock.lock();
     try {
       if (shut) {
         p.future.completeExceptionally(new WardenException("the transport is closed"));
-        return p.future;
-      }
-      Pooled c = idle.pollFirst();
-      if (c != null) {
-        c.inUse = true;
-        p.future.complete(new Lease(c));
         return p.future;
       }
       pending.addLast(p);
@@ -163,12 +177,45 @@ public abstract class WaitPool implements AutoCloseable {
       long delay = deadlineNanos - System.nanoTime();
       java.util.concurrent.ScheduledFuture<?> t =
           timer.schedule(() -> timedOut(p), Math.max(0, delay), TimeUnit.NANOSECONDS);
-      p.future.whenComplete((c, e) -> t.cancel(false));
+      p.future.whenComplete((got, e) -> t.cancel(false));
     }
     if (openOne) {
       openNew();
     }
     return p.future;
+  }
+
+  /** The most recently used idle connection, now in use; null if none. */
+  private Pooled takeIdle() {
+    lock.lock();
+    try {
+      Pooled c = shut ? null : idle.pollFirst();
+      if (c != null) {
+        c.inUse = true;
+      }
+      return c;
+    } finally {
+      lock.unlock();
+    }
+  }
+
+  /**
+   * Opens up to {@code n} connections now, kept idle for the first waits (a failure is left to the
+   * wait that needs a connection).
+   */
+  public void prewarm(int n) {
+    for (int i = 0; i < n; i++) {
+      lock.lock();
+      try {
+        if (shut || open >= maxSize) {
+          return;
+        }
+        open++;
+      } finally {
+        lock.unlock();
+      }
+      openNew();
+    }
   }
 
   private void timedOut(Pending p) {
@@ -220,6 +267,10 @@ public abstract class WaitPool implements AutoCloseable {
 
   /** Hands a free connection to the oldest caller still waiting, or keeps it idle. */
   private void offer(Pooled c) {
+    if (c.isBroken()) {
+      discard(c);
+      return;
+    }
     while (true) {
       Pending p;
       lock.lock();
@@ -231,13 +282,15 @@ public abstract class WaitPool implements AutoCloseable {
         } else {
           p = pending.pollFirst();
           if (p == null) {
+            // Kept idle, most recent first; those beyond maxIdle until unused for the grace.
             c.inUse = false;
-            if (idle.size() < maxIdle) {
-              idle.addFirst(c);
-              return;
+            c.idleSince = System.nanoTime();
+            idle.addFirst(c);
+            if (idle.size() > maxIdle && !trimming) {
+              trimming = true;
+              scheduleTrim(IDLE_GRACE_MS);
             }
-            c.closed = true;
-            open--;
+            return;
           } else {
             c.inUse = true;
           }
@@ -252,6 +305,41 @@ public abstract class WaitPool implements AutoCloseable {
       if (p.future.complete(new Lease(c))) {
         return;
       }
+    }
+  }
+
+  private void scheduleTrim(long delayMs) {
+    try {
+      timer.schedule(this::trim, delayMs, TimeUnit.MILLISECONDS);
+    } catch (RuntimeException closed) {
+      trimming = false;
+    }
+  }
+
+  /** Closes the idle connections beyond maxIdle that were unused for the grace. */
+  private void trim() {
+    Deque<Pooled> toClose = new ArrayDeque<>();
+    lock.lock();
+    try {
+      long now = System.nanoTime();
+      long grace = TimeUnit.MILLISECONDS.toNanos(IDLE_GRACE_MS);
+      while (idle.size() > maxIdle && now - idle.peekLast().idleSince >= grace) {
+        Pooled c = idle.pollLast();
+        c.closed = true;
+        open--;
+        toClose.add(c);
+      }
+      trimming = false;
+      if (idle.size() > maxIdle && !shut) {
+        trimming = true;
+        long next = grace - (now - idle.peekLast().idleSince);
+        scheduleTrim(Math.max(1, TimeUnit.NANOSECONDS.toMillis(next) + 1));
+      }
+    } finally {
+      lock.unlock();
+    }
+    for (Pooled c : toClose) {
+      c.closeConnection();
     }
   }
 

@@ -1,9 +1,9 @@
 package io.warden.lettuce;
 
-import io.lettuce.core.RedisChannelHandler;
+import io.lettuce.core.ClientOptions;
 import io.lettuce.core.RedisClient;
 import io.lettuce.core.RedisCommandExecutionException;
-import io.lettuce.core.RedisConnectionStateListener;
+import io.lettuce.core.RedisURI;
 import io.lettuce.core.api.StatefulRedisConnection;
 import io.lettuce.core.codec.ByteArrayCodec;
 import io.lettuce.core.protocol.CommandArgs;
@@ -13,7 +13,7 @@ import io.warden.WaitConnection;
 import io.warden.WardenException;
 import io.warden.WardenServerException;
 import io.warden.spi.WaitPool;
-import java.net.SocketAddress;
+import java.lang.reflect.Field;
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 import java.util.Set;
@@ -21,17 +21,23 @@ import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.CompletionException;
 import java.util.concurrent.CompletionStage;
 import java.util.concurrent.ConcurrentHashMap;
-import java.util.concurrent.ExecutorService;
-import java.util.concurrent.Executors;
 import java.util.concurrent.Future;
 import java.util.concurrent.TimeUnit;
-import java.util.concurrent.atomic.AtomicInteger;
+import java.util.concurrent.atomic.AtomicReference;
 
 /**
- * warden's {@link Transport} on Lettuce: commands that never block go on one shared multiplexed
+ * warden's {@link Transport} on Lettuce. Commands that never block go on one multiplexed
  * connection; each blocking wait gets a dedicated connection from a bounded pool (default 128, 16
- * kept idle), whose reply timeout is the {@code WAIT} plus a margin. A waiter connection that drops
- * is closed, never reconnected: a blocking request is never sent twice.
+ * kept idle, more kept while they were used in the last second), whose reply timeout is the {@code
+ * WAIT} plus a margin. Connections open without blocking a thread ({@code connectAsync}).
+ *
+ * <p>Every connection the transport sends on is at-most-once: Lettuce's default reconnect sends a
+ * command that was in flight when its connection dropped a second time, and a second {@code
+ * LOCK.ACQUIRE} or {@code SEM.ACQUIRE} would be a second hold. The transport's connections come
+ * from a {@link RedisClient} of its own (the application's resources and options, without
+ * reconnect); a command whose connection drops fails, and the next command opens a new one. An
+ * application connection given to {@link #create(RedisClient, StatefulRedisConnection)} is used
+ * only where it does not reconnect by itself.
  */
 public final class LettuceTransport implements Transport {
   /** A command name as Lettuce sends it. */
@@ -53,67 +59,71 @@ public final class LettuceTransport implements Transport {
     }
   }
 
-  private static final AtomicInteger THREADS = new AtomicInteger();
-
   /** A wait without end: Lettuce's own command timeout must not end it. */
   private static final Duration NO_TIMEOUT = Duration.ofDays(365L * 100);
 
-  private final RedisClient client;
-  private final StatefulRedisConnection<byte[], byte[]> shared;
-  private final boolean ownsShared;
+  /** Waiter connections opened when the transport is created: the first waits find one ready. */
+  private static final int PREWARM = 2;
+
+  private final RedisClient own;
+  private final RedisURI uri;
+  // The connection for commands that never block: the application's (at-most-once) or one of
+  // the transport's own, opened anew once it is closed.
+  private final StatefulRedisConnection<byte[], byte[]> given;
+  private final AtomicReference<CompletableFuture<StatefulRedisConnection<byte[], byte[]>>> shared =
+      new AtomicReference<>();
   private final Pool pool;
-  private final ExecutorService opener;
-  private final Set<Object> waiters = ConcurrentHashMap.newKeySet();
-  private final RedisConnectionStateListener dropped =
-      new RedisConnectionStateListener() {
-        @Override
-        public void onRedisDisconnected(RedisChannelHandler<?, ?> connection) {
-          // A waiter connection that drops is closed at once: Lettuce would reconnect and send
-          // its blocking request again.
-          if (waiters.contains(connection)) {
-            connection.closeAsync();
-          }
-        }
-
-        @Override
-        public void onRedisConnected(RedisChannelHandler<?, ?> connection, SocketAddress a) {}
-
-        @Override
-        public void onRedisExceptionCaught(RedisChannelHandler<?, ?> connection, Throwable t) {}
-      };
+  // Connections being closed: the client is shut down once they are (closing one twice logs).
+  private final Set<CompletableFuture<Void>> closing = ConcurrentHashMap.newKeySet();
 
   private LettuceTransport(
       RedisClient client,
-      StatefulRedisConnection<byte[], byte[]> shared,
-      boolean ownsShared,
+      RedisURI uri,
+      StatefulRedisConnection<byte[], byte[]> given,
       int maxWaiters,
       int maxIdleWaiters) {
-    this.client = client;
-    this.shared = shared;
-    this.ownsShared = ownsShared;
-    this.opener =
-        Executors.newCachedThreadPool(
-            r -> {
-              Thread t = new Thread(r, "warden-lettuce-connect-" + THREADS.incrementAndGet());
-              t.setDaemon(true);
-              return t;
-            });
+    this.uri = uri != null ? uri : uriOf(client);
+    this.own = RedisClient.create(client.getResources(), this.uri);
+    own.setOptions(
+        client
+            .getOptions()
+            .mutate()
+            .autoReconnect(false)
+            .disconnectedBehavior(ClientOptions.DisconnectedBehavior.REJECT_COMMANDS)
+            .build());
+    this.given = given != null && !given.getOptions().isAutoReconnect() ? given : null;
     this.pool = new Pool(maxWaiters, maxIdleWaiters);
-    client.addListener(dropped);
+    if (this.given == null) {
+      try {
+        // Opened now, as Lettuce's connect does: an unreachable server fails here.
+        shared.set(CompletableFuture.completedFuture(own.connect(ByteArrayCodec.INSTANCE)));
+      } catch (RuntimeException e) {
+        own.shutdownAsync(0, 1, TimeUnit.SECONDS);
+        throw e;
+      }
+    }
+    pool.prewarm(Math.min(PREWARM, Math.min(maxIdleWaiters, maxWaiters)));
   }
 
-  /** A transport on {@code client}: it opens its shared connection and its waiter connections. */
+  /** A transport on {@code client}'s default {@link RedisURI}, with its resources and options. */
   public static LettuceTransport create(RedisClient client) {
-    return new LettuceTransport(client, client.connect(ByteArrayCodec.INSTANCE), true, 128, 16);
+    return new LettuceTransport(client, null, null, 128, 16);
+  }
+
+  /** A transport to {@code uri} with {@code client}'s resources and options. */
+  public static LettuceTransport create(RedisClient client, RedisURI uri) {
+    return new LettuceTransport(client, uri, null, 128, 16);
   }
 
   /**
-   * A transport on the application's connection ({@code shared}, left open by {@link #close()});
-   * waiter connections are opened on {@code client}.
+   * A transport beside the application's connection ({@code shared}, left open by {@link
+   * #close()}): commands that never block go on it when it is at-most-once ({@code
+   * autoReconnect(false)}), else on a connection of the transport's own; waiter connections are
+   * opened to {@code client}'s default {@link RedisURI}.
    */
   public static LettuceTransport create(
       RedisClient client, StatefulRedisConnection<byte[], byte[]> shared) {
-    return new LettuceTransport(client, shared, false, 128, 16);
+    return new LettuceTransport(client, null, shared, 128, 16);
   }
 
   /**
@@ -121,8 +131,27 @@ public final class LettuceTransport implements Transport {
    * at most (waits beyond wait for one, within their deadline), {@code maxIdleWaiters} kept open.
    */
   public static LettuceTransport create(RedisClient client, int maxWaiters, int maxIdleWaiters) {
-    return new LettuceTransport(
-        client, client.connect(ByteArrayCodec.INSTANCE), true, maxWaiters, maxIdleWaiters);
+    return new LettuceTransport(client, null, null, maxWaiters, maxIdleWaiters);
+  }
+
+  /**
+   * The {@link RedisURI} a client was created with: Lettuce keeps it in a private field ({@code
+   * RedisClient.create(uri)}), and a connection of the transport's own needs it.
+   */
+  private static RedisURI uriOf(RedisClient client) {
+    RedisURI uri = null;
+    try {
+      Field f = RedisClient.class.getDeclaredField("redisURI");
+      f.setAccessible(true);
+      uri = (RedisURI) f.get(client);
+    } catch (ReflectiveOperationException | RuntimeException e) {
+      // below
+    }
+    if (uri == null || uri.getHost() == null && uri.getSocket() == null) {
+      throw new IllegalArgumentException(
+          "the RedisClient has no RedisURI of its own: use LettuceTransport.create(client, uri)");
+    }
+    return uri;
   }
 
   static CompletionStage<Object> dispatch(
@@ -165,7 +194,51 @@ public final class LettuceTransport implements Transport {
 
   @Override
   public CompletionStage<Object> execute(byte[]... args) {
-    return dispatch(shared, args);
+    if (given != null) {
+      return dispatch(given, args);
+    }
+    CompletableFuture<StatefulRedisConnection<byte[], byte[]>> f = shared.get();
+    StatefulRedisConnection<byte[], byte[]> c = openNow(f);
+    if (c != null) {
+      return dispatch(c, args);
+    }
+    if (f == null || f.isDone()) {
+      // Closed (never reconnected, so nothing is sent twice): a new connection for what follows.
+      CompletableFuture<StatefulRedisConnection<byte[], byte[]>> next =
+          own.connectAsync(ByteArrayCodec.INSTANCE, uri).toCompletableFuture();
+      if (!shared.compareAndSet(f, next)) {
+        next.thenAccept(StatefulRedisConnection::closeAsync);
+        return execute(args);
+      }
+      f = next;
+    }
+    CompletableFuture<Object> out = new CompletableFuture<>();
+    f.whenComplete(
+        (conn, e) -> {
+          if (e != null) {
+            out.completeExceptionally(map(e));
+          } else {
+            dispatch(conn, args).whenComplete((r, e2) -> complete(out, r, e2));
+          }
+        });
+    return out;
+  }
+
+  private static StatefulRedisConnection<byte[], byte[]> openNow(
+      CompletableFuture<StatefulRedisConnection<byte[], byte[]>> f) {
+    if (f == null || !f.isDone() || f.isCompletedExceptionally()) {
+      return null;
+    }
+    StatefulRedisConnection<byte[], byte[]> c = f.getNow(null);
+    return c != null && c.isOpen() ? c : null;
+  }
+
+  private static void complete(CompletableFuture<Object> out, Object r, Throwable e) {
+    if (e == null) {
+      out.complete(r);
+    } else {
+      out.completeExceptionally(e);
+    }
   }
 
   @Override
@@ -181,11 +254,15 @@ public final class LettuceTransport implements Transport {
   @Override
   public void close() {
     pool.close();
-    client.removeListener(dropped);
-    if (ownsShared) {
-      shared.close();
-    }
-    opener.shutdownNow();
+    CompletableFuture<StatefulRedisConnection<byte[], byte[]>> f = shared.getAndSet(null);
+    CompletableFuture<?> sharedClosed =
+        f == null
+            ? CompletableFuture.completedFuture(null)
+            : f.thenCompose(StatefulRedisConnection::closeAsync);
+    CompletableFuture.allOf(closing.toArray(new CompletableFuture<?>[0]))
+        .thenCombine(sharedClosed, (a, b) -> null)
+        // The resources are the application's: shutting this client down leaves them running.
+        .whenComplete((r, e) -> own.shutdownAsync(0, 2, TimeUnit.SECONDS));
   }
 
   private final class Pool extends WaitPool {
@@ -196,30 +273,29 @@ public final class LettuceTransport implements Transport {
     @Override
     protected CompletionStage<Waiter> open() {
       CompletableFuture<Waiter> f = new CompletableFuture<>();
-      opener.execute(
-          () -> {
-            try {
-              StatefulRedisConnection<byte[], byte[]> c = client.connect(ByteArrayCodec.INSTANCE);
-              waiters.add(c);
-              long id;
-              try {
-                Object r =
-                    dispatch(
-                            c,
-                            "CLIENT".getBytes(StandardCharsets.UTF_8),
-                            "ID".getBytes(StandardCharsets.UTF_8))
-                        .toCompletableFuture()
-                        .get(30, TimeUnit.SECONDS);
-                id = r instanceof Long ? (Long) r : -1;
-              } catch (java.util.concurrent.ExecutionException e) {
-                // A server that refuses CLIENT still lets the request wait: an abort closes it.
-                id = -1;
-              }
-              f.complete(new Waiter(c, id));
-            } catch (Exception e) {
-              f.completeExceptionally(map(e));
-            }
-          });
+      own.connectAsync(ByteArrayCodec.INSTANCE, uri)
+          .whenComplete(
+              (c, e) -> {
+                if (e != null) {
+                  f.completeExceptionally(map(e));
+                  return;
+                }
+                dispatch(
+                        c,
+                        "CLIENT".getBytes(StandardCharsets.UTF_8),
+                        "ID".getBytes(StandardCharsets.UTF_8))
+                    .whenComplete(
+                        (r, e2) -> {
+                          if (e2 != null && !(e2 instanceof WardenServerException)) {
+                            c.closeAsync();
+                            f.completeExceptionally(e2);
+                            return;
+                          }
+                          // A server that refuses CLIENT still lets the request wait: an abort
+                          // closes the connection then.
+                          f.complete(new Waiter(c, r instanceof Long ? (Long) r : -1));
+                        });
+              });
       return f;
     }
   }
@@ -246,8 +322,7 @@ public final class LettuceTransport implements Transport {
       if (replyTimeoutMillis > 0) {
         // No reply long after the server's WAIT: the connection is lost; close it.
         Future<?> t =
-            client
-                .getResources()
+            own.getResources()
                 .eventExecutorGroup()
                 .schedule(this::close, replyTimeoutMillis, TimeUnit.MILLISECONDS);
         reply.whenComplete((r, e) -> t.cancel(false));
@@ -256,9 +331,15 @@ public final class LettuceTransport implements Transport {
     }
 
     @Override
+    protected boolean isBroken() {
+      return !conn.isOpen();
+    }
+
+    @Override
     protected void closeConnection() {
-      waiters.remove(conn);
-      conn.closeAsync();
+      CompletableFuture<Void> closed = conn.closeAsync();
+      closing.add(closed);
+      closed.whenComplete((r, e) -> closing.remove(closed));
     }
   }
 }
