@@ -15,6 +15,7 @@ import java.util.concurrent.CompletionStage;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
 import java.util.concurrent.atomic.AtomicInteger;
+import java.util.concurrent.locks.ReentrantLock;
 import redis.clients.jedis.CommandArguments;
 import redis.clients.jedis.Connection;
 import redis.clients.jedis.DefaultJedisClientConfig;
@@ -268,6 +269,11 @@ public final class JedisTransport implements Transport {
   private final class Waiter extends WaitPool.Pooled {
     private final Connection conn;
     private final long id;
+    // Jedis reconnects a closed Connection on its next send. Invariant: a request is sent only on
+    // the connection the wait started with (never re-sent on a new one after an abort closed it),
+    // so `closed` is checked and the request written under one lock.
+    private final ReentrantLock sending = new ReentrantLock();
+    private boolean closed;
 
     Waiter(Connection conn, long id) {
       this.conn = conn;
@@ -287,8 +293,18 @@ public final class JedisTransport implements Transport {
             try {
               // No reply within the WAIT plus the margin: the read fails and the connection is
               // closed by the caller; the request is never sent again.
-              conn.setSoTimeout((int) Math.min(Integer.MAX_VALUE, Math.max(0, replyTimeoutMillis)));
-              f.complete(normalize(conn.executeCommand(arguments(args))));
+              sending.lock();
+              try {
+                if (closed) {
+                  throw new WardenException("the waiter connection closed before the request");
+                }
+                conn.setSoTimeout(
+                    (int) Math.min(Integer.MAX_VALUE, Math.max(0, replyTimeoutMillis)));
+                conn.sendCommand(arguments(args)); // buffered: getOne() flushes it
+              } finally {
+                sending.unlock();
+              }
+              f.complete(normalize(conn.getOne()));
             } catch (JedisDataException e) {
               f.completeExceptionally(map(e));
             } catch (RuntimeException e) {
@@ -301,6 +317,12 @@ public final class JedisTransport implements Transport {
 
     @Override
     protected void closeConnection() {
+      sending.lock();
+      try {
+        closed = true;
+      } finally {
+        sending.unlock();
+      }
       conn.disconnect();
     }
   }

@@ -107,7 +107,14 @@ public abstract class WardenSuite {
 
   private String describe(String key) {
     try {
-      Object info = server.call("LOCK.INFO", key);
+      Object type = server.call("TYPE", key);
+      String kind = type instanceof byte[] ? new String((byte[]) type, StandardCharsets.UTF_8) : "";
+      Object info =
+          server.call(
+              kind.equals("warden-rw")
+                  ? "RWLOCK.INFO"
+                  : kind.equals("warden-sm") ? "SEM.INFO" : "LOCK.INFO",
+              key);
       StringBuilder sb = new StringBuilder();
       for (Object o : (List<?>) info) {
         sb.append(o instanceof byte[] ? new String((byte[]) o, StandardCharsets.UTF_8) : o)
@@ -432,7 +439,11 @@ public abstract class WardenSuite {
         } else {
           assertEquals("interrupted", o, shape.name + " round " + round);
         }
-        assertNothingLeft(k);
+        try {
+          assertNothingLeft(k);
+        } catch (AssertionError e) {
+          throw new AssertionError(shape.name + " round " + round + " (" + o + "): " + e, e);
+        }
       }
     }
   }
