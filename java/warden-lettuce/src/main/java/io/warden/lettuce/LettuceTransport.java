@@ -73,6 +73,9 @@ public final class LettuceTransport implements Transport {
   private final AtomicReference<CompletableFuture<StatefulRedisConnection<byte[], byte[]>>> shared =
       new AtomicReference<>();
   private final Pool pool;
+  // Set by close(): no connection is opened after it (a connect on a client being shut down may
+  // never answer), so every command after it fails at once.
+  private volatile boolean closed;
   // Connections being closed: the client is shut down once they are (closing one twice logs).
   private final Set<CompletableFuture<Void>> closing = ConcurrentHashMap.newKeySet();
 
@@ -194,6 +197,11 @@ public final class LettuceTransport implements Transport {
 
   @Override
   public CompletionStage<Object> execute(byte[]... args) {
+    if (closed) {
+      CompletableFuture<Object> f = new CompletableFuture<>();
+      f.completeExceptionally(new WardenException("the transport is closed"));
+      return f;
+    }
     if (given != null) {
       return dispatch(given, args);
     }
@@ -253,6 +261,7 @@ public final class LettuceTransport implements Transport {
 
   @Override
   public void close() {
+    closed = true;
     pool.close();
     CompletableFuture<StatefulRedisConnection<byte[], byte[]>> f = shared.getAndSet(null);
     CompletableFuture<?> sharedClosed =
