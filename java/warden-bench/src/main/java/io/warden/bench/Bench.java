@@ -533,7 +533,7 @@ public final class Bench {
                       x.getKey()
                           + (x.getValue() == UNCONTENDED_ITERATIONS
                               ? ""
-                              : " ×" + fmt((double) x.getValue() / UNCONTENDED_ITERATIONS)))
+                              : " ×" + fmtCount((double) x.getValue() / UNCONTENDED_ITERATIONS)))
               .collect(Collectors.joining(", ")));
     } catch (IOException e) {
       row.put("failed", e.getMessage());
@@ -682,6 +682,11 @@ public final class Bench {
         md.append(".\n");
       }
     }
+  }
+
+  /** 2 for 2.00, 1.5 for 1.50: a count per iteration. */
+  static String fmtCount(double v) {
+    return v == Math.rint(v) ? String.valueOf((long) v) : fmt(v);
   }
 
   static String mark(boolean ok) {

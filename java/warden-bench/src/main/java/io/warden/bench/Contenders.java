@@ -8,6 +8,14 @@ final class Contenders {
 
   static Contender open(String name, int port) throws Exception {
     switch (name) {
+      case "warden-lettuce-lock":
+        return WardenContenders.lettuce(port, "lock");
+      case "warden-lettuce-sem":
+        return WardenContenders.lettuce(port, "sem");
+      case "warden-lettuce-rw":
+        return WardenContenders.lettuce(port, "rw");
+      case "warden-jedis-lock":
+        return WardenContenders.jedis(port, "lock");
       case "redisson-lock":
         return Incumbents.redissonLock(port);
       case "redisson-sem":

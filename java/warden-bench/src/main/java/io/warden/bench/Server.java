@@ -58,10 +58,9 @@ final class Server implements AutoCloseable {
   }
 
   String moduleVersion() {
-    for (Object m : admin.moduleList()) {
-      String s = m.toString();
-      if (s.contains("warden")) {
-        return s;
+    for (redis.clients.jedis.Module m : admin.moduleList()) {
+      if (m.getName().equals("warden")) {
+        return "warden " + m.getVersion();
       }
     }
     return "?";
