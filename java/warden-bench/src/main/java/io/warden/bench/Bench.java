@@ -14,6 +14,8 @@ import java.util.Arrays;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
+import java.util.concurrent.BlockingQueue;
+import java.util.concurrent.LinkedBlockingQueue;
 import java.util.concurrent.TimeUnit;
 import java.util.stream.Collectors;
 import jdk.jfr.consumer.RecordedEvent;
@@ -43,6 +45,8 @@ public final class Bench {
   static final int WARMUP_ITERATIONS = 20;
   static final int UNCONTENDED_ITERATIONS = 200;
   static final int VIRTUAL_THREADS = 10_000;
+  /** A worker's start and warm-up, or its last waiters after the window, on a busy box. */
+  static final double STARTUP_S = 60;
 
   static final List<String> LOCKS =
       List.of(
@@ -180,7 +184,8 @@ public final class Bench {
       String hold = "Thread.sleep(" + HOLD_MS + ") inside, measured " + heldMs(lockRows) + " ms";
       md.append("**Lock, ").append(THREADS).append(" threads on one key**: each thread loops acquire, ");
       md.append(hold).append(", release, for ").append(fmt(seconds)).append(" s");
-      md.append(" (a lock's ceiling is 1,000 ÷ the hold hand-offs/s). One JVM × 16 threads, and 4 JVMs");
+      md.append(" (held %: hand-offs/s × the hold, the share of the run the lock was held; 100 % is the");
+      md.append(" ceiling). One JVM × 16 threads, and 4 JVMs");
       md.append(" × 4 threads (child processes of the harness, results summed). Lease ").append(LEASE_MS);
       md.append(" ms for every client (Redisson `lock(lease)`, RedisLockRegistry `expireAfter`, `PX`).");
       md.append(" Wait: from the call to the grant (HdrHistogram, µs). Server CPU: `INFO cpu`");
@@ -319,30 +324,66 @@ public final class Bench {
 
   /** A child JVM, its stdout read line by line, stderr kept in a file for failures. */
   private static final class Child implements AutoCloseable {
+    private static final String EOF = "\u0000eof";
     final Process process;
-    final BufferedReader out;
     final PrintStream in;
     final Path err;
+    private final BlockingQueue<String> lines = new LinkedBlockingQueue<>();
 
     Child(List<String> cmd) throws IOException {
       err = Files.createTempFile("warden-bench-", ".err");
       process = new ProcessBuilder(cmd).redirectError(err.toFile()).start();
-      out =
+      BufferedReader out =
           new BufferedReader(
               new InputStreamReader(process.getInputStream(), StandardCharsets.UTF_8));
+      Thread reader =
+          new Thread(
+              () -> {
+                try {
+                  for (String line; (line = out.readLine()) != null; ) {
+                    lines.add(line);
+                  }
+                } catch (IOException e) {
+                  // the child is gone: EOF below
+                }
+                lines.add(EOF);
+              });
+      reader.setDaemon(true);
+      reader.start();
       in = new PrintStream(process.getOutputStream(), true, StandardCharsets.UTF_8);
     }
 
-    /** The next line starting with prefix; other lines (a library's logging) skipped. */
-    String await(String prefix) throws IOException {
-      for (String line; (line = out.readLine()) != null; ) {
+    /**
+     * The next line starting with prefix within timeoutSeconds; other lines (a library's logging)
+     * skipped. A worker that hangs or dies fails its row, not the bench.
+     */
+    String await(String prefix, double timeoutSeconds) throws IOException, InterruptedException {
+      long deadline = System.nanoTime() + (long) (timeoutSeconds * 1e9);
+      for (; ; ) {
+        String line = lines.poll(deadline - System.nanoTime(), TimeUnit.NANOSECONDS);
+        if (line == null) {
+          process.destroyForcibly();
+          throw new IOException("no " + prefix + " within " + fmt(timeoutSeconds) + " s" + stderr());
+        }
+        if (line == EOF) {
+          throw new IOException("worker exited" + stderr());
+        }
         if (line.startsWith(prefix)) {
           return line;
         }
       }
-      String tail = Files.readString(err);
-      tail = tail.lines().filter(l -> !l.isBlank()).limit(3).collect(Collectors.joining(" / "));
-      throw new IOException("worker exited (" + tail + ")");
+    }
+
+    private String stderr() throws IOException {
+      String tail =
+          Files.readString(err)
+              .lines()
+              .filter(l -> !l.isBlank() && !l.startsWith("WARNING"))
+              .limit(3)
+              .collect(Collectors.joining(" / "));
+      // one table cell: no pipes, no tabs, no newlines
+      tail = tail.replaceAll("\\s+", " ").replace('|', '/');
+      return tail.isEmpty() ? "" : " (" + tail + ")";
     }
 
     @Override
@@ -383,7 +424,7 @@ public final class Bench {
                     key)));
       }
       for (Child c : children) {
-        c.await("READY");
+        c.await("READY", STARTUP_S);
       }
       double cpu0 = server.cpuSeconds();
       Map<String, Long> calls0 = server.commandCalls();
@@ -392,7 +433,7 @@ public final class Bench {
       }
       List<String> results = new ArrayList<>();
       for (Child c : children) {
-        results.add(c.await("RESULT"));
+        results.add(c.await("RESULT", seconds + STARTUP_S));
       }
       double cpu = server.cpuSeconds() - cpu0;
       Map<String, Long> calls = Server.delta(calls0, server.commandCalls());
@@ -484,7 +525,7 @@ public final class Bench {
                     String.valueOf(server.port),
                     key));
         Socket monitor = new Socket("127.0.0.1", server.port)) {
-      child.await("READY");
+      child.await("READY", STARTUP_S);
       OutputStream mo = monitor.getOutputStream();
       BufferedReader mi =
           new BufferedReader(
@@ -496,7 +537,7 @@ public final class Bench {
       String end = "warden-bench-end-" + System.nanoTime();
       server.admin.echo(start);
       child.in.println("GO");
-      child.await("DONE");
+      child.await("DONE", STARTUP_S);
       server.admin.echo(end);
       boolean in = false;
       long sent = 0;
@@ -562,7 +603,7 @@ public final class Bench {
             + jfr
             + ",jdk.VirtualThreadPinned#enabled=true,jdk.VirtualThreadPinned#threshold=0ms");
     try (Child child = new Child(cmd)) {
-      Map<String, String> f = fields(child.await("RESULT"));
+      Map<String, String> f = fields(child.await("RESULT", 5 * STARTUP_S));
       child.in.close();
       child.process.waitFor(60, TimeUnit.SECONDS);
       row.put("completed", Long.parseLong(f.get("completed")));
@@ -614,19 +655,28 @@ public final class Bench {
   }
 
   private static void table(StringBuilder md, List<Map<String, Object>> rows) {
-    md.append("| client | JVMs × threads | hand-offs/s | p50 wait ms | p99 wait ms | max wait ms |");
+    md.append("| client | JVMs × threads | hand-offs/s | held % | p50 wait ms | p99 wait ms | max wait ms |");
     md.append(" per-thread max/min | server CPU ms / 1,000 hand-offs | server commands / hand-off |");
     md.append(" errors | overlaps |\n");
-    md.append("|---|---|---|---|---|---|---|---|---|---|---|\n");
+    md.append("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     for (Map<String, Object> r : rows) {
       int jvms = (Integer) r.get("jvms");
       md.append("| ").append(label((String) r.get("contender"))).append(" | ");
       md.append(jvms).append(" × ").append(THREADS / jvms).append(" | ");
       if (r.containsKey("failed")) {
-        md.append("failed: ").append(r.get("failed")).append(" | | | | | | | | |\n");
+        md.append("failed: ").append(r.get("failed")).append(" | | | | | | | | | |\n");
         continue;
       }
       md.append(String.format("%,.0f", (Double) r.get("handoffs_per_s"))).append(" | ");
+      // the share of the run a permit was held: hand-offs/s × hold ÷ the permits there are
+      Worker.Workload w = Worker.Workload.of((String) r.get("contender"));
+      md.append(
+              w == Worker.Workload.RW
+                  ? "–"
+                  : String.format(
+                      "%.0f",
+                      (Double) r.get("handoffs_per_s") * (Double) r.get("held_ms") / 10 / w.limit))
+          .append(" | ");
       md.append(fmt((Double) r.get("p50_ms"))).append(" | ");
       md.append(fmt((Double) r.get("p99_ms"))).append(" | ");
       md.append(fmt((Double) r.get("max_ms"))).append(" | ");
