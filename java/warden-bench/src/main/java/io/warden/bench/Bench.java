@@ -32,9 +32,9 @@ import org.HdrHistogram.Histogram;
  * java -cp ... io.warden.bench.Bench [--quick] [--out PREFIX] [--only name,name]
  * </pre>
  *
- * WARDEN_MODULE: the module (required); WARDEN_SERVER: the server (default redis-server).
- * Workers are child JVMs of this one (the same java), started with "worker", "uncontended" or
- * "vt" as the first argument.
+ * WARDEN_MODULE: the module (required); WARDEN_SERVER: the server (default redis-server). Workers
+ * are child JVMs of this one (the same java), started with "worker", "uncontended" or "vt" as the
+ * first argument.
  */
 public final class Bench {
   static final int THREADS = 16;
@@ -45,6 +45,7 @@ public final class Bench {
   static final int WARMUP_ITERATIONS = 20;
   static final int UNCONTENDED_ITERATIONS = 200;
   static final int VIRTUAL_THREADS = 10_000;
+
   /** A worker's start and warm-up, or its last waiters after the window, on a busy box. */
   static final double STARTUP_S = 60;
 
@@ -91,9 +92,12 @@ public final class Bench {
     List<String> argv = Arrays.asList(args);
     boolean quick = argv.contains("--quick");
     Path out =
-        Path.of(argv.contains("--out") ? argv.get(argv.indexOf("--out") + 1) : "bench/results/java");
+        Path.of(
+            argv.contains("--out") ? argv.get(argv.indexOf("--out") + 1) : "bench/results/java");
     List<String> only =
-        argv.contains("--only") ? Arrays.asList(argv.get(argv.indexOf("--only") + 1).split(",")) : null;
+        argv.contains("--only")
+            ? Arrays.asList(argv.get(argv.indexOf("--only") + 1).split(","))
+            : null;
     String module = System.getenv("WARDEN_MODULE");
     if (module == null) {
       System.err.println("WARDEN_MODULE: the module to load");
@@ -152,11 +156,13 @@ public final class Bench {
               "uncontended-iterations", UNCONTENDED_ITERATIONS,
               "virtual-threads", VIRTUAL_THREADS));
 
-      md.append("## Java: warden's client against Redisson, RedisLockRegistry and Jedis SET NX\n\n");
+      md.append(
+          "## Java: warden's client against Redisson, RedisLockRegistry and Jedis SET NX\n\n");
       md.append("Server: ").append(versions.get("server")).append("; module: ");
       md.append(versions.get("module")).append(".  \n");
       md.append("Every client on ").append(versions.get("java"));
-      md.append("; lettuce 7.7.0.RELEASE, jedis 8.0.2, redisson 4.7.0, spring-integration-redis 7.1.2");
+      md.append(
+          "; lettuce 7.7.0.RELEASE, jedis 8.0.2, redisson 4.7.0, spring-integration-redis 7.1.2");
       md.append(" (spring-data-redis 4.1.2, Lettuce), HdrHistogram 2.2.2.  \n");
       md.append("Machine at the start: ").append(before).append("  \n\n");
 
@@ -182,21 +188,28 @@ public final class Bench {
       json.put("virtual-threads", virtual);
 
       String hold = "Thread.sleep(" + HOLD_MS + ") inside, measured " + heldMs(lockRows) + " ms";
-      md.append("**Lock, ").append(THREADS).append(" threads on one key**: each thread loops acquire, ");
+      md.append("**Lock, ")
+          .append(THREADS)
+          .append(" threads on one key**: each thread loops acquire, ");
       md.append(hold).append(", release, for ").append(fmt(seconds)).append(" s");
-      md.append(" (held %: hand-offs/s × the hold, the share of the run the lock was held; 100 % is the");
+      md.append(
+          " (held %: hand-offs/s × the hold, the share of the run the lock was held; 100 % is the");
       md.append(" ceiling). One JVM × 16 threads, and 4 JVMs");
-      md.append(" × 4 threads (child processes of the harness, results summed). Lease ").append(LEASE_MS);
-      md.append(" ms for every client (Redisson `lock(lease)`, RedisLockRegistry `expireAfter`, `PX`).");
+      md.append(" × 4 threads (child processes of the harness, results summed). Lease ")
+          .append(LEASE_MS);
+      md.append(
+          " ms for every client (Redisson `lock(lease)`, RedisLockRegistry `expireAfter`, `PX`).");
       md.append(" Wait: from the call to the grant (HdrHistogram, µs). Server CPU: `INFO cpu`");
-      md.append(" used_cpu_sys + used_cpu_user over the run; commands: `INFO commandstats` over the run,");
+      md.append(
+          " used_cpu_sys + used_cpu_user over the run; commands: `INFO commandstats` over the run,");
       md.append(" those run inside scripts included.\n\n");
       table(md, lockRows);
       ratios(md, lockRows, "redisson-lock", true);
 
       md.append("\n**Semaphore, limit ").append(SEM_LIMIT).append(", ").append(THREADS);
       md.append(" threads**: warden `getSemaphore(key, ").append(SEM_LIMIT);
-      md.append(").acquire(1, lease)` against Redisson's `RPermitExpirableSemaphore.acquire(lease)`");
+      md.append(
+          ").acquire(1, lease)` against Redisson's `RPermitExpirableSemaphore.acquire(lease)`");
       md.append(" (permits with an id and a lease, as warden's); same loop, acquisitions/s.\n\n");
       table(md, semRows);
       ratios(md, semRows, "redisson-sem", false);
@@ -208,9 +221,11 @@ public final class Bench {
       ratios(md, rwRows, "redisson-rw", false);
 
       md.append("\n**Uncontended acquire + release**: one thread, ").append(UNCONTENDED_ITERATIONS);
-      md.append(" times on a free key, counted with `MONITOR` (sent: the client's commands; run: with");
+      md.append(
+          " times on a free key, counted with `MONITOR` (sent: the client's commands; run: with");
       md.append(" those inside Lua scripts). Target for warden: 2 sent.\n\n");
-      md.append("| client | workload | commands sent | commands run | sent (per acquire + release) |\n");
+      md.append(
+          "| client | workload | commands sent | commands run | sent (per acquire + release) |\n");
       md.append("|---|---|---|---|---|\n");
       for (Map<String, Object> u : uncontended) {
         md.append("| ").append(label((String) u.get("contender"))).append(" | ");
@@ -224,11 +239,15 @@ public final class Bench {
       }
 
       md.append("\n**Virtual threads**: ").append(VIRTUAL_THREADS);
-      md.append(" virtual threads, each taking and releasing the same lock once (lease 10 s), under JFR");
-      md.append(" with `jdk.VirtualThreadPinned` at threshold 0. Library frames: events whose stack has");
-      md.append(" a frame of the library (`io.warden` outside the harness; `org.redisson`). Target for");
+      md.append(
+          " virtual threads, each taking and releasing the same lock once (lease 10 s), under JFR");
+      md.append(
+          " with `jdk.VirtualThreadPinned` at threshold 0. Library frames: events whose stack has");
+      md.append(
+          " a frame of the library (`io.warden` outside the harness; `org.redisson`). Target for");
       md.append(" warden: 0.\n\n");
-      md.append("| client | completed | seconds | pinned events | with a library frame | target |\n");
+      md.append(
+          "| client | completed | seconds | pinned events | with a library frame | target |\n");
       md.append("|---|---|---|---|---|---|\n");
       for (Map<String, Object> v : virtual) {
         String c = (String) v.get("contender");
@@ -239,7 +258,9 @@ public final class Bench {
         }
         md.append(v.get("completed")).append(" | ").append(fmt((Double) v.get("seconds")));
         md.append(" | ").append(v.get("pinned")).append(" | ").append(v.get("pinned_in_library"));
-        md.append(" | ").append(c.startsWith("warden") ? mark((Long) v.get("pinned_in_library") == 0) : "anchor");
+        md.append(" | ")
+            .append(
+                c.startsWith("warden") ? mark((Long) v.get("pinned_in_library") == 0) : "anchor");
         md.append(" |\n");
       }
     }
@@ -289,8 +310,11 @@ public final class Bench {
                 .collect(Collectors.joining(", "));
       }
       ps.waitFor();
-      return "load average " + load.substring(0, load.indexOf(' ', load.indexOf(' ', load.indexOf(' ') + 1) + 1))
-          + "; busiest processes (CPU % over their lifetime): " + top + ".";
+      return "load average "
+          + load.substring(0, load.indexOf(' ', load.indexOf(' ', load.indexOf(' ') + 1) + 1))
+          + "; busiest processes (CPU % over their lifetime): "
+          + top
+          + ".";
     } catch (IOException | InterruptedException e) {
       return "unknown (" + e + ")";
     }
@@ -363,7 +387,8 @@ public final class Bench {
         String line = lines.poll(deadline - System.nanoTime(), TimeUnit.NANOSECONDS);
         if (line == null) {
           process.destroyForcibly();
-          throw new IOException("no " + prefix + " within " + fmt(timeoutSeconds) + " s" + stderr());
+          throw new IOException(
+              "no " + prefix + " within " + fmt(timeoutSeconds) + " s" + stderr());
         }
         if (line == EOF) {
           throw new IOException("worker exited" + stderr());
@@ -655,8 +680,10 @@ public final class Bench {
   }
 
   private static void table(StringBuilder md, List<Map<String, Object>> rows) {
-    md.append("| client | JVMs × threads | hand-offs/s | held % | p50 wait ms | p99 wait ms | max wait ms |");
-    md.append(" per-thread max/min | server CPU ms / 1,000 hand-offs | server commands / hand-off |");
+    md.append(
+        "| client | JVMs × threads | hand-offs/s | held % | p50 wait ms | p99 wait ms | max wait ms |");
+    md.append(
+        " per-thread max/min | server CPU ms / 1,000 hand-offs | server commands / hand-off |");
     md.append(" errors | overlaps |\n");
     md.append("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     for (Map<String, Object> r : rows) {
@@ -690,7 +717,9 @@ public final class Bench {
 
   private static Map<String, Object> find(List<Map<String, Object>> rows, String c, int jvms) {
     for (Map<String, Object> r : rows) {
-      if (r.get("contender").equals(c) && (Integer) r.get("jvms") == jvms && !r.containsKey("failed")) {
+      if (r.get("contender").equals(c)
+          && (Integer) r.get("jvms") == jvms
+          && !r.containsKey("failed")) {
         return r;
       }
     }
@@ -718,7 +747,10 @@ public final class Bench {
         md.append(fmt(rate)).append("×** hand-offs/s (≥ 1.5 ").append(mark(rate >= 1.5));
         md.append("), p99 **1/").append(fmt(p99)).append("** (≤ 1/5 ").append(mark(p99 >= 5));
         md.append("), per-thread max/min ").append(fmt(fair)).append(" (≤ 1.1 ");
-        md.append(mark(fair <= 1.1)).append("), server CPU per hand-off ").append(fmt(cpu)).append("×");
+        md.append(mark(fair <= 1.1))
+            .append("), server CPU per hand-off ")
+            .append(fmt(cpu))
+            .append("×");
         if (registry) {
           for (String reg : List.of("registry-spin-lock", "registry-pubsub-lock")) {
             Map<String, Object> g = find(rows, reg, jvms);

@@ -27,8 +27,19 @@ final class Server implements AutoCloseable {
     }
     this.process =
         new ProcessBuilder(
-                binary, "--port", String.valueOf(port), "--bind", "127.0.0.1", "--save", "",
-                "--appendonly", "no", "--dir", dir.toString(), "--loadmodule", module)
+                binary,
+                "--port",
+                String.valueOf(port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+                dir.toString(),
+                "--loadmodule",
+                module)
             .redirectErrorStream(true)
             .redirectOutput(dir.resolve("server.log").toFile())
             .start();
@@ -48,7 +59,11 @@ final class Server implements AutoCloseable {
     if (j == null) {
       process.destroyForcibly();
       throw new IOException(
-          binary + " with " + module + " did not start: " + Files.readString(dir.resolve("server.log")));
+          binary
+              + " with "
+              + module
+              + " did not start: "
+              + Files.readString(dir.resolve("server.log")));
     }
     this.admin = j;
   }
@@ -80,7 +95,8 @@ final class Server implements AutoCloseable {
   /** used_cpu_sys + used_cpu_user, seconds. */
   double cpuSeconds() {
     Map<String, String> cpu = info("cpu");
-    return Double.parseDouble(cpu.get("used_cpu_sys")) + Double.parseDouble(cpu.get("used_cpu_user"));
+    return Double.parseDouble(cpu.get("used_cpu_sys"))
+        + Double.parseDouble(cpu.get("used_cpu_user"));
   }
 
   /** Calls per command from INFO commandstats, INFO itself left out. */

@@ -100,7 +100,9 @@ final class Worker {
                       boolean write = workload.exclusive(locker);
                       int in1 = inside.incrementAndGet();
                       int w = write ? writers.incrementAndGet() : writers.get();
-                      if (in1 > workload.limit || (write && (w > 1 || in1 > 1)) || (!write && w > 0)) {
+                      if (in1 > workload.limit
+                          || (write && (w > 1 || in1 > 1))
+                          || (!write && w > 0)) {
                         overlaps.incrementAndGet();
                       }
                       Thread.sleep(Bench.HOLD_MS);
@@ -237,7 +239,10 @@ final class Worker {
         ByteBuffer.wrap(Base64.getDecoder().decode(s)), 0);
   }
 
-  /** The bound a workload keeps: a lock 1 holder, a semaphore its limit, a read-write lock one writer. */
+  /**
+   * The bound a workload keeps: a lock 1 holder, a semaphore its limit, a read-write lock one
+   * writer.
+   */
   enum Workload {
     LOCK(1),
     SEM(Bench.SEM_LIMIT),
