@@ -205,6 +205,19 @@ public final class Bench {
       md.append(" those run inside scripts included.\n\n");
       table(md, lockRows);
       ratios(md, lockRows, "redisson-lock", true);
+      md.append(
+          """
+
+          How the incumbents wait: Redisson retries its Lua script when its pub/sub channel says \
+          the lock was released (a thread that releases may take the lock again before a woken \
+          waiter: it is not FIFO). RedisLockRegistry takes a per-JVM `ReentrantLock` before Redis, \
+          so in one JVM only one thread at a time talks to Redis; across JVMs SPIN_LOCK retries \
+          every 100 ms (`idleBetweenTries`' default) and PUB_SUB_LOCK waits for an unlock message. \
+          The SET NX lock polls with `Thread.sleep` of a random 1-5 ms; the thread that releases \
+          does not sleep, so it often takes the lock again at once. warden queues each waiter on \
+          the server (`LOCK.ACQUIRE ... WAIT`) and grants in FIFO order in the release's \
+          event-loop turn.
+          """);
 
       md.append("\n**Semaphore, limit ").append(SEM_LIMIT).append(", ").append(THREADS);
       md.append(" threads**: warden `getSemaphore(key, ").append(SEM_LIMIT);
