@@ -12,7 +12,7 @@ MODULE := target/release/libwarden.so
 APT_PACKAGES := redis-server redis-tools libclang1-14 libclang-common-14-dev python3-venv \
 	prometheus-redis-exporter prometheus binutils
 
-.PHONY: docs docs-screenshots run exporter test build deps venv check bench valgrind-bin cluster cluster-stop fuzz valgrind clean python-venv python-test failover-demo failover-history node-deps node-test node-bench dist dist-test prev-release upgrade-test
+.PHONY: java-deps java-build java-test java-lint java-dist lint docs docs-screenshots run exporter test build deps venv check bench valgrind-bin cluster cluster-stop fuzz valgrind clean python-venv python-test failover-demo failover-history node-deps node-test node-bench dist dist-test prev-release upgrade-test
 
 FUZZ_SECONDS ?= 600
 
@@ -140,6 +140,7 @@ test: deps venv python-venv node-deps $(REDISBLOOM) $(SERVER_DEPS)
 		cargo test --release --workspace --no-fail-fast $(TEST_TARGETS) -- --test-threads=4 --show-output
 	$(MAKE) --no-print-directory python-test
 	$(MAKE) --no-print-directory node-test
+	$(MAKE) --no-print-directory java-test
 	$(MAKE) --no-print-directory dist-test
 
 # The previous release, for tests/upgrade.rs (docs/upgrading.md): 1.0.0, the
@@ -197,6 +198,7 @@ dist: deps venv node-deps
 	cargo package -p warden-client --no-verify --allow-dirty --target-dir target/dist
 	cp target/dist/package/warden-client-$(VERSION).crate $(DIST)/
 	cd node && npm pack --ignore-scripts --silent --pack-destination ../$(DIST) >/dev/null
+	$(MAKE) --no-print-directory java-dist
 	cd $(DIST) && sha256sum * > SHA256SUMS && ls -l
 
 # What a user installs, installed and run (make test runs it; under a minute
@@ -246,6 +248,43 @@ node-test: node-deps $(SERVER_DEPS)
 	cargo test --release --workspace --no-run
 	cd node && npm run --silent check
 	cd node && WARDEN_SERVER=$(SERVER_BIN) WARDEN_MODULE=$(CURDIR)/$(TEST_MODULE) npm test --silent
+
+# The Java client (java/, Maven): Maven and a JDK from apt when missing; the
+# dependencies come from Maven Central into ~/.m2 on the first build.
+# java-test runs every module's tests against $(SERVER_BIN) with the module
+# (on SERVER=redis8/valkey only the JUnit tag "integration"), on Temurin 25
+# when it is installed (-Pjdk25: the virtual-thread tests; skipped on 17).
+MVN := mvn -B -ntp
+JAVA_GROUPS := $(if $(filter redis,$(SERVER)),,-Dgroups=integration)
+JAVA_PROFILE := $(if $(wildcard /usr/lib/jvm/temurin-25-jdk-amd64/bin/java),-Pjdk25,)
+java-deps:
+	@command -v mvn >/dev/null && command -v javac >/dev/null || { \
+		echo "installing: maven default-jdk-headless"; SUDO=""; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
+		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends maven default-jdk-headless >/dev/null; }
+
+java-build: java-deps
+	cd java && $(MVN) -q -DskipTests package
+
+java-test: java-deps $(SERVER_DEPS)
+	cargo test --release --workspace --no-run
+	cd java && WARDEN_SERVER=$(SERVER_BIN) WARDEN_MODULE=$(CURDIR)/$(TEST_MODULE) \
+		$(MVN) verify $(JAVA_GROUPS) $(JAVA_PROFILE)
+
+# google-java-format (spotless) on every Java module.
+java-lint: java-deps
+	cd java && $(MVN) -q spotless:check
+
+lint: java-lint
+
+# The Java jars and their POMs (the parent's too), ready for a team's
+# repository: every java/warden-* module but the test harness and the bench.
+java-dist: java-deps
+	@grep -q '<version>$(VERSION)</version>' java/pom.xml || { echo "java/pom.xml: not version $(VERSION) (Cargo.toml's)"; exit 1; }
+	cd java && $(MVN) -q -DskipTests package
+	cp java/pom.xml $(DIST)/warden-parent-$(VERSION).pom
+	@for d in java/warden-*/; do m=$$(basename $$d); \
+		case $$m in warden-test-support|warden-bench) continue;; esac; \
+		cp $$d/target/$$m-$(VERSION).jar $(DIST)/ && cp $$d/pom.xml $(DIST)/$$m-$(VERSION).pom; done
 
 # ruff and mypy --strict on the package; its tests, then redis-py's own lock
 # tests (fetched from redis-py's sdist into target/) against warden's locks.

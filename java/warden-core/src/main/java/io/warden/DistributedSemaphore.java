@@ -15,6 +15,12 @@ public interface DistributedSemaphore {
 
   CompletionStage<Optional<Permit>> tryAcquireAsync(int permits, Duration wait, Duration lease);
 
+  /**
+   * The same semaphore whose waits carry {@code QUEUE n}: with {@code n} or more requests already
+   * waiting, a request is not queued and reports a timeout (empty).
+   */
+  DistributedSemaphore maxQueue(int n);
+
   /** Permits free now (the limit when nobody holds any). */
   int availablePermits();
 }

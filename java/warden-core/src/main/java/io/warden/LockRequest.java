@@ -2,38 +2,143 @@ package io.warden;
 
 import java.time.Duration;
 import java.util.Optional;
+import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.CompletionStage;
+import java.util.concurrent.TimeUnit;
 
-/** How to take one hold: {@code warden.lock("k").lease(Duration.ofSeconds(10)).tryAcquire(...)}. */
+/**
+ * How to take one hold: {@code warden.lock("k").lease(Duration.ofSeconds(10)).tryAcquire(wait)}.
+ * Each acquire gets a fresh random owner (128 bits): a hold belongs to its {@link WardenLock}, not
+ * to a thread.
+ */
 public final class LockRequest {
-  LockRequest() {}
+  private final Warden warden;
+  private final Hold.Kind kind;
+  private final String key;
+  private long leaseMs = -1;
+  private long watchdogMs;
+  private long maxQueue = -1;
+  private String owner;
+
+  LockRequest(Warden warden, Hold.Kind kind, String key) {
+    this.warden = warden;
+    this.kind = kind;
+    this.key = key;
+    this.watchdogMs = warden.watchdogLeaseMillis();
+  }
 
   /** The lease; absent: a watchdog renews the hold while it is held. */
   public LockRequest lease(Duration lease) {
-    throw new UnsupportedOperationException();
-  }
-
-  /** The watchdog's lease when no lease is given (default 30 s; renewed every third of it). */
-  public LockRequest watchdog(Duration lease) {
-    throw new UnsupportedOperationException();
+    this.leaseMs = lease == null ? -1 : Math.max(1, lease.toMillis());
+    return this;
   }
 
   /**
-   * {@code QUEUE n}: with {@code n} or more already waiting, do not queue (reported as timeout).
+   * The watchdog's lease when no lease is given (default 30 s, the builder's): renewed every third
+   * of it while held.
+   */
+  public LockRequest watchdog(Duration lease) {
+    this.watchdogMs = Math.max(3, lease.toMillis());
+    return this;
+  }
+
+  /**
+   * {@code QUEUE n}: when {@code n} or more requests already wait on the key, do not queue; the
+   * request is then reported as a timeout (shed).
    */
   public LockRequest maxQueue(int n) {
-    throw new UnsupportedOperationException();
+    if (n < 0) {
+      throw new IllegalArgumentException("maxQueue must be >= 0");
+    }
+    this.maxQueue = n;
+    return this;
   }
 
+  /** The owner to use instead of a fresh one (a downgrade names the writer's). */
+  LockRequest owner(String owner) {
+    this.owner = owner;
+    return this;
+  }
+
+  /** Waits until granted; an interrupt leaves nothing behind (no hold, no waiter). */
   public WardenLock acquire() throws InterruptedException {
-    throw new UnsupportedOperationException();
+    Pending<WardenLock> p = start(Deadline.FOREVER, true);
+    Optional<WardenLock> got = p.attempt.await(p.out, Hold::releaseAsyncOf);
+    if (!got.isPresent()) {
+      // Only a QUEUE shed answers a wait without end with nothing.
+      throw new WardenException("not granted: " + key + " has too many waiters (maxQueue)");
+    }
+    return got.get();
   }
 
+  /**
+   * Waits up to {@code wait} (measured from this call); empty on timeout or shed. Zero: one try
+   * without waiting.
+   */
   public Optional<WardenLock> tryAcquire(Duration wait) throws InterruptedException {
-    throw new UnsupportedOperationException();
+    Pending<WardenLock> p = startWithin(wait);
+    return p.attempt.await(p.out, Hold::releaseAsyncOf);
   }
 
+  /**
+   * As {@link #tryAcquire}, asynchronously. Cancelling the stage's future aborts the wait (the
+   * waiter taken out, a grant that raced it given back).
+   */
   public CompletionStage<Optional<WardenLock>> tryAcquireAsync(Duration wait) {
-    throw new UnsupportedOperationException();
+    return startWithin(wait).out;
+  }
+
+  private Pending<WardenLock> startWithin(Duration wait) {
+    long now = System.nanoTime();
+    long nanos = wait.isNegative() ? 0 : safeNanos(wait);
+    return start(Deadline.after(now, nanos), nanos > 0);
+  }
+
+  static long safeNanos(Duration d) {
+    try {
+      return d.toNanos();
+    } catch (ArithmeticException e) {
+      return Long.MAX_VALUE;
+    }
+  }
+
+  static final class Pending<T> {
+    final Attempt attempt;
+    final CompletableFuture<Optional<T>> out;
+
+    Pending(Attempt attempt, CompletableFuture<Optional<T>> out) {
+      this.attempt = attempt;
+      this.out = out;
+    }
+  }
+
+  Pending<WardenLock> start(long deadline, boolean mayWait) {
+    boolean dog = leaseMs < 0;
+    long ms = dog ? watchdogMs : leaseMs;
+    String owner = this.owner != null ? this.owner : warden.newOwner();
+    String cmd =
+        kind == Hold.Kind.LOCK
+            ? "LOCK.ACQUIRE"
+            : kind == Hold.Kind.READ ? "RWLOCK.READ" : "RWLOCK.WRITE";
+    long sent = System.nanoTime();
+    Attempt a =
+        new Attempt(
+            warden,
+            Resp.args(cmd, key, owner, Long.toString(ms)),
+            deadline,
+            mayWait,
+            maxQueue,
+            warden.tokenKind(kind.release, key, owner, this.owner == null));
+    CompletableFuture<Optional<WardenLock>> out =
+        a.deliverTo(
+            reply -> new Hold(warden, kind, key, owner, Resp.asLong(reply), 1, ms, dog, sent),
+            h -> ((Hold) h).releaseAsync(),
+            h -> ((Hold) h).start());
+    a.start();
+    return new Pending<>(a, out);
+  }
+
+  static long toMillis(long amount, TimeUnit unit) {
+    return Math.max(1, unit.toMillis(amount));
   }
 }

@@ -1,54 +1,132 @@
 package io.warden;
 
+import java.security.SecureRandom;
+import java.time.Duration;
+import java.util.List;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.CompletionStage;
+import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.ScheduledExecutorService;
+import java.util.concurrent.ScheduledThreadPoolExecutor;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicInteger;
+import java.util.regex.Matcher;
+import java.util.regex.Pattern;
+
 /**
  * The entry point: locks, read-write locks, semaphores and cache leases on one {@link Transport}.
+ *
+ * <pre>{@code
+ * Warden warden = Warden.create(LettuceTransport.create(redisClient));
+ * try (WardenLock lock = warden.lock("orders:42").lease(Duration.ofSeconds(10)).acquire()) {
+ *   // ...
+ * }
+ * }</pre>
  */
 public final class Warden implements AutoCloseable {
   /** Builds a {@link Warden}: {@code Warden.builder(transport).watchdogLease(...).build()}. */
   public static final class Builder {
     private final Transport transport;
+    private Duration watchdogLease = Duration.ofSeconds(30);
+    private Duration readMargin = Duration.ofSeconds(5);
+    private Duration cacheLease = Duration.ofSeconds(10);
+    private boolean closeTransport = true;
 
     Builder(Transport transport) {
       this.transport = transport;
     }
 
-    public Warden build() {
-      return new Warden(transport);
+    /** The lease of holds taken without one, renewed every third of it (default 30 s). */
+    public Builder watchdogLease(Duration lease) {
+      this.watchdogLease = lease;
+      return this;
     }
+
+    /**
+     * How much longer than its {@code WAIT} a blocking request waits for its reply before its
+     * connection is taken as lost and closed (default 5 s).
+     */
+    public Builder readMargin(Duration margin) {
+      this.readMargin = margin;
+      return this;
+    }
+
+    /** The fill lease a cache miss takes (default 10 s): the longest a load may take. */
+    public Builder cacheLease(Duration lease) {
+      this.cacheLease = lease;
+      return this;
+    }
+
+    /** Whether {@link Warden#close()} closes the transport too (default true). */
+    public Builder closeTransport(boolean close) {
+      this.closeTransport = close;
+      return this;
+    }
+
+    public Warden build() {
+      return new Warden(this);
+    }
+  }
+
+  private static final AtomicInteger THREADS = new AtomicInteger();
+
+  private final Transport transport;
+  private final long watchdogMs;
+  private final long readMarginMs;
+  private final long cacheLeaseMs;
+  private final boolean closeTransport;
+  private final ScheduledThreadPoolExecutor scheduler;
+  private final SecureRandom random = new SecureRandom();
+  private final ConcurrentHashMap<ThreadHolds.Key, ThreadHolds.Entry> threadHolds =
+      new ConcurrentHashMap<>();
+  private volatile CompletableFuture<Boolean> unblocks;
+
+  private Warden(Builder b) {
+    this.transport = b.transport;
+    this.watchdogMs = Math.max(3, b.watchdogLease.toMillis());
+    this.readMarginMs = Math.max(1, b.readMargin.toMillis());
+    this.cacheLeaseMs = Math.max(1, b.cacheLease.toMillis());
+    this.closeTransport = b.closeTransport;
+    this.scheduler =
+        new ScheduledThreadPoolExecutor(
+            1,
+            r -> {
+              Thread t = new Thread(r, "warden-timer-" + THREADS.incrementAndGet());
+              t.setDaemon(true);
+              return t;
+            });
+    scheduler.setRemoveOnCancelPolicy(true);
+  }
+
+  public static Warden create(Transport transport) {
+    return new Builder(transport).build();
   }
 
   public static Builder builder(Transport transport) {
     return new Builder(transport);
   }
 
-  private final Transport transport;
-
-  private Warden(Transport transport) {
-    this.transport = transport;
-  }
-
-  public static Warden create(Transport transport) {
-    return new Warden(transport);
-  }
-
+  /** Handle API: one exclusive hold ({@code LOCK.*}) per acquire. */
   public LockRequest lock(String key) {
-    throw new UnsupportedOperationException();
+    return new LockRequest(this, Hold.Kind.LOCK, key);
   }
 
+  /** A {@link java.util.concurrent.locks.Lock} on {@code key}, re-entrant per thread. */
   public DistributedLock getLock(String key) {
-    throw new UnsupportedOperationException();
+    return new ThreadLock(this, Hold.Kind.LOCK, key);
   }
 
   public DistributedReadWriteLock getReadWriteLock(String key) {
-    throw new UnsupportedOperationException();
+    return new RwLock(this, key);
   }
 
+  /** A semaphore of {@code limit} permits (every acquire states it; SEM.SETLIMIT changes it). */
   public DistributedSemaphore getSemaphore(String key, int limit) {
-    throw new UnsupportedOperationException();
+    return new Semaphore(this, key, limit, -1);
   }
 
   public WardenCache cache() {
-    throw new UnsupportedOperationException();
+    return new Cache(this, cacheLeaseMs);
   }
 
   public Transport transport() {
@@ -57,6 +135,147 @@ public final class Warden implements AutoCloseable {
 
   @Override
   public void close() {
-    transport.close();
+    scheduler.shutdownNow();
+    if (closeTransport) {
+      transport.close();
+    }
+  }
+
+  // ---- shared by the implementations ----
+
+  ScheduledExecutorService scheduler() {
+    return scheduler;
+  }
+
+  long watchdogLeaseMillis() {
+    return watchdogMs;
+  }
+
+  long readMarginMillis() {
+    return readMarginMs;
+  }
+
+  ConcurrentHashMap<ThreadHolds.Key, ThreadHolds.Entry> threadHolds() {
+    return threadHolds;
+  }
+
+  /** A fresh owner: 128 random bits, hex. */
+  String newOwner() {
+    byte[] b = new byte[16];
+    random.nextBytes(b);
+    StringBuilder sb = new StringBuilder(32);
+    for (byte x : b) {
+      sb.append(Character.forDigit((x >> 4) & 0xf, 16)).append(Character.forDigit(x & 0xf, 16));
+    }
+    return sb.toString();
+  }
+
+  /** What a token reply means, and how to give it back. */
+  Attempt.Kind tokenKind(String releaseCommand, String key, String owner, boolean ownOwner) {
+    return new Attempt.Kind() {
+      @Override
+      public boolean granted(Object reply) {
+        return reply != null;
+      }
+
+      @Override
+      public CompletionStage<?> giveBack(Object reply) {
+        return transport.execute(Resp.args(releaseCommand, key, owner));
+      }
+
+      @Override
+      public CompletionStage<?> giveBackUnseen() {
+        // The owner is this request's own: releasing it frees at most what it was granted
+        // (a borrowed owner, a downgrade's, may hold more: left to its lease).
+        return ownOwner
+            ? transport.execute(Resp.args(releaseCommand, key, owner))
+            : CompletableFuture.completedFuture(null);
+      }
+    };
+  }
+
+  /**
+   * Whether the server's {@code CLIENT UNBLOCK} takes a warden waiter out of its queue (Redis &gt;=
+   * 7.4, Valkey &gt;= 8), learned once from {@code INFO server}.
+   */
+  CompletionStage<Boolean> unblocksWaiters() {
+    CompletableFuture<Boolean> known = unblocks;
+    if (known != null) {
+      return known;
+    }
+    CompletableFuture<Boolean> f = new CompletableFuture<>();
+    unblocks = f;
+    transport
+        .execute(Resp.args("INFO", "server"))
+        .whenComplete(
+            (info, e) -> {
+              if (e != null) {
+                unblocks = null;
+                f.complete(false);
+              } else {
+                f.complete(unblocksModuleWaiters(Resp.str(info)));
+              }
+            });
+    return f;
+  }
+
+  static boolean unblocksModuleWaiters(String info) {
+    Matcher v = Pattern.compile("(?m)^valkey_version:(\\d+)\\.(\\d+)").matcher(info);
+    if (v.find()) {
+      return Integer.parseInt(v.group(1)) >= 8;
+    }
+    Matcher r = Pattern.compile("(?m)^redis_version:(\\d+)\\.(\\d+)").matcher(info);
+    if (r.find()) {
+      int major = Integer.parseInt(r.group(1));
+      int minor = Integer.parseInt(r.group(2));
+      return major > 7 || (major == 7 && minor >= 4);
+    }
+    return false;
+  }
+
+  /**
+   * Completes once the server no longer lists client {@code id} (a closed connection takes it a
+   * moment to notice), or after {@code ms}.
+   */
+  CompletionStage<Void> gone(long id, long ms) {
+    CompletableFuture<Void> done = new CompletableFuture<>();
+    if (id <= 0) {
+      done.complete(null);
+      return done;
+    }
+    long end = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(ms);
+    pollGone(id, end, done);
+    return done;
+  }
+
+  private void pollGone(long id, long end, CompletableFuture<Void> done) {
+    transport
+        .execute(Resp.args("CLIENT", "LIST", "ID", Long.toString(id)))
+        .whenComplete(
+            (list, e) -> {
+              String s = e == null ? Resp.str(list) : null;
+              if (s == null || !s.contains("id=" + id + " ") || System.nanoTime() - end >= 0) {
+                done.complete(null);
+                return;
+              }
+              try {
+                scheduler.schedule(() -> pollGone(id, end, done), 2, TimeUnit.MILLISECONDS);
+              } catch (RuntimeException closed) {
+                done.complete(null);
+              }
+            });
+  }
+
+  /** Runs a command synchronously on the shared connection, errors rethrown unchecked. */
+  Object call(Object... args) {
+    try {
+      return transport.execute(Resp.args(args)).toCompletableFuture().join();
+    } catch (RuntimeException e) {
+      throw Resp.rethrow(e);
+    }
+  }
+
+  static List<Object> list(Object reply) {
+    return Resp.asList(reply);
   }
 }

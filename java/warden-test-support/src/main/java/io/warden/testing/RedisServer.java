@@ -39,6 +39,15 @@ public final class RedisServer implements AutoCloseable {
    * Starts a server; {@code extraArgs} are added to its command line ({@code "--maxmemory", ...}).
    */
   public static RedisServer start(String... extraArgs) {
+    return start(false, extraArgs);
+  }
+
+  /** Starts a server without the warden module (for the "is warden loaded?" hint). */
+  public static RedisServer startWithoutModule() {
+    return start(true);
+  }
+
+  private static RedisServer start(boolean noModule, String... extraArgs) {
     try {
       Path dir = Files.createTempDirectory("warden-java-");
       int port = freePort();
@@ -59,9 +68,11 @@ public final class RedisServer implements AutoCloseable {
               "--appendonly",
               "no",
               "--enable-debug-command",
-              "yes",
-              "--loadmodule",
-              modulePath()));
+              "yes"));
+      if (!noModule) {
+        args.add("--loadmodule");
+        args.add(modulePath());
+      }
       args.addAll(Arrays.asList(extraArgs));
       RedisServer server = new RedisServer(dir, port, args);
       server.spawn();

@@ -1,0 +1,476 @@
+package io.warden;
+
+import java.util.Arrays;
+import java.util.Optional;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.CompletionStage;
+import java.util.concurrent.ExecutionException;
+import java.util.concurrent.ScheduledFuture;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.TimeoutException;
+import java.util.concurrent.atomic.AtomicInteger;
+import java.util.concurrent.locks.ReentrantLock;
+import java.util.function.Consumer;
+import java.util.function.Function;
+
+/**
+ * One request that may wait (LOCK.ACQUIRE, RWLOCK.READ/WRITE, SEM.ACQUIRE, CACHE.GET), following
+ * the client rule: a try without WAIT on the shared connection first; only a busy answer waits, on
+ * a dedicated connection, with {@code WAIT} = the caller's remaining time less a margin, computed
+ * when it is sent; nothing reaches a caller past its deadline or abort (a grant that does is given
+ * back); an abort takes the waiter out of the server's queue at once.
+ */
+final class Attempt {
+  /** What a reply means for one kind of request. */
+  interface Kind {
+    /** Whether the reply carries something for the caller (a token, a value, a fill lease). */
+    boolean granted(Object reply);
+
+    /** Undoes a granted reply nobody takes (release the token, abandon the lease). */
+    CompletionStage<?> giveBack(Object reply);
+
+    /**
+     * Undoes a grant that may have been made to a waiter whose connection was closed unread (the
+     * server granted it before it saw the close): release by owner; nothing where the close ends it
+     * (a cache lease).
+     */
+    CompletionStage<?> giveBackUnseen();
+  }
+
+  /** How long an abort waits, at most, for the server to be done with the waiter. */
+  private static final long ABORT_BOUND_MS = 3000;
+
+  private final Warden warden;
+  private final byte[][] command;
+  private final long deadline;
+  private final long maxQueue;
+  private final boolean mayWait;
+  private final Kind kind;
+
+  /** The granted reply; {@code null}: not granted (timeout, shed, abort). */
+  final CompletableFuture<Object> result = new CompletableFuture<>();
+
+  private final AtomicInteger inflight = new AtomicInteger();
+  private final CompletableFuture<Void> idle = new CompletableFuture<>();
+  private final ReentrantLock lock = new ReentrantLock();
+  // Guarded by lock: the waiter connection and how far its request went. A connection goes back
+  // to the pool only once its reply was read and no CLIENT UNBLOCK naming it is still in flight
+  // (else the UNBLOCK could hit the next request on it).
+  private WaitConnection conn;
+  private boolean replied;
+  // A reply was read (not only a failed connection): a grant in it is handled where it is read.
+  private boolean seen;
+  private boolean unblockSent;
+  private boolean unblockDone;
+  private boolean aborted;
+  private volatile ScheduledFuture<?> timer;
+
+  Attempt(
+      Warden warden,
+      byte[][] command,
+      long deadlineNanos,
+      boolean mayWait,
+      long maxQueue,
+      Kind kind) {
+    this.warden = warden;
+    this.command = command;
+    this.deadline = deadlineNanos;
+    this.mayWait = mayWait;
+    this.maxQueue = maxQueue;
+    this.kind = kind;
+  }
+
+  /** Starts with the fast path: the command without WAIT on the shared connection. */
+  Attempt start() {
+    begin();
+    warden
+        .transport()
+        .execute(command)
+        .whenComplete(
+            (reply, error) -> {
+              try {
+                if (error != null) {
+                  fail(error);
+                } else if (kind.granted(reply)) {
+                  deliver(reply);
+                } else if (!mayWait) {
+                  result.complete(null);
+                } else {
+                  waitPhase();
+                }
+              } catch (RuntimeException e) {
+                fail(e);
+              } finally {
+                end();
+              }
+            });
+    return this;
+  }
+
+  private void waitPhase() {
+    if (isAborted() || result.isDone()) {
+      return;
+    }
+    if (Deadline.waitArg(deadline, System.nanoTime()) < 0) {
+      result.complete(null);
+      return;
+    }
+    if (deadline != Deadline.FOREVER) {
+      // The caller is answered at its deadline whatever the server does; the server's WAIT ends
+      // before it, so a reply that comes later is rare, and a grant in it is given back.
+      long delay = deadline - System.nanoTime();
+      timer = warden.scheduler().schedule(() -> result.complete(null), delay, TimeUnit.NANOSECONDS);
+      result.whenComplete((r, e) -> timer.cancel(false));
+    }
+    begin();
+    warden
+        .transport()
+        .waitConnection(deadline)
+        .whenComplete(
+            (c, error) -> {
+              try {
+                if (error != null) {
+                  fail(error);
+                } else if (c == null) {
+                  result.complete(null);
+                } else {
+                  send(c);
+                }
+              } catch (RuntimeException e) {
+                fail(e);
+              } finally {
+                end();
+              }
+            });
+  }
+
+  private void send(WaitConnection c) {
+    long wait = Deadline.waitArg(deadline, System.nanoTime());
+    if (wait < 0 || result.isDone() || isAborted()) {
+      c.release();
+      result.complete(null);
+      return;
+    }
+    int extra = maxQueue >= 0 ? 4 : 2;
+    byte[][] full = Arrays.copyOf(command, command.length + extra);
+    full[command.length] = Resp.b("WAIT");
+    full[command.length + 1] = Resp.b(wait);
+    if (maxQueue >= 0) {
+      full[command.length + 2] = Resp.b("QUEUE");
+      full[command.length + 3] = Resp.b(maxQueue);
+    }
+    lock.lock();
+    boolean abortNow;
+    try {
+      conn = c;
+      abortNow = aborted;
+    } finally {
+      lock.unlock();
+    }
+    begin();
+    long readTimeout = wait == 0 ? 0 : wait + warden.readMarginMillis();
+    c.execute(readTimeout, full)
+        .whenComplete(
+            (reply, error) -> {
+              try {
+                replied(c, error);
+                if (error == null) {
+                  if (kind.granted(reply)) {
+                    deliver(reply);
+                  } else {
+                    result.complete(null);
+                  }
+                } else {
+                  fail(error);
+                }
+              } catch (RuntimeException e) {
+                fail(e);
+              } finally {
+                end();
+              }
+            });
+    if (abortNow) {
+      takeOut();
+    }
+  }
+
+  /** The wait's reply was read (or its connection failed): the connection's fate. */
+  private void replied(WaitConnection c, Throwable error) {
+    Throwable cause = error == null ? null : Resp.unwrap(error);
+    boolean usable = cause == null || cause instanceof WardenServerException;
+    boolean releaseNow;
+    lock.lock();
+    try {
+      replied = true;
+      seen = usable;
+      releaseNow = !unblockSent || unblockDone;
+    } finally {
+      lock.unlock();
+    }
+    if (!usable) {
+      c.close();
+    } else if (releaseNow) {
+      c.release();
+    }
+  }
+
+  private void deliver(Object reply) {
+    if (isAborted()) {
+      giveBack(reply);
+    } else if (Deadline.passed(deadline, System.nanoTime())) {
+      // Rule: never a grant to a caller past its deadline.
+      giveBack(reply);
+      result.complete(null);
+    } else if (!result.complete(reply)) {
+      giveBack(reply);
+    }
+  }
+
+  /** Gives back a granted reply nobody takes; the attempt is idle once that is answered. */
+  void giveBack(Object reply) {
+    begin();
+    CompletionStage<?> stage;
+    try {
+      stage = kind.giveBack(reply);
+    } catch (RuntimeException e) {
+      end();
+      return;
+    }
+    stage.whenComplete((r, e) -> end());
+  }
+
+  /** Tracks a give-back made by the consumer of {@link #result} (its caller left). */
+  void track(CompletionStage<?> stage) {
+    begin();
+    stage.whenComplete((r, e) -> end());
+  }
+
+  private void fail(Throwable error) {
+    if (!isAborted()) {
+      result.completeExceptionally(Resp.unwrap(error));
+    } else {
+      result.complete(null);
+    }
+  }
+
+  private boolean isAborted() {
+    lock.lock();
+    try {
+      return aborted;
+    } finally {
+      lock.unlock();
+    }
+  }
+
+  /**
+   * The caller left (interrupt, cancel): answer it now and take the waiter out of the server's
+   * queue. A grant that raced it is given back.
+   */
+  void abort() {
+    boolean takeOut;
+    lock.lock();
+    try {
+      if (aborted) {
+        return;
+      }
+      aborted = true;
+      takeOut = conn != null && !replied;
+    } finally {
+      lock.unlock();
+    }
+    result.complete(null);
+    if (takeOut) {
+      takeOut();
+    }
+  }
+
+  /**
+   * {@code CLIENT UNBLOCK} where the server answers the waiter nil and keeps its connection (Redis
+   * &gt;= 7.4, Valkey &gt;= 8); else close the connection, and wait (bounded) until the server no
+   * longer lists it, so the abort is ordered before the caller's next command.
+   */
+  private void takeOut() {
+    WaitConnection c;
+    lock.lock();
+    try {
+      if (replied || unblockSent || conn == null) {
+        return;
+      }
+      unblockSent = true;
+      c = conn;
+    } finally {
+      lock.unlock();
+    }
+    begin();
+    boolean bounded = deadline != Deadline.FOREVER;
+    CompletionStage<Boolean> unblocked =
+        c.clientId() <= 0
+            ? CompletableFuture.completedFuture(false)
+            : warden
+                .unblocksWaiters()
+                .thenCompose(
+                    ok ->
+                        ok
+                            ? warden
+                                .transport()
+                                .execute(
+                                    Resp.args("CLIENT", "UNBLOCK", Long.toString(c.clientId())))
+                                .thenApply(
+                                    // 0: the reply is on its way, or the request has not
+                                    // reached the server yet; a bounded WAIT answers it anyway.
+                                    n -> Long.valueOf(1).equals(Resp.asLong(n)) || bounded)
+                            : CompletableFuture.completedFuture(false));
+    unblocked.whenComplete(
+        (ok, e) -> {
+          try {
+            boolean keep = e == null && ok;
+            boolean releaseNow;
+            lock.lock();
+            try {
+              unblockDone = true;
+              releaseNow = replied;
+            } finally {
+              lock.unlock();
+            }
+            if (!keep) {
+              c.close();
+              begin();
+              warden
+                  .gone(c.clientId(), 1000)
+                  .whenComplete(
+                      (r, e2) -> {
+                        boolean unseen;
+                        lock.lock();
+                        try {
+                          unseen = !seen;
+                        } finally {
+                          lock.unlock();
+                        }
+                        if (unseen) {
+                          begin();
+                          try {
+                            kind.giveBackUnseen().whenComplete((r2, e3) -> end());
+                          } catch (RuntimeException e3) {
+                            end();
+                          }
+                        }
+                        end();
+                      });
+            } else if (releaseNow) {
+              c.release();
+            }
+          } finally {
+            end();
+          }
+        });
+  }
+
+  private void begin() {
+    inflight.incrementAndGet();
+  }
+
+  private void end() {
+    if (inflight.decrementAndGet() == 0 && result.isDone()) {
+      idle.complete(null);
+    }
+  }
+
+  /** Waits (uninterruptibly, bounded) until nothing of this attempt is left in flight. */
+  void awaitIdle() {
+    if (inflight.get() == 0) {
+      return;
+    }
+    long end = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(ABORT_BOUND_MS);
+    boolean interrupted = false;
+    while (true) {
+      long left = end - System.nanoTime();
+      if (left <= 0 || inflight.get() == 0) {
+        break;
+      }
+      try {
+        idle.get(Math.min(left, TimeUnit.MILLISECONDS.toNanos(50)), TimeUnit.NANOSECONDS);
+        break;
+      } catch (InterruptedException e) {
+        interrupted = true;
+      } catch (ExecutionException | TimeoutException e) {
+        // look again
+      }
+    }
+    if (interrupted) {
+      Thread.currentThread().interrupt();
+    }
+  }
+
+  // ---- turning a granted reply into what the caller gets ----
+
+  /**
+   * The caller's future: {@code wrap} turns a granted reply into the caller's object; when the
+   * caller has left (cancelled, or completed the future itself) {@code undo} gives it back; {@code
+   * started} runs once the caller has it (a watchdog).
+   */
+  <T> CompletableFuture<Optional<T>> deliverTo(
+      Function<Object, T> wrap, Function<T, CompletionStage<?>> undo, Consumer<T> started) {
+    CompletableFuture<Optional<T>> out = new CompletableFuture<>();
+    result.whenComplete(
+        (reply, error) -> {
+          if (error != null) {
+            out.completeExceptionally(error);
+            return;
+          }
+          if (reply == null) {
+            out.complete(Optional.empty());
+            return;
+          }
+          T v;
+          try {
+            v = wrap.apply(reply);
+          } catch (RuntimeException e) {
+            giveBack(reply);
+            out.completeExceptionally(e);
+            return;
+          }
+          if (out.complete(Optional.of(v))) {
+            started.accept(v);
+          } else {
+            track(undo.apply(v));
+          }
+        });
+    // Any other completion by the caller (cancel, a timeout of its own) is an abort.
+    out.whenComplete(
+        (v, e) -> {
+          if (e != null) {
+            abort();
+          }
+        });
+    return out;
+  }
+
+  /**
+   * Waits for the caller's future; on an interrupt the attempt is aborted (the waiter taken out, a
+   * raced grant given back) before {@link InterruptedException} is thrown.
+   */
+  <T> Optional<T> await(CompletableFuture<Optional<T>> out, Function<T, CompletionStage<?>> undo)
+      throws InterruptedException {
+    try {
+      return out.get();
+    } catch (InterruptedException ie) {
+      if (!out.cancel(true)) {
+        Optional<T> got = null;
+        try {
+          got = out.getNow(null);
+        } catch (RuntimeException e) {
+          // failed: nothing to give back
+        }
+        if (got != null && got.isPresent()) {
+          track(undo.apply(got.get()));
+        }
+      }
+      abort();
+      awaitIdle();
+      Thread.interrupted();
+      throw ie;
+    } catch (ExecutionException e) {
+      throw Resp.rethrow(e);
+    }
+  }
+}

@@ -1,0 +1,388 @@
+package io.warden;
+
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.CompletionStage;
+import java.util.concurrent.ScheduledFuture;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.locks.ReentrantLock;
+
+/**
+ * One hold on the server (a lock, a read or write hold, semaphore permits), owned by this object
+ * and not by a thread. A state machine guarded by a {@link ReentrantLock} (never {@code
+ * synchronized}: virtual threads must not pin) keeps the watchdog's renewals and the release apart:
+ * once the release is decided no renewal is sent, and the release waits for a renewal in flight, so
+ * no EXTEND ever follows the release's reply.
+ */
+final class Hold implements WardenLock, Permit {
+  enum Kind {
+    LOCK("LOCK.RELEASE", "LOCK.EXTEND"),
+    READ("RWLOCK.UNLOCK", "RWLOCK.EXTEND"),
+    WRITE("RWLOCK.UNLOCK", "RWLOCK.EXTEND"),
+    SEMAPHORE("SEM.RELEASE", "SEM.EXTEND");
+
+    final String release;
+    final String extend;
+
+    Kind(String release, String extend) {
+      this.release = release;
+      this.extend = extend;
+    }
+  }
+
+  private enum State {
+    HELD,
+    RELEASING,
+    RELEASED,
+    LOST
+  }
+
+  private final Warden warden;
+  private final Kind kind;
+  private final String key;
+  private final String owner;
+  private final long fence;
+  private final int permits;
+  private final boolean watchdog;
+
+  private final ReentrantLock lock = new ReentrantLock();
+  // Guarded by lock.
+  private State state = State.HELD;
+  private long leaseMs;
+  private long leaseEnd;
+  private int extendsInFlight;
+  private CompletableFuture<Void> released;
+  private boolean releaseSent;
+  private ScheduledFuture<?> task;
+  private final List<Runnable> onLost = new ArrayList<>();
+
+  Hold(
+      Warden warden,
+      Kind kind,
+      String key,
+      String owner,
+      long fence,
+      int permits,
+      long leaseMs,
+      boolean watchdog,
+      long sentAtNanos) {
+    this.warden = warden;
+    this.kind = kind;
+    this.key = key;
+    this.owner = owner;
+    this.fence = fence;
+    this.permits = permits;
+    this.leaseMs = leaseMs;
+    this.watchdog = watchdog;
+    // The lease started at the grant, after the request was sent: counting from the send is safe.
+    this.leaseEnd = sentAtNanos + TimeUnit.MILLISECONDS.toNanos(leaseMs);
+  }
+
+  /** The caller has the hold: renewals (watchdog) or the lease-end timer start. */
+  void start() {
+    lock.lock();
+    try {
+      if (state == State.HELD) {
+        schedule();
+      }
+    } finally {
+      lock.unlock();
+    }
+  }
+
+  // Called with lock held.
+  private void schedule() {
+    if (task != null) {
+      task.cancel(false);
+    }
+    if (watchdog) {
+      long every = Math.max(1, leaseMs / 3);
+      task = warden.scheduler().schedule(this::renew, every, TimeUnit.MILLISECONDS);
+    } else {
+      long delay = leaseEnd - System.nanoTime();
+      task = warden.scheduler().schedule(this::leaseEnded, delay, TimeUnit.NANOSECONDS);
+    }
+  }
+
+  private void leaseEnded() {
+    lock.lock();
+    try {
+      if (state != State.HELD) {
+        return;
+      }
+      if (System.nanoTime() - leaseEnd < 0) {
+        schedule();
+        return;
+      }
+    } finally {
+      lock.unlock();
+    }
+    lose();
+  }
+
+  private void renew() {
+    long ms;
+    lock.lock();
+    try {
+      if (state != State.HELD) {
+        return;
+      }
+      if (System.nanoTime() - leaseEnd >= 0) {
+        ms = -1;
+      } else {
+        extendsInFlight++;
+        ms = leaseMs;
+      }
+    } finally {
+      lock.unlock();
+    }
+    if (ms < 0) {
+      lose();
+      return;
+    }
+    long sent = System.nanoTime();
+    sendExtend(ms)
+        .whenComplete(
+            (reply, error) -> {
+              boolean lost = false;
+              lock.lock();
+              try {
+                extendsInFlight--;
+                if (error == null && Long.valueOf(1).equals(Resp.asLong(reply))) {
+                  leaseEnd = sent + TimeUnit.MILLISECONDS.toNanos(ms);
+                } else if (error == null) {
+                  lost = state == State.HELD;
+                } else {
+                  // A renewal that failed (connection) is tried again at the next tick; the
+                  // hold is lost once its lease has run out.
+                  lost = state == State.HELD && System.nanoTime() - leaseEnd >= 0;
+                }
+                if (state == State.HELD && !lost) {
+                  schedule();
+                }
+                maybeSendRelease();
+              } finally {
+                lock.unlock();
+              }
+              if (lost) {
+                lose();
+              }
+            });
+  }
+
+  private CompletionStage<Object> sendExtend(long ms) {
+    return warden.transport().execute(Resp.args(kind.extend, key, owner, Long.toString(ms)));
+  }
+
+  private void lose() {
+    List<Runnable> callbacks;
+    lock.lock();
+    try {
+      if (state != State.HELD) {
+        return;
+      }
+      state = State.LOST;
+      if (task != null) {
+        task.cancel(false);
+      }
+      callbacks = new ArrayList<>(onLost);
+      onLost.clear();
+    } finally {
+      lock.unlock();
+    }
+    for (Runnable r : callbacks) {
+      runQuietly(r);
+    }
+  }
+
+  private static void runQuietly(Runnable r) {
+    try {
+      r.run();
+    } catch (RuntimeException e) {
+      // a callback's failure is its own
+    }
+  }
+
+  @Override
+  public String key() {
+    return key;
+  }
+
+  @Override
+  public String owner() {
+    return owner;
+  }
+
+  @Override
+  public long fence() {
+    return fence;
+  }
+
+  @Override
+  public int permits() {
+    return permits;
+  }
+
+  /** The lease of the last grant or renewal, in ms. */
+  long leaseMillis() {
+    lock.lock();
+    try {
+      return leaseMs;
+    } finally {
+      lock.unlock();
+    }
+  }
+
+  @Override
+  public boolean extend(Duration lease) {
+    long ms = Math.max(1, lease.toMillis());
+    lock.lock();
+    try {
+      if (state != State.HELD) {
+        return false;
+      }
+      extendsInFlight++;
+    } finally {
+      lock.unlock();
+    }
+    long sent = System.nanoTime();
+    Object reply = null;
+    Throwable error = null;
+    try {
+      reply = sendExtend(ms).toCompletableFuture().join();
+    } catch (RuntimeException e) {
+      error = e;
+    }
+    boolean ok = error == null && Long.valueOf(1).equals(Resp.asLong(reply));
+    boolean lost = false;
+    lock.lock();
+    try {
+      extendsInFlight--;
+      if (ok && state == State.HELD) {
+        leaseMs = ms;
+        leaseEnd = sent + TimeUnit.MILLISECONDS.toNanos(ms);
+        schedule();
+      } else if (error == null && !ok) {
+        lost = state == State.HELD;
+      }
+      maybeSendRelease();
+    } finally {
+      lock.unlock();
+    }
+    if (lost) {
+      lose();
+    }
+    if (error != null) {
+      throw Resp.rethrow(error);
+    }
+    return ok;
+  }
+
+  @Override
+  public boolean isHeld() {
+    lock.lock();
+    try {
+      return state == State.HELD && System.nanoTime() - leaseEnd < 0;
+    } finally {
+      lock.unlock();
+    }
+  }
+
+  /** Milliseconds left of the lease by this client's clock (0 once gone). */
+  long remainingMillis() {
+    lock.lock();
+    try {
+      if (state != State.HELD) {
+        return 0;
+      }
+      return Math.max(0, TimeUnit.NANOSECONDS.toMillis(leaseEnd - System.nanoTime()));
+    } finally {
+      lock.unlock();
+    }
+  }
+
+  @Override
+  public void onLost(Runnable callback) {
+    lock.lock();
+    try {
+      if (state != State.LOST) {
+        onLost.add(callback);
+        return;
+      }
+    } finally {
+      lock.unlock();
+    }
+    runQuietly(callback);
+  }
+
+  @Override
+  public void release() {
+    try {
+      releaseAsync().toCompletableFuture().join();
+    } catch (RuntimeException e) {
+      throw Resp.rethrow(e);
+    }
+  }
+
+  /** Releases the hold; the stage completes with the server's answer to the release. */
+  CompletionStage<Void> releaseAsync() {
+    lock.lock();
+    try {
+      if (released == null) {
+        released = new CompletableFuture<>();
+        state = State.RELEASING;
+        onLost.clear();
+        if (task != null) {
+          task.cancel(false);
+        }
+        maybeSendRelease();
+      }
+      return released;
+    } finally {
+      lock.unlock();
+    }
+  }
+
+  // Called with lock held: the release goes once no renewal is in flight.
+  private void maybeSendRelease() {
+    if (released == null || releaseSent || extendsInFlight > 0) {
+      return;
+    }
+    releaseSent = true;
+    CompletableFuture<Void> done = released;
+    warden
+        .transport()
+        .execute(Resp.args(kind.release, key, owner))
+        .whenComplete(
+            (reply, error) -> {
+              lock.lock();
+              try {
+                state = State.RELEASED;
+              } finally {
+                lock.unlock();
+              }
+              if (error != null) {
+                done.completeExceptionally(Resp.unwrap(error));
+              } else {
+                done.complete(null);
+              }
+            });
+  }
+
+  @Override
+  public void close() {
+    release();
+  }
+
+  /** Gives back a hold its caller never took. */
+  static CompletionStage<Void> releaseAsyncOf(WardenLock hold) {
+    return ((Hold) hold).releaseAsync();
+  }
+
+  @Override
+  public String toString() {
+    return kind + " hold of " + key + " (owner " + owner + ", fence " + fence + ")";
+  }
+}

@@ -1,0 +1,105 @@
+package io.warden.testing;
+
+import io.warden.Transport;
+import io.warden.WaitConnection;
+import java.nio.charset.StandardCharsets;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.CompletionStage;
+import java.util.concurrent.CopyOnWriteArrayList;
+import java.util.concurrent.Executors;
+import java.util.concurrent.ScheduledExecutorService;
+import java.util.concurrent.TimeUnit;
+
+/**
+ * A transport around another that records what is sent on waiter connections, and can hand out
+ * waiter connections late (as a busy pool would).
+ */
+public final class RecordingTransport implements Transport {
+  private final Transport inner;
+  private final List<List<String>> waits = new CopyOnWriteArrayList<>();
+  private final ScheduledExecutorService delayer = Executors.newSingleThreadScheduledExecutor();
+  private volatile long connectionDelayMillis;
+  private volatile int waitConnections;
+
+  public RecordingTransport(Transport inner) {
+    this.inner = inner;
+  }
+
+  /** Waiter connections are handed out this much later. */
+  public void delayConnections(long millis) {
+    connectionDelayMillis = millis;
+  }
+
+  /** The commands sent on waiter connections, as strings. */
+  public List<List<String>> waits() {
+    return waits;
+  }
+
+  /** How many waiter connections were asked for. */
+  public int waitConnectionsAsked() {
+    return waitConnections;
+  }
+
+  @Override
+  public CompletionStage<Object> execute(byte[]... args) {
+    return inner.execute(args);
+  }
+
+  @Override
+  public CompletionStage<WaitConnection> waitConnection(long deadlineNanos) {
+    waitConnections++;
+    long delay = connectionDelayMillis;
+    CompletableFuture<Void> later = new CompletableFuture<>();
+    if (delay > 0) {
+      delayer.schedule(() -> later.complete(null), delay, TimeUnit.MILLISECONDS);
+    } else {
+      later.complete(null);
+    }
+    return later.thenCompose(
+        v ->
+            inner
+                .waitConnection(deadlineNanos)
+                .thenApply(c -> c == null ? null : (WaitConnection) new Recording(c)));
+  }
+
+  @Override
+  public void close() {
+    delayer.shutdownNow();
+    inner.close();
+  }
+
+  private final class Recording implements WaitConnection {
+    private final WaitConnection c;
+
+    Recording(WaitConnection c) {
+      this.c = c;
+    }
+
+    @Override
+    public long clientId() {
+      return c.clientId();
+    }
+
+    @Override
+    public CompletionStage<Object> execute(long replyTimeoutMillis, byte[]... args) {
+      List<String> s = new ArrayList<>();
+      for (byte[] a : args) {
+        s.add(new String(a, StandardCharsets.UTF_8));
+      }
+      waits.add(s);
+      return c.execute(replyTimeoutMillis, args);
+    }
+
+    @Override
+    public void release() {
+      c.release();
+    }
+
+    @Override
+    public void close() {
+      c.close();
+    }
+  }
+}
