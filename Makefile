@@ -323,9 +323,9 @@ OVERLOAD_OUT ?= overload
 JDK25 ?= /usr/lib/jvm/temurin-25-jdk-amd64
 BENCH_JAR := java/warden-bench/target/warden-bench-1.1.0.jar
 ifeq ($(SECTION),java)
-bench: $(if $(WARDEN_MODULE),,build)
+bench: java-deps $(if $(WARDEN_MODULE),,build)
 	JAVA_HOME=$(JDK25) MAVEN_OPTS=--sun-misc-unsafe-memory-access=allow \
-		mvn -q -B -f java/pom.xml -Pbench -pl warden-bench -am package -DskipTests
+		$(MVN) -q -f java/pom.xml -Pbench -pl warden-bench -am package -DskipTests
 	WARDEN_SERVER=$(SERVER_BIN) WARDEN_MODULE=$(or $(WARDEN_MODULE),$(CURDIR)/$(MODULE)) \
 		$(JDK25)/bin/java -cp $(BENCH_JAR):$$(cat java/warden-bench/target/classpath.txt) \
 		io.warden.bench.Bench $(if $(QUICK),--quick,) --out $(CURDIR)/bench/results/java

@@ -758,6 +758,15 @@ public final class Bench {
         md.append("- ").append(label(w)).append(", ").append(jvms).append(" JVM");
         md.append(jvms > 1 ? "s" : "").append(", ÷ ").append(label(anchor)).append(": **");
         md.append(fmt(rate)).append("×** hand-offs/s (≥ 1.5 ").append(mark(rate >= 1.5));
+        // A lock cannot hand off faster than 1 / hold: say when the target lies above that.
+        double ceiling = 1000 / (Double) me.get("held_ms") * Worker.Workload.of(w).limit;
+        double wanted = 1.5 * (Double) r.get("handoffs_per_s");
+        if (Worker.Workload.of(w) != Worker.Workload.RW && wanted > ceiling) {
+          md.append(
+              String.format(
+                  "; 1.5× would be %,.0f/s, above the ceiling of %,.0f/s that the %s ms hold allows",
+                  wanted, ceiling, fmt((Double) me.get("held_ms"))));
+        }
         md.append("), p99 **1/").append(fmt(p99)).append("** (≤ 1/5 ").append(mark(p99 >= 5));
         md.append("), per-thread max/min ").append(fmt(fair)).append(" (≤ 1.1 ");
         md.append(mark(fair <= 1.1))
