@@ -204,6 +204,7 @@ public final class Bench {
           " used_cpu_sys + used_cpu_user over the run; commands: `INFO commandstats` over the run,");
       md.append(" those run inside scripts included.\n\n");
       table(md, lockRows);
+      others(md, lockRows);
       ratios(md, lockRows, "redisson-lock", true);
       md.append(
           """
@@ -225,12 +226,14 @@ public final class Bench {
           ").acquire(1, lease)` against Redisson's `RPermitExpirableSemaphore.acquire(lease)`");
       md.append(" (permits with an id and a lease, as warden's); same loop, acquisitions/s.\n\n");
       table(md, semRows);
+      others(md, semRows);
       ratios(md, semRows, "redisson-sem", false);
 
       md.append("\n**Read-write lock, ").append(THREADS).append(" threads**: every ");
       md.append(RW_WRITE_EVERY).append("th hold of a thread a write, the others reads;");
       md.append(" `getReadWriteLock` against `RReadWriteLock`, same loop, acquisitions/s.\n\n");
       table(md, rwRows);
+      others(md, rwRows);
       ratios(md, rwRows, "redisson-rw", false);
 
       md.append("\n**Uncontended acquire + release**: one thread, ").append(UNCONTENDED_ITERATIONS);
@@ -303,32 +306,48 @@ public final class Bench {
     };
   }
 
-  /** Load averages and the busiest other processes: what else shared the 2 cores. */
+  /** Load averages and what else used the 2 cores over one second (top), this JVM left out. */
   private static String machine() {
     try {
-      String load = Files.readString(Path.of("/proc/loadavg")).trim();
-      Process ps =
-          new ProcessBuilder("ps", "-eo", "pcpu,comm", "--sort=-pcpu", "--no-headers")
+      String[] load = Files.readString(Path.of("/proc/loadavg")).trim().split(" ");
+      Process top =
+          new ProcessBuilder("top", "-b", "-n", "2", "-d", "1", "-w", "200")
               .redirectErrorStream(true)
               .start();
-      String top;
+      List<String> lines;
       try (BufferedReader r =
-          new BufferedReader(new InputStreamReader(ps.getInputStream(), StandardCharsets.UTF_8))) {
-        top =
-            r.lines()
-                .map(String::trim)
-                .filter(l -> !l.startsWith("0.0"))
-                .limit(6)
-                .map(l -> l.replaceFirst("^(\\S+)\\s+(.*)$", "$2 $1%"))
-                .collect(Collectors.joining(", "));
+          new BufferedReader(new InputStreamReader(top.getInputStream(), StandardCharsets.UTF_8))) {
+        lines = r.lines().collect(Collectors.toList());
       }
-      ps.waitFor();
+      top.waitFor();
+      // the second frame: CPU over the second between the two
+      int frame = 0;
+      List<String> busy = new ArrayList<>();
+      String me = String.valueOf(ProcessHandle.current().pid());
+      for (String line : lines) {
+        if (line.startsWith("top -")) {
+          frame++;
+          continue;
+        }
+        String[] f = line.trim().split("\\s+");
+        if (frame < 2 || f.length < 12 || !f[0].matches("\\d+") || f[0].equals(me)) {
+          continue;
+        }
+        double cpu = Double.parseDouble(f[8]);
+        if (cpu >= 1.0) {
+          busy.add(f[11] + " " + fmt(cpu) + " %");
+        }
+      }
       return "load average "
-          + load.substring(0, load.indexOf(' ', load.indexOf(' ', load.indexOf(' ') + 1) + 1))
-          + "; busiest processes (CPU % over their lifetime): "
-          + top
+          + load[0]
+          + " "
+          + load[1]
+          + " "
+          + load[2]
+          + "; other processes using ≥ 1 % of a core over one second (top): "
+          + (busy.isEmpty() ? "none" : String.join(", ", busy))
           + ".";
-    } catch (IOException | InterruptedException e) {
+    } catch (IOException | InterruptedException | RuntimeException e) {
       return "unknown (" + e + ")";
     }
   }
@@ -464,6 +483,9 @@ public final class Bench {
       for (Child c : children) {
         c.await("READY", STARTUP_S);
       }
+      List<Long> pids = new ArrayList<>(List.of(ProcessHandle.current().pid(), server.pid()));
+      children.forEach(c -> pids.add(c.process.pid()));
+      long[] machine0 = Cpu.sample(pids);
       double cpu0 = server.cpuSeconds();
       Map<String, Long> calls0 = server.commandCalls();
       for (Child c : children) {
@@ -474,6 +496,7 @@ public final class Bench {
         results.add(c.await("RESULT", seconds + STARTUP_S));
       }
       double cpu = server.cpuSeconds() - cpu0;
+      long[] machine1 = Cpu.sample(pids);
       Map<String, Long> calls = Server.delta(calls0, server.commandCalls());
 
       List<Long> counts = new ArrayList<>();
@@ -515,6 +538,7 @@ public final class Bench {
       row.put("overlaps", overlaps);
       row.put("errors", errors);
       row.put("error_sample", error);
+      row.put("others_cores", Cpu.othersCores(machine0, machine1));
     } catch (IOException e) {
       row.put("failed", e.getMessage());
       System.err.println("java bench: " + contender + " failed: " + e.getMessage());
@@ -725,6 +749,21 @@ public final class Bench {
       md.append(fmt((Double) r.get("cpu_ms_per_1000"))).append(" | ");
       md.append(fmt((Double) r.get("commands_per_handoff"))).append(" | ");
       md.append(r.get("errors")).append(" | ").append(r.get("overlaps")).append(" |\n");
+    }
+  }
+
+  /** What the rest of the machine used while these rows ran. */
+  private static void others(StringBuilder md, List<Map<String, Object>> rows) {
+    double[] cores =
+        rows.stream()
+            .filter(r -> r.containsKey("others_cores"))
+            .mapToDouble(r -> (Double) r.get("others_cores"))
+            .toArray();
+    if (cores.length > 0) {
+      md.append("\nOther processes (not this server or these JVMs) used ");
+      md.append(fmt(Arrays.stream(cores).min().getAsDouble())).append("–");
+      md.append(fmt(Arrays.stream(cores).max().getAsDouble()));
+      md.append(" of the 2 cores during these runs (/proc/stat less the bench's processes).\n");
     }
   }
 

@@ -68,6 +68,10 @@ final class Server implements AutoCloseable {
     this.admin = j;
   }
 
+  long pid() {
+    return process.pid();
+  }
+
   String version() {
     return info("server").get("redis_version");
   }
