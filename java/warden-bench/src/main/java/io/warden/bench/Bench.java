@@ -262,17 +262,22 @@ public final class Bench {
       md.append(
           " a frame of the library (`io.warden` outside the harness; `org.redisson`). Target for");
       md.append(" warden: 0.\n\n");
-      md.append(
-          "| client | completed | seconds | pinned events | with a library frame | target |\n");
-      md.append("|---|---|---|---|---|---|\n");
+      md.append("| client | completed | errors | seconds | pinned events | with a library frame |");
+      md.append(" target |\n");
+      md.append("|---|---|---|---|---|---|---|\n");
       for (Map<String, Object> v : virtual) {
         String c = (String) v.get("contender");
         md.append("| ").append(label(c)).append(" | ");
         if (v.containsKey("failed")) {
-          md.append("failed: ").append(v.get("failed")).append(" | | | | |\n");
+          md.append("failed: ").append(v.get("failed")).append(" | | | | | |\n");
           continue;
         }
-        md.append(v.get("completed")).append(" | ").append(fmt((Double) v.get("seconds")));
+        md.append(v.get("completed")).append(" | ").append(v.get("errors"));
+        String sample = (String) v.get("error_sample");
+        if (!sample.isEmpty()) {
+          md.append(" (").append(sample.replace('|', '/')).append(")");
+        }
+        md.append(" | ").append(fmt((Double) v.get("seconds")));
         md.append(" | ").append(v.get("pinned")).append(" | ").append(v.get("pinned_in_library"));
         md.append(" | ")
             .append(
@@ -671,6 +676,7 @@ public final class Bench {
       row.put("completed", Long.parseLong(f.get("completed")));
       row.put("seconds", Double.parseDouble(f.get("seconds")));
       row.put("errors", Long.parseLong(f.get("errors")));
+      row.put("error_sample", f.getOrDefault("error", "").replace('_', ' '));
       String prefix = contender.startsWith("warden") ? "io.warden." : "org.redisson.";
       long pinned = 0;
       long inLibrary = 0;
@@ -721,14 +727,14 @@ public final class Bench {
         "| client | JVMs × threads | hand-offs/s | held % | p50 wait ms | p99 wait ms | max wait ms |");
     md.append(
         " per-thread max/min | server CPU ms / 1,000 hand-offs | server commands / hand-off |");
-    md.append(" errors | overlaps |\n");
-    md.append("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    md.append(" errors | overlaps | other processes, cores |\n");
+    md.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     for (Map<String, Object> r : rows) {
       int jvms = (Integer) r.get("jvms");
       md.append("| ").append(label((String) r.get("contender"))).append(" | ");
       md.append(jvms).append(" × ").append(THREADS / jvms).append(" | ");
       if (r.containsKey("failed")) {
-        md.append("failed: ").append(r.get("failed")).append(" | | | | | | | | | |\n");
+        md.append("failed: ").append(r.get("failed")).append(" | | | | | | | | | | |\n");
         continue;
       }
       md.append(String.format("%,.0f", (Double) r.get("handoffs_per_s"))).append(" | ");
@@ -748,7 +754,8 @@ public final class Bench {
       md.append(Double.isInfinite(fair) ? "∞ (a thread got none)" : fmt(fair)).append(" | ");
       md.append(fmt((Double) r.get("cpu_ms_per_1000"))).append(" | ");
       md.append(fmt((Double) r.get("commands_per_handoff"))).append(" | ");
-      md.append(r.get("errors")).append(" | ").append(r.get("overlaps")).append(" |\n");
+      md.append(r.get("errors")).append(" | ").append(r.get("overlaps")).append(" | ");
+      md.append(fmt((Double) r.get("others_cores"))).append(" |\n");
     }
   }
 
