@@ -11,6 +11,7 @@ import java.nio.file.Files;
 import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.Arrays;
+import java.util.HashMap;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
@@ -29,7 +30,7 @@ import org.HdrHistogram.Histogram;
  * lock, side by side on one redis-server. Prints markdown and writes OUT.md and OUT.json.
  *
  * <pre>
- * java -cp ... io.warden.bench.Bench [--quick] [--out PREFIX] [--only name,name]
+ * java -cp ... io.warden.bench.Bench [--quick] [--rounds N] [--out PREFIX] [--only name,name]
  * </pre>
  *
  * WARDEN_MODULE: the module (required); WARDEN_SERVER: the server (default redis-server). Workers
@@ -104,18 +105,26 @@ public final class Bench {
       System.exit(2);
     }
     String serverBin = System.getenv().getOrDefault("WARDEN_SERVER", "redis-server");
-    new Bench(quick, only).runAll(serverBin, module, out);
+    int rounds =
+        argv.contains("--rounds")
+            ? Integer.parseInt(argv.get(argv.indexOf("--rounds") + 1))
+            : quick ? 1 : 5;
+    new Bench(quick, rounds, only).runAll(serverBin, module, out);
   }
 
   private final boolean quick;
   private final List<String> only;
   private final double seconds;
+  private final int rounds;
+  private final double slice;
   private final long started = System.nanoTime();
 
-  private Bench(boolean quick, List<String> only) {
+  private Bench(boolean quick, int rounds, List<String> only) {
     this.quick = quick;
     this.only = only;
     this.seconds = quick ? 3 : 10;
+    this.rounds = rounds;
+    this.slice = seconds / rounds;
   }
 
   private boolean selected(String name) {
@@ -192,6 +201,13 @@ public final class Bench {
           .append(THREADS)
           .append(" threads on one key**: each thread loops acquire, ");
       md.append(hold).append(", release, for ").append(fmt(seconds)).append(" s");
+      if (rounds > 1) {
+        md.append(": ").append(rounds).append(" slices of ").append(fmt(slice));
+        md.append(
+            " s per client, the clients taking turns (every JVM started first), so that other");
+        md.append(" work on the machine falls on all alike; in brackets the slowest and fastest");
+        md.append(" slice's hand-offs/s");
+      }
       md.append(
           " (held %: hand-offs/s × the hold, the share of the run the lock was held; 100 % is the");
       md.append(" ceiling). One JVM × 16 threads, and 4 JVMs");
@@ -359,13 +375,35 @@ public final class Bench {
 
   // ---------------------------------------------------------------- contended runs
 
+  /**
+   * Every contender's JVMs are started first; then ROUNDS rounds, each giving every contender one
+   * slice in turn (the order rotating), so a burst of other work on the machine falls on all of
+   * them alike. A row sums its slices.
+   */
   private List<Map<String, Object>> contended(Server server, List<String> contenders)
       throws Exception {
     List<Map<String, Object>> rows = new ArrayList<>();
+    List<String> names = contenders.stream().filter(this::selected).toList();
+    if (names.isEmpty()) {
+      return rows;
+    }
     for (int jvms : new int[] {1, 4}) {
-      for (String c : contenders) {
-        if (selected(c)) {
-          rows.add(contended(server, c, jvms));
+      List<Group> groups = new ArrayList<>();
+      try {
+        for (String c : names) {
+          System.err.printf("java bench: %s, %d JVM(s): starting%n", c, jvms);
+          groups.add(new Group(server, c, jvms));
+        }
+        for (int round = 0; round < rounds; round++) {
+          System.err.printf("java bench: %d JVM(s), round %d of %d%n", jvms, round + 1, rounds);
+          for (int i = 0; i < groups.size(); i++) {
+            groups.get((i + round) % groups.size()).slice(server, slice);
+          }
+        }
+      } finally {
+        for (Group g : groups) {
+          g.close();
+          rows.add(g.row());
         }
       }
     }
@@ -375,7 +413,7 @@ public final class Bench {
   private static List<String> javaCommand(String... args) {
     List<String> cmd = new ArrayList<>();
     cmd.add(Path.of(System.getProperty("java.home"), "bin", "java").toString());
-    cmd.add("-Xmx512m");
+    cmd.add("-Xmx256m");
     cmd.add("-cp");
     cmd.add(System.getProperty("java.class.path"));
     cmd.add(Bench.class.getName());
@@ -463,97 +501,143 @@ public final class Bench {
     }
   }
 
-  private Map<String, Object> contended(Server server, String contender, int jvms)
-      throws Exception {
-    Map<String, Object> row = new LinkedHashMap<>();
-    row.put("contender", contender);
-    row.put("jvms", jvms);
-    row.put("threads", THREADS);
-    int perJvm = THREADS / jvms;
-    String key = contender + "-" + jvms + "-" + System.nanoTime();
-    List<Child> children = new ArrayList<>();
-    System.err.printf("java bench: %s, %d JVM(s)%n", contender, jvms);
-    try {
-      for (int i = 0; i < jvms; i++) {
-        children.add(
-            new Child(
-                javaCommand(
-                    "worker",
-                    contender,
-                    String.valueOf(perJvm),
-                    String.valueOf(seconds),
-                    String.valueOf(server.port),
-                    key)));
-      }
-      for (Child c : children) {
-        c.await("READY", STARTUP_S);
-      }
-      List<Long> pids = new ArrayList<>(List.of(ProcessHandle.current().pid(), server.pid()));
-      children.forEach(c -> pids.add(c.process.pid()));
-      long[] machine0 = Cpu.sample(pids);
-      double cpu0 = server.cpuSeconds();
-      Map<String, Long> calls0 = server.commandCalls();
-      for (Child c : children) {
-        c.in.println("GO");
-      }
-      List<String> results = new ArrayList<>();
-      for (Child c : children) {
-        results.add(c.await("RESULT", seconds + STARTUP_S));
-      }
-      double cpu = server.cpuSeconds() - cpu0;
-      long[] machine1 = Cpu.sample(pids);
-      Map<String, Long> calls = Server.delta(calls0, server.commandCalls());
+  /** One contender's JVMs across the rounds, and what its slices add up to. */
+  private static final class Group implements AutoCloseable {
+    final String contender;
+    final int jvms;
+    final List<Child> children = new ArrayList<>();
+    final long[] counts = new long[THREADS];
+    final Histogram waits = new Histogram(3_600_000_000L, 3);
+    final Map<String, Long> calls = new HashMap<>();
+    final List<Double> perSlice = new ArrayList<>();
+    final List<Double> others = new ArrayList<>();
+    double seconds;
+    double cpu;
+    long overlaps;
+    long errors;
+    double heldNs;
+    long heldSlices;
+    String error = "";
+    String failed;
 
-      List<Long> counts = new ArrayList<>();
-      Histogram waits = new Histogram(3_600_000_000L, 3);
-      long overlaps = 0;
-      long errors = 0;
-      double heldNs = 0;
-      String error = "";
-      for (String r : results) {
-        Map<String, String> f = fields(r);
-        for (String n : f.get("counts").split(",")) {
-          counts.add(Long.parseLong(n));
+    Group(Server server, String contender, int jvms) {
+      this.contender = contender;
+      this.jvms = jvms;
+      String key = contender + "-" + jvms + "-" + System.nanoTime();
+      try {
+        for (int i = 0; i < jvms; i++) {
+          children.add(
+              new Child(
+                  javaCommand(
+                      "worker",
+                      contender,
+                      String.valueOf(THREADS / jvms),
+                      String.valueOf(server.port),
+                      key)));
         }
-        waits.add(Worker.decode(f.get("hist")));
-        overlaps += Long.parseLong(f.get("overlaps"));
-        errors += Long.parseLong(f.get("errors"));
-        heldNs += Double.parseDouble(f.get("held_ns")) / results.size();
-        if (error.isEmpty()) {
-          error = f.getOrDefault("error", "");
+        for (Child c : children) {
+          c.await("READY", STARTUP_S);
         }
+      } catch (IOException | InterruptedException e) {
+        fail(e);
       }
-      long total = counts.stream().mapToLong(Long::longValue).sum();
-      long max = counts.stream().mapToLong(Long::longValue).max().orElse(0);
-      long min = counts.stream().mapToLong(Long::longValue).min().orElse(0);
+    }
+
+    private void fail(Exception e) {
+      failed = e.getMessage();
+      System.err.println("java bench: " + contender + " failed: " + failed);
+      children.forEach(c -> c.process.destroyForcibly());
+    }
+
+    void slice(Server server, double secs) {
+      if (failed != null) {
+        return;
+      }
+      try {
+        List<Long> pids = new ArrayList<>(List.of(ProcessHandle.current().pid(), server.pid()));
+        children.forEach(c -> pids.add(c.process.pid()));
+        long[] machine0 = Cpu.sample(pids);
+        double cpu0 = server.cpuSeconds();
+        Map<String, Long> calls0 = server.commandCalls();
+        for (Child c : children) {
+          c.in.println("GO " + secs);
+        }
+        List<String> results = new ArrayList<>();
+        for (Child c : children) {
+          results.add(c.await("RESULT", secs + STARTUP_S));
+        }
+        cpu += server.cpuSeconds() - cpu0;
+        Server.delta(calls0, server.commandCalls()).forEach((k, v) -> calls.merge(k, v, Long::sum));
+        others.add(Cpu.othersCores(machine0, Cpu.sample(pids)));
+        seconds += secs;
+        long total = 0;
+        int t = 0;
+        for (String r : results) {
+          Map<String, String> f = fields(r);
+          for (String n : f.get("counts").split(",")) {
+            counts[t++] += Long.parseLong(n);
+            total += Long.parseLong(n);
+          }
+          waits.add(Worker.decode(f.get("hist")));
+          overlaps += Long.parseLong(f.get("overlaps"));
+          errors += Long.parseLong(f.get("errors"));
+          heldNs += Double.parseDouble(f.get("held_ns"));
+          heldSlices++;
+          if (error.isEmpty()) {
+            error = f.getOrDefault("error", "").replace('_', ' ');
+          }
+        }
+        perSlice.add(total / secs);
+      } catch (Exception e) {
+        fail(e);
+      }
+    }
+
+    Map<String, Object> row() {
+      Map<String, Object> row = new LinkedHashMap<>();
+      row.put("contender", contender);
+      row.put("jvms", jvms);
+      row.put("threads", THREADS);
+      if (failed != null) {
+        row.put("failed", failed);
+        return row;
+      }
+      long total = Arrays.stream(counts).sum();
+      long max = Arrays.stream(counts).max().orElse(0);
+      long min = Arrays.stream(counts).min().orElse(0);
       long commands = calls.values().stream().mapToLong(Long::longValue).sum();
+      row.put("seconds", seconds);
       row.put("handoffs", total);
       row.put("handoffs_per_s", total / seconds);
+      row.put("handoffs_per_s_slices", perSlice);
       row.put("p50_ms", waits.getValueAtPercentile(50) / 1000.0);
       row.put("p99_ms", waits.getValueAtPercentile(99) / 1000.0);
       row.put("max_ms", waits.getMaxValue() / 1000.0);
-      row.put("per_thread", counts);
+      row.put("per_thread", Arrays.stream(counts).boxed().toList());
       row.put("fairness", min == 0 ? Double.POSITIVE_INFINITY : (double) max / min);
       row.put("server_cpu_s", cpu);
       row.put("cpu_ms_per_1000", total == 0 ? Double.NaN : cpu * 1000 / (total / 1000.0));
       row.put("commands", commands);
       row.put("commands_per_handoff", total == 0 ? Double.NaN : (double) commands / total);
       row.put("commands_by_name", top(calls, 6));
-      row.put("held_ms", heldNs / 1e6);
+      row.put("held_ms", heldNs / Math.max(1, heldSlices) / 1e6);
       row.put("overlaps", overlaps);
       row.put("errors", errors);
       row.put("error_sample", error);
-      row.put("others_cores", Cpu.othersCores(machine0, machine1));
-    } catch (IOException e) {
-      row.put("failed", e.getMessage());
-      System.err.println("java bench: " + contender + " failed: " + e.getMessage());
-    } finally {
+      row.put("others_cores", others.stream().mapToDouble(Double::doubleValue).average().orElse(0));
+      return row;
+    }
+
+    @Override
+    public void close() {
       for (Child c : children) {
-        c.process.destroyForcibly();
-        c.close();
+        try {
+          c.close();
+        } catch (IOException e) {
+          c.process.destroyForcibly();
+        }
       }
     }
-    return row;
   }
 
   private static Map<String, Long> top(Map<String, Long> calls, int n) {
@@ -737,7 +821,17 @@ public final class Bench {
         md.append("failed: ").append(r.get("failed")).append(" | | | | | | | | | | |\n");
         continue;
       }
-      md.append(String.format("%,.0f", (Double) r.get("handoffs_per_s"))).append(" | ");
+      md.append(String.format("%,.0f", (Double) r.get("handoffs_per_s")));
+      @SuppressWarnings("unchecked")
+      List<Double> slices = (List<Double>) r.get("handoffs_per_s_slices");
+      if (slices.size() > 1) {
+        md.append(
+            String.format(
+                " (%,.0f–%,.0f)",
+                slices.stream().mapToDouble(Double::doubleValue).min().getAsDouble(),
+                slices.stream().mapToDouble(Double::doubleValue).max().getAsDouble()));
+      }
+      md.append(" | ");
       // the share of the run a permit was held: hand-offs/s × hold ÷ the permits there are
       Worker.Workload w = Worker.Workload.of((String) r.get("contender"));
       md.append(

@@ -25,13 +25,12 @@ import org.HdrHistogram.Histogram;
 final class Worker {
   private Worker() {}
 
-  /** args: contender threads seconds port key. */
+  /** args: contender threads port key. */
   static void run(String[] args) throws Exception {
     String name = args[0];
     int threads = Integer.parseInt(args[1]);
-    double seconds = Double.parseDouble(args[2]);
-    int port = Integer.parseInt(args[3]);
-    String key = args[4];
+    int port = Integer.parseInt(args[2]);
+    String key = args[3];
     Workload workload = Workload.of(name);
 
     try (Contender contender = Contenders.open(name, port)) {
@@ -64,90 +63,97 @@ final class Worker {
       System.out.flush();
       BufferedReader in =
           new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8));
-      if (!"GO".equals(in.readLine())) {
-        return;
+      // One slice per "GO seconds": the harness runs every contender's slices in turn, so a
+      // burst of other work on the machine falls on all of them alike.
+      for (String cmd; (cmd = in.readLine()) != null && cmd.startsWith("GO "); ) {
+        System.out.println(slice(lockers, workload, Double.parseDouble(cmd.substring(3))));
+        System.out.flush();
       }
-
-      long start = System.nanoTime();
-      long end = start + (long) (seconds * 1e9);
-      long[] counts = new long[threads];
-      Histogram[] waits = new Histogram[threads];
-      AtomicInteger writers = new AtomicInteger();
-      AtomicInteger inside = new AtomicInteger();
-      AtomicLong overlaps = new AtomicLong();
-      AtomicLong errors = new AtomicLong();
-      AtomicLong heldNanos = new AtomicLong();
-      AtomicLong heldCount = new AtomicLong();
-      AtomicReference<String> firstError = new AtomicReference<>("");
-      CountDownLatch done = new CountDownLatch(threads);
-      for (int t = 0; t < threads; t++) {
-        int me = t;
-        Contender.Locker locker = lockers.get(t);
-        waits[t] = new Histogram(3_600_000_000L, 3);
-        new Thread(
-                () -> {
-                  try {
-                    while (System.nanoTime() < end) {
-                      long t0 = System.nanoTime();
-                      try {
-                        locker.acquire();
-                      } catch (Exception e) {
-                        errors.incrementAndGet();
-                        firstError.compareAndSet("", e.toString());
-                        continue;
-                      }
-                      long t1 = System.nanoTime();
-                      boolean write = workload.exclusive(locker);
-                      int in1 = inside.incrementAndGet();
-                      int w = write ? writers.incrementAndGet() : writers.get();
-                      if (in1 > workload.limit
-                          || (write && (w > 1 || in1 > 1))
-                          || (!write && w > 0)) {
-                        overlaps.incrementAndGet();
-                      }
-                      Thread.sleep(Bench.HOLD_MS);
-                      if (write) {
-                        writers.decrementAndGet();
-                      }
-                      inside.decrementAndGet();
-                      heldNanos.addAndGet(System.nanoTime() - t1);
-                      heldCount.incrementAndGet();
-                      try {
-                        locker.release();
-                      } catch (Exception e) {
-                        errors.incrementAndGet();
-                        firstError.compareAndSet("", e.toString());
-                      }
-                      waits[me].recordValue(Math.max(1, (t1 - t0) / 1000));
-                      if (t1 <= end) {
-                        counts[me]++;
-                      }
-                    }
-                  } catch (InterruptedException e) {
-                    Thread.currentThread().interrupt();
-                  } finally {
-                    done.countDown();
-                  }
-                })
-            .start();
-      }
-      done.await();
-      Histogram all = new Histogram(3_600_000_000L, 3);
-      for (Histogram h : waits) {
-        all.add(h);
-      }
-      StringBuilder line = new StringBuilder("RESULT counts=");
-      for (int t = 0; t < threads; t++) {
-        line.append(t == 0 ? "" : ",").append(counts[t]);
-      }
-      line.append(" overlaps=").append(overlaps.get());
-      line.append(" errors=").append(errors.get());
-      line.append(" held_ns=").append(heldNanos.get() / Math.max(1, heldCount.get()));
-      line.append(" hist=").append(encode(all));
-      line.append(" error=").append(firstError.get().replaceAll("\\s+", "_"));
-      System.out.println(line);
-      System.out.flush();
     }
+  }
+
+  /** One window of the loop on every thread; its RESULT line. */
+  private static String slice(List<Contender.Locker> lockers, Workload workload, double seconds)
+      throws InterruptedException {
+    int threads = lockers.size();
+    long start = System.nanoTime();
+    long end = start + (long) (seconds * 1e9);
+    long[] counts = new long[threads];
+    Histogram[] waits = new Histogram[threads];
+    AtomicInteger writers = new AtomicInteger();
+    AtomicInteger inside = new AtomicInteger();
+    AtomicLong overlaps = new AtomicLong();
+    AtomicLong errors = new AtomicLong();
+    AtomicLong heldNanos = new AtomicLong();
+    AtomicLong heldCount = new AtomicLong();
+    AtomicReference<String> firstError = new AtomicReference<>("");
+    CountDownLatch done = new CountDownLatch(threads);
+    for (int t = 0; t < threads; t++) {
+      int me = t;
+      Contender.Locker locker = lockers.get(t);
+      waits[t] = new Histogram(3_600_000_000L, 3);
+      new Thread(
+              () -> {
+                try {
+                  while (System.nanoTime() < end) {
+                    long t0 = System.nanoTime();
+                    try {
+                      locker.acquire();
+                    } catch (Exception e) {
+                      errors.incrementAndGet();
+                      firstError.compareAndSet("", e.toString());
+                      continue;
+                    }
+                    long t1 = System.nanoTime();
+                    boolean write = workload.exclusive(locker);
+                    int in1 = inside.incrementAndGet();
+                    int w = write ? writers.incrementAndGet() : writers.get();
+                    if (in1 > workload.limit
+                        || (write && (w > 1 || in1 > 1))
+                        || (!write && w > 0)) {
+                      overlaps.incrementAndGet();
+                    }
+                    Thread.sleep(Bench.HOLD_MS);
+                    if (write) {
+                      writers.decrementAndGet();
+                    }
+                    inside.decrementAndGet();
+                    heldNanos.addAndGet(System.nanoTime() - t1);
+                    heldCount.incrementAndGet();
+                    try {
+                      locker.release();
+                    } catch (Exception e) {
+                      errors.incrementAndGet();
+                      firstError.compareAndSet("", e.toString());
+                    }
+                    waits[me].recordValue(Math.max(1, (t1 - t0) / 1000));
+                    if (t1 <= end) {
+                      counts[me]++;
+                    }
+                  }
+                } catch (InterruptedException e) {
+                  Thread.currentThread().interrupt();
+                } finally {
+                  done.countDown();
+                }
+              })
+          .start();
+    }
+    done.await();
+    Histogram all = new Histogram(3_600_000_000L, 3);
+    for (Histogram h : waits) {
+      all.add(h);
+    }
+    StringBuilder line = new StringBuilder("RESULT counts=");
+    for (int t = 0; t < threads; t++) {
+      line.append(t == 0 ? "" : ",").append(counts[t]);
+    }
+    line.append(" overlaps=").append(overlaps.get());
+    line.append(" errors=").append(errors.get());
+    line.append(" held_ns=").append(heldNanos.get() / Math.max(1, heldCount.get()));
+    line.append(" hist=").append(encode(all));
+    line.append(" error=").append(firstError.get().replaceAll("\\s+", "_"));
+    return line.toString();
   }
 
   /** args: contender iterations port key. One thread, acquire + release on a free key. */
