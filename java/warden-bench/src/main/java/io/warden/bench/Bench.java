@@ -257,17 +257,23 @@ public final class Bench {
           " times on a free key, counted with `MONITOR` (sent: the client's commands; run: with");
       md.append(" those inside Lua scripts). Target for warden: 2 sent.\n\n");
       md.append(
-          "| client | workload | commands sent | commands run | sent (per acquire + release) |\n");
-      md.append("|---|---|---|---|---|\n");
+          "| client | workload | commands sent | commands run | sent (per acquire + release) |");
+      md.append(" target |\n");
+      md.append("|---|---|---|---|---|---|\n");
       for (Map<String, Object> u : uncontended) {
         md.append("| ").append(label((String) u.get("contender"))).append(" | ");
         md.append(workload((String) u.get("contender"))).append(" | ");
         if (u.containsKey("failed")) {
-          md.append("failed: ").append(u.get("failed")).append(" | | |\n");
+          md.append("failed: ").append(u.get("failed")).append(" | | | |\n");
           continue;
         }
         md.append(fmt((Double) u.get("sent"))).append(" | ").append(fmt((Double) u.get("run")));
-        md.append(" | ").append(u.get("which")).append(" |\n");
+        md.append(" | ").append(u.get("which")).append(" | ");
+        md.append(
+            ((String) u.get("contender")).startsWith("warden")
+                ? mark((Double) u.get("sent") == 2.0)
+                : "anchor");
+        md.append(" |\n");
       }
 
       md.append("\n**Virtual threads**: ").append(VIRTUAL_THREADS);
