@@ -257,7 +257,7 @@ public final class Bench {
           " times on a free key, counted with `MONITOR` (sent: the client's commands; run: with");
       md.append(" those inside Lua scripts). Target for warden: 2 sent.\n\n");
       md.append(
-          "| client | workload | commands sent | commands run | sent (per acquire + release) |");
+          "| client | workload | commands sent | commands run | which (per acquire + release) |");
       md.append(" target |\n");
       md.append("|---|---|---|---|---|---|\n");
       for (Map<String, Object> u : uncontended) {
