@@ -324,6 +324,7 @@ JDK25 ?= /usr/lib/jvm/temurin-25-jdk-amd64
 BENCH_JAR := java/warden-bench/target/warden-bench-1.1.0.jar
 ifeq ($(SECTION),java)
 bench: java-deps $(if $(WARDEN_MODULE),,build)
+	@test -x $(JDK25)/bin/java || { echo "SECTION=java runs on a JDK 21 or newer: JDK25=<its home> (not found: $(JDK25))"; exit 1; }
 	JAVA_HOME=$(JDK25) MAVEN_OPTS=--sun-misc-unsafe-memory-access=allow \
 		$(MVN) -q -f java/pom.xml -Pbench -pl warden-bench -am package -DskipTests
 	WARDEN_SERVER=$(SERVER_BIN) WARDEN_MODULE=$(or $(WARDEN_MODULE),$(CURDIR)/$(MODULE)) \
