@@ -318,7 +318,23 @@ valgrind-bin:
 # parameters), into bench/results/$(OVERLOAD_OUT).md and .json. WARDEN_MODULE=<.so>
 # loads that module instead of building this checkout's.
 OVERLOAD_OUT ?= overload
-ifeq ($(SECTION),overload)
+# SECTION=java: warden's Java client (Lettuce and Jedis transports) against
+# Redisson 4.7.0, Spring Integration's RedisLockRegistry (spin and pub/sub) and
+# Jedis SET NX PX, 16 threads on one key in one JVM and in 4, plus 10,000
+# virtual threads under JFR (java/warden-bench, built and run on Temurin 25;
+# io.warden.bench.Bench documents the runs), into bench/results/java.md and
+# .json. WARDEN_MODULE=<.so> loads that module instead of building this checkout's.
+JDK25 ?= /usr/lib/jvm/temurin-25-jdk-amd64
+BENCH_JAR := java/warden-bench/target/warden-bench-1.1.0.jar
+ifeq ($(SECTION),java)
+bench: java-deps $(if $(WARDEN_MODULE),,build)
+	@test -x $(JDK25)/bin/java || { echo "SECTION=java runs on a JDK 21 or newer: JDK25=<its home> (not found: $(JDK25))"; exit 1; }
+	JAVA_HOME=$(JDK25) MAVEN_OPTS=--sun-misc-unsafe-memory-access=allow \
+		$(MVN) -q -f java/pom.xml -Pbench -pl warden-bench -am package -DskipTests
+	WARDEN_SERVER=$(SERVER_BIN) WARDEN_MODULE=$(or $(WARDEN_MODULE),$(CURDIR)/$(MODULE)) \
+		$(JDK25)/bin/java -cp $(BENCH_JAR):$$(cat java/warden-bench/target/classpath.txt) \
+		io.warden.bench.Bench $(if $(QUICK),--quick,) --out $(CURDIR)/bench/results/java
+else ifeq ($(SECTION),overload)
 bench: venv node-deps java-deps $(if $(WARDEN_MODULE),,build)
 	cargo build --release --example overload -p warden-client
 	cd java && $(MVN) -q -DskipTests -pl warden-lettuce -am test-compile dependency:build-classpath \
