@@ -259,7 +259,7 @@ node-test: node-deps $(SERVER_DEPS)
 # (on SERVER=redis8/valkey only the JUnit tag "integration"), on Temurin 25
 # when it is installed (-Pjdk25: the virtual-thread tests; skipped on 17).
 MVN := mvn -B -ntp
-JAVA_GROUPS := $(if $(filter redis,$(SERVER)),,-Dgroups=integration)
+JAVA_GROUPS := $(if $(filter redis,$(SERVER)),-Dwarden.attack.rounds=10000,-Dgroups=integration)
 JAVA_PROFILE := $(if $(wildcard /usr/lib/jvm/temurin-25-jdk-amd64/bin/java),-Pjdk25,)
 java-deps:
 	@command -v mvn >/dev/null && command -v javac >/dev/null || { \
