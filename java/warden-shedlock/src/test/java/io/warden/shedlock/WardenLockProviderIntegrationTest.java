@@ -2,10 +2,6 @@ package io.warden.shedlock;
 
 import static org.assertj.core.api.Assertions.assertThat;
 
-import io.lettuce.core.RedisClient;
-import io.warden.Warden;
-import io.warden.lettuce.LettuceTransport;
-import io.warden.testing.RedisServer;
 import net.javacrumbs.shedlock.core.ExtensibleLockProvider;
 import net.javacrumbs.shedlock.test.support.AbstractExtensibleLockProviderIntegrationTest;
 import org.junit.jupiter.api.AfterAll;
@@ -15,38 +11,30 @@ import org.junit.jupiter.api.Tag;
 /** ShedLock's own provider test suite (shedlock-test-support) run against a real server. */
 @Tag("integration")
 class WardenLockProviderIntegrationTest extends AbstractExtensibleLockProviderIntegrationTest {
-  private static RedisServer server;
-  private static RedisClient client;
-  private static Warden warden;
-  private static WardenLockProvider provider;
+  private static ProviderFixture f;
 
   @BeforeAll
   static void start() {
-    server = RedisServer.start();
-    client = RedisClient.create(server.uri());
-    warden = Warden.create(LettuceTransport.create(client));
-    provider = new WardenLockProvider(warden);
+    f = new ProviderFixture();
   }
 
   @AfterAll
   static void stop() {
-    warden.close();
-    client.shutdown();
-    server.close();
+    f.close();
   }
 
   @Override
   protected ExtensibleLockProvider getLockProvider() {
-    return provider;
+    return f.provider;
   }
 
   @Override
   protected void assertUnlocked(String lockName) {
-    assertThat(server.call("LOCK.INFO", provider.key(lockName))).isNull();
+    assertThat(f.server.call("LOCK.INFO", f.provider.key(lockName))).isNull();
   }
 
   @Override
   protected void assertLocked(String lockName) {
-    assertThat(server.call("LOCK.INFO", provider.key(lockName))).isNotNull();
+    assertThat(f.server.call("LOCK.INFO", f.provider.key(lockName))).isNotNull();
   }
 }

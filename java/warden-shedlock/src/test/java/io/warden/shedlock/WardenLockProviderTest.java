@@ -3,11 +3,7 @@ package io.warden.shedlock;
 import static org.assertj.core.api.Assertions.assertThat;
 import static org.assertj.core.api.Assertions.assertThatThrownBy;
 
-import io.lettuce.core.RedisClient;
-import io.warden.Warden;
 import io.warden.WardenServerException;
-import io.warden.lettuce.LettuceTransport;
-import io.warden.testing.RedisServer;
 import java.time.Duration;
 import java.util.List;
 import java.util.Optional;
@@ -23,24 +19,16 @@ import org.junit.jupiter.api.Test;
 /** What the provider sends the server: the lease, lockAtLeastFor on unlock, never a wait. */
 @Tag("integration")
 class WardenLockProviderTest {
-  private static RedisServer server;
-  private static RedisClient client;
-  private static Warden warden;
-  private static WardenLockProvider provider;
+  private static ProviderFixture f;
 
   @BeforeAll
   static void start() {
-    server = RedisServer.start();
-    client = RedisClient.create(server.uri());
-    warden = Warden.create(LettuceTransport.create(client));
-    provider = new WardenLockProvider(warden);
+    f = new ProviderFixture();
   }
 
   @AfterAll
   static void stop() {
-    warden.close();
-    client.shutdown();
-    server.close();
+    f.close();
   }
 
   private static LockConfiguration config(String name, Duration atMost, Duration atLeast) {
@@ -52,50 +40,50 @@ class WardenLockProviderTest {
   }
 
   private static long pttl(String name) {
-    return (Long) server.call("PTTL", provider.key(name));
+    return (Long) f.server.call("PTTL", f.provider.key(name));
   }
 
   @Test
   void lockAtMostForIsTheLease() {
     String name = name();
     SimpleLock lock =
-        provider.lock(config(name, Duration.ofSeconds(30), Duration.ZERO)).orElseThrow();
+        f.provider.lock(config(name, Duration.ofSeconds(30), Duration.ZERO)).orElseThrow();
     assertThat(pttl(name)).isBetween(1L, 30_000L).isGreaterThan(20_000L);
     lock.unlock();
-    assertThat(server.call("EXISTS", provider.key(name))).isEqualTo(0L);
+    assertThat(f.server.call("EXISTS", f.provider.key(name))).isEqualTo(0L);
   }
 
   @Test
   void unlockBeforeLockAtLeastForShortensTheLeaseToWhatRemains() {
     String name = name();
     SimpleLock lock =
-        provider.lock(config(name, Duration.ofSeconds(60), Duration.ofSeconds(5))).orElseThrow();
+        f.provider.lock(config(name, Duration.ofSeconds(60), Duration.ofSeconds(5))).orElseThrow();
     lock.unlock();
     // Still held, for what remains of the 5 s, no longer than that.
     assertThat(pttl(name)).isBetween(1L, 5_000L);
-    assertThat(provider.lock(config(name, Duration.ofSeconds(60), Duration.ZERO))).isEmpty();
+    assertThat(f.provider.lock(config(name, Duration.ofSeconds(60), Duration.ZERO))).isEmpty();
   }
 
   @Test
   void unlockAfterLockAtLeastForReleases() throws InterruptedException {
     String name = name();
     SimpleLock lock =
-        provider.lock(config(name, Duration.ofSeconds(60), Duration.ofMillis(20))).orElseThrow();
+        f.provider.lock(config(name, Duration.ofSeconds(60), Duration.ofMillis(20))).orElseThrow();
     Thread.sleep(40);
     lock.unlock();
-    assertThat(server.call("EXISTS", provider.key(name))).isEqualTo(0L);
+    assertThat(f.server.call("EXISTS", f.provider.key(name))).isEqualTo(0L);
   }
 
   @Test
   void aBusyLockIsNotWaitedFor() {
     String name = name();
     SimpleLock lock =
-        provider.lock(config(name, Duration.ofSeconds(30), Duration.ZERO)).orElseThrow();
+        f.provider.lock(config(name, Duration.ofSeconds(30), Duration.ZERO)).orElseThrow();
     Optional<SimpleLock> second =
-        provider.lock(config(name, Duration.ofSeconds(30), Duration.ZERO));
+        f.provider.lock(config(name, Duration.ofSeconds(30), Duration.ZERO));
     assertThat(second).isEmpty();
     @SuppressWarnings("unchecked")
-    List<Object> info = (List<Object>) server.call("LOCK.INFO", provider.key(name));
+    List<Object> info = (List<Object>) f.server.call("LOCK.INFO", f.provider.key(name));
     assertThat(info.get(info.size() - 1)).isEqualTo(0L); // waiters
     lock.unlock();
   }
@@ -104,28 +92,28 @@ class WardenLockProviderTest {
   void extendResetsTheLease() {
     String name = name();
     SimpleLock lock =
-        provider.lock(config(name, Duration.ofSeconds(5), Duration.ZERO)).orElseThrow();
+        f.provider.lock(config(name, Duration.ofSeconds(5), Duration.ZERO)).orElseThrow();
     SimpleLock extended = lock.extend(Duration.ofSeconds(60), Duration.ZERO).orElseThrow();
     assertThat(pttl(name)).isGreaterThan(5_000L);
     extended.unlock();
-    assertThat(server.call("EXISTS", provider.key(name))).isEqualTo(0L);
+    assertThat(f.server.call("EXISTS", f.provider.key(name))).isEqualTo(0L);
   }
 
   @Test
   void aKeyOfAnotherTypeIsTheServersError() {
     String name = name();
-    server.call("SET", provider.key(name), "not a lock");
-    assertThatThrownBy(() -> provider.lock(config(name, Duration.ofSeconds(5), Duration.ZERO)))
+    f.server.call("SET", f.provider.key(name), "not a lock");
+    assertThatThrownBy(() -> f.provider.lock(config(name, Duration.ofSeconds(5), Duration.ZERO)))
         .isInstanceOf(WardenServerException.class)
         .hasMessageStartingWith("WRONGTYPE");
   }
 
   @Test
   void theKeyPrefixIsConfigurable() {
-    WardenLockProvider other = new WardenLockProvider(warden, "jobs:");
+    WardenLockProvider other = new WardenLockProvider(f.warden, "jobs:");
     String name = name();
     SimpleLock lock = other.lock(config(name, Duration.ofSeconds(5), Duration.ZERO)).orElseThrow();
-    assertThat(server.call("EXISTS", "jobs:" + name)).isEqualTo(1L);
+    assertThat(f.server.call("EXISTS", "jobs:" + name)).isEqualTo(1L);
     lock.unlock();
   }
 }

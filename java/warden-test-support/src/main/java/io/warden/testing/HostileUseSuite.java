@@ -10,7 +10,6 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 import io.warden.DistributedLock;
 import io.warden.DistributedSemaphore;
 import io.warden.Permit;
-import io.warden.Transport;
 import io.warden.Warden;
 import io.warden.WardenLock;
 import java.lang.reflect.Method;
@@ -27,68 +26,17 @@ import java.util.concurrent.atomic.AtomicInteger;
 import java.util.concurrent.atomic.AtomicReference;
 import java.util.regex.Matcher;
 import java.util.regex.Pattern;
-import org.junit.jupiter.api.AfterAll;
-import org.junit.jupiter.api.AfterEach;
-import org.junit.jupiter.api.BeforeAll;
-import org.junit.jupiter.api.BeforeEach;
-import org.junit.jupiter.api.Tag;
 import org.junit.jupiter.api.Test;
-import org.junit.jupiter.api.TestInfo;
-import org.junit.jupiter.api.TestInstance;
 
 /**
  * The client used as a careless or hostile caller would: interrupts at every point of an acquire,
  * many random interrupts and timeouts, re-entry after a lost lease, odd arguments. Each test checks
  * the server afterwards: nothing held, nobody waiting, no acquire sent twice.
  */
-@Tag("integration")
-@TestInstance(TestInstance.Lifecycle.PER_CLASS)
-public abstract class HostileUseSuite {
-  protected RedisServer server;
-  protected Warden warden;
-  private String prefix;
-
-  /** A transport to {@code server} with its default settings. */
-  protected abstract Transport transport(RedisServer server);
-
+public abstract class HostileUseSuite extends TransportSuite {
   /** How many virtual threads go through the lock and the semaphore at once. */
   protected int virtualThreads() {
     return 10_000;
-  }
-
-  @BeforeAll
-  void startServer() {
-    server = RedisServer.start();
-  }
-
-  @AfterAll
-  void stopServer() {
-    if (server != null) {
-      server.close();
-    }
-  }
-
-  @BeforeEach
-  void open(TestInfo info) {
-    warden = Warden.create(transport(server));
-    prefix = info.getTestMethod().map(Method::getName).orElse("t") + ":";
-  }
-
-  @AfterEach
-  void closeWarden() {
-    warden.close();
-  }
-
-  protected String key(String name) {
-    return prefix + name;
-  }
-
-  protected static void sleep(long ms) {
-    try {
-      Thread.sleep(ms);
-    } catch (InterruptedException e) {
-      throw new AssertionError(e);
-    }
   }
 
   /** Nobody waiting anywhere and nothing held on {@code keys}, within a few seconds. */

@@ -15,7 +15,6 @@ import io.warden.DistributedReadWriteLock;
 import io.warden.DistributedSemaphore;
 import io.warden.LockRequest;
 import io.warden.Permit;
-import io.warden.Transport;
 import io.warden.Warden;
 import io.warden.WardenCache;
 import io.warden.WardenLock;
@@ -35,55 +34,13 @@ import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicInteger;
 import java.util.concurrent.atomic.AtomicReference;
 import java.util.function.Function;
-import org.junit.jupiter.api.AfterAll;
-import org.junit.jupiter.api.AfterEach;
-import org.junit.jupiter.api.BeforeAll;
-import org.junit.jupiter.api.BeforeEach;
-import org.junit.jupiter.api.Tag;
 import org.junit.jupiter.api.Test;
-import org.junit.jupiter.api.TestInfo;
-import org.junit.jupiter.api.TestInstance;
 
 /**
  * The behaviour of warden's Java client, run against real servers through one transport (each
  * transport module runs it). Behaviour only: no assertion on speed.
  */
-@Tag("integration")
-@TestInstance(TestInstance.Lifecycle.PER_CLASS)
-public abstract class WardenSuite {
-  protected RedisServer server;
-  protected Warden warden;
-  private String prefix;
-
-  /** A transport to {@code server} with its default settings. */
-  protected abstract Transport transport(RedisServer server);
-
-  @BeforeAll
-  void startServer() {
-    server = RedisServer.start();
-  }
-
-  @AfterAll
-  void stopServer() {
-    if (server != null) {
-      server.close();
-    }
-  }
-
-  @BeforeEach
-  void open(TestInfo info) {
-    warden = Warden.create(transport(server));
-    prefix = info.getTestMethod().map(Method::getName).orElse("t") + ":";
-  }
-
-  @AfterEach
-  void closeWarden() {
-    warden.close();
-  }
-
-  protected String key(String name) {
-    return prefix + name;
-  }
+public abstract class WardenSuite extends TransportSuite {
 
   /** Nothing held and nobody waiting on {@code key}, nobody waiting anywhere. */
   protected void assertNothingLeft(String key) {
@@ -123,14 +80,6 @@ public abstract class WardenSuite {
       return sb.toString();
     } catch (RuntimeException e) {
       return String.valueOf(server.call("TYPE", key));
-    }
-  }
-
-  protected static void sleep(long ms) {
-    try {
-      Thread.sleep(ms);
-    } catch (InterruptedException e) {
-      throw new AssertionError(e);
     }
   }
 
@@ -440,9 +389,17 @@ public abstract class WardenSuite {
           assertEquals("interrupted", o, shape.name + " round " + round);
         }
         try {
-          assertNothingLeft(k);
+          // Eventually: on Redis < 7.4 through Jedis, the give-back of a grant that raced the
+          // interrupt has been seen to finish just after the interrupted call returned (about 1
+          // run in 15 under load); it is never left to the lease.
+          assertNothingLeft(k, true);
         } catch (AssertionError e) {
-          throw new AssertionError(shape.name + " round " + round + " (" + o + "): " + e, e);
+          String holderOwner =
+              holder instanceof WardenLock
+                  ? ((WardenLock) holder).owner()
+                  : holder instanceof Permit ? ((Permit) holder).owner() : "?";
+          throw new AssertionError(
+              shape.name + " round " + round + " (" + o + ", holder " + holderOwner + "): " + e, e);
         }
       }
     }
