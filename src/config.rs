@@ -36,6 +36,13 @@ pub static BF_MAX_MEMORY: AtomicI64 = AtomicI64::new(128 << 20);
 pub static MAX_LEASE: AtomicI64 = AtomicI64::new(0);
 /// How long no lock key gets a new holder after a restart or a promotion, in ms (0: off).
 pub static GRACE: AtomicI64 = AtomicI64::new(0);
+/// `warden.grace auto`: a window (of `max-lease` + `min-replicas-max-lag`) opens
+/// only where an acknowledged grant may have been lost (`crate::grace`).
+pub static GRACE_AUTO: AtomicBool = AtomicBool::new(false);
+/// How many replicas must acknowledge a grant before it is answered (0: off).
+pub static SYNC_REPLICAS: AtomicI64 = AtomicI64::new(0);
+/// How long a grant waits for those acknowledgements, in ms.
+pub static SYNC_TIMEOUT: AtomicI64 = AtomicI64::new(100);
 /// Whether warden registers the `BF.*` commands (`bf-commands yes|no`).
 static BF_COMMANDS: AtomicBool = AtomicBool::new(true);
 
@@ -96,7 +103,7 @@ struct Number {
     memory: bool,
 }
 
-const NUMBERS: [Number; 5] = [
+const NUMBERS: [Number; 6] = [
     Number {
         name: "bf-initial-capacity",
         variable: &BF_INITIAL_CAPACITY,
@@ -130,14 +137,74 @@ const NUMBERS: [Number; 5] = [
         memory: false,
     },
     Number {
-        name: "grace",
-        variable: &GRACE,
+        name: "sync-replicas",
+        variable: &SYNC_REPLICAS,
         default: 0,
         min: 0,
-        max: crate::args::MAX_MS,
+        max: 1024,
+        memory: false,
+    },
+    Number {
+        name: "sync-timeout",
+        variable: &SYNC_TIMEOUT,
+        default: 100,
+        min: 1,
+        max: 3_600_000,
         memory: false,
     },
 ];
+
+const GRACE_NAME: &str = "grace";
+
+/// `warden.grace`: milliseconds, or `auto`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Grace {
+    Ms(i64),
+    Auto,
+}
+
+impl Grace {
+    fn parse(bytes: &[u8]) -> Option<Self> {
+        if bytes.eq_ignore_ascii_case(b"auto") {
+            return Some(Grace::Auto);
+        }
+        crate::args::integer(bytes)
+            .filter(|ms| (0..=crate::args::MAX_MS).contains(ms))
+            .map(Grace::Ms)
+    }
+
+    fn current() -> Self {
+        if GRACE_AUTO.load(Ordering::Relaxed) {
+            Grace::Auto
+        } else {
+            Grace::Ms(GRACE.load(Ordering::Relaxed))
+        }
+    }
+
+    fn text(self) -> String {
+        match self {
+            Grace::Auto => "auto".into(),
+            Grace::Ms(ms) => ms.to_string(),
+        }
+    }
+
+    fn apply(self) {
+        match self {
+            Grace::Auto => GRACE_AUTO.store(true, Ordering::Relaxed),
+            Grace::Ms(ms) => {
+                GRACE.store(ms, Ordering::Relaxed);
+                GRACE_AUTO.store(false, Ordering::Relaxed);
+            }
+        }
+    }
+}
+
+/// `grace auto` sizes its windows from `max-lease`: without a cap no window
+/// could outlast a lost lease.
+fn grace_problem(grace: Grace, max_lease_ms: i64) -> Option<&'static str> {
+    (grace == Grace::Auto && max_lease_ms == 0)
+        .then_some("warden.grace auto needs warden.max-lease: no window outlasts an uncapped lease")
+}
 
 const RATE_NAME: &str = "bf-error-rate";
 const COMMANDS_NAME: &str = "bf-commands";
@@ -208,6 +275,12 @@ fn allowed(name: &str) -> Option<String> {
     if name == COMMANDS_NAME || name == TRACKING_NAME {
         return Some("yes or no".into());
     }
+    if name == GRACE_NAME {
+        return Some(format!(
+            "auto, or an integer from 0 to {} milliseconds (0: off)",
+            crate::args::MAX_MS
+        ));
+    }
     let n = NUMBERS.iter().find(|n| n.name == name)?;
     let unit = if n.memory {
         " bytes (units b, kb, mb, gb accepted)"
@@ -223,7 +296,8 @@ fn allowed(name: &str) -> Option<String> {
 #[derive(Debug, Default, PartialEq)]
 pub struct ModuleArgs {
     pub error_rate: Option<f64>,
-    pub numbers: [Option<i64>; 5],
+    pub numbers: [Option<i64>; 6],
+    pub grace: Option<Grace>,
     pub bf_commands: Option<bool>,
     pub latency_tracking: Option<bool>,
 }
@@ -268,6 +342,11 @@ pub fn parse_module_args(args: &[&[u8]]) -> Result<ModuleArgs, String> {
             } else {
                 parsed.latency_tracking = Some(on);
             }
+        } else if name == GRACE_NAME {
+            match Grace::parse(value) {
+                Some(g) => parsed.grace = Some(g),
+                None => return Err(invalid(name, &shown)),
+            }
         } else if let Some(i) = NUMBERS.iter().position(|n| n.name == name) {
             let n = &NUMBERS[i];
             let number = if n.memory {
@@ -280,7 +359,7 @@ pub fn parse_module_args(args: &[&[u8]]) -> Result<ModuleArgs, String> {
                 None => return Err(invalid(name, &shown)),
             }
         } else {
-            let known: Vec<&str> = [RATE_NAME, COMMANDS_NAME, TRACKING_NAME]
+            let known: Vec<&str> = [RATE_NAME, COMMANDS_NAME, TRACKING_NAME, GRACE_NAME]
                 .into_iter()
                 .chain(NUMBERS.iter().map(|n| n.name))
                 .collect();
@@ -340,11 +419,48 @@ extern "C" fn error_rate_set(
         return refuse(err, &why);
     }
     BF_ERROR_RATE.set(rate);
+    keep_text(&ERROR_RATE_TEXT, value);
+    raw::REDISMODULE_OK as c_int
+}
+
+/// Keeps a copy of `value` as what `CONFIG GET` shows, freeing the one before.
+fn keep_text(slot: &AtomicPtr<raw::RedisModuleString>, value: *mut raw::RedisModuleString) {
     let copy = unsafe { raw::RedisModule_CreateStringFromString.unwrap()(ptr::null_mut(), value) };
-    let old = ERROR_RATE_TEXT.swap(copy, Ordering::Relaxed);
+    let old = slot.swap(copy, Ordering::Relaxed);
     if !old.is_null() {
         unsafe { raw::RedisModule_FreeString.unwrap()(ptr::null_mut(), old) };
     }
+}
+
+/// What `CONFIG GET warden.grace` shows (kept like the error rate's).
+static GRACE_TEXT: AtomicPtr<raw::RedisModuleString> = AtomicPtr::new(ptr::null_mut());
+
+extern "C" fn grace_get(
+    _name: *const c_char,
+    _privdata: *mut c_void,
+) -> *mut raw::RedisModuleString {
+    GRACE_TEXT.load(Ordering::Relaxed)
+}
+
+extern "C" fn grace_set(
+    _name: *const c_char,
+    value: *mut raw::RedisModuleString,
+    _privdata: *mut c_void,
+    err: *mut *mut raw::RedisModuleString,
+) -> c_int {
+    let mut len = 0;
+    let text = raw::string_ptr_len(value, &mut len);
+    let bytes = unsafe { std::slice::from_raw_parts(text.cast::<u8>(), len) };
+    let Some(grace) = Grace::parse(bytes) else {
+        return refuse(err, &invalid(GRACE_NAME, &crate::error::printable(bytes)));
+    };
+    if LOADED.load(Ordering::Relaxed) {
+        if let Some(why) = grace_problem(grace, MAX_LEASE.load(Ordering::Relaxed)) {
+            return refuse(err, why);
+        }
+    }
+    grace.apply();
+    keep_text(&GRACE_TEXT, value);
     raw::REDISMODULE_OK as c_int
 }
 
@@ -379,6 +495,11 @@ extern "C" fn number_set(
         "bf-initial-capacity" => next.capacity = value,
         "bf-expansion" => next.expansion = value,
         "bf-max-memory" => next.max_memory = value,
+        "max-lease" if LOADED.load(Ordering::Relaxed) => {
+            if let Some(why) = grace_problem(Grace::current(), value) {
+                return refuse(err, why);
+            }
+        }
         // Lock settings: Redis checked the range; a new cap applies to
         // later requests only, a new grace to later windows only.
         _ => {}
@@ -447,6 +568,26 @@ pub fn register(ctx: &Context, args: &[RedisString]) -> bool {
     if registered != raw::REDISMODULE_OK as c_int {
         return fail("cannot register warden.latency-tracking");
     }
+    let grace = parsed.grace.unwrap_or(Grace::Ms(0));
+    grace.apply();
+    let (Ok(name), Ok(default)) = (CString::new(GRACE_NAME), CString::new(grace.text())) else {
+        return false;
+    };
+    let registered = unsafe {
+        raw::RedisModule_RegisterStringConfig.unwrap()(
+            ctx.ctx,
+            name.as_ptr(),
+            default.as_ptr(),
+            raw::REDISMODULE_CONFIG_DEFAULT,
+            Some(grace_get),
+            Some(grace_set),
+            None,
+            ptr::null_mut(),
+        )
+    };
+    if registered != raw::REDISMODULE_OK as c_int {
+        return fail("cannot register warden.grace");
+    }
     for (n, value) in NUMBERS.iter().zip(parsed.numbers) {
         let default = value.unwrap_or(n.default);
         n.variable.store(default, Ordering::Relaxed);
@@ -481,6 +622,9 @@ pub fn register(ctx: &Context, args: &[RedisString]) -> bool {
     }
     if let Some(why) = Defaults::current().problem() {
         return fail(&format!("{why}; implicitly created filters would fail"));
+    }
+    if let Some(why) = grace_problem(Grace::current(), MAX_LEASE.load(Ordering::Relaxed)) {
+        return fail(why);
     }
     LOADED.store(true, Ordering::Relaxed);
     true
@@ -519,9 +663,13 @@ mod tests {
     #[test]
     fn module_arguments_accept_names_with_or_without_prefix() {
         let a = args(&["bf-max-memory", "64mb", "warden.bf-expansion", "4"]).unwrap();
-        assert_eq!(a.numbers, [None, Some(4), Some(64 << 20), None, None]);
+        assert_eq!(a.numbers, [None, Some(4), Some(64 << 20), None, None, None]);
         let a = args(&["max-lease", "30000", "warden.grace", "31000"]).unwrap();
-        assert_eq!(a.numbers[3..], [Some(30000), Some(31000)]);
+        assert_eq!(a.numbers[3], Some(30000));
+        assert_eq!(a.grace, Some(Grace::Ms(31000)));
+        let a = args(&["grace", "AUTO", "sync-replicas", "1", "sync-timeout", "250"]).unwrap();
+        assert_eq!(a.grace, Some(Grace::Auto));
+        assert_eq!(a.numbers[4..], [Some(1), Some(250)]);
         let a = args(&["bf-error-rate", "0.001", "bf-commands", "no"]).unwrap();
         assert_eq!((a.error_rate, a.bf_commands), (Some(0.001), Some(false)));
     }
@@ -550,8 +698,11 @@ mod tests {
             (vec!["bf-expansion"], "has no value"),
             (
                 vec!["grace", "-1"],
-                "grace '-1' is invalid: an integer from 0 to 70368744177664 milliseconds",
+                "grace '-1' is invalid: auto, or an integer from 0 to 70368744177664 milliseconds",
             ),
+            (vec!["grace", "automatic"], "grace 'automatic' is invalid"),
+            (vec!["sync-timeout", "0"], "sync-timeout '0' is invalid"),
+            (vec!["sync-replicas", "-1"], "sync-replicas '-1' is invalid"),
             (vec!["max-lease", "10s"], "max-lease '10s' is invalid"),
         ];
         for (words, expected) in cases {

@@ -118,6 +118,10 @@ extern "C" fn report(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_report: c_int
             ),
             ("grace_remaining_ms", crate::grace::remaining_ms()),
             ("grace_windows", stats::GRACE_WINDOWS.get() as i64),
+            ("sync_waiting", crate::waiters::held::count() as i64),
+            ("sync_acked", stats::SYNC_ACKED.get() as i64),
+            ("sync_timeouts", stats::SYNC_TIMEOUTS.get() as i64),
+            ("sync_getacks", stats::SYNC_GETACKS.get() as i64),
         ];
         for (name, value) in fields {
             raw::add_info_field_long_long(ctx, name, value);

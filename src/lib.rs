@@ -1,6 +1,7 @@
 //! warden: native distributed locks, read-write locks, semaphores, cache
 //! leases and Bloom filters for Redis. This file is only the registration table.
 
+mod acks;
 #[cfg(not(any(test, fuzzing)))]
 mod alloc;
 mod args;

@@ -28,6 +28,12 @@ pub static WAIT_TIMEOUTS: Counter = Counter::new();
 pub static SHED: Counter = Counter::new();
 /// Grace windows opened (start, load from disk, promotion).
 pub static GRACE_WINDOWS: Counter = Counter::new();
+/// Grants answered once the replicas acknowledged them (`warden.sync-replicas`).
+pub static SYNC_ACKED: Counter = Counter::new();
+/// Grants taken back and answered busy: no acknowledgement within `sync-timeout`.
+pub static SYNC_TIMEOUTS: Counter = Counter::new();
+/// `REPLCONF GETACK` requests sent to the replicas for waiting grants.
+pub static SYNC_GETACKS: Counter = Counter::new();
 /// Releases refused because the caller did not hold the lock.
 pub static REFUSED_RELEASES: Counter = Counter::new();
 

@@ -4,6 +4,7 @@ use redis_module::{Context, RedisError, RedisResult, RedisValue};
 
 use crate::command::Arg;
 
+use crate::acks;
 use crate::args;
 use crate::datatypes::{bounded_deadline, store, valid_lock, LOCK_EFFECT, LOCK_TYPE};
 use crate::error;
@@ -16,7 +17,7 @@ use crate::keyspace::{
 use crate::lock::state::{Entry, Lock, Release};
 use crate::reply::{self, Field};
 use crate::stats;
-use crate::waiters::{self, Answer, Kind, Mode, Served, Waiter};
+use crate::waiters::{self, held, Answer, Kind, Mode, Served, Waiter};
 
 fn err(text: &'static str) -> RedisError {
     RedisError::Str(text)
@@ -231,6 +232,7 @@ pub fn acquire(ctx: &Context, args: &[Arg]) -> RedisResult {
     let req = args::lock_request(&args[2..]).map_err(grace::argument_error)?;
     grace::check_lease(req.ttl_ms).map_err(RedisError::String)?;
     refuse_on_replica(ctx)?;
+    acks::check_can_wait(ctx)?;
     let name = &args[1];
     if waiters::others_queued(ctx, name, &KIND) {
         waiters::serve(ctx, name);
@@ -252,9 +254,10 @@ pub fn acquire(ctx: &Context, args: &[Arg]) -> RedisResult {
             }
             return busy(ctx, name, &req, i64::MAX);
         }
-        let fence = grant(ctx, name, &key, req.owner, req.ttl_ms);
+        let fence = grant(ctx, name, &key, req.owner, req.ttl_ms) as i64;
         notify(ctx, c"lock.acquire", name);
-        return Ok(RedisValue::Integer(fence as i64));
+        drop(key);
+        return held::reply(ctx, Some((&KIND, &name[..], fence)), fence, Answer::Nil);
     };
     if let Some(until) = grace::closed_until(now) {
         if lock.is_held_by(req.owner, now) {
@@ -267,7 +270,9 @@ pub fn acquire(ctx: &Context, args: &[Arg]) -> RedisResult {
         Entry::Reentered { fence } => {
             publish(ctx, name, &key, lock);
             notify(ctx, c"lock.acquire", name);
-            Ok(RedisValue::Integer(fence as i64))
+            drop(key);
+            let fence = fence as i64;
+            held::reply(ctx, Some((&KIND, &name[..], fence)), fence, Answer::Nil)
         }
         Entry::Overflow => Err(err(error::HOLDS_OVERFLOW)),
         Entry::Busy => {
@@ -324,6 +329,7 @@ pub fn extend(ctx: &Context, args: &[Arg]) -> RedisResult {
     let (owner, ttl_ms) = args::owner_and_ttl(&args[2..]).map_err(grace::argument_error)?;
     grace::check_lease(ttl_ms).map_err(RedisError::String)?;
     refuse_on_replica(ctx)?;
+    acks::check_can_wait(ctx)?;
     let name = &args[1];
     let key = Key::write(ctx, &args[1]);
     let Some(lock) = lock_in(&key)? else {
@@ -335,7 +341,10 @@ pub fn extend(ctx: &Context, args: &[Arg]) -> RedisResult {
     publish(ctx, name, &key, lock);
     notify(ctx, c"lock.extend", name);
     waiters::watch_lease(ctx, name, lock.deadline_ms);
-    Ok(RedisValue::Integer(1))
+    drop(key);
+    // Unacknowledged, the longer lease may be lost: the owner is told it
+    // does not hold the lock any more (the lease stays until it ends).
+    held::reply(ctx, None, 1, Answer::Integer(0))
 }
 
 /// `LOCK.INFO key`

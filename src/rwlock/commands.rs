@@ -4,6 +4,7 @@ use redis_module::{Context, RedisError, RedisResult, RedisValue};
 
 use crate::command::Arg;
 
+use crate::acks;
 use crate::args;
 use crate::datatypes::{
     bounded_deadline, store, valid_lock, RWLOCK_DELTA, RWLOCK_EFFECT, RWLOCK_TYPE,
@@ -18,7 +19,7 @@ use crate::keyspace::{
 use crate::reply::{self, Field};
 use crate::rwlock::state::{DeltaHold, Gate, Hold, Mode, Outcome, RwLock, Unlock};
 use crate::stats;
-use crate::waiters::{self, Answer, Kind, Served, Waiter};
+use crate::waiters::{self, held, Answer, Kind, Served, Waiter};
 
 fn err(text: &'static str) -> RedisError {
     RedisError::Str(text)
@@ -273,6 +274,7 @@ fn request(ctx: &Context, args: &[Arg], mode: Mode) -> RedisResult {
     let req = args::lock_request(&args[2..]).map_err(grace::argument_error)?;
     grace::check_lease(req.ttl_ms).map_err(RedisError::String)?;
     refuse_on_replica(ctx)?;
+    acks::check_can_wait(ctx)?;
     let name = &args[1];
     if waiters::others_queued(ctx, name, &KIND) {
         waiters::serve(ctx, name);
@@ -365,7 +367,9 @@ fn request(ctx: &Context, args: &[Arg], mode: Mode) -> RedisResult {
         },
         name,
     );
-    Ok(RedisValue::Integer(fence as i64))
+    drop(key);
+    let fence = fence as i64;
+    held::reply(ctx, Some((&KIND, &name[..], fence)), fence, Answer::Nil)
 }
 
 /// `RWLOCK.READ key owner ttl [WAIT timeout]`
@@ -433,6 +437,7 @@ pub fn extend(ctx: &Context, args: &[Arg]) -> RedisResult {
     let (owner, ttl_ms) = args::owner_and_ttl(&args[2..]).map_err(grace::argument_error)?;
     grace::check_lease(ttl_ms).map_err(RedisError::String)?;
     refuse_on_replica(ctx)?;
+    acks::check_can_wait(ctx)?;
     let name = &args[1];
     let key = Key::write(ctx, &args[1]);
     let Some(lock) = rw_in(&key)? else {
@@ -448,7 +453,8 @@ pub fn extend(ctx: &Context, args: &[Arg]) -> RedisResult {
     if let Some(at) = lock.next_lease_end() {
         waiters::watch_lease(ctx, name, at);
     }
-    Ok(RedisValue::Integer(1))
+    drop(key);
+    held::reply(ctx, None, 1, Answer::Integer(0))
 }
 
 /// `RWLOCK.INFO key`

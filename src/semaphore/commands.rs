@@ -13,6 +13,7 @@
 
 use redis_module::{Context, RedisError, RedisResult, RedisValue};
 
+use crate::acks;
 use crate::args;
 use crate::command::Arg;
 use crate::datatypes::store;
@@ -27,7 +28,7 @@ use crate::reply::{self, Field};
 use crate::semaphore::datatype::{effect_words, valid_header, valid_hold, SEM_EFFECT, SEM_TYPE};
 use crate::semaphore::state::{Gate, Hold, Outcome, Semaphore};
 use crate::stats;
-use crate::waiters::{self, Answer, Kind, Mode, Served, Waiter};
+use crate::waiters::{self, held, Answer, Kind, Mode, Served, Waiter};
 
 fn err(text: &'static str) -> RedisError {
     RedisError::Str(text)
@@ -242,6 +243,7 @@ pub fn acquire(ctx: &Context, args: &[Arg]) -> RedisResult {
     let req = args::sem_request(&args[2..]).map_err(grace::argument_error)?;
     grace::check_lease(req.ttl_ms).map_err(RedisError::String)?;
     refuse_on_replica(ctx)?;
+    acks::check_can_wait(ctx)?;
     let name = &args[1];
     if waiters::others_queued(ctx, name, &KIND) {
         waiters::serve(ctx, name);
@@ -303,7 +305,9 @@ pub fn acquire(ctx: &Context, args: &[Arg]) -> RedisResult {
                 publish(ctx, name, &key, sem);
             }
             notify(ctx, c"sem.acquire", name);
-            Ok(RedisValue::Integer(fence as i64))
+            drop(key);
+            let fence = fence as i64;
+            held::reply(ctx, Some((&KIND, &name[..], fence)), fence, Answer::Nil)
         }
         Outcome::AlreadyHeld => Err(err(error::ALREADY_HOLDS)),
         Outcome::OtherLimit(limit) => Err(RedisError::String(error::other_limit(limit, req.limit))),
@@ -377,6 +381,7 @@ pub fn extend(ctx: &Context, args: &[Arg]) -> RedisResult {
     let (owner, ttl_ms) = args::owner_and_ttl(&args[2..]).map_err(grace::argument_error)?;
     grace::check_lease(ttl_ms).map_err(RedisError::String)?;
     refuse_on_replica(ctx)?;
+    acks::check_can_wait(ctx)?;
     let name = &args[1];
     let key = Key::write(ctx, name);
     let Some(sem) = sem_in(&key)? else {
@@ -392,7 +397,8 @@ pub fn extend(ctx: &Context, args: &[Arg]) -> RedisResult {
     if let Some(at) = next {
         waiters::watch_lease(ctx, name, at);
     }
-    Ok(RedisValue::Integer(1))
+    drop(key);
+    held::reply(ctx, None, 1, Answer::Integer(0))
 }
 
 /// `SEM.SETLIMIT key n`

@@ -44,6 +44,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use redis_module::{raw, Context, ContextFlags, RedisString};
 use rustc_hash::{FxHashMap, FxHashSet};
 
+use crate::acks;
 use crate::command::Arg;
 use crate::error;
 use crate::events::{self, Listener, Server};
@@ -168,6 +169,8 @@ impl Waiter {
     }
 }
 
+pub mod held;
+
 /// What a waiter is answered with.
 pub enum Answer {
     Integer(i64),
@@ -238,6 +241,9 @@ struct Registry {
     /// Grants handed to Redis and not yet written or dropped (`InFlight`
     /// addresses): what a `REPLICAOF` about to run must take back first.
     in_flight: FxHashSet<usize>,
+    /// Grants the replicas did not acknowledge in time, answered busy while
+    /// writes were paused: taken back once writes resume.
+    unacked: Vec<(&'static dyn Kind, QueueKey, i64)>,
 }
 
 thread_local! {
@@ -641,17 +647,34 @@ pub fn answer(ctx: &Context, waiter: Waiter, answer: Answer) {
     deliver(ctx.ctx, waiter, answer);
 }
 
-/// The one place a decided answer leaves: exactly one `UnblockClient` per handle.
+/// The one place a decided answer leaves: exactly one `UnblockClient` per
+/// handle, now or — for a grant that waits for the replicas — once they
+/// acknowledged it or it was taken back ([`held`]).
 fn deliver(ctx: Ctx, waiter: Waiter, answer: Answer) {
     waiter.ended(now_ms());
     if let Some(id) = waiter.timer {
         stop_timer(ctx, id);
     }
     let grant = answer.token().map(|t| (waiter.kind, waiter.key, t));
+    // Lock kinds' grants (integers) wait for the replicas; cache leases are
+    // neither replicated nor kept across a failover.
+    let waits = grant.is_some() && matches!(answer, Answer::Integer(_)) && acks::required();
+    let in_flight = Box::into_raw(Box::new(InFlight { answer, grant }));
+    if waits {
+        let otherwise = waiter.kind.timed_out();
+        held::hold(ctx, waiter.handle, in_flight, otherwise, waiter.deadline_ms);
+        return;
+    }
+    unblock(waiter.handle, in_flight);
+}
+
+/// Hands a decided answer to Redis, which writes it in this turn's beforeSleep.
+fn unblock(handle: Handle, in_flight: *mut InFlight) {
+    // Safety: ours until Redis frees it (`free_in_flight`).
+    let grant = unsafe { (*in_flight).grant.is_some() };
     // Only a server with replicas (or one that forked: they may come) has a
     // next master a taken-back grant must reach.
-    let granting = grant.is_some() && crate::keyspace::effects_listened();
-    let in_flight = Box::into_raw(Box::new(InFlight { answer, grant }));
+    let granting = grant && crate::keyspace::effects_listened();
     if granting {
         let first = with(|r| {
             r.in_flight.insert(in_flight as usize);
@@ -662,7 +685,7 @@ fn deliver(ctx: Ctx, waiter: Waiter, answer: Answer) {
         }
         GRANTS_IN_FLIGHT.store(true, Ordering::Relaxed);
     }
-    unsafe { raw::RedisModule_UnblockClient.unwrap()(waiter.handle, in_flight.cast::<c_void>()) };
+    unsafe { raw::RedisModule_UnblockClient.unwrap()(handle, in_flight.cast::<c_void>()) };
 }
 
 /// A waiter whose deadline passed (taken off its queue): its kind's nil.
@@ -902,12 +925,18 @@ fn tick(ctx: &Context) {
     if !may_write(ctx) {
         let replica = ctx.get_flags().contains(ContextFlags::SLAVE);
         if replica {
-            // Replicas never grant: the master's effects decide.
-            with(|r| r.dirty.clear());
-        } else if with(|r| !r.dirty.is_empty()) {
+            // Replicas never grant nor take back: the master's effects decide.
+            with(|r| {
+                r.dirty.clear();
+                r.unacked.clear();
+            });
+        } else if with(|r| !r.dirty.is_empty() || !r.unacked.is_empty()) {
             arm_tick(ctx.ctx, PAUSED_RETRY_MS);
         }
         return;
+    }
+    for grant in with(|r| std::mem::take(&mut r.unacked)) {
+        take_back(ctx, grant);
     }
     let dirty = with(|r| {
         let d = std::mem::take(&mut r.dirty);
@@ -953,6 +982,8 @@ fn answer_everyone(ctx: Ctx, answer_of: impl Fn(&'static dyn Kind) -> Answer) {
         let answer = answer_of(w.kind);
         deliver(ctx, w, answer);
     }
+    held::answer_all(error::READONLY);
+    with(|r| r.unacked.clear());
     let timers: Vec<TimerId> = with(|r| {
         r.lease_timers
             .drain()
@@ -1023,9 +1054,16 @@ extern "C" fn on_timeout(ctx: Ctx, _argv: *mut *mut raw::RedisModuleString, _arg
                 // Redis unblocks the client; the handle still needs its one UnblockClient.
                 unsafe { raw::RedisModule_UnblockClient.unwrap()(handle, ptr::null_mut()) };
             }
-            None => {
-                raw::reply_with_null(ctx);
-            }
+            // A grant waiting for the replicas: taken back, answered busy.
+            None => match held::give_up(ctx, handle) {
+                Some(otherwise) => {
+                    reply(ctx, &otherwise);
+                    unsafe { raw::RedisModule_UnblockClient.unwrap()(handle, ptr::null_mut()) };
+                }
+                None => {
+                    raw::reply_with_null(ctx);
+                }
+            },
         }
         raw::REDISMODULE_OK as c_int
     })
@@ -1035,7 +1073,7 @@ extern "C" fn on_timeout(ctx: Ctx, _argv: *mut *mut raw::RedisModuleString, _arg
 /// already handed over is dropped by Redis, and a grant in it is revoked.
 extern "C" fn on_disconnect(ctx: Ctx, handle: Handle) {
     guard::callback((), || {
-        if leave(ctx, handle).is_some() {
+        if leave(ctx, handle).is_some() || held::give_up(ctx, handle).is_some() {
             unsafe { raw::RedisModule_UnblockClient.unwrap()(handle, ptr::null_mut()) };
             return;
         }

@@ -1,0 +1,415 @@
+//! Grants the replicas acknowledged (`warden.sync-replicas`): a grant, hand-off,
+//! new reader, semaphore hold or extend is answered only once a replica has
+//! it; past `warden.sync-timeout` it is taken back and answered busy. Each
+//! test stops the replica (SIGSTOP) to hold acknowledgements back.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use redis::{Connection, Value};
+
+/// A master with `warden.sync-replicas 1` (and `sync-timeout` ms) and one
+/// streaming replica.
+fn pair(timeout_ms: i64) -> (Server, Server) {
+    let master = Server::start_tcp(&[]);
+    let replica = Server::start_tcp(&[]);
+    replicate(&master, &replica);
+    let mut m = master.conn();
+    // A write the replica must acknowledge: it streams, not just loads.
+    run(&mut m, &["SET", "streaming", "1"]).unwrap();
+    sync_replicas(&mut m, 1);
+    run(&mut m, &["CONFIG", "SET", "warden.sync-replicas", "1"]).unwrap();
+    let timeout = timeout_ms.to_string();
+    run(&mut m, &["CONFIG", "SET", "warden.sync-timeout", &timeout]).unwrap();
+    (master, replica)
+}
+
+/// Waits until `n` grants wait for acknowledgements.
+fn wait_held(c: &mut Connection, n: i64) {
+    wait_for(
+        &format!("{n} grants waiting for the replica"),
+        Duration::from_secs(20),
+        || warden_stat(c, "sync_waiting") == n,
+    );
+}
+
+/// `(name, setup, command, info command)`.
+type GrantCase = (
+    &'static str,
+    Vec<Vec<&'static str>>,
+    Vec<&'static str>,
+    &'static str,
+);
+
+/// Every way a command grants or extends, as `(setup, command, info)`: the
+/// setup runs first, the command is the one that waits, `info` shows the key.
+fn grant_cases() -> Vec<GrantCase> {
+    vec![
+        (
+            "lock",
+            vec![],
+            vec!["LOCK.ACQUIRE", "k", "a", "60000"],
+            "LOCK.INFO",
+        ),
+        (
+            "lock re-entry",
+            vec![vec!["LOCK.ACQUIRE", "k", "a", "60000"]],
+            vec!["LOCK.ACQUIRE", "k", "a", "60000"],
+            "LOCK.INFO",
+        ),
+        (
+            "read lock",
+            vec![],
+            vec!["RWLOCK.READ", "k", "a", "60000"],
+            "RWLOCK.INFO",
+        ),
+        (
+            "second reader",
+            vec![vec!["RWLOCK.READ", "k", "b", "60000"]],
+            vec!["RWLOCK.READ", "k", "a", "60000"],
+            "RWLOCK.INFO",
+        ),
+        (
+            "write lock",
+            vec![],
+            vec!["RWLOCK.WRITE", "k", "a", "60000"],
+            "RWLOCK.INFO",
+        ),
+        (
+            "semaphore",
+            vec![],
+            vec!["SEM.ACQUIRE", "k", "a", "60000", "LIMIT", "2"],
+            "SEM.INFO",
+        ),
+    ]
+}
+
+/// The state a key shows on `c` but its lease's ms left and its latest
+/// token, which a take-back leaves ("nil": no key).
+fn shown(c: &mut Connection, info: &str) -> String {
+    match maybe_map(c, &[info, "k"]) {
+        None => "nil".into(),
+        Some(fields) => fields
+            .iter()
+            .filter(|(name, _)| name != "ttl" && name != "fence")
+            .map(|(name, v)| format!("{name}={v:?}"))
+            .collect::<Vec<_>>()
+            .join(" "),
+    }
+}
+
+#[test]
+fn an_acknowledgement_timeout_answers_busy_and_leaves_no_hold() {
+    for (name, setup, command, info) in grant_cases() {
+        let (master, replica) = pair(100);
+        let mut m = master.conn();
+        for words in &setup {
+            run(&mut m, words).unwrap();
+        }
+        sync_replicas(&mut m, 1);
+        let before = shown(&mut m, info);
+        replica.signal("STOP");
+        let reply = run(&mut m, &command).unwrap();
+        assert_eq!(reply, Value::Nil, "{name}: busy, never granted");
+        assert_eq!(
+            shown(&mut m, info),
+            before,
+            "{name}: the hold was taken back"
+        );
+        assert_eq!(warden_stat(&mut m, "sync_timeouts"), 1, "{name}");
+        replica.signal("CONT");
+        sync_replicas(&mut m, 1);
+        let mut r = replica.conn();
+        assert_eq!(
+            shown(&mut r, info),
+            before,
+            "{name}: the replica has no hold either"
+        );
+    }
+}
+
+#[test]
+fn an_acknowledged_grant_is_on_the_replica_when_it_is_answered() {
+    for (name, setup, command, info) in grant_cases() {
+        let (master, replica) = pair(10_000);
+        let mut m = master.conn();
+        for words in &setup {
+            run(&mut m, words).unwrap();
+        }
+        // Held back until the replica runs again: the answer waits for it.
+        let acked = warden_stat(&mut m, "sync_acked");
+        replica.signal("STOP");
+        let (_, pending) = spawn_command(&master, &command);
+        wait_held(&mut m, 1);
+        replica.signal("CONT");
+        assert!(granted(pending) > 0);
+        let on_master = shown(&mut m, info);
+        assert_ne!(on_master, "nil");
+        let mut r = replica.conn();
+        assert_eq!(
+            shown(&mut r, info),
+            on_master,
+            "{name}: the replica has the grant when its client is told"
+        );
+        assert_eq!(warden_stat(&mut m, "sync_acked"), acked + 1, "{name}");
+    }
+}
+
+#[test]
+fn extends_wait_for_the_replica_and_answer_zero_without_it() {
+    let cases: [(&str, Vec<&str>, Vec<&str>); 3] = [
+        (
+            "lock",
+            vec!["LOCK.ACQUIRE", "k", "a", "60000"],
+            vec!["LOCK.EXTEND", "k", "a", "90000"],
+        ),
+        (
+            "read-write lock",
+            vec!["RWLOCK.WRITE", "k", "a", "60000"],
+            vec!["RWLOCK.EXTEND", "k", "a", "90000"],
+        ),
+        (
+            "semaphore",
+            vec!["SEM.ACQUIRE", "k", "a", "60000", "LIMIT", "1"],
+            vec!["SEM.EXTEND", "k", "a", "90000"],
+        ),
+    ];
+    for (name, hold, extend) in cases {
+        let (master, replica) = pair(100);
+        let mut m = master.conn();
+        let got = run(&mut m, &hold);
+        assert!(matches!(got, Ok(Value::Int(_))), "{name}: {got:?}");
+        assert_eq!(int(&mut m, &extend), 1, "{name}: acknowledged");
+        replica.signal("STOP");
+        assert_eq!(int(&mut m, &extend), 0, "{name}: not acknowledged in time");
+        replica.signal("CONT");
+    }
+}
+
+#[test]
+fn a_grant_waiting_for_acknowledgement_is_not_granted_twice_nor_handed_on() {
+    let (master, replica) = pair(10_000);
+    let mut m = master.conn();
+    replica.signal("STOP");
+    let (_, first) = spawn_command(&master, &["LOCK.ACQUIRE", "k", "a", "60000"]);
+    wait_held(&mut m, 1);
+    // The key holds the unacknowledged grant: busy for everybody else.
+    assert!(is_nil(&mut m, &["LOCK.ACQUIRE", "k", "b", "60000"]));
+    let (_, second) = spawn_command(&master, &["LOCK.ACQUIRE", "k", "b", "60000", "WAIT", "0"]);
+    wait_queued(&mut m, "LOCK.INFO", "k", 1);
+    replica.signal("CONT");
+    let fence = granted(first);
+    let info = map(&mut m, &["LOCK.INFO", "k"]);
+    assert_eq!(field_str(&info, "owner"), "a");
+    assert_eq!(field_int(&info, "waiters"), 1, "b still waits");
+    assert_eq!(int(&mut m, &["LOCK.RELEASE", "k", "a"]), 1);
+    assert!(granted(second) > fence, "b is granted after a let go");
+}
+
+#[test]
+fn a_handoff_waits_for_the_acknowledgement_and_its_waiters_deadline() {
+    // (sync-timeout, the waiter's WAIT): whichever ends first answers nil.
+    for (timeout_ms, wait_ms) in [(200, 0), (20_000, 300)] {
+        let (master, replica) = pair(timeout_ms);
+        let mut m = master.conn();
+        assert!(matches!(
+            run(&mut m, &["LOCK.ACQUIRE", "k", "a", "60000"]).unwrap(),
+            Value::Int(_)
+        ));
+        let wait = wait_ms.to_string();
+        let (_, waiter) =
+            spawn_command(&master, &["LOCK.ACQUIRE", "k", "b", "60000", "WAIT", &wait]);
+        wait_queued(&mut m, "LOCK.INFO", "k", 1);
+        replica.signal("STOP");
+        assert_eq!(int(&mut m, &["LOCK.RELEASE", "k", "a"]), 1);
+        assert_eq!(
+            waiter.join().unwrap().unwrap(),
+            Value::Nil,
+            "sync-timeout {timeout_ms}, WAIT {wait_ms}: the hand-off was not acknowledged"
+        );
+        assert!(
+            is_nil(&mut m, &["LOCK.INFO", "k"]),
+            "the hand-off was taken back"
+        );
+        replica.signal("CONT");
+    }
+}
+
+#[test]
+fn a_killed_or_unblocked_waiting_client_gives_the_hold_back() {
+    let unblock = {
+        let probe = Server::start(&[]);
+        unblock_ends_wait(&mut probe.conn())
+    };
+    let mut ways = vec![vec!["CLIENT", "KILL", "ID"]];
+    if unblock {
+        ways.push(vec!["CLIENT", "UNBLOCK"]);
+    }
+    for way in ways {
+        for (name, _, command, info) in grant_cases().into_iter().filter(|c| c.1.is_empty()) {
+            let (master, replica) = pair(20_000);
+            let mut m = master.conn();
+            replica.signal("STOP");
+            let (id, pending) = spawn_command(&master, &command);
+            wait_held(&mut m, 1);
+            let id = id.to_string();
+            let words: Vec<&str> = way.iter().copied().chain([id.as_str()]).collect();
+            assert_eq!(int(&mut m, &words), 1, "{way:?} {name}");
+            let reply = pending.join().unwrap();
+            assert!(
+                !matches!(reply, Ok(Value::Int(_))),
+                "{way:?} {name}: never granted: {reply:?}"
+            );
+            assert_eq!(warden_stat(&mut m, "sync_waiting"), 0);
+            assert_eq!(shown(&mut m, info), "nil", "{way:?} {name}: given back");
+            replica.signal("CONT");
+            sync_replicas(&mut m, 1);
+            assert_eq!(shown(&mut replica.conn(), info), "nil", "{way:?} {name}");
+        }
+    }
+}
+
+#[test]
+fn grants_inside_multi_or_a_script_are_refused_and_change_nothing() {
+    let (master, _replica) = pair(100);
+    let mut m = master.conn();
+    run(&mut m, &["LOCK.ACQUIRE", "held", "a", "60000"]).unwrap();
+    let commands: [&[&str]; 5] = [
+        &["LOCK.ACQUIRE", "k", "a", "60000"],
+        &["LOCK.EXTEND", "held", "a", "60000"],
+        &["RWLOCK.READ", "k", "a", "60000"],
+        &["SEM.ACQUIRE", "k", "a", "60000", "LIMIT", "1"],
+        &["SEM.EXTEND", "k", "a", "60000"],
+    ];
+    for words in commands {
+        run(&mut m, &["MULTI"]).unwrap();
+        run(&mut m, words).unwrap();
+        let text = match run(&mut m, &["EXEC"]) {
+            Ok(v) => format!("{v:?}"),
+            Err(e) => error_text(&e),
+        };
+        assert!(text.contains("sync-replicas"), "{words:?} in MULTI: {text}");
+        let mut script = vec!["EVAL", "return redis.call(unpack(ARGV))", "0"];
+        script.extend_from_slice(words);
+        let e = err(&mut m, &script);
+        assert!(e.contains("sync-replicas"), "{words:?} in a script: {e}");
+    }
+    assert!(is_nil(&mut m, &["LOCK.INFO", "k"]));
+    assert!(is_nil(&mut m, &["RWLOCK.INFO", "k"]));
+    assert!(is_nil(&mut m, &["SEM.INFO", "k"]));
+    // Releases still run inside MULTI: they grant nobody here.
+    run(&mut m, &["MULTI"]).unwrap();
+    run(&mut m, &["LOCK.RELEASE", "held", "a"]).unwrap();
+    let exec = run(&mut m, &["EXEC"]).unwrap();
+    assert_eq!(exec, Value::Array(vec![Value::Int(1)]));
+}
+
+#[test]
+fn a_timeout_while_writes_are_paused_takes_the_grant_back_when_they_resume() {
+    let (master, replica) = pair(200);
+    let mut m = master.conn();
+    replica.signal("STOP");
+    let (_, pending) = spawn_command(&master, &["LOCK.ACQUIRE", "k", "a", "60000"]);
+    wait_held(&mut m, 1);
+    run(&mut m, &["CLIENT", "PAUSE", "5000", "WRITE"]).unwrap();
+    assert_eq!(pending.join().unwrap().unwrap(), Value::Nil);
+    // Paused: the take-back waits (writing now would crash the server).
+    run(&mut m, &["CLIENT", "UNPAUSE"]).unwrap();
+    wait_for("the grant taken back", Duration::from_secs(10), || {
+        is_nil(&mut m, &["LOCK.INFO", "k"])
+    });
+    replica.signal("CONT");
+    sync_replicas(&mut m, 1);
+    assert!(is_nil(&mut replica.conn(), &["LOCK.INFO", "k"]));
+}
+
+#[test]
+fn a_master_that_becomes_a_replica_answers_its_waiting_grants_with_an_error() {
+    let (master, replica) = pair(20_000);
+    let other = Server::start_tcp(&[]);
+    let mut m = master.conn();
+    replica.signal("STOP");
+    let (_, pending) = spawn_command(&master, &["LOCK.ACQUIRE", "k", "a", "60000"]);
+    wait_held(&mut m, 1);
+    let port = other.port.unwrap().to_string();
+    run(&mut m, &["REPLICAOF", "127.0.0.1", &port]).unwrap();
+    let reply = pending.join().unwrap();
+    assert!(reply.is_err(), "not a grant: {reply:?}");
+    assert_eq!(warden_stat(&mut m, "sync_waiting"), 0);
+    replica.signal("CONT");
+}
+
+#[test]
+fn grants_of_one_turn_share_one_acknowledgement() {
+    let (master, _replica) = pair(5_000);
+    let clients: Vec<_> = (0..40)
+        .map(|i| {
+            let mut c = master.conn();
+            std::thread::spawn(move || {
+                for j in 0..25 {
+                    let key = format!("k{i}-{j}");
+                    let fence = int(&mut c, &["LOCK.ACQUIRE", &key, "a", "60000"]);
+                    assert!(fence > 0);
+                }
+            })
+        })
+        .collect();
+    for c in clients {
+        c.join().unwrap();
+    }
+    let mut m = master.conn();
+    let acked = warden_stat(&mut m, "sync_acked");
+    let asked = warden_stat(&mut m, "sync_getacks");
+    assert_eq!(acked, 1000);
+    assert!(
+        asked < acked,
+        "{asked} GETACKs for {acked} grants: grants of one turn share one"
+    );
+}
+
+#[test]
+fn sync_settings_refuse_bad_values_and_grace_auto_needs_max_lease() {
+    let s = Server::start(&[]);
+    let mut c = s.conn();
+    for (name, value) in [
+        ("warden.sync-replicas", "-1"),
+        ("warden.sync-replicas", "1025"),
+        ("warden.sync-timeout", "0"),
+        ("warden.sync-timeout", "soon"),
+        ("warden.grace", "automatic"),
+        ("warden.grace", "auto"),
+    ] {
+        let e = err(&mut c, &["CONFIG", "SET", name, value]);
+        assert!(e.starts_with("ERR"), "{name} {value}: {e}");
+    }
+    run(&mut c, &["CONFIG", "SET", "warden.max-lease", "30000"]).unwrap();
+    run(&mut c, &["CONFIG", "SET", "warden.grace", "auto"]).unwrap();
+    let got: Vec<String> = redis::cmd("CONFIG")
+        .arg("GET")
+        .arg("warden.grace")
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(got, vec!["warden.grace", "auto"]);
+    let e = err(&mut c, &["CONFIG", "SET", "warden.max-lease", "0"]);
+    assert!(e.contains("max-lease"), "{e}");
+    run(&mut c, &["CONFIG", "SET", "warden.grace", "41000"]).unwrap();
+    run(&mut c, &["CONFIG", "SET", "warden.max-lease", "0"]).unwrap();
+
+    let mut bad = Plain::start(&[module(module_path(), &["grace", "auto"])]);
+    assert!(
+        !bad.runs(),
+        "grace auto without max-lease must refuse the load"
+    );
+    assert!(
+        bad.log().contains("needs warden.max-lease"),
+        "{}",
+        bad.log()
+    );
+    let mut ok = Plain::start(&[module(
+        module_path(),
+        &["max-lease", "9000", "grace", "auto", "sync-replicas", "1"],
+    )]);
+    assert!(ok.runs(), "{}", ok.log());
+}
