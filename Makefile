@@ -255,15 +255,26 @@ node-test: node-deps $(SERVER_DEPS)
 	cd node && WARDEN_SERVER=$(SERVER_BIN) WARDEN_MODULE=$(CURDIR)/$(TEST_MODULE) npm test --silent
 
 # The Go client (go/, module github.com/warden-redis/warden/go): Go 1.26+
-# (go-redis v9.23 needs it). This image has it in /usr/local/go; Debian 12's
-# golang-go (1.19) is too old, so go-deps does not install it: it names what
-# to install. The module's dependencies come from the Go module proxy into
-# the module cache.
-GO := $(or $(shell command -v go 2>/dev/null),$(wildcard /usr/local/go/bin/go),go)
+# (go-redis v9.23 needs it). This image has it in /usr/local/go; where no go
+# of 1.26 or newer is found, go-deps installs Go $(GO_VERSION) into target/go
+# from the Go module proxy (golang.org/toolchain, the zip the go command itself
+# fetches for GOTOOLCHAIN; Debian 12's golang-go, 1.19, is too old). The
+# module's dependencies come from the proxy into the module cache.
+GO_VERSION := 1.26.8
+GO_LOCAL := $(CURDIR)/target/go/bin/go
+GO = $(or $(wildcard $(GO_LOCAL)),$(shell command -v go 2>/dev/null),$(wildcard /usr/local/go/bin/go),go)
 go-deps:
-	@$(GO) version >/dev/null 2>&1 || { echo "go is missing: the Go client needs Go 1.26 or newer (install it in /usr/local/go, or put its go on PATH)"; exit 1; }
-	@v=$$($(GO) env GOVERSION | sed 's/^go//'); [ "$$(printf '%s\n' 1.26 "$$v" | sort -V | head -n1)" = 1.26 ] || { \
-		echo "go $$v is too old: the Go client needs Go 1.26 or newer (go-redis v9.23)"; exit 1; }
+	@v=$$($(GO) env GOVERSION 2>/dev/null | sed 's/^go//'); \
+	if [ -z "$$v" ] || [ "$$(printf '%s\n' 1.26 "$$v" | sort -V | head -n1)" != 1.26 ]; then \
+		echo "no Go 1.26+ found ($${v:-none}): installing Go $(GO_VERSION) into target/go from the Go module proxy"; \
+		rm -rf target/go target/go-toolchain && mkdir -p target/go-toolchain && \
+		curl -fsSL -o target/go-toolchain/go.zip \
+			https://proxy.golang.org/golang.org/toolchain/@v/v0.0.1-go$(GO_VERSION).linux-amd64.zip && \
+		python3 -m zipfile -e target/go-toolchain/go.zip target/go-toolchain && \
+		mv target/go-toolchain/golang.org/toolchain@v0.0.1-go$(GO_VERSION).linux-amd64 target/go && \
+		rm -rf target/go-toolchain && chmod -R a+x target/go/bin target/go/pkg/tool && \
+		target/go/bin/go version; \
+	fi
 	cd go && $(GO) mod download
 
 # go test -race against $(SERVER_BIN) with the module: every test on
@@ -281,7 +292,7 @@ go-test: go-deps $(SERVER_DEPS)
 # gofmt, go vet and staticcheck (v0.8.2, through go run: the module proxy
 # serves it) on the Go client.
 go-lint: go-deps
-	@out=$$(cd go && gofmt -l .); [ -z "$$out" ] || { echo "gofmt -l:"; echo "$$out"; exit 1; }
+	@out=$$(cd go && $(GO)fmt -l .); [ -z "$$out" ] || { echo "gofmt -l:"; echo "$$out"; exit 1; }
 	cd go && $(GO) vet ./... && $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...
 
 # The Go module as a GOPROXY directory, dist/goproxy: the module's zip, .mod
