@@ -1,0 +1,297 @@
+package warden
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// kind is one of warden's lock types: its commands and what its release replies mean.
+type kind struct {
+	acquire, release, extend string
+	// sem: SEM.RELEASE answers 0 for "not held"; LOCK.RELEASE and
+	// RWLOCK.UNLOCK answer 0 for "re-entrant holds remain" and -1 for "not held".
+	sem bool
+}
+
+var (
+	kindLock  = &kind{acquire: "LOCK.ACQUIRE", release: "LOCK.RELEASE", extend: "LOCK.EXTEND"}
+	kindRead  = &kind{acquire: "RWLOCK.READ", release: "RWLOCK.UNLOCK", extend: "RWLOCK.EXTEND"}
+	kindWrite = &kind{acquire: "RWLOCK.WRITE", release: "RWLOCK.UNLOCK", extend: "RWLOCK.EXTEND"}
+	kindSem   = &kind{acquire: "SEM.ACQUIRE", release: "SEM.RELEASE", extend: "SEM.EXTEND", sem: true}
+)
+
+// LockOption configures one acquire (locks, read-write locks, semaphores).
+type LockOption func(*lockOptions)
+
+type lockOptions struct {
+	ttl      time.Duration
+	maxQueue int64
+	wait     time.Duration
+}
+
+// TTL sets the hold's lease: it ends ttl after the grant unless extended, and
+// no watchdog renews it. Without TTL a watchdog renews a lease of DefaultTTL
+// (WithWatchdogTTL) at a third of it until the hold is released.
+func TTL(d time.Duration) LockOption { return func(o *lockOptions) { o.ttl = d } }
+
+// MaxQueue sheds the request when n or more requests already wait on the
+// key (the server's QUEUE n): it returns ErrNotAcquired at once instead of
+// queueing.
+func MaxQueue(n int64) LockOption { return func(o *lockOptions) { o.maxQueue = n } }
+
+// Wait bounds the wait to d on top of the context's own deadline; past it
+// the call returns context.DeadlineExceeded.
+func Wait(d time.Duration) LockOption { return func(o *lockOptions) { o.wait = d } }
+
+func lockOpts(opts []LockOption) lockOptions {
+	o := lockOptions{maxQueue: -1}
+	for _, f := range opts {
+		f(&o)
+	}
+	return o
+}
+
+func millis(d time.Duration) int64 {
+	ms := d.Milliseconds()
+	if ms < 1 {
+		ms = 1
+	}
+	return ms
+}
+
+// waitArg is the WAIT for a command sent now: what remains of the deadline
+// less a margin for the reply's way back (a tenth, 1..5 ms), at least 1 ms
+// (WAIT 0 means forever); 0 without a deadline. ok is false once nothing
+// remains: the command must not be sent.
+func waitArg(deadline time.Time, has bool) (ms int64, ok bool) {
+	if !has {
+		return 0, true
+	}
+	remaining := time.Until(deadline)
+	if remaining <= 0 {
+		return 0, false
+	}
+	margin := min(max(remaining/10, time.Millisecond), 5*time.Millisecond)
+	return max((remaining - margin).Milliseconds(), 1), true
+}
+
+// acquire runs the overload rule: a fast try without WAIT on rdb's pool,
+// then (unless try) a wait on a waiter connection with the deadline as WAIT.
+func (w *Warden) acquire(ctx context.Context, k *kind, key string, extra []any, opts []LockOption, try bool) (*Hold, error) {
+	o := lockOpts(opts)
+	if o.wait > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, o.wait)
+		defer cancel()
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	ttl, watchdog := o.ttl, o.ttl <= 0
+	if watchdog {
+		ttl = w.watchdogTTL
+	}
+	owner := w.owner()
+	args := append([]any{k.acquire, key, owner, millis(ttl)}, extra...)
+	h := &Hold{w: w, kind: k, key: key, owner: owner, ttl: ttl, watchdog: watchdog}
+
+	// 1. Fast path: one round trip on the shared client; no waiter connection.
+	sent := time.Now()
+	fence, err := w.rdb.Do(ctx, args...).Int64()
+	switch {
+	case err == nil:
+		return h.start(fence, sent), nil
+	case errors.Is(err, redis.Nil):
+	default:
+		var rerr redis.Error
+		if !errors.As(err, &rerr) || k.sem && strings.Contains(err.Error(), "already holds") {
+			// The command may have run (a lost reply, or go-redis retried it
+			// after it did): give back whatever the owner holds.
+			h.giveBack()
+		}
+		return nil, serverErr(err)
+	}
+	if try {
+		return nil, ErrNotAcquired
+	}
+
+	// 2. Wait on a waiter connection, the context's deadline as WAIT.
+	n, err := w.node(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	build := func(waitMs int64) []any {
+		cmd := append(append([]any{}, args...), "WAIT", waitMs)
+		if o.maxQueue >= 0 {
+			cmd = append(cmd, "QUEUE", o.maxQueue)
+		}
+		return cmd
+	}
+	sent = time.Now()
+	reply, err := w.wait(ctx, n, build, func(any) { h.giveBack() })
+	if err != nil {
+		return nil, err
+	}
+	if e, ok := reply.(serverError); ok {
+		return nil, serverErr(e)
+	}
+	if fence, ok := reply.(int64); ok {
+		if err := late(ctx); err != nil {
+			h.giveBack() // a grant past the caller's deadline is never kept
+			return nil, err
+		}
+		return h.start(fence, sent), nil
+	}
+	return nil, w.noGrant(ctx, o.maxQueue)
+}
+
+// late is the caller's context error, or DeadlineExceeded once its deadline
+// passed even if the context has not noticed yet.
+func late(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if d, ok := ctx.Deadline(); ok && !time.Now().Before(d) {
+		return context.DeadlineExceeded
+	}
+	return nil
+}
+
+// noGrant explains a nil reply to a WAIT: shed by QUEUE (early), or the
+// deadline (the WAIT ends a margin before the context does).
+func (w *Warden) noGrant(ctx context.Context, maxQueue int64) error {
+	d, has := ctx.Deadline()
+	if !has {
+		return ErrNotAcquired
+	}
+	remaining := time.Until(d)
+	if maxQueue >= 0 && remaining > 10*time.Millisecond+remaining/10 {
+		return fmt.Errorf("%w: shed (more than %d waiting)", ErrNotAcquired, maxQueue)
+	}
+	t := time.NewTimer(max(remaining, 0))
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return context.DeadlineExceeded
+	}
+}
+
+type result struct {
+	reply any
+	err   error
+}
+
+// wait sends build(WAIT) on a waiter connection of n and returns the reply.
+// When ctx ends first it takes the waiter out of the server's queue
+// (CLIENT UNBLOCK, else CLIENT KILL), hands any grant that raced it to
+// giveBack (nil when the reply is unknown) and returns ctx.Err().
+func (w *Warden) wait(ctx context.Context, n node, build func(waitMs int64) []any, giveBack func(reply any)) (any, error) {
+	c, err := n.pool.get(ctx)
+	if err != nil {
+		return nil, err
+	}
+	deadline, has := ctx.Deadline()
+	waitMs, ok := waitArg(deadline, has)
+	if !ok {
+		n.pool.put(c)
+		return nil, late(ctx)
+	}
+	if err := c.send(build(waitMs)...); err != nil {
+		n.pool.discard(c)
+		giveBack(nil)
+		return nil, err
+	}
+	// The server answers by WAIT; ReadTimeout bounds how much later the
+	// reply may come. Past that the connection is dropped and the call
+	// fails: a wait is never sent twice.
+	if rt := n.pool.opt.ReadTimeout; waitMs > 0 && rt > 0 {
+		_ = c.nc.SetReadDeadline(time.Now().Add(time.Duration(waitMs)*time.Millisecond + rt))
+	} else {
+		_ = c.nc.SetReadDeadline(time.Time{})
+	}
+	ch := make(chan result, 1)
+	go func() {
+		r, err := c.read()
+		ch <- result{r, err}
+	}()
+	select {
+	case r := <-ch:
+		_ = c.nc.SetReadDeadline(time.Time{})
+		if r.err != nil {
+			w.kill(n, c)
+			giveBack(nil)
+			return nil, fmt.Errorf("warden: waiting (WAIT %d ms): %w", waitMs, r.err)
+		}
+		if e, ok := r.reply.(serverError); ok && strings.HasPrefix(string(e), "READONLY") {
+			n.pool.flush() // a failover: the idle connections reach a replica now
+			n.pool.discard(c)
+			return r.reply, nil
+		}
+		n.pool.put(c)
+		return r.reply, nil
+	case <-ctx.Done():
+	}
+	w.cancelWait(n, c, ch, giveBack)
+	return nil, ctx.Err()
+}
+
+// cancelWait takes an abandoned waiter out: CLIENT UNBLOCK where the server
+// supports it for module waiters (the connection is kept once its nil reply
+// is read), else CLIENT KILL and a give-back by owner.
+func (w *Warden) cancelWait(n node, c *conn, ch chan result, giveBack func(reply any)) {
+	bg, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if n.pool.canUnblock() {
+		// 1: it was blocked and is now answered nil. 0: its reply was
+		// already on its way (a grant or the timeout): read it.
+		if _, err := n.client.Do(bg, "CLIENT", "UNBLOCK", c.id).Int64(); err == nil {
+			t := time.NewTimer(time.Second)
+			defer t.Stop()
+			select {
+			case r := <-ch:
+				_ = c.nc.SetReadDeadline(time.Time{})
+				if r.err == nil {
+					n.pool.put(c)
+					if _, granted := grantOf(r.reply); granted {
+						giveBack(r.reply)
+					}
+					return
+				}
+			case <-t.C:
+			}
+		}
+	}
+	w.kill(n, c)
+	r := <-ch
+	giveBack(r.reply)
+}
+
+// kill ends a waiter connection on the server before closing it here: once
+// CLIENT KILL has answered, the server has dropped the waiter, so a
+// give-back sent after it cannot be overtaken by a late grant.
+func (w *Warden) kill(n node, c *conn) {
+	bg, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = n.client.Do(bg, "CLIENT", "KILL", "ID", c.id).Err()
+	n.pool.discard(c)
+}
+
+// grantOf tells whether a reply granted something: a fence, or a cache lease token.
+func grantOf(reply any) (any, bool) {
+	switch r := reply.(type) {
+	case int64:
+		return r, true
+	case []any:
+		if len(r) == 2 && r[1] != nil {
+			return r[1], true
+		}
+	}
+	return nil, false
+}

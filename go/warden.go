@@ -1,0 +1,274 @@
+// Package warden is the Go client of warden, a Redis module with server-side
+// locks, read-write locks, semaphores and cache leases. It works on a go-redis
+// v9 client: standalone (*redis.Client), Sentinel (redis.NewFailoverClient)
+// or Cluster (*redis.ClusterClient).
+//
+// Every call that may wait takes a context: its deadline becomes the
+// server's WAIT, and cancelling it takes the waiter out of the server's
+// queue. A grant that races a cancel is given back at once.
+package warden
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+var (
+	// ErrNotAcquired: the lock or permits were busy (TryLock, TryAcquire),
+	// or the server shed the request (MaxQueue).
+	ErrNotAcquired = errors.New("warden: not acquired")
+	// ErrNotHeld: the hold was lost (its lease ended, or it was taken away)
+	// before Extend or Release.
+	ErrNotHeld = errors.New("warden: not held")
+	// ErrNotLoaded wraps the server's unknown-command error for warden's commands.
+	ErrNotLoaded = errors.New("warden: unknown command (is warden loaded?)")
+)
+
+// DefaultTTL is the lease of a hold acquired without TTL(d); a watchdog
+// renews it every DefaultTTL/3 until the hold is released.
+const DefaultTTL = 30 * time.Second
+
+// Warden is a client of warden's commands on top of a go-redis client. It is
+// safe for concurrent use.
+type Warden struct {
+	rdb         redis.UniversalClient
+	waiters     int
+	log         *slog.Logger
+	watchdogTTL time.Duration
+	prefix      string
+	seq         atomic.Uint64
+
+	mu     sync.Mutex
+	pools  map[string]*pool
+	holds  map[*Hold]struct{}
+	closed bool
+	bg     sync.WaitGroup // give-backs and refreshes that outlive a call
+}
+
+// Option configures New.
+type Option func(*Warden)
+
+// WithWaiters bounds the waiter connections warden opens per node (default
+// 64). A waiting call that finds none free waits for one within its context.
+func WithWaiters(n int) Option {
+	return func(w *Warden) {
+		if n > 0 {
+			w.waiters = n
+		}
+	}
+}
+
+// WithLogger sets where warden logs what it cannot return (a watchdog's
+// renewal errors, a give-back that failed).
+func WithLogger(l *slog.Logger) Option {
+	return func(w *Warden) {
+		if l != nil {
+			w.log = l
+		}
+	}
+}
+
+// WithWatchdogTTL sets the lease of holds acquired without TTL(d) (default
+// DefaultTTL); the watchdog renews it at a third of it.
+func WithWatchdogTTL(d time.Duration) Option {
+	return func(w *Warden) {
+		if d >= 3*time.Millisecond {
+			w.watchdogTTL = d
+		}
+	}
+}
+
+// New returns a client on rdb: a *redis.Client (also one from
+// redis.NewFailoverClient) or a *redis.ClusterClient. rdb stays the
+// caller's: Close does not close it.
+func New(rdb redis.UniversalClient, opts ...Option) *Warden {
+	var token [12]byte
+	_, _ = rand.Read(token[:])
+	w := &Warden{
+		rdb:         rdb,
+		waiters:     64,
+		log:         slog.Default(),
+		watchdogTTL: DefaultTTL,
+		prefix:      hex.EncodeToString(token[:]) + ":",
+		pools:       map[string]*pool{},
+	}
+	for _, o := range opts {
+		o(w)
+	}
+	return w
+}
+
+// Close closes warden's own waiter connections (not rdb) after the
+// give-backs still under way. Calls after Close fail.
+func (w *Warden) Close() error {
+	w.mu.Lock()
+	w.closed = true
+	pools := w.pools
+	w.pools = map[string]*pool{}
+	holds := make([]*Hold, 0, len(w.holds))
+	for h := range w.holds {
+		holds = append(holds, h)
+	}
+	w.mu.Unlock()
+	// Holds still held stop renewing; their leases run out on the server.
+	for _, h := range holds {
+		h.abandon()
+	}
+	w.bg.Wait()
+	for _, p := range pools {
+		p.close()
+	}
+	return nil
+}
+
+// owner is a fresh owner token per hold: no two holds share one, so a
+// release reply of 0 ("re-entrant holds remain") can only come from a
+// go-redis retry that acquired twice.
+func (w *Warden) owner() string {
+	return w.prefix + fmt.Sprint(w.seq.Add(1))
+}
+
+// node is where a key lives: the go-redis client that reaches its master
+// (for fast commands and CLIENT UNBLOCK) and the waiter pool for it.
+type node struct {
+	client *redis.Client
+	pool   *pool
+}
+
+func (w *Warden) node(ctx context.Context, key string) (node, error) {
+	var client *redis.Client
+	switch c := w.rdb.(type) {
+	case *redis.Client:
+		client = c
+	case *redis.ClusterClient:
+		m, err := c.MasterForKey(ctx, key)
+		if err != nil {
+			return node{}, err
+		}
+		client = m
+	default:
+		return node{}, fmt.Errorf("warden: %T is not supported (use *redis.Client or *redis.ClusterClient)", w.rdb)
+	}
+	opt := client.Options()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.closed {
+		return node{}, errClosed
+	}
+	p := w.pools[opt.Addr]
+	if p == nil {
+		p = newPool(opt, w.waiters)
+		w.pools[opt.Addr] = p
+	}
+	return node{client: client, pool: p}, nil
+}
+
+// serverErr turns an unknown-command reply for a warden command into
+// ErrNotLoaded; other errors keep the server's text.
+func serverErr(err error) error {
+	if err == nil {
+		return nil
+	}
+	msg := err.Error()
+	if strings.HasPrefix(msg, "ERR unknown command") {
+		for _, prefix := range []string{"'lock.", "'rwlock.", "'sem.", "'cache."} {
+			if strings.Contains(strings.ToLower(msg), prefix) {
+				return fmt.Errorf("%w: %w", ErrNotLoaded, err)
+			}
+		}
+	}
+	return err
+}
+
+// pool is the bounded set of waiter connections to one node.
+type pool struct {
+	opt   *redis.Options
+	slots chan struct{}
+
+	mu      sync.Mutex
+	idle    []*conn
+	unblock int32 // 0 unknown, 1 CLIENT UNBLOCK works, -1 it does not (Redis < 7.4)
+}
+
+func newPool(opt *redis.Options, n int) *pool {
+	return &pool{opt: opt, slots: make(chan struct{}, n)}
+}
+
+// get takes a slot (within ctx: never a queue past the caller's deadline),
+// then an idle connection or a new one.
+func (p *pool) get(ctx context.Context) (*conn, error) {
+	select {
+	case p.slots <- struct{}{}:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	p.mu.Lock()
+	if n := len(p.idle); n > 0 {
+		c := p.idle[n-1]
+		p.idle = p.idle[:n-1]
+		p.mu.Unlock()
+		return c, nil
+	}
+	known := p.unblock != 0
+	p.mu.Unlock()
+	c, err := dial(ctx, p.opt)
+	if err != nil {
+		<-p.slots
+		return nil, err
+	}
+	if !known {
+		info, err := c.do(5*time.Second, "INFO", "server")
+		if s, ok := info.(string); ok && err == nil {
+			p.mu.Lock()
+			p.unblock = -1
+			if unblockSupported(s) {
+				p.unblock = 1
+			}
+			p.mu.Unlock()
+		}
+	}
+	return c, nil
+}
+
+func (p *pool) canUnblock() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.unblock == 1
+}
+
+// put returns a connection whose every reply was read.
+func (p *pool) put(c *conn) {
+	p.mu.Lock()
+	p.idle = append(p.idle, c)
+	p.mu.Unlock()
+	<-p.slots
+}
+
+// discard closes a connection that may still owe a reply.
+func (p *pool) discard(c *conn) {
+	c.close()
+	<-p.slots
+}
+
+// flush closes the idle connections (after a failover they reach the old master).
+func (p *pool) flush() {
+	p.mu.Lock()
+	idle := p.idle
+	p.idle = nil
+	p.mu.Unlock()
+	for _, c := range idle {
+		c.close()
+	}
+}
+
+func (p *pool) close() { p.flush() }
