@@ -6,6 +6,7 @@ require (
 	github.com/bsm/redislock v0.10.0
 	github.com/go-redsync/redsync/v4 v4.17.0
 	github.com/redis/go-redis/v9 v9.23.0
+	github.com/warden-redis/warden/go v0.0.0
 )
 
 require (
@@ -13,3 +14,5 @@ require (
 	go.uber.org/atomic v1.12.0 // indirect
 	golang.org/x/sys v0.48.0 // indirect
 )
+
+replace github.com/warden-redis/warden/go => ../

@@ -114,17 +114,21 @@ func (b *bench) run(binary, module string, port int, out string) error {
 
 	w("\n**Uncontended acquire + release**: one goroutine, %d times on a free key, counted with `MONITOR` ", uncontendedIterations)
 	w("(sent: the client's commands; run: with those inside Lua scripts). Target for warden: ≤ 2 sent.\n\n")
-	w("| client | commands sent | commands run | which (per acquire + release) | target |\n|---|---|---|---|---|\n")
+	w("| client | workload | commands sent | commands run | which (per acquire + release) | target |\n|---|---|---|---|---|---|\n")
 	for _, u := range unc {
+		workload := "lock"
+		if c, ok := find(u.Contender); ok && c.limit > 1 {
+			workload = fmt.Sprintf("semaphore (limit %d)", c.limit)
+		}
 		if u.Failed != "" {
-			w("| %s | failed: %s | | | |\n", u.Label, u.Failed)
+			w("| %s | %s | failed: %s | | | |\n", u.Label, workload, u.Failed)
 			continue
 		}
 		target := "anchor"
 		if strings.HasPrefix(u.Contender, "warden") {
 			target = mark(u.Sent <= 2)
 		}
-		w("| %s | %s | %s | %s | %s |\n", u.Label, fmtNum(u.Sent), fmtNum(u.Run), u.Which, target)
+		w("| %s | %s | %s | %s | %s | %s |\n", u.Label, workload, fmtNum(u.Sent), fmtNum(u.Run), u.Which, target)
 	}
 	w("\nMachine at the end: %s  \n", after)
 	w("(%s s on %d cores.)\n", fmtNum(time.Since(b.started).Seconds()), runtime.NumCPU())
@@ -227,6 +231,9 @@ func table(md *strings.Builder, rows []row, limit int) {
 		if r.Failed == "" && r.Handoffs > 0 {
 			var parts []string
 			for _, k := range topKeys(r.CommandsByName, 5) {
+				if per := float64(r.CommandsByName[k]) / float64(r.Handoffs); per < 0.01 {
+					continue // a connection's handshake
+				}
 				parts = append(parts, fmt.Sprintf("%s %s", k, fmtNum(float64(r.CommandsByName[k])/float64(r.Handoffs))))
 			}
 			cmds = append(cmds, fmt.Sprintf("%s (%d × %d): %s", r.Label, r.Procs, goroutines/r.Procs, strings.Join(parts, ", ")))
