@@ -20,7 +20,10 @@ import (
 const (
 	goroutines = 16
 	hold       = time.Millisecond
-	lease      = 10 * time.Second
+	// longHold: 16 holds of it queue 8 s of work, within the budget for a FIFO queue and past what
+	// redsync's 32 tries of 50-250 ms sleeps wait (about 5 s).
+	longHold = 500 * time.Millisecond
+	lease    = 10 * time.Second
 	// budget: each acquisition's context deadline; an incumbent may give up sooner by itself.
 	budget                = 10 * time.Second
 	semLimit              = 4

@@ -23,6 +23,8 @@ func bg() context.Context { return context.Background() }
 var lockNames = []string{"warden-lock", "redsync-default-lock", "redsync-tries-lock",
 	"redislock-linear-lock", "redislock-exp-lock"}
 
+var longNames = []string{"warden-lock", "redsync-default-lock", "redsync-tries-lock", "redislock-linear-lock"}
+
 var semNames = []string{"warden-sem", "redsync-sem"}
 
 // versions of the modules this binary was built with.
@@ -59,8 +61,10 @@ func (b *bench) run(binary, module string, port int, out string) error {
 		"redsync":   mods["github.com/go-redsync/redsync/v4"],
 		"redislock": mods["github.com/bsm/redislock"],
 	}
-	lockRows := b.contended(s, lockNames)
-	semRows := b.contended(s, semNames)
+	lockRows := b.contended(s, lockNames, hold, b.seconds, b.rounds)
+	// one slice: an acquisition may take the whole budget, a slice lasts until its last one ends
+	longRows := b.contended(s, longNames, longHold, b.seconds, 1)
+	semRows := b.contended(s, semNames, hold, b.seconds, b.rounds)
 	var unc []uncontendedRow
 	for _, n := range append(append([]string{}, lockNames...), semNames...) {
 		if c, ok := find(n); ok && b.selected(n) {
@@ -102,6 +106,17 @@ func (b *bench) run(binary, module string, port int, out string) error {
 	w("sleep first, so it often takes the lock back before a sleeping one wakes: none of them is FIFO. warden queues each waiter ")
 	w("on the server (`LOCK.ACQUIRE ... WAIT`, the context's deadline) and grants in FIFO order in the release's event-loop turn.\n")
 
+	if len(longRows) > 0 {
+		w("\n**Lock, %d goroutines on one key, %s inside**: the same loop with `time.Sleep(%s)` (measured %s ms), for %s s in one slice ",
+			goroutines, longHold, longHold, fmtNum(heldMs(longRows)), fmtNum(b.seconds))
+		w("(acquisitions started in it run to their end): %d holds queue %s s of work, within the %s s budget for a FIFO queue, ",
+			goroutines, fmtNum(goroutines*longHold.Seconds()), fmtNum(budget.Seconds()))
+		w("longer than redsync's 32 default tries wait (about 5 s of sleeps). Failures are acquisitions that returned an error.\n\n")
+		table(&md, longRows, 1)
+		others(&md, longRows)
+		longRatios(&md, longRows)
+	}
+
 	if len(semRows) > 0 {
 		w("\n**Semaphore, limit %d, %d goroutines**: warden `Semaphore(key, %d).Acquire(ctx, 1)` against what a redsync user ",
 			semLimit, goroutines, semLimit)
@@ -136,11 +151,11 @@ func (b *bench) run(binary, module string, port int, out string) error {
 	fmt.Print(md.String())
 	js := map[string]any{
 		"versions": versions, "quick": b.quick, "rounds": b.rounds,
-		"params": map[string]any{"goroutines": goroutines, "hold-ms": hold.Milliseconds(),
+		"params": map[string]any{"goroutines": goroutines, "hold-ms": hold.Milliseconds(), "long-hold-ms": longHold.Milliseconds(),
 			"lease-ms": lease.Milliseconds(), "budget-ms": budget.Milliseconds(), "seconds": b.seconds,
 			"semaphore-limit": semLimit, "uncontended-iterations": uncontendedIterations,
 			"redsync-tries": redsyncTries},
-		"lock": cleanRows(lockRows), "semaphore": cleanRows(semRows), "uncontended": unc,
+		"lock": cleanRows(lockRows), "lock-long-hold": cleanRows(longRows), "semaphore": cleanRows(semRows), "uncontended": unc,
 		"machine": map[string]string{"start": before, "end": after},
 	}
 	j, err := json.MarshalIndent(js, "", "  ")
@@ -185,7 +200,7 @@ func heldMs(rows []row) float64 {
 
 func table(md *strings.Builder, rows []row, limit int) {
 	md.WriteString("| client | processes × goroutines | hand-offs/s | held % | p50 wait ms | p99 wait ms | max wait ms | " +
-		"per-goroutine max/min | failures (slowest, ms) | server CPU ms / 1,000 hand-offs | server commands / hand-off | " +
+		"per-goroutine max/min | failures (slowest, ms) | server CPU ms / 1,000 acquisitions | server commands / acquisition | " +
 		"release errors | overlaps | other processes, cores |\n")
 	md.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range rows {
@@ -228,19 +243,20 @@ func table(md *strings.Builder, rows []row, limit int) {
 	}
 	var cmds []string
 	for _, r := range rows {
-		if r.Failed == "" && r.Handoffs > 0 {
+		if r.Failed == "" && r.Granted > 0 {
 			var parts []string
 			for _, k := range topKeys(r.CommandsByName, 5) {
-				if per := float64(r.CommandsByName[k]) / float64(r.Handoffs); per < 0.01 {
+				per := float64(r.CommandsByName[k]) / float64(r.Granted)
+				if per < 0.01 {
 					continue // a connection's handshake
 				}
-				parts = append(parts, fmt.Sprintf("%s %s", k, fmtNum(float64(r.CommandsByName[k])/float64(r.Handoffs))))
+				parts = append(parts, fmt.Sprintf("%s %s", k, fmtNum(per)))
 			}
 			cmds = append(cmds, fmt.Sprintf("%s (%d × %d): %s", r.Label, r.Procs, goroutines/r.Procs, strings.Join(parts, ", ")))
 		}
 	}
 	if len(cmds) > 0 {
-		md.WriteString("\nServer commands per hand-off by name: " + strings.Join(cmds, "; ") + ".\n")
+		md.WriteString("\nServer commands per granted acquisition by name: " + strings.Join(cmds, "; ") + ".\n")
 	}
 }
 
@@ -313,6 +329,34 @@ func ratios(md *strings.Builder, rows []row, unc []uncontendedRow) {
 			}
 		}
 		md.WriteString(").\n")
+	}
+}
+
+// longRatios: failures within the budget where redsync's defaults give up.
+func longRatios(md *strings.Builder, rows []row) {
+	md.WriteString("\n")
+	for _, procs := range []int{1, 4} {
+		me := findRow(rows, "warden-lock", procs)
+		if me == nil {
+			continue
+		}
+		fmt.Fprintf(md, "- warden, %d process%s: failures %d", procs, map[bool]string{true: "es", false: ""}[procs > 1], me.Failures)
+		if def := findRow(rows, "redsync-default-lock", procs); def != nil {
+			fmt.Fprintf(md, " where redsync's defaults had %d (0 where they fail %s)", def.Failures, mark(me.Failures == 0 && def.Failures > 0))
+		}
+		for _, n := range []string{"redsync-tries-lock", "redislock-linear-lock"} {
+			if r := findRow(rows, n, procs); r != nil {
+				fmt.Fprintf(md, ", %s %d", shortLabel(n), r.Failures)
+			}
+		}
+		// each goroutine gets one or two 500 ms holds in the window: max/min says nothing here
+		fmt.Fprintf(md, "; p99 wait %s ms, max %s ms; goroutines granted nothing: %d", fmtNum(me.P99Ms), fmtNum(me.MaxMs), me.GrantedNone)
+		for _, n := range []string{"redsync-default-lock", "redsync-tries-lock", "redislock-linear-lock"} {
+			if r := findRow(rows, n, procs); r != nil {
+				fmt.Fprintf(md, ", %s %d", shortLabel(n), r.GrantedNone)
+			}
+		}
+		md.WriteString(".\n")
 	}
 }
 

@@ -116,8 +116,10 @@ func (c *child) close() {
 type group struct {
 	c        contender
 	procs    int
+	hold     time.Duration
 	children []*child
 	counts   []int64
+	granted  []int64
 	waits    []int64
 	failWait []int64
 	calls    map[string]int64
@@ -134,11 +136,12 @@ type group struct {
 	failed   string
 }
 
-func newGroup(s *server, c contender, procs int) *group {
-	g := &group{c: c, procs: procs, counts: make([]int64, goroutines), calls: map[string]int64{}}
+func newGroup(s *server, c contender, procs int, hold time.Duration) *group {
+	g := &group{c: c, procs: procs, hold: hold, counts: make([]int64, goroutines), granted: make([]int64, goroutines), calls: map[string]int64{}}
 	key := fmt.Sprintf("%s-%d-%d", c.name, procs, time.Now().UnixNano())
 	for i := 0; i < procs; i++ {
-		ch, err := startChild("worker", c.name, strconv.Itoa(goroutines/procs), s.addr(), key)
+		ch, err := startChild("worker", c.name, strconv.Itoa(goroutines/procs), s.addr(), key,
+			strconv.FormatInt(hold.Microseconds(), 10))
 		if err != nil {
 			g.fail(err)
 			return g
@@ -199,8 +202,9 @@ func (g *group) slice(s *server, secs float64) {
 	var total int64
 	t := 0
 	for _, r := range results {
-		for _, n := range r.Counts {
+		for i, n := range r.Counts {
 			g.counts[t] += n
+			g.granted[t] += r.Granted[i]
 			total += n
 			t++
 		}
@@ -231,6 +235,7 @@ type row struct {
 	Contender          string           `json:"contender"`
 	Label              string           `json:"label"`
 	Procs              int              `json:"processes"`
+	HoldMsSet          float64          `json:"hold_ms_set"`
 	Goroutines         int              `json:"goroutines"`
 	Failed             string           `json:"failed,omitempty"`
 	Seconds            float64          `json:"seconds"`
@@ -242,6 +247,8 @@ type row struct {
 	P99Ms              float64          `json:"p99_ms"`
 	MaxMs              float64          `json:"max_ms"`
 	PerGoroutine       []int64          `json:"per_goroutine"`
+	Granted            int64            `json:"granted"`
+	GrantedNone        int              `json:"goroutines_granted_none"`
 	Fairness           float64          `json:"fairness"`
 	Failures           int64            `json:"failures"`
 	FailMaxWaitMs      float64          `json:"failure_max_wait_ms"`
@@ -249,16 +256,17 @@ type row struct {
 	ErrorSample        string           `json:"error_sample"`
 	Overlaps           int64            `json:"overlaps"`
 	ServerCPUS         float64          `json:"server_cpu_s"`
-	CPUMsPer1000       float64          `json:"cpu_ms_per_1000"`
+	CPUMsPer1000       float64          `json:"cpu_ms_per_1000_acquisitions"`
 	Commands           int64            `json:"commands"`
-	CommandsPerHandoff float64          `json:"commands_per_handoff"`
+	CommandsPerHandoff float64          `json:"commands_per_acquisition"`
 	CommandsByName     map[string]int64 `json:"commands_by_name"`
 	HeldMs             float64          `json:"held_ms"`
 	OthersCores        float64          `json:"others_cores"`
 }
 
 func (g *group) row() row {
-	r := row{Contender: g.c.name, Label: g.c.label, Procs: g.procs, Goroutines: goroutines}
+	r := row{Contender: g.c.name, Label: g.c.label, Procs: g.procs, Goroutines: goroutines,
+		HoldMsSet: float64(g.hold.Microseconds()) / 1000}
 	if g.failed != "" {
 		r.Failed = g.failed
 		return r
@@ -295,9 +303,16 @@ func (g *group) row() row {
 	r.ServerCPUS = g.cpu
 	r.CPUMsPer1000 = nan
 	r.CommandsPerHandoff = nan
-	if total > 0 {
-		r.CPUMsPer1000 = g.cpu * 1000 / (float64(total) / 1000)
-		r.CommandsPerHandoff = float64(commands) / float64(total)
+	// per granted acquisition: the server's counters run until the slice's last acquisition ends
+	for _, n := range g.granted {
+		r.Granted += n
+		if n == 0 {
+			r.GrantedNone++
+		}
+	}
+	if r.Granted > 0 {
+		r.CPUMsPer1000 = g.cpu * 1000 / (float64(r.Granted) / 1000)
+		r.CommandsPerHandoff = float64(commands) / float64(r.Granted)
 	}
 	r.Commands = commands
 	r.CommandsByName = g.calls
@@ -322,7 +337,7 @@ func percentile(sorted []int64, p float64) float64 {
 // contended: every contender's processes are started first; then the rounds, each giving every
 // contender one slice in turn (the order rotating), so that a burst of other work on the machine
 // falls on all of them alike. A row sums its slices.
-func (b *bench) contended(s *server, names []string) []row {
+func (b *bench) contended(s *server, names []string, hold time.Duration, seconds float64, rounds int) []row {
 	var rows []row
 	var cs []contender
 	for _, n := range names {
@@ -333,15 +348,15 @@ func (b *bench) contended(s *server, names []string) []row {
 	if len(cs) == 0 {
 		return nil
 	}
-	slice := b.seconds / float64(b.rounds)
+	slice := seconds / float64(rounds)
 	for _, procs := range []int{1, 4} {
 		var groups []*group
 		for _, c := range cs {
 			fmt.Fprintf(os.Stderr, "go bench: %s, %d process(es): starting\n", c.name, procs)
-			groups = append(groups, newGroup(s, c, procs))
+			groups = append(groups, newGroup(s, c, procs, hold))
 		}
-		for round := 0; round < b.rounds; round++ {
-			fmt.Fprintf(os.Stderr, "go bench: %d process(es), round %d of %d\n", procs, round+1, b.rounds)
+		for round := 0; round < rounds; round++ {
+			fmt.Fprintf(os.Stderr, "go bench: %d process(es), round %d of %d\n", procs, round+1, rounds)
 			for i := range groups {
 				groups[(i+round)%len(groups)].slice(s, slice)
 			}

@@ -17,6 +17,8 @@ import (
 type sliceResult struct {
 	// Counts: hand-offs per goroutine whose grant came inside the window.
 	Counts []int64 `json:"counts"`
+	// Granted: acquisitions per goroutine granted at all (those that end after the window too).
+	Granted []int64 `json:"granted"`
 	// Waits: µs from the call to the grant, every acquisition started in the window (those that
 	// finish after it too: leaving them out would hide the slowest).
 	Waits []int64 `json:"waits"`
@@ -33,14 +35,18 @@ type sliceResult struct {
 // runWorker is a child process of the harness: opens the contender, warms up, prints READY, then
 // runs one slice per "GO seconds" line on stdin and prints "RESULT {json}" after each.
 func runWorker(args []string) error {
-	if len(args) != 4 {
-		return fmt.Errorf("worker: contender goroutines addr key")
+	if len(args) != 5 {
+		return fmt.Errorf("worker: contender goroutines addr key hold-µs")
 	}
 	c, ok := find(args[0])
 	if !ok {
 		return fmt.Errorf("unknown contender %q", args[0])
 	}
 	n, err := strconv.Atoi(args[1])
+	if err != nil {
+		return err
+	}
+	holdUs, err := strconv.Atoi(args[4])
 	if err != nil {
 		return err
 	}
@@ -53,7 +59,7 @@ func runWorker(args []string) error {
 	for i := range lockers {
 		lockers[i] = con.Locker(args[3], i)
 	}
-	// Warm-up: connections opened, scripts loaded.
+	// Warm-up: connections opened, scripts loaded (no hold: a long one would only take time).
 	var wg sync.WaitGroup
 	var warmErr atomic.Value
 	for _, l := range lockers {
@@ -88,7 +94,7 @@ func runWorker(args []string) error {
 		if err != nil {
 			return err
 		}
-		b, _ := json.Marshal(slice(lockers, c.limit, time.Duration(secs*float64(time.Second))))
+		b, _ := json.Marshal(slice(lockers, c.limit, time.Duration(secs*float64(time.Second)), time.Duration(holdUs)*time.Microsecond))
 		fmt.Printf("RESULT %s\n", b)
 	}
 	return nil
@@ -96,10 +102,10 @@ func runWorker(args []string) error {
 
 // slice runs every goroutine's loop for d: acquire (its own budget), hold (time.Sleep of the
 // hold: the box has 2 shared cores, a busy-spin would take one from the server), release.
-func slice(lockers []Locker, limit int, d time.Duration) sliceResult {
+func slice(lockers []Locker, limit int, d, hold time.Duration) sliceResult {
 	var (
 		mu       sync.Mutex
-		res      = sliceResult{Counts: make([]int64, len(lockers))}
+		res      = sliceResult{Counts: make([]int64, len(lockers)), Granted: make([]int64, len(lockers))}
 		inside   atomic.Int64
 		overlaps atomic.Int64
 		held     atomic.Int64
@@ -149,6 +155,7 @@ func slice(lockers []Locker, limit int, d time.Duration) sliceResult {
 			mu.Lock()
 			defer mu.Unlock()
 			res.Counts[g] = count
+			res.Granted[g] = int64(len(waits))
 			res.Waits = append(res.Waits, waits...)
 			res.FailWaitUs = append(res.FailWaitUs, failWaits...)
 			res.Failures += failures
