@@ -114,6 +114,9 @@ func (w *Warden) acquire(ctx context.Context, k *kind, key string, extra []any, 
 			// after it did): give back whatever the owner holds.
 			h.giveBack()
 		}
+		if lerr := late(ctx); lerr != nil && !errors.As(err, &rerr) {
+			return nil, lerr // go-redis cut the read at the context's deadline
+		}
 		return nil, serverErr(err)
 	}
 	if try {
@@ -195,6 +198,9 @@ type result struct {
 func (w *Warden) wait(ctx context.Context, n node, build func(waitMs int64) []any, giveBack func(reply any)) (any, error) {
 	c, err := n.pool.get(ctx)
 	if err != nil {
+		if lerr := late(ctx); lerr != nil {
+			return nil, lerr // the dial was cut by the context
+		}
 		return nil, err
 	}
 	deadline, has := ctx.Deadline()

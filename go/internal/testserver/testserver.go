@@ -78,6 +78,21 @@ func freePort() (int, error) {
 
 // Launch starts a server with the module and args; Stop ends it.
 func Launch(args ...string) (*Server, error) {
+	return launch(true, args)
+}
+
+// StartPlain starts a server without the module.
+func StartPlain(t testing.TB) *Server {
+	t.Helper()
+	s, err := launch(false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Stop)
+	return s
+}
+
+func launch(module bool, args []string) (*Server, error) {
 	port, err := freePort()
 	if err != nil {
 		return nil, err
@@ -88,8 +103,10 @@ func Launch(args ...string) (*Server, error) {
 	}
 	s := &Server{Port: port, Dir: dir}
 	s.args = append([]string{"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--dir", dir,
-		"--save", "", "--appendonly", "no", "--logfile", "server.log", "--daemonize", "no",
-		"--loadmodule", Module()}, args...)
+		"--save", "", "--appendonly", "no", "--logfile", "server.log", "--daemonize", "no"}, args...)
+	if module {
+		s.args = append(s.args, "--loadmodule", Module())
+	}
 	if err := s.start(); err != nil {
 		_ = os.RemoveAll(dir)
 		return nil, err
