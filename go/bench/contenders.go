@@ -31,6 +31,8 @@ type Contender interface {
 type contender struct {
 	name  string
 	label string
+	// short names it in the ratio lines
+	short string
 	// limit is how many may hold at once: 1 for a lock, the limit for a semaphore.
 	limit int
 	open  func(addr string) (Contender, error)
@@ -83,19 +85,25 @@ func init() {
 		{"redsync-tries-lock", fmt.Sprintf("redsync v4.17.0, %d tries (50-250 ms sleeps)", redsyncTries),
 			[]redsync.Option{redsync.WithTries(redsyncTries)}},
 	} {
+		short := "redsync's defaults"
+		if v.opts != nil {
+			short = fmt.Sprintf("redsync (%d tries)", redsyncTries)
+		}
 		opts := append([]redsync.Option{redsync.WithExpiry(lease)}, v.opts...)
-		register(contender{name: v.name, label: v.label, limit: 1, open: func(addr string) (Contender, error) {
+		register(contender{name: v.name, label: v.label, short: short, limit: 1, open: func(addr string) (Contender, error) {
 			rdb := goRedis(addr)
 			return &redsyncContender{rdb: rdb, rs: redsync.New(goredis.NewPool(rdb)), opts: opts}, nil
 		}})
 	}
-	register(contender{name: "redislock-linear-lock", label: "bsm/redislock v0.10.0, LinearBackoff(10 ms)", limit: 1,
+	register(contender{name: "redislock-linear-lock", label: "bsm/redislock v0.10.0, LinearBackoff(10 ms)",
+		short: "redislock (linear)", limit: 1,
 		open: func(addr string) (Contender, error) {
 			rdb := goRedis(addr)
 			return &redislockContender{rdb: rdb, c: redislock.New(rdb),
 				retry: func() redislock.RetryStrategy { return redislock.LinearBackoff(10 * time.Millisecond) }}, nil
 		}})
-	register(contender{name: "redislock-exp-lock", label: "bsm/redislock v0.10.0, ExponentialBackoff(16 ms, 256 ms)", limit: 1,
+	register(contender{name: "redislock-exp-lock", label: "bsm/redislock v0.10.0, ExponentialBackoff(16 ms, 256 ms)",
+		short: "redislock (exponential)", limit: 1,
 		open: func(addr string) (Contender, error) {
 			rdb := goRedis(addr)
 			return &redislockContender{rdb: rdb, c: redislock.New(rdb),

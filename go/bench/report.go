@@ -209,7 +209,7 @@ func table(md *strings.Builder, rows []row, limit int) {
 			fmt.Fprintf(md, "failed: %s | | | | | | | | | | | |\n", r.Failed)
 			continue
 		}
-		md.WriteString(fmtInt(r.HandoffsPerS))
+		md.WriteString(fmtNum(r.HandoffsPerS))
 		if len(r.Slices) > 1 {
 			lo, hi := r.Slices[0], r.Slices[0]
 			for _, v := range r.Slices {
@@ -376,8 +376,8 @@ func semRatios(md *strings.Builder, rows []row) {
 }
 
 func shortLabel(name string) string {
-	if c, ok := find(name); ok {
-		return c.label
+	if c, ok := find(name); ok && c.short != "" {
+		return c.short
 	}
 	return name
 }
