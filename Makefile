@@ -12,7 +12,7 @@ MODULE := target/release/libwarden.so
 APT_PACKAGES := redis-server redis-tools libclang1-14 libclang-common-14-dev python3-venv \
 	prometheus-redis-exporter prometheus binutils
 
-.PHONY: java-deps java-build java-test java-lint java-dist lint docs docs-screenshots run exporter test build deps venv check bench valgrind-bin cluster cluster-stop fuzz valgrind clean python-venv python-test failover-demo failover-history node-deps node-test node-bench dist dist-test prev-release upgrade-test
+.PHONY: go-deps go-test go-lint go-dist java-deps java-build java-test java-lint java-dist lint docs docs-screenshots run exporter test build deps venv check bench valgrind-bin cluster cluster-stop fuzz valgrind clean python-venv python-test failover-demo failover-history node-deps node-test node-bench dist dist-test prev-release upgrade-test
 
 FUZZ_SECONDS ?= 600
 
@@ -131,7 +131,7 @@ TEST_MODULE := target/release/deps/libwarden.so
 # prev-release, below), built once when this clone has its commit; a shallow
 # clone without it runs those tests as skipped, and says so.
 # The suites after cargo's, in order (each a make target).
-TEST_SUITES := python-test node-test java-test dist-test
+TEST_SUITES := python-test node-test java-test go-test dist-test
 test: deps venv python-venv node-deps $(REDISBLOOM) $(SERVER_DEPS)
 	@if git cat-file -e $(PREV_RELEASE)^{commit} 2>/dev/null; then $(MAKE) --no-print-directory prev-release; \
 		else echo "the previous release ($(PREV_RELEASE)) is not in this clone: tests/upgrade.rs will skip"; fi
@@ -203,7 +203,8 @@ dist: deps venv node-deps
 	cp target/dist/package/warden-client-$(VERSION).crate $(DIST)/
 	cd node && npm pack --ignore-scripts --silent --pack-destination ../$(DIST) >/dev/null
 	$(MAKE) --no-print-directory java-dist
-	cd $(DIST) && sha256sum * > SHA256SUMS && ls -l
+	$(MAKE) --no-print-directory go-dist
+	cd $(DIST) && find . -maxdepth 1 -type f ! -name SHA256SUMS -printf '%f\n' | sort | xargs sha256sum > SHA256SUMS && ls -l
 
 # What a user installs, installed and run (make test runs it; under a minute
 # once target/dist-smoke holds the crate's dependencies and npm's cache the
@@ -253,6 +254,43 @@ node-test: node-deps $(SERVER_DEPS)
 	cd node && npm run --silent check
 	cd node && WARDEN_SERVER=$(SERVER_BIN) WARDEN_MODULE=$(CURDIR)/$(TEST_MODULE) npm test --silent
 
+# The Go client (go/, module github.com/warden-redis/warden/go): Go 1.26+
+# (go-redis v9.23 needs it). This image has it in /usr/local/go; Debian 12's
+# golang-go (1.19) is too old, so go-deps does not install it: it names what
+# to install. The module's dependencies come from the Go module proxy into
+# the module cache.
+GO := $(or $(shell command -v go 2>/dev/null),$(wildcard /usr/local/go/bin/go),go)
+go-deps:
+	@$(GO) version >/dev/null 2>&1 || { echo "go is missing: the Go client needs Go 1.26 or newer (install it in /usr/local/go, or put its go on PATH)"; exit 1; }
+	@v=$$($(GO) env GOVERSION | sed 's/^go//'); [ "$$(printf '%s\n' 1.26 "$$v" | sort -V | head -n1)" = 1.26 ] || { \
+		echo "go $$v is too old: the Go client needs Go 1.26 or newer (go-redis v9.23)"; exit 1; }
+	cd go && $(GO) mod download
+
+# go test -race against $(SERVER_BIN) with the module: every test on
+# SERVER=redis, the integration tests (TestIntegration*) and the Example
+# functions on the others. scripts/go-test-summary.py prints go test's
+# output and closes with "# pass N" / "# fail N" (.ci/run adds them up): each
+# test, subtest and Example that passed or failed counts once; skipped ones
+# count in neither.
+GO_RUN := $(if $(filter redis,$(SERVER)),,-run '^TestIntegration|^Example')
+go-test: go-deps $(SERVER_DEPS)
+	cargo test --release --workspace --no-run
+	set -o pipefail; cd go && WARDEN_SERVER=$(SERVER_BIN) WARDEN_MODULE=$(CURDIR)/$(TEST_MODULE) \
+		$(GO) test -race -json -count=1 -timeout 15m $(GO_RUN) ./... | python3 ../scripts/go-test-summary.py
+
+# gofmt, go vet and staticcheck (v0.8.2, through go run: the module proxy
+# serves it) on the Go client.
+go-lint: go-deps
+	@out=$$(cd go && gofmt -l .); [ -z "$$out" ] || { echo "gofmt -l:"; echo "$$out"; exit 1; }
+	cd go && $(GO) vet ./... && $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...
+
+# The Go module as a GOPROXY directory, dist/goproxy: the module's zip, .mod
+# and .info at v$(VERSION) and every module its build needs (from the module
+# cache), so GOPROXY=file://$$PWD/dist/goproxy go get ...@v$(VERSION) works
+# without the internet (scripts/go-proxy.py).
+go-dist: go-deps
+	python3 scripts/go-proxy.py go $(VERSION) $(DIST)/goproxy
+
 # The Java client (java/, Maven): Maven and a JDK from apt when missing; the
 # dependencies come from Maven Central into ~/.m2 on the first build.
 # java-test runs every module's tests against $(SERVER_BIN) with the module
@@ -278,7 +316,7 @@ java-test: java-deps $(SERVER_DEPS)
 java-lint: java-deps
 	cd java && $(MVN) -q spotless:check
 
-lint: java-lint
+lint: java-lint go-lint
 
 # The Java jars and their POMs (the parent's too), ready for a team's
 # repository: every java/warden-* module but the test harness and the bench.

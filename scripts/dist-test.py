@@ -16,7 +16,9 @@
   lock taken and released through each client, by ESM import and by CommonJS
   require, and both entry points' types checked by tsc; then `npm install
   ./node` from a copy of node/'s tracked files (no dist/, no node_modules/,
-  as in a fresh clone), which builds through the package's `prepare` script.
+  as in a fresh clone), which builds through the package's `prepare` script;
+- the Go module: dist/goproxy alone as GOPROXY (a fresh module cache), the
+  README's `go get` line, and its Go snippet run as a program's main.
 
 Blocks of README.md's Install section marked `<!-- test: install -->` are
 run as written (`as=Cargo.toml`: the scratch project's dependencies), with
@@ -285,6 +287,56 @@ def java_test(dist: Path, version: str, port: int) -> None:
     print(next(line for line in out.splitlines() if line.startswith("java:")))
 
 
+GO_MAIN = """package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	warden "github.com/warden-redis/warden/go"
+)
+
+func main() {
+%s
+}
+"""
+
+
+def go_test(dist: Path, version: str, port: int) -> None:
+    """dist/goproxy as a GOPROXY directory alone (a fresh module cache, no
+    checksum database): the README's `go get` line, then its Go snippet as a
+    program's main, run against the server: it takes a lock."""
+    proxy = one(dist, "goproxy")
+    readme = (ROOT / "README.md").read_text()
+    get = re.search(r"^go get (github\.com/warden-redis/warden/go@v[0-9.]+)$", readme, re.M)
+    snippet = re.search(r"checks it is ExampleWarden_Lock[^>]*-->\n```go\n(.*?)\n```", readme, re.S)
+    if not get or not get.group(1).endswith("@v" + version) or not snippet:
+        fail("README.md: no `go get ...@v%s` line or Go snippet" % version)
+    smoke = Path(tempfile.mkdtemp(prefix="warden-go-"))
+    try:
+        env = {**os.environ, "GOPROXY": f"file://{proxy}", "GOFLAGS": "-mod=mod", "GOSUMDB": "off",
+               "GOMODCACHE": str(smoke / "modcache"), "GOTOOLCHAIN": "local",
+               "REDIS_URL": f"redis://127.0.0.1:{port}"}
+        go = shutil.which("go") or "/usr/local/go/bin/go"
+        project = smoke / "project"
+        project.mkdir()
+        run([go, "mod", "init", "example.com/smoke"], cwd=project, env=env)
+        run([go, "get", get.group(1)], cwd=project, env=env)
+        body = "\n".join("\t" + line for line in snippet.group(1).splitlines())
+        (project / "main.go").write_text(GO_MAIN % body)
+        out = run([go, "run", "."], cwd=project, env=env).stdout
+        if out.strip() != "locked true":
+            fail(f"the README's Go snippet printed:\n{out}")
+        print(f"go: github.com/warden-redis/warden/go@v{version} from dist/goproxy: {out.strip()}")
+    finally:
+        subprocess.run(["chmod", "-R", "u+w", str(smoke)])
+        shutil.rmtree(smoke, ignore_errors=True)
+
+
 def main() -> None:
     dist, version = Path(sys.argv[1]).resolve(), sys.argv[2]
     started = time.monotonic()
@@ -405,6 +457,7 @@ print("python: warden-redis", warden.__version__, "from the wheel: lock and cach
 
         node_test(npm_tarball, scratch, port)
         java_test(dist, version, port)
+        go_test(dist, version, port)
     finally:
         if pidfile.exists():
             pid = int(pidfile.read_text())

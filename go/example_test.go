@@ -1,0 +1,106 @@
+package warden_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	warden "github.com/warden-redis/warden/go"
+)
+
+func ExampleWarden_Lock() {
+	opt, _ := redis.ParseURL(os.Getenv("REDIS_URL")) // redis://localhost:6379
+	rdb := redis.NewClient(opt)                      // or NewFailoverClient, NewClusterClient
+	defer rdb.Close()
+	w := warden.New(rdb)
+	defer w.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	hold, err := w.Lock(ctx, "order:42") // the deadline is the server's WAIT
+	if err != nil {
+		fmt.Println(err) // context.DeadlineExceeded: still busy after 5 s
+		return
+	}
+	defer hold.Release(context.Background())
+	fmt.Println("locked", hold.Fence() > 0) // the store rejects lower fences; stop when hold.Context() ends
+	// Output: locked true
+}
+
+func ExampleWarden_WithLock() {
+	opt, _ := redis.ParseURL(os.Getenv("REDIS_URL"))
+	rdb := redis.NewClient(opt)
+	defer rdb.Close()
+	w := warden.New(rdb)
+	defer w.Close()
+
+	err := w.WithLock(context.Background(), "nightly-report", func(ctx context.Context) error {
+		// ctx is cancelled if the lock is lost; the lock is released on return.
+		fmt.Println("running alone")
+		return nil
+	})
+	fmt.Println(err)
+	// Output:
+	// running alone
+	// <nil>
+}
+
+func ExampleWarden_RLock() {
+	opt, _ := redis.ParseURL(os.Getenv("REDIS_URL"))
+	rdb := redis.NewClient(opt)
+	defer rdb.Close()
+	w := warden.New(rdb)
+	defer w.Close()
+
+	ctx := context.Background()
+	r, _ := w.RLock(ctx, "config")      // readers share
+	_, err := w.TryWLock(ctx, "config") // a writer excludes them
+	fmt.Println(err)
+	_ = r.Release(ctx)
+	wr, _ := w.WLock(ctx, "config", warden.TTL(10*time.Second))
+	fmt.Println("writing")
+	_ = wr.Release(ctx)
+	// Output:
+	// warden: not acquired
+	// writing
+}
+
+func ExampleSemaphore_Acquire() {
+	opt, _ := redis.ParseURL(os.Getenv("REDIS_URL"))
+	rdb := redis.NewClient(opt)
+	defer rdb.Close()
+	w := warden.New(rdb)
+	defer w.Close()
+
+	sem := w.Semaphore("imports", 4) // at most 4 permits at once, across processes
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	permit, err := sem.Acquire(ctx, 1, warden.MaxQueue(100))
+	if err != nil {
+		fmt.Println(err) // ctx.Err(), or ErrNotAcquired when 100 already wait
+		return
+	}
+	defer permit.Release(context.Background())
+	fmt.Println("permits:", permit.N())
+	// Output: permits: 1
+}
+
+func ExampleLoad() {
+	opt, _ := redis.ParseURL(os.Getenv("REDIS_URL"))
+	rdb := redis.NewClient(opt)
+	defer rdb.Close()
+	w := warden.New(rdb)
+	defer w.Close()
+
+	type User struct{ Name string }
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	// One loader at a time across every process; the others wait for its value.
+	u, err := warden.Load(ctx, w, "user:42", time.Minute, func(ctx context.Context) (User, error) {
+		return User{Name: "Ada"}, nil // from the database
+	})
+	fmt.Println(u.Name, err)
+	// Output: Ada <nil>
+}
