@@ -372,9 +372,8 @@ BENCH_JAR := java/warden-bench/target/warden-bench-1.1.0.jar
 # WARDEN_MODULE=<.so> loads that module instead of building this checkout's;
 # BENCH_PORT=<port> puts its server there (default: a free port).
 ifeq ($(SECTION),go)
-bench: $(if $(WARDEN_MODULE),,build)
-	@command -v go >/dev/null || { echo "SECTION=go needs Go 1.26 or newer on PATH (make go-deps)"; exit 1; }
-	cd go/bench && go build -o $(CURDIR)/target/go-bench .
+bench: go-deps $(if $(WARDEN_MODULE),,build)
+	cd go/bench && $(GO) build -o $(CURDIR)/target/go-bench .
 	WARDEN_SERVER=$(SERVER_BIN) WARDEN_MODULE=$(or $(WARDEN_MODULE),$(CURDIR)/$(MODULE)) \
 		./target/go-bench $(if $(QUICK),--quick,) $(if $(BENCH_PORT),--port $(BENCH_PORT),) \
 		--out $(CURDIR)/bench/results/go
