@@ -130,7 +130,7 @@ func slice(lockers []Locker, limit int, d, hold time.Duration) sliceResult {
 					failures++
 					failWaits = append(failWaits, t1.Sub(t0).Microseconds())
 					if first == "" {
-						first = err.Error()
+						first = oneLine(err.Error())
 					}
 					continue
 				}
@@ -144,7 +144,7 @@ func slice(lockers []Locker, limit int, d, hold time.Duration) sliceResult {
 				if err := l.Release(context.Background()); err != nil {
 					relErrs++
 					if first == "" {
-						first = "release: " + err.Error()
+						first = "release: " + oneLine(err.Error())
 					}
 				}
 				waits = append(waits, max(1, t1.Sub(t0).Microseconds()))
@@ -219,4 +219,9 @@ func runUncontended(args []string) error {
 	fmt.Println("DONE")
 	in.Scan()
 	return nil
+}
+
+// oneLine: an error's text as one table cell (errors.Join puts a newline between its parts).
+func oneLine(s string) string {
+	return strings.ReplaceAll(strings.Join(strings.Fields(s), " "), "|", "/")
 }
