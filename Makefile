@@ -375,7 +375,20 @@ OVERLOAD_OUT ?= overload
 # .json. WARDEN_MODULE=<.so> loads that module instead of building this checkout's.
 JDK25 ?= /usr/lib/jvm/temurin-25-jdk-amd64
 BENCH_JAR := java/warden-bench/target/warden-bench-1.1.0.jar
-ifeq ($(SECTION),java)
+# SECTION=go: warden's Go client against go-redsync/redsync v4 (its defaults and
+# enough tries not to fail) and bsm/redislock (linear and exponential backoff),
+# 16 goroutines on one key in one process and in 4, a semaphore of 4, and the
+# commands of an uncontended acquire (go/bench, its own Go module: not part of
+# make test; its main.go documents the runs), into bench/results/go.md and .json.
+# WARDEN_MODULE=<.so> loads that module instead of building this checkout's;
+# BENCH_PORT=<port> puts its server there (default: a free port).
+ifeq ($(SECTION),go)
+bench: go-deps $(if $(WARDEN_MODULE),,build)
+	cd go/bench && $(GO) build -o $(CURDIR)/target/go-bench .
+	WARDEN_SERVER=$(SERVER_BIN) WARDEN_MODULE=$(or $(WARDEN_MODULE),$(CURDIR)/$(MODULE)) \
+		./target/go-bench $(if $(QUICK),--quick,) $(if $(BENCH_PORT),--port $(BENCH_PORT),) \
+		--out $(CURDIR)/bench/results/go
+else ifeq ($(SECTION),java)
 bench: java-deps $(if $(WARDEN_MODULE),,build)
 	@test -x $(JDK25)/bin/java || { echo "SECTION=java runs on a JDK 21 or newer: JDK25=<its home> (not found: $(JDK25))"; exit 1; }
 	JAVA_HOME=$(JDK25) MAVEN_OPTS=--sun-misc-unsafe-memory-access=allow \

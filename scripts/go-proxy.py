@@ -63,10 +63,14 @@ def main() -> None:
     # The module itself: its tracked files under the zip's prefix.
     files = subprocess.run(["git", "ls-files", "-z", "."], cwd=moddir, check=True,
                            capture_output=True).stdout.decode().split("\0")
+    # A directory with its own go.mod (go/bench) is another module: the go command refuses a zip
+    # that holds it ("go.mod file not in module root directory").
+    nested = [f[: -len("go.mod")] for f in files if f.endswith("/go.mod")]
+    files = [f for f in files if f and not any(f.startswith(n) for n in nested)]
     d = out / escape(path) / "@v"
     d.mkdir(parents=True, exist_ok=True)
     with zipfile.ZipFile(d / f"{version}.zip", "w", zipfile.ZIP_DEFLATED) as z:
-        for f in sorted(x for x in files if x):
+        for f in sorted(files):
             z.write(moddir / f, f"{path}@{version}/{f}")
     shutil.copyfile(moddir / "go.mod", d / f"{version}.mod")
     stamp = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -1,0 +1,18 @@
+module github.com/warden-redis/warden/go/bench
+
+go 1.26.0
+
+require (
+	github.com/bsm/redislock v0.10.0
+	github.com/go-redsync/redsync/v4 v4.17.0
+	github.com/redis/go-redis/v9 v9.23.0
+	github.com/warden-redis/warden/go v0.0.0
+)
+
+require (
+	github.com/cespare/xxhash/v2 v2.3.0 // indirect
+	go.uber.org/atomic v1.12.0 // indirect
+	golang.org/x/sys v0.48.0 // indirect
+)
+
+replace github.com/warden-redis/warden/go => ../
