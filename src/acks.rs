@@ -197,14 +197,21 @@ fn before_sleep(ctx: *mut raw::RedisModuleCtx) {
     };
     held::assign_targets(view.offset);
     let needed = SYNC_REPLICAS.load(Ordering::Relaxed).max(1) as usize;
-    let reached = view.reached_by(needed);
-    held::answer_acknowledged(ctx, reached);
+    // Under the roster's marker only (`crate::roster`): what a promoted
+    // replica reads to know it lost nothing.
+    let floor = crate::roster::floor(ctx, &view);
+    if let Some(floor) = floor {
+        let reached = view.reached_by(needed).filter(|r| *r >= floor);
+        held::answer_acknowledged(ctx, reached);
+    }
     let Some(newest) = held::newest_target() else {
         return;
     };
+    // What the replicas must acknowledge: the grants, and the marker they wait on.
+    let wanted = newest.max(floor.unwrap_or(view.offset));
     let now = now_ms();
     let paused = unsafe { raw::RedisModule_AvoidReplicaTraffic.unwrap()() } != 0;
-    if !paused && !view.replicas.is_empty() && getack_due(newest, now) {
+    if !paused && !view.replicas.is_empty() && getack_due(wanted, now) {
         ask_for_acks(ctx, view.offset, now);
     }
 }

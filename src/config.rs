@@ -461,6 +461,9 @@ extern "C" fn grace_set(
     }
     grace.apply();
     keep_text(&GRACE_TEXT, value);
+    if grace == Grace::Auto && LOADED.load(Ordering::Relaxed) {
+        crate::keyspace::hear_forks();
+    }
     raw::REDISMODULE_OK as c_int
 }
 

@@ -35,6 +35,8 @@ pub enum Server {
     Swapped { first: c_int, second: c_int },
     /// Loading a dataset (RDB, AOF, or a full sync from a master) ended.
     Loaded,
+    /// Loading an AOF began.
+    LoadingAof,
     /// This server became a master (`master`) or a replica.
     Role { master: bool },
     /// A client disconnected.
@@ -128,6 +130,11 @@ unsafe fn decode(id: u64, subevent: u64, data: *mut c_void) -> Option<Server> {
         }
         raw::REDISMODULE_EVENT_LOADING if subevent == raw::REDISMODULE_SUBEVENT_LOADING_ENDED => {
             Some(Server::Loaded)
+        }
+        raw::REDISMODULE_EVENT_LOADING
+            if subevent == raw::REDISMODULE_SUBEVENT_LOADING_AOF_START =>
+        {
+            Some(Server::LoadingAof)
         }
         raw::REDISMODULE_EVENT_REPLICATION_ROLE_CHANGED => Some(Server::Role {
             master: subevent == raw::REDISMODULE_EVENT_REPLROLECHANGED_NOW_MASTER,

@@ -257,6 +257,7 @@ extern "C" fn on_config_change(
         let ctx = Context::new(ctx);
         check_policy(&ctx);
         crate::cache::filter::check_settings(&ctx);
+        crate::roster::mark_durability(&ctx);
     })
 }
 

@@ -24,7 +24,7 @@ use std::time::Duration;
 use redis_module::raw::RedisModuleTimerID;
 use redis_module::{raw, Context, ContextFlags};
 
-use crate::config::{GRACE, MAX_LEASE};
+use crate::config::{GRACE, GRACE_AUTO, MAX_LEASE};
 use crate::error;
 use crate::events::{self, Listener, Server};
 use crate::keyspace::now_ms;
@@ -161,9 +161,32 @@ fn is_replica(ctx: &Context) -> bool {
     ctx.get_flags().contains(ContextFlags::SLAVE)
 }
 
+/// The window's length: `warden.grace` ms, or with `auto` `max-lease` +
+/// `min-replicas-max-lag` + 1 s (the README's rule, with a second to spare).
+fn grace_ms(ctx: &Context) -> i64 {
+    if !GRACE_AUTO.load(Ordering::Relaxed) {
+        return GRACE.load(Ordering::Relaxed);
+    }
+    let lag_s = crate::roster::config_get(ctx, "min-replicas-max-lag")
+        .and_then(|v| v.parse::<i64>().ok())
+        .unwrap_or(10);
+    MAX_LEASE
+        .load(Ordering::Relaxed)
+        .saturating_add(lag_s.saturating_mul(1000))
+        .saturating_add(1000)
+}
+
+/// Ends an open window now (`grace auto` showed nothing was lost).
+fn close(ctx: &Context) {
+    if END_MS.swap(0, Ordering::Relaxed) != 0 {
+        ctx.log_notice("grace window ends: locks are granted again");
+        crate::waiters::mark_all_dirty(ctx.ctx);
+    }
+}
+
 /// Opens (or lengthens) the window for `warden.grace` ms, saying why in the log.
 fn open(ctx: &Context, why: &str) {
-    let grace = GRACE.load(Ordering::Relaxed);
+    let grace = grace_ms(ctx);
     let now = now_ms();
     let mut w = window();
     let opened = w.open(now, grace);
@@ -181,7 +204,7 @@ fn open(ctx: &Context, why: &str) {
         w.end_ms - now
     ));
     let max_lease = MAX_LEASE.load(Ordering::Relaxed);
-    if max_lease == 0 || max_lease > grace {
+    if !GRACE_AUTO.load(Ordering::Relaxed) && (max_lease == 0 || max_lease > grace) {
         ctx.log_warning(&format!(
             "warden.grace ({grace} ms) is below warden.max-lease ({}): a lease \
              lost with the old master may outlive the window",
@@ -225,7 +248,15 @@ fn on_window_end(ctx: &Context, _: ()) {
 pub fn on_module_load(ctx: &Context) {
     STARTING.set(true);
     // The first timer runs once the event loop does, after loading from disk.
-    ctx.create_timer(Duration::ZERO, |_, ()| STARTING.set(false), ());
+    ctx.create_timer(
+        Duration::ZERO,
+        |ctx, ()| {
+            STARTING.set(false);
+            // What `grace auto`'s next restart reads back from the AOF.
+            crate::roster::mark_durability(ctx);
+        },
+        (),
+    );
     if !is_replica(ctx) {
         open(ctx, "server started");
     }
@@ -235,21 +266,31 @@ pub fn on_module_load(ctx: &Context) {
 /// replica's sync, not `DEBUG RELOAD`) counts the window from now.
 fn on_loaded(ctx: &Context) {
     if STARTING.get() && !is_replica(ctx) {
-        open(ctx, "data loaded from disk");
+        if GRACE_AUTO.load(Ordering::Relaxed) && crate::roster::restart_lost_nothing(ctx) {
+            close(ctx);
+        } else {
+            open(ctx, "data loaded from disk");
+        }
     }
 }
 
-/// A change of role: a new master opens a window; a replica needs none.
+/// A change of role: a new master opens a window (with `auto`, only where a
+/// grant it does not have may have been answered); a replica needs none.
 fn on_role_change(ctx: &Context, master: bool) {
     if master {
-        open(ctx, "became master");
+        let auto = GRACE_AUTO.load(Ordering::Relaxed);
+        if !(auto && crate::roster::promotion_lost_nothing(ctx)) {
+            open(ctx, "became master");
+        }
     } else if END_MS.swap(0, Ordering::Relaxed) != 0 {
         ctx.log_notice("grace window ends: this server is now a replica");
     }
+    crate::roster::reset();
 }
 
 fn on_server(ctx: *mut raw::RedisModuleCtx, event: &Server) {
     match event {
+        Server::LoadingAof if STARTING.get() => crate::roster::loading_aof(),
         Server::Loaded => on_loaded(&Context::new(ctx)),
         Server::Role { master } => on_role_change(&Context::new(ctx), *master),
         _ => {}

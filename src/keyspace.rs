@@ -264,7 +264,7 @@ fn subscribe_listener_events(on: bool) -> bool {
 /// Effects are sent from now on; the events that told are no longer heard
 /// (from a timer: Redis reads a subscription after its callback returns).
 fn listened_to() {
-    if !LISTENERS.swap(true, Ordering::Relaxed) {
+    if !LISTENERS.swap(true, Ordering::Relaxed) && !crate::roster::wants_forks() {
         unsafe {
             raw::RedisModule_CreateTimer.unwrap()(
                 events::detached(),
@@ -283,12 +283,23 @@ extern "C" fn on_unsubscribe(_ctx: *mut raw::RedisModuleCtx, _data: *mut c_void)
 }
 
 extern "C" fn on_listener_event(
-    _ctx: *mut raw::RedisModuleCtx,
+    ctx: *mut raw::RedisModuleCtx,
     _event: raw::RedisModuleEvent,
-    _subevent: u64,
+    subevent: u64,
     _data: *mut c_void,
 ) {
-    listened_to();
+    crate::guard::callback((), || {
+        listened_to();
+        if subevent == raw::REDISMODULE_SUBEVENT_FORK_CHILD_DIED {
+            crate::roster::child_ended(&Context::new(ctx));
+        }
+    })
+}
+
+/// Forks are heard while `warden.grace auto` wants them (an AOF rewrite's
+/// end), and until the first one otherwise.
+pub fn hear_forks() {
+    subscribe_listener_events(true);
 }
 
 /// Watches for what may add listeners to the effect stream. At load time a
@@ -304,6 +315,9 @@ pub fn watch_listeners(ctx: &Context) -> bool {
         });
     if replicating {
         LISTENERS.store(true, Ordering::Relaxed);
+        if crate::roster::wants_forks() {
+            hear_forks();
+        }
         return true;
     }
     // A role change reaches `EVENTS` (through `events`, its one subscriber).

@@ -27,6 +27,7 @@ mod memory;
 mod migration;
 mod reply;
 mod restored;
+mod roster;
 mod rwlock;
 mod semaphore;
 mod stats;
@@ -97,6 +98,7 @@ const CORE_COMMANDS: &[Command] = &[
     command!("cache.abandon", cache::commands::abandon, "write fast"),
     command!("cache.invalidate", cache::commands::invalidate, "write"),
     command!("cache.info", cache::commands::info, "readonly fast"),
+    command!("warden.syncstate", roster::syncstate, "write", keyless),
     command!(
         "warden.contended",
         contended::contended,

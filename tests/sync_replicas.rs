@@ -413,3 +413,158 @@ fn sync_settings_refuse_bad_values_and_grace_auto_needs_max_lease() {
     )]);
     assert!(ok.runs(), "{}", ok.log());
 }
+
+/// `warden.grace auto` with short leases: a window is `max-lease` (1 s) +
+/// `min-replicas-max-lag` (1 s) + 1 s.
+const AUTO: [&str; 8] = [
+    "--warden.max-lease",
+    "1000",
+    "--warden.grace",
+    "auto",
+    "--warden.sync-replicas",
+    "1",
+    "--min-replicas-max-lag",
+    "1",
+];
+
+/// A server with `grace auto`, `sync-replicas` `n` and `extra` arguments,
+/// once its start-up window has passed.
+fn auto_server(n: &str, extra: &[&str]) -> Server {
+    let mut args: Vec<&str> = AUTO.to_vec();
+    args[5] = n;
+    args.extend_from_slice(extra);
+    let s = Server::start_tcp(&args);
+    wait_for("the start-up window", Duration::from_secs(20), || {
+        warden_stat(&mut s.conn(), "grace_remaining_ms") == 0
+    });
+    s
+}
+
+fn grace_left(c: &mut Connection) -> i64 {
+    warden_stat(c, "grace_remaining_ms")
+}
+
+/// A grant on `master`, acknowledged by its replicas.
+fn grant_on(master: &Server, key: &str) {
+    let mut m = master.conn();
+    run(&mut m, &["SET", "streaming", key]).unwrap();
+    let n = info_int(&mut m, "replication", "connected_slaves");
+    sync_replicas(&mut m, n);
+    let fence = int(&mut m, &["LOCK.ACQUIRE", key, "a", "1000"]);
+    assert!(fence > 0, "granted");
+}
+
+#[test]
+fn grace_auto_opens_no_window_on_a_promotion_that_lost_nothing() {
+    let master = auto_server("1", &[]);
+    let replica = auto_server("1", &[]);
+    replicate(&master, &replica);
+    grant_on(&master, "k");
+    let mut r = replica.conn();
+    run(&mut r, &["REPLICAOF", "NO", "ONE"]).unwrap();
+    assert_eq!(grace_left(&mut r), 0, "{}", replica.log());
+    assert!(replica.log().contains("grace auto: no window"));
+    // The grant it acknowledged is here: still held.
+    assert_eq!(field_str(&map(&mut r, &["LOCK.INFO", "k"]), "owner"), "a");
+}
+
+#[test]
+fn grace_auto_keeps_the_window_where_a_grant_may_have_been_lost() {
+    // One replica acknowledges for both: the other may miss a grant.
+    let master = auto_server("1", &[]);
+    let (a, b) = (auto_server("1", &[]), auto_server("1", &[]));
+    replicate(&master, &a);
+    replicate(&master, &b);
+    grant_on(&master, "k");
+    for replica in [&a, &b] {
+        let mut r = replica.conn();
+        run(&mut r, &["REPLICAOF", "NO", "ONE"]).unwrap();
+        assert!(grace_left(&mut r) > 0, "N = 1 of 2 replicas: a window");
+    }
+
+    // Grants not waiting for replicas at all (sync-replicas 0).
+    let master = auto_server("0", &[]);
+    let replica = auto_server("0", &[]);
+    replicate(&master, &replica);
+    let mut m = master.conn();
+    assert!(int(&mut m, &["LOCK.ACQUIRE", "k", "a", "1000"]) > 0);
+    sync_replicas(&mut m, 1);
+    let mut r = replica.conn();
+    run(&mut r, &["REPLICAOF", "NO", "ONE"]).unwrap();
+    assert!(grace_left(&mut r) > 0, "sync-replicas 0: a window");
+
+    // A replica of a replica never acknowledged anything itself.
+    let master = auto_server("1", &[]);
+    let (mid, leaf) = (auto_server("1", &[]), auto_server("1", &[]));
+    replicate(&master, &mid);
+    replicate(&mid, &leaf);
+    grant_on(&master, "k");
+    let mut l = leaf.conn();
+    wait_for("the leaf has the grant", Duration::from_secs(20), || {
+        maybe_map(&mut l, &["LOCK.INFO", "k"]).is_some()
+    });
+    run(&mut l, &["REPLICAOF", "NO", "ONE"]).unwrap();
+    assert!(grace_left(&mut l) > 0, "a chained replica: a window");
+}
+
+#[test]
+fn a_new_replica_cannot_end_the_guarantee_behind_a_members_back() {
+    // {a} acknowledges everything; b joins while a is stopped: with N = 1
+    // of {a, b}, grants would no longer reach a, so none is answered until
+    // a has the marker saying so.
+    let master = auto_server("1", &[]);
+    let (a, b) = (auto_server("1", &[]), auto_server("1", &[]));
+    replicate(&master, &a);
+    grant_on(&master, "k1");
+    let mut m = master.conn();
+    run(&mut m, &["CONFIG", "SET", "warden.sync-timeout", "300"]).unwrap();
+    a.signal("STOP");
+    replicate(&master, &b);
+    run(&mut m, &["SET", "streaming", "b"]).unwrap();
+    wait_for("b streams", Duration::from_secs(20), || {
+        let info: String = redis::cmd("INFO").arg("replication").query(&mut m).unwrap();
+        info.lines()
+            .any(|l| l.contains(&format!("port={}", b.port.unwrap())) && !l.contains("offset=0,"))
+    });
+    assert!(
+        is_nil(&mut m, &["LOCK.ACQUIRE", "k2", "a", "1000"]),
+        "b alone must not acknowledge a grant a never heard of"
+    );
+    a.signal("CONT");
+    wait_for("a has the marker", Duration::from_secs(20), || {
+        matches!(
+            run(&mut m, &["LOCK.ACQUIRE", "k3", "a", "1000"]),
+            Ok(Value::Int(_))
+        )
+    });
+    // And a promoted a knows it may have missed grants now.
+    let mut ra = a.conn();
+    run(&mut ra, &["REPLICAOF", "NO", "ONE"]).unwrap();
+    assert!(grace_left(&mut ra) > 0);
+}
+
+#[test]
+fn grace_auto_restarts_without_a_window_only_from_an_always_fsynced_aof() {
+    // (appendfsync, rewrite the AOF before the crash, a window after it)
+    let cases = [
+        ("always", false, false),
+        ("always", true, false),
+        ("everysec", false, true),
+    ];
+    for (fsync, rewrite, window) in cases {
+        let mut s = auto_server("0", &["--appendonly", "yes", "--appendfsync", fsync]);
+        let mut c = s.conn();
+        assert!(int(&mut c, &["LOCK.ACQUIRE", "k", "a", "1000"]) > 0);
+        if rewrite {
+            rewrite_aof(&mut c);
+        }
+        s.restart(false);
+        let mut c = s.conn();
+        assert_eq!(
+            grace_left(&mut c) > 0,
+            window,
+            "appendfsync {fsync}, rewrite {rewrite}:\n{}",
+            s.log()
+        );
+    }
+}

@@ -1284,7 +1284,7 @@ fn on_server(ctx: Ctx, event: &Server) {
         // module waiters blocked across a role change).
         Server::Role { master: false } => answer_everyone(ctx, |_| Answer::Error(error::READONLY)),
         Server::SlotsMoved { slots } => slots_moved(ctx, slots),
-        Server::Role { master: true } | Server::ClientGone { .. } => {}
+        Server::Role { master: true } | Server::ClientGone { .. } | Server::LoadingAof => {}
     }
 }
 

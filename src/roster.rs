@@ -1,0 +1,410 @@
+//! What `warden.grace auto` can know about a promotion or a restart, and the
+//! record that lets it know: `WARDEN.SYNCSTATE n always members`, an effect
+//! the master writes into the replication stream and the AOF.
+//!
+//! The master (with `sync-replicas` N ≥ 1) keeps a roster: every replica that
+//! was ever online while it granted (an address as `INFO replication` shows
+//! it, `ip:port`). The roster never shrinks while this server is master, and
+//! every change of it (or of N) is written as a marker before any grant is
+//! answered under it. A grant is answered once N online replicas — all of
+//! them roster members — acknowledged it. So while N ≥ the roster's size,
+//! every answered grant is on every member. A marker that ends that guarantee
+//! (a new member, or a lower N) is itself acknowledged by every member before
+//! one more grant is answered: a member that holds no such marker was asked
+//! for every grant.
+//!
+//! The promoted replica therefore loses nothing when its last marker from
+//! its old master (same replication id) names it and says N ≥ the roster's
+//! size: `grace auto` opens no window then. Where it cannot show that (it
+//! is not named, N was below the roster, the marker came from another
+//! history, none came), the window opens as with a fixed `grace`.
+//!
+//! A restart loses nothing when the server loads its AOF, `appendfsync` is
+//! `always`, and the last marker in that AOF says it was `always` when
+//! written (markers are written at every start, every change of
+//! `appendonly`/`appendfsync`, and after every AOF rewrite). The one case
+//! this cannot see: a switch away from `always` followed within the next
+//! fsync (a second) by a crash that loses the marker saying so.
+
+use std::cell::RefCell;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use redis_module::{raw, Context, ContextFlags, RedisError, RedisResult, RedisValue};
+
+use crate::acks::Replication;
+use crate::args;
+use crate::command::Arg;
+use crate::config::{GRACE_AUTO, SYNC_REPLICAS};
+use crate::error;
+use crate::keyspace::effects_only;
+
+/// The last marker this server read (from its master, or from its AOF).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Marker {
+    pub n: i64,
+    pub always: bool,
+    pub members: Vec<String>,
+}
+
+impl Marker {
+    /// Whether every grant answered under this marker is on `me`.
+    pub fn covers(&self, me: &str) -> bool {
+        self.n >= 1 && self.n >= self.members.len() as i64 && self.members.iter().any(|m| m == me)
+    }
+
+    /// `members` as written: comma-separated (addresses hold no commas).
+    fn parse(n: &[u8], always: &[u8], members: &[u8]) -> Option<Self> {
+        let n = args::integer(n).filter(|n| (0..=1024).contains(n))?;
+        let always = match always {
+            b"1" => true,
+            b"0" => false,
+            _ => return None,
+        };
+        let text = std::str::from_utf8(members).ok()?;
+        let members = text
+            .split(',')
+            .filter(|m| !m.is_empty())
+            .map(str::to_string)
+            .collect();
+        Some(Self { n, always, members })
+    }
+}
+
+/// The master's roster (see the module comment).
+#[derive(Default)]
+struct Roster {
+    members: Vec<String>,
+    /// N and the roster's size as last written (None: nothing written yet).
+    written: Option<(i64, usize)>,
+    /// The marker for the roster as it is now has been written.
+    marked: bool,
+    /// The offset after that marker (the first turn after it): no grant is
+    /// answered before the replicas have the marker it was made under.
+    marked_at: Option<i64>,
+    /// A marker that ended the all-members guarantee, and the members before
+    /// it, who must acknowledge it (its offset: the first turn after it).
+    barrier: Option<(Vec<String>, Option<i64>)>,
+    timer: bool,
+}
+
+/// What a replica (or a restarting master) last read: the marker, the
+/// replication id it came with, and this server's own address then.
+#[derive(Default)]
+struct Seen {
+    marker: Option<Marker>,
+    replid: String,
+    me: Option<String>,
+}
+
+thread_local! {
+    static ROSTER: RefCell<Roster> = RefCell::new(Roster::default());
+    static SEEN: RefCell<Seen> = RefCell::new(Seen::default());
+}
+
+/// The offset replicas must have acknowledged (besides a grant's own) for
+/// grants to be answered now, after taking in who is online: that of the
+/// marker for the current roster and N, which must be acknowledged by every
+/// earlier member where it ended the all-members guarantee. None: no grant
+/// may be answered this turn.
+pub fn floor(ctx: *mut raw::RedisModuleCtx, view: &Replication) -> Option<i64> {
+    let n = SYNC_REPLICAS.load(Ordering::Relaxed);
+    let (arm, ok) = ROSTER.with(|r| {
+        let mut r = r.borrow_mut();
+        for (addr, _) in &view.replicas {
+            if !r.members.contains(addr) {
+                r.members.push(addr.clone());
+                r.marked = false;
+            }
+        }
+        if r.written.is_some_and(|(w, _)| w != n) {
+            r.marked = false;
+        }
+        if let Some((before, offset)) = r.barrier.as_mut() {
+            let at = *offset.get_or_insert(view.offset);
+            let acked = |m: &String| view.replicas.iter().any(|(a, o)| a == m && *o >= at);
+            if before.iter().all(acked) {
+                r.barrier = None;
+            }
+        }
+        let arm = !r.marked && !r.timer;
+        if arm {
+            r.timer = true;
+        }
+        let floor = *r.marked_at.get_or_insert(view.offset);
+        (arm, (r.marked && r.barrier.is_none()).then_some(floor))
+    });
+    if arm {
+        Context::new(ctx).create_timer(Duration::ZERO, write_marker, ());
+    }
+    ok
+}
+
+/// Writes the marker for the current roster (from a timer: its own execution
+/// unit, never the one that asks for acknowledgements).
+fn write_marker(ctx: &Context, _: ()) {
+    crate::guard::callback((), || {
+        if !crate::waiters::may_write(ctx) {
+            // Paused: the marker (and the grants waiting on it) wait too.
+            ctx.create_timer(Duration::from_millis(10), write_marker, ());
+            return;
+        }
+        let n = SYNC_REPLICAS.load(Ordering::Relaxed);
+        let members = ROSTER.with(|r| {
+            let mut r = r.borrow_mut();
+            r.timer = false;
+            let size = r.members.len();
+            let guaranteed = |(n, size): (i64, usize)| size > 0 && n >= size as i64;
+            if let Some(before) = r.written {
+                if guaranteed(before) && !guaranteed((n, size)) {
+                    let earlier = r.members[..before.1].to_vec();
+                    r.barrier = Some((earlier, None));
+                }
+            }
+            r.written = Some((n, size));
+            r.marked = true;
+            r.marked_at = None;
+            r.members.join(",")
+        });
+        replicate(ctx, n, appendfsync_always(ctx), &members);
+    })
+}
+
+fn replicate(ctx: &Context, n: i64, always: bool, members: &str) {
+    let Ok(members) = std::ffi::CString::new(members) else {
+        return;
+    };
+    unsafe {
+        raw::RedisModule_Replicate.unwrap()(
+            ctx.ctx,
+            c"WARDEN.SYNCSTATE".as_ptr(),
+            c"llc".as_ptr(),
+            n as std::os::raw::c_longlong,
+            std::os::raw::c_longlong::from(always),
+            members.as_ptr(),
+        )
+    };
+}
+
+/// This server becomes a master, or stops being one: a new roster.
+pub fn reset() {
+    ROSTER.with(|r| *r.borrow_mut() = Roster::default());
+}
+
+/// A server config value, as `CONFIG GET` shows it.
+pub fn config_get(ctx: &Context, name: &str) -> Option<String> {
+    match ctx.call("CONFIG", &["GET", name]) {
+        Ok(RedisValue::Array(items)) => match items.get(1) {
+            Some(RedisValue::SimpleString(s)) => Some(s.clone()),
+            Some(RedisValue::BulkString(s)) => Some(s.clone()),
+            Some(RedisValue::StringBuffer(b)) => Some(String::from_utf8_lossy(b).into_owned()),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+/// Whether every write is fsynced before its reply (`appendonly yes`,
+/// `appendfsync always`).
+fn appendfsync_always(ctx: &Context) -> bool {
+    config_get(ctx, "appendonly").as_deref() == Some("yes")
+        && config_get(ctx, "appendfsync").as_deref() == Some("always")
+}
+
+/// This replica's address as its master's `INFO replication` shows it:
+/// `replica-announce-ip` (else the local address of the link to the master)
+/// and `replica-announce-port` (else `port`).
+fn my_address(ctx: &Context) -> Option<String> {
+    let announced = config_get(ctx, "replica-announce-ip").filter(|ip| !ip.is_empty());
+    let ip = match announced {
+        Some(ip) => ip,
+        None => {
+            let list = match ctx.call("CLIENT", &["LIST", "TYPE", "master"]).ok()? {
+                RedisValue::SimpleString(s) | RedisValue::BulkString(s) => s,
+                RedisValue::StringBuffer(b) => String::from_utf8_lossy(&b).into_owned(),
+                RedisValue::VerbatimString((_, b)) => String::from_utf8_lossy(&b).into_owned(),
+                _ => return None,
+            };
+            let laddr = list
+                .split_whitespace()
+                .find_map(|f| f.strip_prefix("laddr="))?;
+            let (ip, _) = laddr.rsplit_once(':')?;
+            ip.trim_start_matches('[').trim_end_matches(']').to_string()
+        }
+    };
+    let port = config_get(ctx, "replica-announce-port")
+        .filter(|p| p != "0" && !p.is_empty())
+        .or_else(|| config_get(ctx, "port"))?;
+    Some(format!("{ip}:{port}"))
+}
+
+/// One field of `INFO replication`.
+fn replication_field(ctx: &Context, field: &str) -> Option<String> {
+    let info = ctx.call("INFO", &["replication"]).ok()?;
+    let text = match info {
+        RedisValue::SimpleString(s) | RedisValue::BulkString(s) => s,
+        RedisValue::StringBuffer(b) => String::from_utf8_lossy(&b).into_owned(),
+        RedisValue::VerbatimString((_, b)) => String::from_utf8_lossy(&b).into_owned(),
+        _ => return None,
+    };
+    text.lines()
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+        .map(|v| v.trim().to_string())
+}
+
+/// `WARDEN.SYNCSTATE n always members`: the master's marker, as replicas and
+/// the AOF receive it. Replies OK; nothing in the keyspace changes.
+pub fn syncstate(ctx: &Context, args: &[Arg]) -> RedisResult {
+    if args.len() != 4 {
+        return Err(RedisError::WrongArity);
+    }
+    effects_only(ctx)?;
+    let Some(marker) = Marker::parse(&args[1], &args[2], &args[3]) else {
+        return Err(RedisError::Str(error::INVALID_EFFECT));
+    };
+    let flags = ctx.get_flags();
+    // From a master: who this replica is, and which history it belongs to.
+    let (replid, me) =
+        if flags.contains(ContextFlags::SLAVE) && !flags.contains(ContextFlags::LOADING) {
+            let me = my_address(ctx);
+            (
+                replication_field(ctx, "master_replid").unwrap_or_default(),
+                me,
+            )
+        } else {
+            (String::new(), None)
+        };
+    SEEN.with(|s| {
+        let mut s = s.borrow_mut();
+        s.marker = Some(marker);
+        s.replid = replid;
+        s.me = me;
+    });
+    ctx.replicate_verbatim();
+    Ok(RedisValue::SimpleStringStatic("OK"))
+}
+
+/// Set when this server's own start loads an AOF (not a replica's sync).
+static LOADING_AOF: AtomicBool = AtomicBool::new(false);
+
+/// An AOF load begins: the markers it replays are this server's own history.
+pub fn loading_aof() {
+    LOADING_AOF.store(true, Ordering::Relaxed);
+    SEEN.with(|s| *s.borrow_mut() = Seen::default());
+}
+
+/// After this server's own start loaded its data: whether no answered grant
+/// can be missing (`grace auto`'s restart rule), saying why in the log.
+pub fn restart_lost_nothing(ctx: &Context) -> bool {
+    let from_aof = LOADING_AOF.swap(false, Ordering::Relaxed);
+    let marked_always = SEEN.with(|s| s.borrow().marker.as_ref().is_some_and(|m| m.always));
+    let safe = from_aof && marked_always && appendfsync_always(ctx);
+    if safe {
+        ctx.log_notice(
+            "grace auto: no window: the AOF was fsynced before every reply \
+             (appendfsync always), so it holds every grant this server answered",
+        );
+    }
+    safe
+}
+
+/// At a promotion: whether the last marker from the old master (same
+/// history) names this server with N ≥ the roster's size, saying why in the log.
+pub fn promotion_lost_nothing(ctx: &Context) -> bool {
+    let old = replication_field(ctx, "master_replid2").unwrap_or_default();
+    let (marker, replid, me) = SEEN.with(|s| {
+        let s = s.borrow();
+        (s.marker.clone(), s.replid.clone(), s.me.clone())
+    });
+    let covered = match (&marker, &me) {
+        (Some(m), Some(me)) => !old.is_empty() && replid == old && m.covers(me),
+        _ => false,
+    };
+    if covered {
+        ctx.log_notice(&format!(
+            "grace auto: no window: the old master answered a grant only once all {} \
+             replicas of its roster acknowledged it, this one ({}) among them",
+            marker.map_or(0, |m| m.n),
+            me.unwrap_or_default()
+        ));
+    } else {
+        ctx.log_notice(&format!(
+            "grace auto: this promotion may have lost acknowledged grants (last marker {marker:?} \
+             from history {replid:?}, old history {old:?}, this replica {me:?})"
+        ));
+    }
+    covered
+}
+
+/// A marker now, where `grace auto` restarts rely on it: after the start's
+/// load, on a change of `appendonly`/`appendfsync`, after an AOF rewrite.
+pub fn mark_durability(ctx: &Context) {
+    if !GRACE_AUTO.load(Ordering::Relaxed) || ctx.get_flags().contains(ContextFlags::SLAVE) {
+        return;
+    }
+    let (n, members) = ROSTER.with(|r| {
+        let r = r.borrow();
+        (
+            r.written.map_or(0, |(n, _)| n),
+            r.members[..r.written.map_or(0, |(_, size)| size)].join(","),
+        )
+    });
+    if crate::waiters::may_write(ctx) {
+        replicate(ctx, n, appendfsync_always(ctx), &members);
+    }
+}
+
+/// Whether forks must be heard: after an AOF rewrite the AOF holds no
+/// marker until one is written.
+pub fn wants_forks() -> bool {
+    GRACE_AUTO.load(Ordering::Relaxed)
+}
+
+/// A fork's child ended (an AOF rewrite, or a save): the new AOF gets a marker.
+pub fn child_ended(ctx: &Context) {
+    mark_durability(ctx);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_marker_covers_a_replica_it_names_when_n_reaches_every_member() {
+        let m = |n: i64, members: &[&str]| Marker {
+            n,
+            always: false,
+            members: members.iter().map(|s| s.to_string()).collect(),
+        };
+        let cases = [
+            (m(1, &["a:1"]), "a:1", true),
+            (m(2, &["a:1", "b:1"]), "b:1", true),
+            (m(1, &["a:1", "b:1"]), "a:1", false),
+            (m(1, &["a:1"]), "b:1", false),
+            (m(0, &["a:1"]), "a:1", false),
+            (m(3, &[]), "a:1", false),
+        ];
+        for (marker, me, covered) in cases {
+            assert_eq!(marker.covers(me), covered, "{marker:?} {me}");
+        }
+    }
+
+    #[test]
+    fn markers_parse_as_written_and_refuse_anything_else() {
+        assert_eq!(
+            Marker::parse(b"2", b"1", b"10.0.0.1:6379,10.0.0.2:6379"),
+            Some(Marker {
+                n: 2,
+                always: true,
+                members: vec!["10.0.0.1:6379".into(), "10.0.0.2:6379".into()]
+            })
+        );
+        assert_eq!(
+            Marker::parse(b"0", b"0", b"").map(|m| m.members.len()),
+            Some(0)
+        );
+        for (n, always) in [("-1", "0"), ("x", "0"), ("1", "2"), ("1025", "1")] {
+            assert_eq!(Marker::parse(n.as_bytes(), always.as_bytes(), b""), None);
+        }
+    }
+}
