@@ -41,8 +41,8 @@ pub const PERMITS_ABOVE_LIMIT: &str =
 pub const LIMIT_REPLACED: &str =
     "ERR the semaphore was replaced by one of another limit while this request waited";
 /// A command that may grant, where its client cannot wait for the replicas.
-pub const SYNC_CANNOT_WAIT: &str = "ERR warden.sync-replicas is set: a grant or extend waits for \
-     replicas, which cannot happen inside MULTI, a script or a function";
+pub const SYNC_CANNOT_WAIT: &str =
+    "ERR warden.sync-replicas is set: a grant or extend waits for replicas, which cannot happen inside MULTI, a script or a function";
 pub const READONLY: &str = "READONLY You can't write against a read only replica.";
 /// A waiter whose key's slot moved to another node, where that node is not
 /// known: cluster clients send the command again (and then get `MOVED`).

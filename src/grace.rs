@@ -277,15 +277,45 @@ fn on_loaded(ctx: &Context) {
 /// A change of role: a new master opens a window (with `auto`, only where a
 /// grant it does not have may have been answered); a replica needs none.
 fn on_role_change(ctx: &Context, master: bool) {
+    crate::roster::stop_watching();
     if master {
-        let auto = GRACE_AUTO.load(Ordering::Relaxed);
-        if !(auto && crate::roster::promotion_lost_nothing(ctx)) {
+        use crate::roster::Promotion;
+        let promotion = if GRACE_AUTO.load(Ordering::Relaxed) {
+            crate::roster::promotion(ctx)
+        } else {
+            Promotion::MayHaveLost
+        };
+        if promotion != Promotion::LostNothing {
             open(ctx, "became master");
+        }
+        if promotion == Promotion::Watch {
+            watch_resyncs(ctx);
         }
     } else if END_MS.swap(0, Ordering::Relaxed) != 0 {
         ctx.log_notice("grace window ends: this server is now a replica");
     }
     crate::roster::reset();
+}
+
+/// Every 20 ms while a promotion's window is open: ends it once a resync
+/// shows nothing was lost (`crate::roster::resynced`).
+fn watch_resyncs(ctx: &Context) {
+    ctx.create_timer(Duration::from_millis(20), on_watch, ());
+}
+
+fn on_watch(ctx: &Context, _: ()) {
+    crate::guard::callback((), || {
+        if is_replica(ctx) || closed_until(now_ms()).is_none() {
+            crate::roster::stop_watching();
+            return;
+        }
+        if crate::roster::resynced(ctx) {
+            crate::roster::stop_watching();
+            close(ctx);
+        } else {
+            watch_resyncs(ctx);
+        }
+    })
 }
 
 fn on_server(ctx: *mut raw::RedisModuleCtx, event: &Server) {

@@ -95,11 +95,25 @@ struct Seen {
     marker: Option<Marker>,
     replid: String,
     me: Option<String>,
+    /// The master that sent it (`master_host:master_port`).
+    master: Option<String>,
+}
+
+/// After a promotion `grace auto` could not clear at once: who may show,
+/// by resyncing from here without a full sync, that no answered grant is
+/// missing — the old master, or every other replica of its roster — and
+/// the full-sync counters when the window opened.
+struct Proof {
+    old_master: Option<String>,
+    others: Vec<String>,
+    full_syncs: i64,
+    failed_partial: i64,
 }
 
 thread_local! {
     static ROSTER: RefCell<Roster> = RefCell::new(Roster::default());
     static SEEN: RefCell<Seen> = RefCell::new(Seen::default());
+    static PROOF: RefCell<Option<Proof>> = const { RefCell::new(None) };
 }
 
 /// The offset replicas must have acknowledged (besides a grant's own) for
@@ -238,10 +252,9 @@ fn my_address(ctx: &Context) -> Option<String> {
     Some(format!("{ip}:{port}"))
 }
 
-/// One field of `INFO replication`.
-fn replication_field(ctx: &Context, field: &str) -> Option<String> {
-    let info = ctx.call("INFO", &["replication"]).ok()?;
-    let text = match info {
+/// One field of an `INFO` section.
+fn info_field(ctx: &Context, section: &str, field: &str) -> Option<String> {
+    let text = match ctx.call("INFO", &[section]).ok()? {
         RedisValue::SimpleString(s) | RedisValue::BulkString(s) => s,
         RedisValue::StringBuffer(b) => String::from_utf8_lossy(&b).into_owned(),
         RedisValue::VerbatimString((_, b)) => String::from_utf8_lossy(&b).into_owned(),
@@ -250,6 +263,11 @@ fn replication_field(ctx: &Context, field: &str) -> Option<String> {
     text.lines()
         .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
         .map(|v| v.trim().to_string())
+}
+
+/// One field of `INFO replication`.
+fn replication_field(ctx: &Context, field: &str) -> Option<String> {
+    info_field(ctx, "replication", field)
 }
 
 /// `WARDEN.SYNCSTATE n always members`: the master's marker, as replicas and
@@ -264,22 +282,18 @@ pub fn syncstate(ctx: &Context, args: &[Arg]) -> RedisResult {
     };
     let flags = ctx.get_flags();
     // From a master: who this replica is, and which history it belongs to.
-    let (replid, me) =
-        if flags.contains(ContextFlags::SLAVE) && !flags.contains(ContextFlags::LOADING) {
-            let me = my_address(ctx);
-            (
-                replication_field(ctx, "master_replid").unwrap_or_default(),
-                me,
-            )
-        } else {
-            (String::new(), None)
-        };
-    SEEN.with(|s| {
-        let mut s = s.borrow_mut();
-        s.marker = Some(marker);
-        s.replid = replid;
-        s.me = me;
-    });
+    let mut seen = Seen {
+        marker: Some(marker),
+        ..Seen::default()
+    };
+    if flags.contains(ContextFlags::SLAVE) && !flags.contains(ContextFlags::LOADING) {
+        seen.me = my_address(ctx);
+        seen.replid = replication_field(ctx, "master_replid").unwrap_or_default();
+        let host = replication_field(ctx, "master_host");
+        let port = replication_field(ctx, "master_port");
+        seen.master = host.zip(port).map(|(h, p)| format!("{h}:{p}"));
+    }
+    SEEN.with(|s| *s.borrow_mut() = seen);
     ctx.replicate_verbatim();
     Ok(RedisValue::SimpleStringStatic("OK"))
 }
@@ -308,32 +322,130 @@ pub fn restart_lost_nothing(ctx: &Context) -> bool {
     safe
 }
 
+/// What `grace auto` concludes at a promotion.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Promotion {
+    /// Every grant the old master answered is here: no window.
+    LostNothing,
+    /// A window, which [`resynced`] may end early.
+    Watch,
+    /// A window for its whole length.
+    MayHaveLost,
+}
+
+/// One field of `INFO stats` (-1 if absent).
+fn stats_field(ctx: &Context, field: &str) -> i64 {
+    info_field(ctx, "stats", field)
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(-1)
+}
+
 /// At a promotion: whether the last marker from the old master (same
-/// history) names this server with N ≥ the roster's size, saying why in the log.
-pub fn promotion_lost_nothing(ctx: &Context) -> bool {
+/// history) names this server with N ≥ the roster's size; else whether a
+/// resync may still show it (see [`resynced`]). Says why in the log.
+pub fn promotion(ctx: &Context) -> Promotion {
     let old = replication_field(ctx, "master_replid2").unwrap_or_default();
-    let (marker, replid, me) = SEEN.with(|s| {
+    let (marker, replid, me, master) = SEEN.with(|s| {
         let s = s.borrow();
-        (s.marker.clone(), s.replid.clone(), s.me.clone())
+        (
+            s.marker.clone(),
+            s.replid.clone(),
+            s.me.clone(),
+            s.master.clone(),
+        )
     });
-    let covered = match (&marker, &me) {
-        (Some(m), Some(me)) => !old.is_empty() && replid == old && m.covers(me),
-        _ => false,
-    };
-    if covered {
-        ctx.log_notice(&format!(
-            "grace auto: no window: the old master answered a grant only once all {} \
-             replicas of its roster acknowledged it, this one ({}) among them",
-            marker.map_or(0, |m| m.n),
-            me.unwrap_or_default()
-        ));
-    } else {
-        ctx.log_notice(&format!(
-            "grace auto: this promotion may have lost acknowledged grants (last marker {marker:?} \
-             from history {replid:?}, old history {old:?}, this replica {me:?})"
-        ));
+    let same_history = !old.is_empty() && replid == old;
+    let marker = marker.filter(|_| same_history);
+    if let (Some(m), Some(me)) = (&marker, &me) {
+        if m.covers(me) {
+            ctx.log_notice(&format!(
+                "grace auto: no window: the old master answered a grant only once all {} \
+                 replicas of its roster acknowledged it, this one ({me}) among them",
+                m.n
+            ));
+            return Promotion::LostNothing;
+        }
     }
-    covered
+    let Some(m) = marker else {
+        ctx.log_notice(&format!(
+            "grace auto: a window: no marker from the old master's history {old:?} \
+             (the last came from {replid:?}): grants it answered may be missing here"
+        ));
+        return Promotion::MayHaveLost;
+    };
+    let others: Vec<String> = if m.n >= 1 {
+        m.members
+            .iter()
+            .filter(|a| Some(*a) != me.as_ref())
+            .cloned()
+            .collect()
+    } else {
+        Vec::new()
+    };
+    ctx.log_notice(&format!(
+        "grace auto: a window, until the old master ({}) or every other acknowledging \
+         replica ({}) resyncs from here without a full sync",
+        master.as_deref().unwrap_or("unknown"),
+        if m.n >= 1 {
+            others.join(", ")
+        } else {
+            "none: grants did not wait for replicas".into()
+        }
+    ));
+    let proof = Proof {
+        old_master: master,
+        others,
+        full_syncs: stats_field(ctx, "sync_full"),
+        failed_partial: stats_field(ctx, "sync_partial_err"),
+    };
+    let usable = proof.old_master.is_some() || !proof.others.is_empty();
+    PROOF.with(|p| *p.borrow_mut() = usable.then_some(proof));
+    if usable {
+        Promotion::Watch
+    } else {
+        Promotion::MayHaveLost
+    }
+}
+
+/// While a promotion's window is open: whether the old master, or every
+/// other replica that acknowledged grants, now replicates from here and no
+/// sync since the promotion was a full one — so each continued from an
+/// offset this server has, and none held a grant it lacks (a replica with
+/// more of the old history than this server is refused a partial resync).
+pub fn resynced(ctx: &Context) -> bool {
+    let Some(view) = crate::acks::read(ctx.ctx) else {
+        return false;
+    };
+    let full_syncs = stats_field(ctx, "sync_full");
+    let failed_partial = stats_field(ctx, "sync_partial_err");
+    PROOF.with(|p| {
+        let p = p.borrow();
+        let Some(proof) = p.as_ref() else {
+            return false;
+        };
+        if full_syncs != proof.full_syncs || failed_partial != proof.failed_partial {
+            return false;
+        }
+        let online = |a: &String| view.replicas.iter().any(|(r, _)| r == a);
+        let old_master = proof.old_master.as_ref().is_some_and(online);
+        let others = !proof.others.is_empty() && proof.others.iter().all(online);
+        if old_master || others {
+            ctx.log_notice(&format!(
+                "grace auto: {} resynced from here without a full sync: no grant is missing",
+                if old_master {
+                    "the old master"
+                } else {
+                    "every other acknowledging replica"
+                }
+            ));
+        }
+        old_master || others
+    })
+}
+
+/// The promotion's window ended, or the role changed: nothing to watch.
+pub fn stop_watching() {
+    PROOF.with(|p| *p.borrow_mut() = None);
 }
 
 /// A marker now, where `grace auto` restarts rely on it: after the start's

@@ -568,3 +568,35 @@ fn grace_auto_restarts_without_a_window_only_from_an_always_fsynced_aof() {
         );
     }
 }
+
+#[test]
+fn a_promotion_window_ends_once_a_resync_shows_nothing_was_lost() {
+    // (how the others follow the promoted replica): every other
+    // acknowledging replica, or the old master itself (a FAILOVER).
+    for way in ["the other replica follows", "FAILOVER"] {
+        let master = auto_server("1", &[]);
+        let (a, b) = (auto_server("1", &[]), auto_server("1", &[]));
+        replicate(&master, &a);
+        replicate(&master, &b);
+        grant_on(&master, "k");
+        let mut ra = a.conn();
+        if way == "FAILOVER" {
+            let port = a.port.unwrap().to_string();
+            let mut m = master.conn();
+            run(&mut m, &["FAILOVER", "TO", "127.0.0.1", &port]).unwrap();
+            wait_for("a promoted", Duration::from_secs(20), || is_master(&a));
+        } else {
+            run(&mut ra, &["REPLICAOF", "NO", "ONE"]).unwrap();
+            assert!(grace_left(&mut ra) > 0, "{way}: a window at first");
+            replicate(&a, &b);
+        }
+        wait_for("the window ends", Duration::from_secs(20), || {
+            grace_left(&mut ra) == 0
+        });
+        assert!(
+            a.log().contains("without a full sync"),
+            "{way}: {}",
+            a.log()
+        );
+    }
+}
