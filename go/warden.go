@@ -212,12 +212,21 @@ func (p *pool) get(ctx context.Context) (*conn, error) {
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
-	p.mu.Lock()
-	if n := len(p.idle); n > 0 {
+	for {
+		p.mu.Lock()
+		n := len(p.idle)
+		if n == 0 {
+			break
+		}
 		c := p.idle[n-1]
 		p.idle = p.idle[:n-1]
 		p.mu.Unlock()
-		return c, nil
+		// An idle connection the server closed (restart, CLIENT KILL,
+		// timeout) would fail the wait sent on it: drop it, dial anew.
+		if c.alive() {
+			return c, nil
+		}
+		c.close()
 	}
 	known := p.unblock != 0
 	p.mu.Unlock()
