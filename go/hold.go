@@ -39,13 +39,17 @@ func (h *Hold) start(fence int64, sent time.Time) *Hold {
 	h.ctx, h.cancel = context.WithCancelCause(context.Background())
 	// The lease is counted from when the acquire was sent: never later than the server's.
 	h.leaseEnd = sent.Add(h.ttl)
+	// Tracked before the timer starts, and the timer set under mu: a lease
+	// already over when the reply came expires the hold only after start.
+	h.w.track(h, true)
+	h.mu.Lock()
+	defer h.mu.Unlock()
 	if h.watchdog {
 		h.stop, h.exited = make(chan struct{}), make(chan struct{})
 		go h.renew()
 	} else {
 		h.timer = time.AfterFunc(time.Until(h.leaseEnd), h.expire)
 	}
-	h.w.track(h, true)
 	return h
 }
 
