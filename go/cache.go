@@ -131,6 +131,13 @@ func (c cacheCall[T]) handle(ctx context.Context, reply []any) (T, bool, error) 
 			c.w.bg.Add(1)
 			go func() {
 				defer c.w.bg.Done()
+				// A loader's panic here has no caller to reach: it would end
+				// the process. fill has abandoned the lease by now.
+				defer func() {
+					if r := recover(); r != nil {
+						c.w.log.Error("warden: background refresh panicked", "key", c.key, "panic", r)
+					}
+				}()
 				bg, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.o.lease)
 				defer cancel()
 				if _, err := c.fill(bg, token); err != nil {
