@@ -92,6 +92,10 @@ func (w *Warden) acquire(ctx context.Context, k *kind, key string, extra []any, 
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
+	if err := w.begin(); err != nil {
+		return nil, err
+	}
+	defer w.calls.Done()
 	ttl, watchdog := o.ttl, o.ttl <= 0
 	if watchdog {
 		ttl = w.watchdogTTL
@@ -105,6 +109,10 @@ func (w *Warden) acquire(ctx context.Context, k *kind, key string, extra []any, 
 	fence, err := w.rdb.Do(ctx, args...).Int64()
 	switch {
 	case err == nil:
+		if w.closing() {
+			h.giveBack() // Close began during the call: nothing outlives it
+			return nil, ErrClosed
+		}
 		return h.start(fence, sent), nil
 	case errors.Is(err, redis.Nil):
 	default:
@@ -148,6 +156,10 @@ func (w *Warden) acquire(ctx context.Context, k *kind, key string, extra []any, 
 			h.giveBack() // a grant past the caller's deadline is never kept
 			return nil, err
 		}
+		if w.closing() {
+			h.giveBack()
+			return nil, ErrClosed
+		}
 		return h.start(fence, sent), nil
 	}
 	return nil, w.noGrant(ctx, o.maxQueue)
@@ -179,6 +191,8 @@ func (w *Warden) noGrant(ctx context.Context, maxQueue int64) error {
 	t := time.NewTimer(max(remaining, 0))
 	defer t.Stop()
 	select {
+	case <-w.done:
+		return ErrClosed
 	case <-ctx.Done():
 		return ctx.Err()
 	case <-t.C:
@@ -192,9 +206,10 @@ type result struct {
 }
 
 // wait sends build(WAIT) on a waiter connection of n and returns the reply.
-// When ctx ends first it takes the waiter out of the server's queue
-// (CLIENT UNBLOCK, else CLIENT KILL), hands any grant that raced it to
-// giveBack (nil when the reply is unknown) and returns ctx.Err().
+// When ctx ends first (or Close begins) it takes the waiter out of the
+// server's queue (CLIENT UNBLOCK, else CLIENT KILL), hands any grant that
+// raced it to giveBack (nil when the reply is unknown) and returns
+// ctx.Err() (ErrClosed).
 func (w *Warden) wait(ctx context.Context, n node, build func(waitMs int64) []any, giveBack func(reply any)) (any, error) {
 	c, err := n.pool.get(ctx)
 	if err != nil {
@@ -243,6 +258,9 @@ func (w *Warden) wait(ctx context.Context, n node, build func(waitMs int64) []an
 		n.pool.put(c)
 		return r.reply, nil
 	case <-ctx.Done():
+	case <-w.done:
+		w.cancelWait(n, c, ch, giveBack)
+		return nil, ErrClosed
 	}
 	w.cancelWait(n, c, ch, giveBack)
 	return nil, ctx.Err()

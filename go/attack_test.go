@@ -21,11 +21,6 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-// clients is how many client connections the server has (INFO clients).
-func clients(t *testing.T, rdb *redis.Client) int64 {
-	return infoField(t, rdb, "clients", "connected_clients")
-}
-
 // Idle waiter connections that died (server restart, CLIENT KILL) are not
 // handed to the next wait: it succeeds instead of failing on a dead socket.
 func TestStaleWaiterConnections(t *testing.T) {

@@ -56,6 +56,10 @@ func Load[T any](ctx context.Context, w *Warden, key string, ttl time.Duration, 
 	if err := ctx.Err(); err != nil {
 		return zero, err
 	}
+	if err := w.begin(); err != nil {
+		return zero, err
+	}
+	defer w.calls.Done()
 	c := cacheCall[T]{w: w, key: key, ttl: ttl, loader: loader, o: o}
 	// Fast path: a hit, or the lease, in one round trip on the shared client.
 	reply, err := w.rdb.Do(ctx, "CACHE.GET", key, millis(o.lease)).Slice()
