@@ -117,15 +117,24 @@ func (w *Warden) acquire(ctx context.Context, k *kind, key string, extra []any, 
 	case errors.Is(err, redis.Nil):
 	default:
 		var rerr redis.Error
-		if !errors.As(err, &rerr) || k.sem && strings.Contains(err.Error(), "already holds") {
+		switch {
+		case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
+			// go-redis gave up waiting for its pool, a dial or a retry's
+			// pause: the command most likely never ran. The caller is not
+			// kept waiting for a give-back that may itself wait for the pool.
+			h.giveBackLater()
+		case !errors.As(err, &rerr) || k.sem && strings.Contains(err.Error(), "already holds"):
 			// The command may have run (a lost reply, or go-redis retried it
 			// after it did): give back whatever the owner holds.
 			h.giveBack()
 		}
-		if lerr := late(ctx); lerr != nil && !errors.As(err, &rerr) {
+		if errors.As(err, &rerr) {
+			return nil, serverErr(err)
+		}
+		if lerr := late(ctx); lerr != nil {
 			return nil, lerr // go-redis cut the read at the context's deadline
 		}
-		return nil, serverErr(err)
+		return nil, fmt.Errorf("warden: %s: %w", k.acquire, err)
 	}
 	if try {
 		return nil, ErrNotAcquired

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"sync"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 var errReleased = errors.New("warden: released")
@@ -142,13 +144,49 @@ func (h *Hold) releaseCmd(ctx context.Context) (bool, error) {
 }
 
 // giveBack releases a grant the caller will not get (raced a cancel, came
-// past the deadline, or its reply was lost).
+// past the deadline, or its reply was lost). When that fails (a paused or
+// restarting server) it goes on in the background: an acquire whose reply
+// was lost may run on the server later, and its lease would otherwise keep
+// the key from everyone.
 func (h *Hold) giveBack() {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if _, err := h.releaseCmd(ctx); err != nil {
-		h.w.log.Warn("warden: giving back a grant failed (its lease will end)", "key", h.key, "owner", h.owner, "err", err)
+	_, err := h.releaseCmd(ctx)
+	cancel()
+	if err != nil {
+		h.giveBackLater()
 	}
+}
+
+// giveBackLater releases in the background, retrying until the lease would
+// have ended anyway or Close; the owner is this hold's alone, so a late
+// release can only free what this call took. It runs within a call (before
+// Close's wait for w.bg).
+func (h *Hold) giveBackLater() {
+	end := time.Now().Add(h.ttl)
+	h.w.bg.Add(1)
+	go func() {
+		defer h.w.bg.Done()
+		pause := 50 * time.Millisecond
+		for {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			_, err := h.releaseCmd(ctx)
+			cancel()
+			if err == nil {
+				return
+			}
+			if errors.Is(err, redis.ErrClosed) || h.w.closing() || time.Now().Add(pause).After(end) {
+				h.w.log.Warn("warden: giving back a grant failed (its lease will end)", "key", h.key, "owner", h.owner, "err", err)
+				return
+			}
+			t := time.NewTimer(pause)
+			select {
+			case <-t.C:
+			case <-h.w.done:
+			}
+			t.Stop()
+			pause = min(2*pause, time.Second)
+		}
+	}()
 }
 
 // finish stops the watchdog or the lease timer.
