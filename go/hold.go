@@ -3,6 +3,7 @@ package warden
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 
@@ -69,8 +70,12 @@ func (h *Hold) Fence() int64 { return h.fence }
 // found it gone) or released; context.Cause tells which (ErrNotHeld).
 func (h *Hold) Context() context.Context { return h.ctx }
 
-// Extend resets the lease to ttl from now. ErrNotHeld when the hold was lost.
+// Extend resets the lease to ttl from now (whole ms, at least 1). ErrNotHeld
+// when the hold was lost; an error for ttl <= 0, which would end the lease.
 func (h *Hold) Extend(ctx context.Context, ttl time.Duration) error {
+	if ttl <= 0 {
+		return fmt.Errorf("warden: Extend with ttl %v: a lease needs at least 1 ms", ttl)
+	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.lost || h.done {
