@@ -153,7 +153,7 @@ func (w *Warden) acquire(ctx context.Context, k *kind, key string, extra []any, 
 		return cmd
 	}
 	sent = time.Now()
-	reply, err := w.wait(ctx, n, build, func(any) { h.giveBack() })
+	reply, err := w.waitMoved(ctx, n, build, func(any) { h.giveBack() })
 	if err != nil {
 		return nil, err
 	}
@@ -207,6 +207,27 @@ func (w *Warden) noGrant(ctx context.Context, maxQueue int64) error {
 	case <-t.C:
 		return context.DeadlineExceeded
 	}
+}
+
+// waitMoved is wait, following MOVED replies (a slot that moved since the
+// cluster client's slot map was read): the command did not run there, so
+// it is sent again to the master that owns the slot now, within ctx.
+func (w *Warden) waitMoved(ctx context.Context, n node, build func(waitMs int64) []any, giveBack func(reply any)) (any, error) {
+	for range 3 {
+		reply, err := w.wait(ctx, n, build, giveBack)
+		e, ok := reply.(serverError)
+		if err != nil || !ok || !strings.HasPrefix(string(e), "MOVED ") {
+			return reply, err
+		}
+		f := strings.Fields(string(e))
+		if len(f) != 3 {
+			return reply, nil
+		}
+		if n, err = w.nodeAt(ctx, f[2]); err != nil {
+			return reply, nil
+		}
+	}
+	return w.wait(ctx, n, build, giveBack)
 }
 
 type result struct {

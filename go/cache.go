@@ -88,7 +88,7 @@ func Load[T any](ctx context.Context, w *Warden, key string, ttl time.Duration, 
 		}
 		return cmd
 	}
-	r, err := w.wait(ctx, n, build, func(r any) {
+	r, err := w.waitMoved(ctx, n, build, func(r any) {
 		if token, ok := grantOf(r); ok {
 			c.abandon(token)
 		}

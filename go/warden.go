@@ -192,6 +192,34 @@ func (w *Warden) node(ctx context.Context, key string) (node, error) {
 	default:
 		return node{}, fmt.Errorf("warden: %T is not supported (use *redis.Client or *redis.ClusterClient)", w.rdb)
 	}
+	return w.nodeFor(client)
+}
+
+// nodeAt is the cluster master at addr, as a MOVED reply names it. The
+// slot map is reloaded on the way (ForEachMaster does), so MasterForKey
+// finds the new master next time.
+func (w *Warden) nodeAt(ctx context.Context, addr string) (node, error) {
+	c, ok := w.rdb.(*redis.ClusterClient)
+	if !ok {
+		return node{}, fmt.Errorf("warden: MOVED to %s outside a cluster client", addr)
+	}
+	var mu sync.Mutex
+	var found *redis.Client
+	_ = c.ForEachMaster(ctx, func(_ context.Context, m *redis.Client) error {
+		if m.Options().Addr == addr {
+			mu.Lock()
+			found = m
+			mu.Unlock()
+		}
+		return nil
+	})
+	if found == nil {
+		return node{}, fmt.Errorf("warden: MOVED to %s, which the cluster client does not know", addr)
+	}
+	return w.nodeFor(found)
+}
+
+func (w *Warden) nodeFor(client *redis.Client) (node, error) {
 	opt := client.Options()
 	w.mu.Lock()
 	defer w.mu.Unlock()
