@@ -303,27 +303,46 @@ func (w *Warden) cancelWait(n node, c *conn, ch chan result, giveBack func(reply
 	bg, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if n.pool.canUnblock() {
-		// 1: it was blocked and is now answered nil. 0: its reply was
-		// already on its way (a grant or the timeout): read it.
-		if _, err := n.client.Do(bg, "CLIENT", "UNBLOCK", c.id).Int64(); err == nil {
-			t := time.NewTimer(time.Second)
-			defer t.Stop()
+		// UNBLOCK 1: the waiter is answered nil (or a grant decided in the
+		// same turn): read it. 0: its reply is on its way, or the command
+		// has not reached the server yet (a cancel right after the send):
+		// ask again shortly rather than wait for a reply that is not coming.
+		end := time.Now().Add(time.Second)
+		pause := time.Millisecond
+		for {
+			unblocked, err := n.client.Do(bg, "CLIENT", "UNBLOCK", c.id).Int64()
+			if err != nil {
+				break
+			}
+			wait := pause
+			if unblocked == 1 {
+				wait = time.Until(end)
+			}
+			t := time.NewTimer(max(wait, 0))
 			select {
 			case r := <-ch:
+				t.Stop()
 				_ = c.nc.SetReadDeadline(time.Time{})
-				if r.err == nil {
-					n.pool.put(c)
-					if _, granted := grantOf(r.reply); granted {
-						giveBack(r.reply)
-					}
+				if r.err != nil {
+					w.kill(n, c)
+					giveBack(nil)
 					return
 				}
+				n.pool.put(c)
+				if _, granted := grantOf(r.reply); granted {
+					giveBack(r.reply)
+				}
+				return
 			case <-t.C:
 			}
+			if unblocked == 1 || time.Now().After(end) {
+				break
+			}
+			pause = min(2*pause, 50*time.Millisecond)
 		}
 	}
 	w.kill(n, c)
-	r := <-ch
+	r := <-ch // ch was not read above: the reply, or the error of the closed connection
 	giveBack(r.reply)
 }
 
