@@ -92,6 +92,10 @@ func (w *Warden) acquire(ctx context.Context, k *kind, key string, extra []any, 
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
+	if err := w.begin(); err != nil {
+		return nil, err
+	}
+	defer w.calls.Done()
 	ttl, watchdog := o.ttl, o.ttl <= 0
 	if watchdog {
 		ttl = w.watchdogTTL
@@ -105,19 +109,32 @@ func (w *Warden) acquire(ctx context.Context, k *kind, key string, extra []any, 
 	fence, err := w.rdb.Do(ctx, args...).Int64()
 	switch {
 	case err == nil:
+		if w.closing() {
+			h.giveBack() // Close began during the call: nothing outlives it
+			return nil, ErrClosed
+		}
 		return h.start(fence, sent), nil
 	case errors.Is(err, redis.Nil):
 	default:
 		var rerr redis.Error
-		if !errors.As(err, &rerr) || k.sem && strings.Contains(err.Error(), "already holds") {
+		switch {
+		case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
+			// go-redis gave up waiting for its pool, a dial or a retry's
+			// pause: the command most likely never ran. The caller is not
+			// kept waiting for a give-back that may itself wait for the pool.
+			h.giveBackLater()
+		case !errors.As(err, &rerr) || k.sem && strings.Contains(err.Error(), "already holds"):
 			// The command may have run (a lost reply, or go-redis retried it
 			// after it did): give back whatever the owner holds.
 			h.giveBack()
 		}
-		if lerr := late(ctx); lerr != nil && !errors.As(err, &rerr) {
+		if errors.As(err, &rerr) {
+			return nil, serverErr(err)
+		}
+		if lerr := late(ctx); lerr != nil {
 			return nil, lerr // go-redis cut the read at the context's deadline
 		}
-		return nil, serverErr(err)
+		return nil, fmt.Errorf("warden: %s: %w", k.acquire, err)
 	}
 	if try {
 		return nil, ErrNotAcquired
@@ -136,7 +153,7 @@ func (w *Warden) acquire(ctx context.Context, k *kind, key string, extra []any, 
 		return cmd
 	}
 	sent = time.Now()
-	reply, err := w.wait(ctx, n, build, func(any) { h.giveBack() })
+	reply, err := w.waitMoved(ctx, n, build, func(any) { h.giveBack() })
 	if err != nil {
 		return nil, err
 	}
@@ -147,6 +164,10 @@ func (w *Warden) acquire(ctx context.Context, k *kind, key string, extra []any, 
 		if err := late(ctx); err != nil {
 			h.giveBack() // a grant past the caller's deadline is never kept
 			return nil, err
+		}
+		if w.closing() {
+			h.giveBack()
+			return nil, ErrClosed
 		}
 		return h.start(fence, sent), nil
 	}
@@ -179,11 +200,34 @@ func (w *Warden) noGrant(ctx context.Context, maxQueue int64) error {
 	t := time.NewTimer(max(remaining, 0))
 	defer t.Stop()
 	select {
+	case <-w.done:
+		return ErrClosed
 	case <-ctx.Done():
 		return ctx.Err()
 	case <-t.C:
 		return context.DeadlineExceeded
 	}
+}
+
+// waitMoved is wait, following MOVED replies (a slot that moved since the
+// cluster client's slot map was read): the command did not run there, so
+// it is sent again to the master that owns the slot now, within ctx.
+func (w *Warden) waitMoved(ctx context.Context, n node, build func(waitMs int64) []any, giveBack func(reply any)) (any, error) {
+	for range 3 {
+		reply, err := w.wait(ctx, n, build, giveBack)
+		e, ok := reply.(serverError)
+		if err != nil || !ok || !strings.HasPrefix(string(e), "MOVED ") {
+			return reply, err
+		}
+		f := strings.Fields(string(e))
+		if len(f) != 3 {
+			return reply, nil
+		}
+		if n, err = w.nodeAt(ctx, f[2]); err != nil {
+			return reply, nil
+		}
+	}
+	return w.wait(ctx, n, build, giveBack)
 }
 
 type result struct {
@@ -192,9 +236,10 @@ type result struct {
 }
 
 // wait sends build(WAIT) on a waiter connection of n and returns the reply.
-// When ctx ends first it takes the waiter out of the server's queue
-// (CLIENT UNBLOCK, else CLIENT KILL), hands any grant that raced it to
-// giveBack (nil when the reply is unknown) and returns ctx.Err().
+// When ctx ends first (or Close begins) it takes the waiter out of the
+// server's queue (CLIENT UNBLOCK, else CLIENT KILL), hands any grant that
+// raced it to giveBack (nil when the reply is unknown) and returns
+// ctx.Err() (ErrClosed).
 func (w *Warden) wait(ctx context.Context, n node, build func(waitMs int64) []any, giveBack func(reply any)) (any, error) {
 	c, err := n.pool.get(ctx)
 	if err != nil {
@@ -243,6 +288,9 @@ func (w *Warden) wait(ctx context.Context, n node, build func(waitMs int64) []an
 		n.pool.put(c)
 		return r.reply, nil
 	case <-ctx.Done():
+	case <-w.done:
+		w.cancelWait(n, c, ch, giveBack)
+		return nil, ErrClosed
 	}
 	w.cancelWait(n, c, ch, giveBack)
 	return nil, ctx.Err()
@@ -255,27 +303,46 @@ func (w *Warden) cancelWait(n node, c *conn, ch chan result, giveBack func(reply
 	bg, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if n.pool.canUnblock() {
-		// 1: it was blocked and is now answered nil. 0: its reply was
-		// already on its way (a grant or the timeout): read it.
-		if _, err := n.client.Do(bg, "CLIENT", "UNBLOCK", c.id).Int64(); err == nil {
-			t := time.NewTimer(time.Second)
-			defer t.Stop()
+		// UNBLOCK 1: the waiter is answered nil (or a grant decided in the
+		// same turn): read it. 0: its reply is on its way, or the command
+		// has not reached the server yet (a cancel right after the send):
+		// ask again shortly rather than wait for a reply that is not coming.
+		end := time.Now().Add(time.Second)
+		pause := time.Millisecond
+		for {
+			unblocked, err := n.client.Do(bg, "CLIENT", "UNBLOCK", c.id).Int64()
+			if err != nil {
+				break
+			}
+			wait := pause
+			if unblocked == 1 {
+				wait = time.Until(end)
+			}
+			t := time.NewTimer(max(wait, 0))
 			select {
 			case r := <-ch:
+				t.Stop()
 				_ = c.nc.SetReadDeadline(time.Time{})
-				if r.err == nil {
-					n.pool.put(c)
-					if _, granted := grantOf(r.reply); granted {
-						giveBack(r.reply)
-					}
+				if r.err != nil {
+					w.kill(n, c)
+					giveBack(nil)
 					return
 				}
+				n.pool.put(c)
+				if _, granted := grantOf(r.reply); granted {
+					giveBack(r.reply)
+				}
+				return
 			case <-t.C:
 			}
+			if unblocked == 1 || time.Now().After(end) {
+				break
+			}
+			pause = min(2*pause, 50*time.Millisecond)
 		}
 	}
 	w.kill(n, c)
-	r := <-ch
+	r := <-ch // ch was not read above: the reply, or the error of the closed connection
 	giveBack(r.reply)
 }
 

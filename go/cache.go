@@ -56,6 +56,10 @@ func Load[T any](ctx context.Context, w *Warden, key string, ttl time.Duration, 
 	if err := ctx.Err(); err != nil {
 		return zero, err
 	}
+	if err := w.begin(); err != nil {
+		return zero, err
+	}
+	defer w.calls.Done()
 	c := cacheCall[T]{w: w, key: key, ttl: ttl, loader: loader, o: o}
 	// Fast path: a hit, or the lease, in one round trip on the shared client.
 	reply, err := w.rdb.Do(ctx, "CACHE.GET", key, millis(o.lease)).Slice()
@@ -84,7 +88,7 @@ func Load[T any](ctx context.Context, w *Warden, key string, ttl time.Duration, 
 		}
 		return cmd
 	}
-	r, err := w.wait(ctx, n, build, func(r any) {
+	r, err := w.waitMoved(ctx, n, build, func(r any) {
 		if token, ok := grantOf(r); ok {
 			c.abandon(token)
 		}
@@ -131,6 +135,13 @@ func (c cacheCall[T]) handle(ctx context.Context, reply []any) (T, bool, error) 
 			c.w.bg.Add(1)
 			go func() {
 				defer c.w.bg.Done()
+				// A loader's panic here has no caller to reach: it would end
+				// the process. fill has abandoned the lease by now.
+				defer func() {
+					if r := recover(); r != nil {
+						c.w.log.Error("warden: background refresh panicked", "key", c.key, "panic", r)
+					}
+				}()
 				bg, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.o.lease)
 				defer cancel()
 				if _, err := c.fill(bg, token); err != nil {

@@ -3,8 +3,11 @@ package warden
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 var errReleased = errors.New("warden: released")
@@ -39,13 +42,17 @@ func (h *Hold) start(fence int64, sent time.Time) *Hold {
 	h.ctx, h.cancel = context.WithCancelCause(context.Background())
 	// The lease is counted from when the acquire was sent: never later than the server's.
 	h.leaseEnd = sent.Add(h.ttl)
+	// Tracked before the timer starts, and the timer set under mu: a lease
+	// already over when the reply came expires the hold only after start.
+	h.w.track(h, true)
+	h.mu.Lock()
+	defer h.mu.Unlock()
 	if h.watchdog {
 		h.stop, h.exited = make(chan struct{}), make(chan struct{})
 		go h.renew()
 	} else {
 		h.timer = time.AfterFunc(time.Until(h.leaseEnd), h.expire)
 	}
-	h.w.track(h, true)
 	return h
 }
 
@@ -63,8 +70,12 @@ func (h *Hold) Fence() int64 { return h.fence }
 // found it gone) or released; context.Cause tells which (ErrNotHeld).
 func (h *Hold) Context() context.Context { return h.ctx }
 
-// Extend resets the lease to ttl from now. ErrNotHeld when the hold was lost.
+// Extend resets the lease to ttl from now (whole ms, at least 1). ErrNotHeld
+// when the hold was lost; an error for ttl <= 0, which would end the lease.
 func (h *Hold) Extend(ctx context.Context, ttl time.Duration) error {
+	if ttl <= 0 {
+		return fmt.Errorf("warden: Extend with ttl %v: a lease needs at least 1 ms", ttl)
+	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.lost || h.done {
@@ -138,13 +149,49 @@ func (h *Hold) releaseCmd(ctx context.Context) (bool, error) {
 }
 
 // giveBack releases a grant the caller will not get (raced a cancel, came
-// past the deadline, or its reply was lost).
+// past the deadline, or its reply was lost). When that fails (a paused or
+// restarting server) it goes on in the background: an acquire whose reply
+// was lost may run on the server later, and its lease would otherwise keep
+// the key from everyone.
 func (h *Hold) giveBack() {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if _, err := h.releaseCmd(ctx); err != nil {
-		h.w.log.Warn("warden: giving back a grant failed (its lease will end)", "key", h.key, "owner", h.owner, "err", err)
+	_, err := h.releaseCmd(ctx)
+	cancel()
+	if err != nil {
+		h.giveBackLater()
 	}
+}
+
+// giveBackLater releases in the background, retrying until the lease would
+// have ended anyway or Close; the owner is this hold's alone, so a late
+// release can only free what this call took. It runs within a call (before
+// Close's wait for w.bg).
+func (h *Hold) giveBackLater() {
+	end := time.Now().Add(h.ttl)
+	h.w.bg.Add(1)
+	go func() {
+		defer h.w.bg.Done()
+		pause := 50 * time.Millisecond
+		for {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			_, err := h.releaseCmd(ctx)
+			cancel()
+			if err == nil {
+				return
+			}
+			if errors.Is(err, redis.ErrClosed) || h.w.closing() || time.Now().Add(pause).After(end) {
+				h.w.log.Warn("warden: giving back a grant failed (its lease will end)", "key", h.key, "owner", h.owner, "err", err)
+				return
+			}
+			t := time.NewTimer(pause)
+			select {
+			case <-t.C:
+			case <-h.w.done:
+			}
+			t.Stop()
+			pause = min(2*pause, time.Second)
+		}
+	}()
 }
 
 // finish stops the watchdog or the lease timer.

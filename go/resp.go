@@ -233,4 +233,7 @@ func unblockSupported(info string) bool {
 	return ok && (major > 7 || major == 7 && minor >= 4)
 }
 
-var errClosed = errors.New("warden: closed")
+// ErrClosed: the Warden was closed (before or during the call).
+var ErrClosed = errors.New("warden: closed")
+
+var errClosed = ErrClosed

@@ -52,6 +52,8 @@ type Warden struct {
 	pools  map[string]*pool
 	holds  map[*Hold]struct{}
 	closed bool
+	done   chan struct{}  // closed by Close: calls under way stop waiting
+	calls  sync.WaitGroup // calls under way (Add only under mu while open)
 	bg     sync.WaitGroup // give-backs and refreshes that outlive a call
 }
 
@@ -101,6 +103,7 @@ func New(rdb redis.UniversalClient, opts ...Option) *Warden {
 		watchdogTTL: DefaultTTL,
 		prefix:      hex.EncodeToString(token[:]) + ":",
 		pools:       map[string]*pool{},
+		done:        make(chan struct{}),
 	}
 	for _, o := range opts {
 		o(w)
@@ -108,13 +111,21 @@ func New(rdb redis.UniversalClient, opts ...Option) *Warden {
 	return w
 }
 
-// Close closes warden's own waiter connections (not rdb) after the
-// give-backs still under way. Calls after Close fail.
+// Close ends the calls still waiting (they leave the server's queue, give
+// back what raced, and return ErrClosed), then closes warden's own waiter
+// connections (not rdb). Calls after Close return ErrClosed.
 func (w *Warden) Close() error {
 	w.mu.Lock()
+	if w.closed {
+		w.mu.Unlock()
+		return nil
+	}
 	w.closed = true
+	close(w.done)
+	w.mu.Unlock()
+	w.calls.Wait()
+	w.mu.Lock()
 	pools := w.pools
-	w.pools = map[string]*pool{}
 	holds := make([]*Hold, 0, len(w.holds))
 	for h := range w.holds {
 		holds = append(holds, h)
@@ -129,6 +140,28 @@ func (w *Warden) Close() error {
 		p.close()
 	}
 	return nil
+}
+
+// begin counts a call under way; ErrClosed once Close has begun. The
+// caller defers w.calls.Done().
+func (w *Warden) begin() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.closed {
+		return ErrClosed
+	}
+	w.calls.Add(1)
+	return nil
+}
+
+// closing tells whether Close has begun.
+func (w *Warden) closing() bool {
+	select {
+	case <-w.done:
+		return true
+	default:
+		return false
+	}
 }
 
 // owner is a fresh owner token per hold: no two holds share one, so a
@@ -159,6 +192,34 @@ func (w *Warden) node(ctx context.Context, key string) (node, error) {
 	default:
 		return node{}, fmt.Errorf("warden: %T is not supported (use *redis.Client or *redis.ClusterClient)", w.rdb)
 	}
+	return w.nodeFor(client)
+}
+
+// nodeAt is the cluster master at addr, as a MOVED reply names it. The
+// slot map is reloaded on the way (ForEachMaster does), so MasterForKey
+// finds the new master next time.
+func (w *Warden) nodeAt(ctx context.Context, addr string) (node, error) {
+	c, ok := w.rdb.(*redis.ClusterClient)
+	if !ok {
+		return node{}, fmt.Errorf("warden: MOVED to %s outside a cluster client", addr)
+	}
+	var mu sync.Mutex
+	var found *redis.Client
+	_ = c.ForEachMaster(ctx, func(_ context.Context, m *redis.Client) error {
+		if m.Options().Addr == addr {
+			mu.Lock()
+			found = m
+			mu.Unlock()
+		}
+		return nil
+	})
+	if found == nil {
+		return node{}, fmt.Errorf("warden: MOVED to %s, which the cluster client does not know", addr)
+	}
+	return w.nodeFor(found)
+}
+
+func (w *Warden) nodeFor(client *redis.Client) (node, error) {
 	opt := client.Options()
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -167,7 +228,7 @@ func (w *Warden) node(ctx context.Context, key string) (node, error) {
 	}
 	p := w.pools[opt.Addr]
 	if p == nil {
-		p = newPool(opt, w.waiters)
+		p = newPool(opt, w.waiters, w.done)
 		w.pools[opt.Addr] = p
 	}
 	return node{client: client, pool: p}, nil
@@ -194,14 +255,15 @@ func serverErr(err error) error {
 type pool struct {
 	opt   *redis.Options
 	slots chan struct{}
+	done  <-chan struct{} // the Warden's: closed by Close
 
 	mu      sync.Mutex
 	idle    []*conn
 	unblock int32 // 0 unknown, 1 CLIENT UNBLOCK works, -1 it does not (Redis < 7.4)
 }
 
-func newPool(opt *redis.Options, n int) *pool {
-	return &pool{opt: opt, slots: make(chan struct{}, n)}
+func newPool(opt *redis.Options, n int, done <-chan struct{}) *pool {
+	return &pool{opt: opt, slots: make(chan struct{}, n), done: done}
 }
 
 // get takes a slot (within ctx: never a queue past the caller's deadline),
@@ -211,13 +273,24 @@ func (p *pool) get(ctx context.Context) (*conn, error) {
 	case p.slots <- struct{}{}:
 	case <-ctx.Done():
 		return nil, ctx.Err()
+	case <-p.done:
+		return nil, ErrClosed
 	}
-	p.mu.Lock()
-	if n := len(p.idle); n > 0 {
+	for {
+		p.mu.Lock()
+		n := len(p.idle)
+		if n == 0 {
+			break
+		}
 		c := p.idle[n-1]
 		p.idle = p.idle[:n-1]
 		p.mu.Unlock()
-		return c, nil
+		// An idle connection the server closed (restart, CLIENT KILL,
+		// timeout) would fail the wait sent on it: drop it, dial anew.
+		if c.alive() {
+			return c, nil
+		}
+		c.close()
 	}
 	known := p.unblock != 0
 	p.mu.Unlock()
