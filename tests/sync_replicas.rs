@@ -427,14 +427,28 @@ const AUTO: [&str; 8] = [
     "1",
 ];
 
-/// A server with `grace auto`, `sync-replicas` `n` and `extra` arguments,
-/// once its start-up window has passed.
+/// A server with `grace auto`, `sync-replicas` `n` and `extra` arguments.
+/// One that stays a master waits out its start-up window
+/// ([`auto_master`]); one that becomes a replica drops its window at once.
 fn auto_server(n: &str, extra: &[&str]) -> Server {
     let mut args: Vec<&str> = AUTO.to_vec();
     args[5] = n;
     args.extend_from_slice(extra);
-    let s = Server::start_tcp(&args);
-    wait_for("the start-up window", Duration::from_secs(20), || {
+    Server::start_tcp(&args)
+}
+
+/// A master that grants at once: `grace` 0 (its markers do not depend on
+/// its own grace).
+fn auto_master(n: &str, extra: &[&str]) -> Server {
+    let mut args = extra.to_vec();
+    args.extend_from_slice(&["--warden.grace", "0"]);
+    auto_server(n, &args)
+}
+
+/// A server with `grace auto` that stays a master, once its start-up window passed.
+fn auto_restartable(extra: &[&str]) -> Server {
+    let s = auto_server("0", extra);
+    wait_for("the start-up window", Duration::from_secs(30), || {
         warden_stat(&mut s.conn(), "grace_remaining_ms") == 0
     });
     s
@@ -456,7 +470,7 @@ fn grant_on(master: &Server, key: &str) {
 
 #[test]
 fn grace_auto_opens_no_window_on_a_promotion_that_lost_nothing() {
-    let master = auto_server("1", &[]);
+    let master = auto_master("1", &[]);
     let replica = auto_server("1", &[]);
     replicate(&master, &replica);
     grant_on(&master, "k");
@@ -471,7 +485,7 @@ fn grace_auto_opens_no_window_on_a_promotion_that_lost_nothing() {
 #[test]
 fn grace_auto_keeps_the_window_where_a_grant_may_have_been_lost() {
     // One replica acknowledges for both: the other may miss a grant.
-    let master = auto_server("1", &[]);
+    let master = auto_master("1", &[]);
     let (a, b) = (auto_server("1", &[]), auto_server("1", &[]));
     replicate(&master, &a);
     replicate(&master, &b);
@@ -483,7 +497,7 @@ fn grace_auto_keeps_the_window_where_a_grant_may_have_been_lost() {
     }
 
     // Grants not waiting for replicas at all (sync-replicas 0).
-    let master = auto_server("0", &[]);
+    let master = auto_master("0", &[]);
     let replica = auto_server("0", &[]);
     replicate(&master, &replica);
     let mut m = master.conn();
@@ -494,7 +508,7 @@ fn grace_auto_keeps_the_window_where_a_grant_may_have_been_lost() {
     assert!(grace_left(&mut r) > 0, "sync-replicas 0: a window");
 
     // A replica of a replica never acknowledged anything itself.
-    let master = auto_server("1", &[]);
+    let master = auto_master("1", &[]);
     let (mid, leaf) = (auto_server("1", &[]), auto_server("1", &[]));
     replicate(&master, &mid);
     replicate(&mid, &leaf);
@@ -512,7 +526,7 @@ fn a_new_replica_cannot_end_the_guarantee_behind_a_members_back() {
     // {a} acknowledges everything; b joins while a is stopped: with N = 1
     // of {a, b}, grants would no longer reach a, so none is answered until
     // a has the marker saying so.
-    let master = auto_server("1", &[]);
+    let master = auto_master("1", &[]);
     let (a, b) = (auto_server("1", &[]), auto_server("1", &[]));
     replicate(&master, &a);
     grant_on(&master, "k1");
@@ -552,7 +566,7 @@ fn grace_auto_restarts_without_a_window_only_from_an_always_fsynced_aof() {
         ("everysec", false, true),
     ];
     for (fsync, rewrite, window) in cases {
-        let mut s = auto_server("0", &["--appendonly", "yes", "--appendfsync", fsync]);
+        let mut s = auto_restartable(&["--appendonly", "yes", "--appendfsync", fsync]);
         let mut c = s.conn();
         assert!(int(&mut c, &["LOCK.ACQUIRE", "k", "a", "1000"]) > 0);
         if rewrite {
@@ -574,7 +588,7 @@ fn a_promotion_window_ends_once_a_resync_shows_nothing_was_lost() {
     // (how the others follow the promoted replica): every other
     // acknowledging replica, or the old master itself (a FAILOVER).
     for way in ["the other replica follows", "FAILOVER"] {
-        let master = auto_server("1", &[]);
+        let master = auto_master("1", &[]);
         let (a, b) = (auto_server("1", &[]), auto_server("1", &[]));
         replicate(&master, &a);
         replicate(&master, &b);
@@ -599,4 +613,19 @@ fn a_promotion_window_ends_once_a_resync_shows_nothing_was_lost() {
             a.log()
         );
     }
+}
+
+#[test]
+fn grace_auto_keeps_the_window_where_config_is_renamed() {
+    let hidden = ["--rename-command", "CONFIG", ""];
+    let master = auto_master("1", &hidden);
+    let replica = auto_server("1", &hidden);
+    replicate(&master, &replica);
+    grant_on(&master, "k");
+    let mut r = replica.conn();
+    run(&mut r, &["REPLICAOF", "NO", "ONE"]).unwrap();
+    assert!(
+        grace_left(&mut r) > 0,
+        "without CONFIG it cannot name itself: a window"
+    );
 }
