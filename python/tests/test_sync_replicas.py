@@ -5,7 +5,7 @@ extend a lost hold."""
 from __future__ import annotations
 
 import time
-from typing import Iterator
+from collections.abc import Iterator
 
 import pytest
 import redis
