@@ -514,6 +514,34 @@ extern "C" fn number_set(
     raw::REDISMODULE_OK as c_int
 }
 
+type TextGet = extern "C" fn(*const c_char, *mut c_void) -> *mut raw::RedisModuleString;
+type TextSet = extern "C" fn(
+    *const c_char,
+    *mut raw::RedisModuleString,
+    *mut c_void,
+    *mut *mut raw::RedisModuleString,
+) -> c_int;
+
+/// Registers a config Redis keeps as text (`warden.<name>`).
+fn register_text(ctx: &Context, name: &str, default: &str, get: TextGet, set: TextSet) -> bool {
+    let (Ok(name), Ok(default)) = (CString::new(name), CString::new(default)) else {
+        return false;
+    };
+    let registered = unsafe {
+        raw::RedisModule_RegisterStringConfig.unwrap()(
+            ctx.ctx,
+            name.as_ptr(),
+            default.as_ptr(),
+            raw::REDISMODULE_CONFIG_DEFAULT,
+            Some(get),
+            Some(set),
+            None,
+            ptr::null_mut(),
+        )
+    };
+    registered == raw::REDISMODULE_OK as c_int
+}
+
 fn fail(why: &str) -> bool {
     logging::log_warning(format!("warden: not loaded: {why}"));
     false
@@ -533,22 +561,13 @@ pub fn register(ctx: &Context, args: &[RedisString]) -> bool {
     }
     let rate = parsed.error_rate.unwrap_or(0.01);
     BF_ERROR_RATE.set(rate);
-    let (Ok(name), Ok(default)) = (CString::new(RATE_NAME), CString::new(rate.to_string())) else {
-        return false;
-    };
-    let registered = unsafe {
-        raw::RedisModule_RegisterStringConfig.unwrap()(
-            ctx.ctx,
-            name.as_ptr(),
-            default.as_ptr(),
-            raw::REDISMODULE_CONFIG_DEFAULT,
-            Some(error_rate_get),
-            Some(error_rate_set),
-            None,
-            ptr::null_mut(),
-        )
-    };
-    if registered != raw::REDISMODULE_OK as c_int {
+    if !register_text(
+        ctx,
+        RATE_NAME,
+        &rate.to_string(),
+        error_rate_get,
+        error_rate_set,
+    ) {
         return fail("cannot register warden.bf-error-rate");
     }
     let tracking = parsed.latency_tracking.unwrap_or(true);
@@ -573,22 +592,7 @@ pub fn register(ctx: &Context, args: &[RedisString]) -> bool {
     }
     let grace = parsed.grace.unwrap_or(Grace::Ms(0));
     grace.apply();
-    let (Ok(name), Ok(default)) = (CString::new(GRACE_NAME), CString::new(grace.text())) else {
-        return false;
-    };
-    let registered = unsafe {
-        raw::RedisModule_RegisterStringConfig.unwrap()(
-            ctx.ctx,
-            name.as_ptr(),
-            default.as_ptr(),
-            raw::REDISMODULE_CONFIG_DEFAULT,
-            Some(grace_get),
-            Some(grace_set),
-            None,
-            ptr::null_mut(),
-        )
-    };
-    if registered != raw::REDISMODULE_OK as c_int {
+    if !register_text(ctx, GRACE_NAME, &grace.text(), grace_get, grace_set) {
         return fail("cannot register warden.grace");
     }
     for (n, value) in NUMBERS.iter().zip(parsed.numbers) {

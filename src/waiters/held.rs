@@ -101,21 +101,7 @@ pub fn reply(
         }
         return Err(redis_module::RedisError::Str(error::SYNC_CANNOT_WAIT));
     }
-    let timeout_cb: raw::RedisModuleCmdFunc = if unblock_ends_wait() {
-        Some(on_timeout)
-    } else {
-        None
-    };
-    let handle = unsafe {
-        raw::RedisModule_BlockClient.unwrap()(
-            ctx.ctx,
-            Some(on_reply),
-            timeout_cb,
-            Some(free_in_flight),
-            0,
-        )
-    };
-    unsafe { raw::RedisModule_SetDisconnectCallback.unwrap()(handle, Some(on_disconnect)) };
+    let handle = block_client(ctx);
     let in_flight = Box::into_raw(Box::new(InFlight {
         answer: Answer::Integer(answer),
         grant,

@@ -486,22 +486,7 @@ pub fn unblock_ends_wait() -> bool {
 /// forever); it will be answered when served, at its deadline, or never if
 /// it disconnects.
 pub fn block(ctx: &Context, name: &[u8], mut waiter: Waiter, timeout_ms: i64) {
-    // Redis' timeout 0: the deadline is ours (a module timer).
-    let timeout_cb: raw::RedisModuleCmdFunc = if unblock_ends_wait() {
-        Some(on_timeout)
-    } else {
-        None
-    };
-    let handle = unsafe {
-        raw::RedisModule_BlockClient.unwrap()(
-            ctx.ctx,
-            Some(on_reply),
-            timeout_cb,
-            Some(free_in_flight),
-            0,
-        )
-    };
-    unsafe { raw::RedisModule_SetDisconnectCallback.unwrap()(handle, Some(on_disconnect)) };
+    let handle = block_client(ctx);
     waiter.handle = handle;
     waiter.client_id = unsafe { raw::RedisModule_GetClientId.unwrap()(ctx.ctx) };
     waiter.key = queue_key(ctx.ctx, name);
@@ -529,6 +514,27 @@ pub fn block(ctx: &Context, name: &[u8], mut waiter: Waiter, timeout_ms: i64) {
         }
         r.waiting.insert(handle as usize, waiter);
     });
+}
+
+/// Blocks the calling client, to be answered through [`deliver`] or [`held`]
+/// (Redis' timeout 0: every deadline is a module timer of warden's).
+fn block_client(ctx: &Context) -> Handle {
+    let timeout_cb: raw::RedisModuleCmdFunc = if unblock_ends_wait() {
+        Some(on_timeout)
+    } else {
+        None
+    };
+    let handle = unsafe {
+        raw::RedisModule_BlockClient.unwrap()(
+            ctx.ctx,
+            Some(on_reply),
+            timeout_cb,
+            Some(free_in_flight),
+            0,
+        )
+    };
+    unsafe { raw::RedisModule_SetDisconnectCallback.unwrap()(handle, Some(on_disconnect)) };
+    handle
 }
 
 /// Takes the oldest waiter off `name`'s queue of `kind` if `fits` accepts it.
