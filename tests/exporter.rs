@@ -28,6 +28,12 @@ const MAY_BE_ZERO: &[&str] = &[
     "warden_grace_remaining_ms",
     // The reaper's longest batch may take less than a microsecond.
     "warden_cache_max_batch_us",
+    // Grants wait for replicas only with warden.sync-replicas, on a master
+    // with replicas (tests/sync_replicas.rs): none here.
+    "warden_sync_waiting",
+    "warden_sync_acked",
+    "warden_sync_timeouts",
+    "warden_sync_getacks",
 ];
 
 // ---- the exporter ----
