@@ -33,14 +33,18 @@ type LockOption func(*lockOptions)
 
 type lockOptions struct {
 	ttl      time.Duration
+	ttlSet   bool
 	maxQueue int64
 	wait     time.Duration
 }
 
 // TTL sets the hold's lease: it ends ttl after the grant unless extended, and
 // no watchdog renews it. Without TTL a watchdog renews a lease of DefaultTTL
-// (WithWatchdogTTL) at a third of it until the hold is released.
-func TTL(d time.Duration) LockOption { return func(o *lockOptions) { o.ttl = d } }
+// (WithWatchdogTTL) at a third of it until the hold is released. A d <= 0
+// makes the call fail with ErrInvalid (it is not the watchdog).
+func TTL(d time.Duration) LockOption {
+	return func(o *lockOptions) { o.ttl, o.ttlSet = d, true }
+}
 
 // MaxQueue sheds the request when n or more requests already wait on the
 // key (the server's QUEUE n): it returns ErrNotAcquired at once instead of
@@ -87,6 +91,11 @@ func waitArg(deadline time.Time, has bool) (ms int64, ok bool) {
 // then (unless try) a wait on a waiter connection with the deadline as WAIT.
 func (w *Warden) acquire(ctx context.Context, k *kind, key string, extra []any, opts []LockOption, try bool) (*Hold, error) {
 	o := lockOpts(opts)
+	if o.ttlSet && o.ttl <= 0 {
+		// A zero TTL is more likely a missing value than a wish for the
+		// watchdog: say so rather than hold for as long as the process lives.
+		return nil, fmt.Errorf("%w: TTL %v: a lease needs at least 1 ms (omit TTL for the watchdog)", ErrInvalid, o.ttl)
+	}
 	if o.wait > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, o.wait)
@@ -99,7 +108,7 @@ func (w *Warden) acquire(ctx context.Context, k *kind, key string, extra []any, 
 		return nil, err
 	}
 	defer w.calls.Done()
-	ttl, watchdog := o.ttl, o.ttl <= 0
+	ttl, watchdog := o.ttl, !o.ttlSet
 	if watchdog {
 		ttl = w.watchdogTTL
 	}

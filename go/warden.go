@@ -32,6 +32,9 @@ var (
 	ErrNotHeld = errors.New("warden: not held")
 	// ErrNotLoaded wraps the server's unknown-command error for warden's commands.
 	ErrNotLoaded = errors.New("warden: unknown command (is warden loaded?)")
+	// ErrInvalid: an argument out of range (TTL(d) or Extend with d <= 0,
+	// permits outside 1..limit); nothing was sent to the server.
+	ErrInvalid = errors.New("warden: invalid argument")
 )
 
 // DefaultTTL is the lease of a hold acquired without TTL(d); a watchdog
