@@ -13,16 +13,19 @@ import (
 // kind is one of warden's lock types: its commands and what its release replies mean.
 type kind struct {
 	acquire, release, extend string
+	// queue names the server's wait queue the kind's requests share on a
+	// key (a reader and a writer of one key wait in one queue).
+	queue string
 	// sem: SEM.RELEASE answers 0 for "not held"; LOCK.RELEASE and
 	// RWLOCK.UNLOCK answer 0 for "re-entrant holds remain" and -1 for "not held".
 	sem bool
 }
 
 var (
-	kindLock  = &kind{acquire: "LOCK.ACQUIRE", release: "LOCK.RELEASE", extend: "LOCK.EXTEND"}
-	kindRead  = &kind{acquire: "RWLOCK.READ", release: "RWLOCK.UNLOCK", extend: "RWLOCK.EXTEND"}
-	kindWrite = &kind{acquire: "RWLOCK.WRITE", release: "RWLOCK.UNLOCK", extend: "RWLOCK.EXTEND"}
-	kindSem   = &kind{acquire: "SEM.ACQUIRE", release: "SEM.RELEASE", extend: "SEM.EXTEND", sem: true}
+	kindLock  = &kind{acquire: "LOCK.ACQUIRE", release: "LOCK.RELEASE", extend: "LOCK.EXTEND", queue: "LOCK"}
+	kindRead  = &kind{acquire: "RWLOCK.READ", release: "RWLOCK.UNLOCK", extend: "RWLOCK.EXTEND", queue: "RWLOCK"}
+	kindWrite = &kind{acquire: "RWLOCK.WRITE", release: "RWLOCK.UNLOCK", extend: "RWLOCK.EXTEND", queue: "RWLOCK"}
+	kindSem   = &kind{acquire: "SEM.ACQUIRE", release: "SEM.RELEASE", extend: "SEM.EXTEND", queue: "SEM", sem: true}
 )
 
 // LockOption configures one acquire (locks, read-write locks, semaphores).
@@ -30,14 +33,18 @@ type LockOption func(*lockOptions)
 
 type lockOptions struct {
 	ttl      time.Duration
+	ttlSet   bool
 	maxQueue int64
 	wait     time.Duration
 }
 
 // TTL sets the hold's lease: it ends ttl after the grant unless extended, and
 // no watchdog renews it. Without TTL a watchdog renews a lease of DefaultTTL
-// (WithWatchdogTTL) at a third of it until the hold is released.
-func TTL(d time.Duration) LockOption { return func(o *lockOptions) { o.ttl = d } }
+// (WithWatchdogTTL) at a third of it until the hold is released. A d <= 0
+// makes the call fail with ErrInvalid (it is not the watchdog).
+func TTL(d time.Duration) LockOption {
+	return func(o *lockOptions) { o.ttl, o.ttlSet = d, true }
+}
 
 // MaxQueue sheds the request when n or more requests already wait on the
 // key (the server's QUEUE n): it returns ErrNotAcquired at once instead of
@@ -84,6 +91,11 @@ func waitArg(deadline time.Time, has bool) (ms int64, ok bool) {
 // then (unless try) a wait on a waiter connection with the deadline as WAIT.
 func (w *Warden) acquire(ctx context.Context, k *kind, key string, extra []any, opts []LockOption, try bool) (*Hold, error) {
 	o := lockOpts(opts)
+	if o.ttlSet && o.ttl <= 0 {
+		// A zero TTL is more likely a missing value than a wish for the
+		// watchdog: say so rather than hold for as long as the process lives.
+		return nil, fmt.Errorf("%w: TTL %v: a lease needs at least 1 ms (omit TTL for the watchdog)", ErrInvalid, o.ttl)
+	}
 	if o.wait > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, o.wait)
@@ -96,7 +108,7 @@ func (w *Warden) acquire(ctx context.Context, k *kind, key string, extra []any, 
 		return nil, err
 	}
 	defer w.calls.Done()
-	ttl, watchdog := o.ttl, o.ttl <= 0
+	ttl, watchdog := o.ttl, !o.ttlSet
 	if watchdog {
 		ttl = w.watchdogTTL
 	}
@@ -104,41 +116,18 @@ func (w *Warden) acquire(ctx context.Context, k *kind, key string, extra []any, 
 	args := append([]any{k.acquire, key, owner, millis(ttl)}, extra...)
 	h := &Hold{w: w, kind: k, key: key, owner: owner, ttl: ttl, watchdog: watchdog}
 
-	// 1. Fast path: one round trip on the shared client; no waiter connection.
-	sent := time.Now()
-	fence, err := w.rdb.Do(ctx, args...).Int64()
-	switch {
-	case err == nil:
-		if w.closing() {
-			h.giveBack() // Close began during the call: nothing outlives it
-			return nil, ErrClosed
+	q := queueKey{k.queue, key}
+	if try || w.waitingOn(q) == 0 {
+		if got, err := w.tryFast(ctx, h, args); got != nil || err != nil {
+			return got, err
 		}
-		return h.start(fence, sent), nil
-	case errors.Is(err, redis.Nil):
-	default:
-		var rerr redis.Error
-		switch {
-		case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
-			// go-redis gave up waiting for its pool, a dial or a retry's
-			// pause: the command most likely never ran. The caller is not
-			// kept waiting for a give-back that may itself wait for the pool.
-			h.giveBackLater()
-		case !errors.As(err, &rerr) || k.sem && strings.Contains(err.Error(), "already holds"):
-			// The command may have run (a lost reply, or go-redis retried it
-			// after it did): give back whatever the owner holds.
-			h.giveBack()
+		if try {
+			return nil, ErrNotAcquired
 		}
-		if errors.As(err, &rerr) {
-			return nil, serverErr(err)
-		}
-		if lerr := late(ctx); lerr != nil {
-			return nil, lerr // go-redis cut the read at the context's deadline
-		}
-		return nil, fmt.Errorf("warden: %s: %w", k.acquire, err)
 	}
-	if try {
-		return nil, ErrNotAcquired
-	}
+	// else a call of this Warden waits on the key: the server's queue is
+	// not empty and a try never overtakes a queued waiter (SPEC), so it
+	// would be refused. Straight to the wait, a round trip sooner.
 
 	// 2. Wait on a waiter connection, the context's deadline as WAIT.
 	n, err := w.node(ctx, key)
@@ -152,8 +141,10 @@ func (w *Warden) acquire(ctx context.Context, k *kind, key string, extra []any, 
 		}
 		return cmd
 	}
-	sent = time.Now()
+	sent := time.Now()
+	left := w.waiting(q)
 	reply, err := w.waitMoved(ctx, n, build, func(any) { h.giveBack() })
+	left()
 	if err != nil {
 		return nil, err
 	}
@@ -172,6 +163,42 @@ func (w *Warden) acquire(ctx context.Context, k *kind, key string, extra []any, 
 		return h.start(fence, sent), nil
 	}
 	return nil, w.noGrant(ctx, o.maxQueue)
+}
+
+// tryFast is the fast path: the acquire without WAIT on rdb's pool, one
+// round trip and no waiter connection. Both results nil: the key is busy.
+func (w *Warden) tryFast(ctx context.Context, h *Hold, args []any) (*Hold, error) {
+	sent := time.Now()
+	fence, err := w.rdb.Do(ctx, args...).Int64()
+	switch {
+	case err == nil:
+		if w.closing() {
+			h.giveBack() // Close began during the call: nothing outlives it
+			return nil, ErrClosed
+		}
+		return h.start(fence, sent), nil
+	case errors.Is(err, redis.Nil):
+		return nil, nil
+	}
+	var rerr redis.Error
+	switch {
+	case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
+		// go-redis gave up waiting for its pool, a dial or a retry's
+		// pause: the command most likely never ran. The caller is not
+		// kept waiting for a give-back that may itself wait for the pool.
+		h.giveBackLater()
+	case !errors.As(err, &rerr) || h.kind.sem && strings.Contains(err.Error(), "already holds"):
+		// The command may have run (a lost reply, or go-redis retried it
+		// after it did): give back whatever the owner holds.
+		h.giveBack()
+	}
+	if errors.As(err, &rerr) {
+		return nil, serverErr(err)
+	}
+	if lerr := late(ctx); lerr != nil {
+		return nil, lerr // go-redis cut the read at the context's deadline
+	}
+	return nil, fmt.Errorf("warden: %s: %w", h.kind.acquire, err)
 }
 
 // late is the caller's context error, or DeadlineExceeded once its deadline

@@ -61,21 +61,27 @@ func Load[T any](ctx context.Context, w *Warden, key string, ttl time.Duration, 
 	}
 	defer w.calls.Done()
 	c := cacheCall[T]{w: w, key: key, ttl: ttl, loader: loader, o: o}
+	q := queueKey{"CACHE", key}
 	// Fast path: a hit, or the lease, in one round trip on the shared client.
-	reply, err := w.rdb.Do(ctx, "CACHE.GET", key, millis(o.lease)).Slice()
-	if err != nil {
-		var rerr redis.Error
-		if errors.As(err, &rerr) {
-			return zero, serverErr(err)
+	// Skipped while a call of this Warden waits on the key: a load is under
+	// way, so the try would miss and the wait (which also answers a hit at
+	// once) would follow.
+	if w.waitingOn(q) == 0 {
+		reply, err := w.rdb.Do(ctx, "CACHE.GET", key, millis(o.lease)).Slice()
+		if err != nil {
+			var rerr redis.Error
+			if errors.As(err, &rerr) {
+				return zero, serverErr(err)
+			}
+			// A lease granted in a reply that was lost lapses with its lease time.
+			if lerr := late(ctx); lerr != nil {
+				return zero, lerr
+			}
+			return zero, err
 		}
-		// A lease granted in a reply that was lost lapses with its lease time.
-		if lerr := late(ctx); lerr != nil {
-			return zero, lerr
+		if v, done, err := c.handle(ctx, reply); done {
+			return v, err
 		}
-		return zero, err
-	}
-	if v, done, err := c.handle(ctx, reply); done {
-		return v, err
 	}
 	n, err := w.node(ctx, key)
 	if err != nil {
@@ -88,18 +94,20 @@ func Load[T any](ctx context.Context, w *Warden, key string, ttl time.Duration, 
 		}
 		return cmd
 	}
+	left := w.waiting(q)
 	r, err := w.waitMoved(ctx, n, build, func(r any) {
 		if token, ok := grantOf(r); ok {
 			c.abandon(token)
 		}
 	})
+	left()
 	if err != nil {
 		return zero, err
 	}
 	if e, ok := r.(serverError); ok {
 		return zero, serverErr(e)
 	}
-	reply, _ = r.([]any)
+	reply, _ := r.([]any)
 	if token, ok := grantOf(reply); ok && reply[0] == nil {
 		if err := late(ctx); err != nil {
 			c.abandon(token)

@@ -33,13 +33,13 @@ func TestCarelessInput(t *testing.T) {
 			}
 			return err
 		}, func(err error) bool { return err == nil }},
-		{"negative TTL is the watchdog", func() error {
+		{"negative TTL", func() error {
 			h, err := w.TryLock(ctx, "neg", warden.TTL(-time.Second))
 			if err == nil {
 				err = h.Release(ctx)
 			}
 			return err
-		}, func(err error) bool { return err == nil }},
+		}, isInvalid},
 		{"huge TTL", func() error {
 			h, err := w.TryLock(ctx, "huge", warden.TTL(math.MaxInt64))
 			if err == nil {
@@ -54,13 +54,10 @@ func TestCarelessInput(t *testing.T) {
 			}
 			defer h.Release(ctx)
 			return h.Extend(ctx, 0)
-		}, func(err error) bool { return err != nil && !errors.Is(err, warden.ErrNotHeld) }},
-		{"n > limit", func() error { _, err := w.Semaphore("s", 2).Acquire(ctx, 3); return err },
-			func(err error) bool { return err != nil }},
-		{"limit 0", func() error { _, err := w.Semaphore("s0", 0).TryAcquire(ctx, 1); return err },
-			func(err error) bool { return err != nil }},
-		{"n 0", func() error { _, err := w.Semaphore("s", 2).TryAcquire(ctx, 0); return err },
-			func(err error) bool { return err != nil }},
+		}, isInvalid},
+		{"n > limit", func() error { _, err := w.Semaphore("s", 2).Acquire(ctx, 3); return err }, isInvalid},
+		{"limit 0", func() error { _, err := w.Semaphore("s0", 0).TryAcquire(ctx, 1); return err }, isInvalid},
+		{"n 0", func() error { _, err := w.Semaphore("s", 2).TryAcquire(ctx, 0); return err }, isInvalid},
 		{"WRONGTYPE on the wait path", func() error {
 			c, cancel := short()
 			defer cancel()
@@ -94,6 +91,55 @@ func TestCarelessInput(t *testing.T) {
 				t.Errorf("%s %q left: %v", cmd, key, got)
 			}
 		}
+	}
+}
+
+func isInvalid(err error) bool { return errors.Is(err, warden.ErrInvalid) }
+
+// TTL(d) with d <= 0 is an error from every acquire (not the watchdog), and
+// nothing is sent to the server.
+func TestIntegrationInvalidTTL(t *testing.T) {
+	_, rdb, w := setup(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := rdb.ConfigResetStat(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	type acquire func(o warden.LockOption) error
+	hold := func(h *warden.Hold, err error) error {
+		if err == nil {
+			err = h.Release(ctx)
+		}
+		return err
+	}
+	permit := func(p *warden.Permit, err error) error {
+		if err == nil {
+			err = p.Release(ctx)
+		}
+		return err
+	}
+	calls := map[string]acquire{
+		"Lock":       func(o warden.LockOption) error { return hold(w.Lock(ctx, "k", o)) },
+		"TryLock":    func(o warden.LockOption) error { return hold(w.TryLock(ctx, "k", o)) },
+		"RLock":      func(o warden.LockOption) error { return hold(w.RLock(ctx, "rw", o)) },
+		"TryRLock":   func(o warden.LockOption) error { return hold(w.TryRLock(ctx, "rw", o)) },
+		"WLock":      func(o warden.LockOption) error { return hold(w.WLock(ctx, "rw", o)) },
+		"TryWLock":   func(o warden.LockOption) error { return hold(w.TryWLock(ctx, "rw", o)) },
+		"Acquire":    func(o warden.LockOption) error { return permit(w.Semaphore("s", 2).Acquire(ctx, 1, o)) },
+		"TryAcquire": func(o warden.LockOption) error { return permit(w.Semaphore("s", 2).TryAcquire(ctx, 1, o)) },
+		"WithLock": func(o warden.LockOption) error {
+			return w.WithLock(ctx, "k", func(context.Context) error { return errors.New("fn ran") }, o)
+		},
+	}
+	for name, call := range calls {
+		for _, d := range []time.Duration{0, -time.Millisecond, -time.Hour} {
+			if err := call(warden.TTL(d)); !isInvalid(err) {
+				t.Errorf("%s with TTL(%v): %v", name, d, err)
+			}
+		}
+	}
+	if n := wardenCalls(t, rdb); n != 0 {
+		t.Fatalf("%d commands sent for invalid TTLs", n)
 	}
 }
 

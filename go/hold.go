@@ -71,10 +71,10 @@ func (h *Hold) Fence() int64 { return h.fence }
 func (h *Hold) Context() context.Context { return h.ctx }
 
 // Extend resets the lease to ttl from now (whole ms, at least 1). ErrNotHeld
-// when the hold was lost; an error for ttl <= 0, which would end the lease.
+// when the hold was lost; ErrInvalid for ttl <= 0, which would end the lease.
 func (h *Hold) Extend(ctx context.Context, ttl time.Duration) error {
 	if ttl <= 0 {
-		return fmt.Errorf("warden: Extend with ttl %v: a lease needs at least 1 ms", ttl)
+		return fmt.Errorf("%w: Extend with ttl %v: a lease needs at least 1 ms", ErrInvalid, ttl)
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()

@@ -158,7 +158,9 @@ func TestIntegrationNoExtendAfterRelease(t *testing.T) {
 			t.Fatal(err)
 		}
 		time.Sleep(time.Duration(i%12) * time.Millisecond)
-		if err := h.Release(ctx); err != nil {
+		// ErrNotHeld: a renewal came too late for the 30 ms lease on a busy
+		// machine; what is checked is that no EXTEND follows the reply.
+		if err := h.Release(ctx); err != nil && !errors.Is(err, warden.ErrNotHeld) {
 			t.Fatal(err)
 		}
 	}

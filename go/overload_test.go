@@ -356,3 +356,164 @@ func TestIntegrationRandomCancels(t *testing.T) {
 	}
 	t.Logf("%d of %d granted", granted.Load(), total)
 }
+
+// wardenCalls is how many of warden's commands the server ran, the
+// *.INFO ones (the test's own polling) left out (INFO commandstats).
+func wardenCalls(t *testing.T, rdb *redis.Client) int64 {
+	t.Helper()
+	s, err := rdb.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n int64
+	for _, line := range strings.Split(s, "\n") {
+		name, v, ok := strings.Cut(strings.TrimPrefix(strings.TrimSpace(line), "cmdstat_"), ":calls=")
+		if !ok || !strings.Contains(name, ".") || strings.HasSuffix(name, ".info") {
+			continue
+		}
+		c, _ := strconv.ParseInt(strings.SplitN(v, ",", 2)[0], 10, 64)
+		n += c
+	}
+	return n
+}
+
+// A contended acquire behind a waiter of the same Warden costs two
+// commands (the wait and the release): the fast try is skipped, as the
+// server refuses a try while anyone waits on the key. Behind another
+// process's waiter the try is kept (three commands).
+func TestIntegrationContendedAcquireCommands(t *testing.T) {
+	_, rdb, w := setup(t)
+	other := warden.New(rdb)
+	defer other.Close()
+	ctx := context.Background()
+	ttl := warden.TTL(time.Minute) // no watchdog renewals in the count
+	type release func() error
+	// grab takes the key (for hold) or waits for it (first, second) through wd.
+	type grab func(wd *warden.Warden, key string) (release, error)
+	lock := func(wd *warden.Warden, key string) (release, error) {
+		h, err := wd.Lock(ctx, key, ttl)
+		if err != nil {
+			return nil, err
+		}
+		return func() error { return h.Release(ctx) }, nil
+	}
+	wlock := func(wd *warden.Warden, key string) (release, error) {
+		h, err := wd.WLock(ctx, key, ttl)
+		if err != nil {
+			return nil, err
+		}
+		return func() error { return h.Release(ctx) }, nil
+	}
+	rlock := func(wd *warden.Warden, key string) (release, error) {
+		h, err := wd.RLock(ctx, key, ttl)
+		if err != nil {
+			return nil, err
+		}
+		return func() error { return h.Release(ctx) }, nil
+	}
+	sem := func(wd *warden.Warden, key string) (release, error) {
+		p, err := wd.Semaphore(key, 1).Acquire(ctx, 1, ttl)
+		if err != nil {
+			return nil, err
+		}
+		return func() error { return p.Release(ctx) }, nil
+	}
+	for _, c := range []struct {
+		name                string
+		info                string
+		hold, first, second grab
+		firstOther          bool  // the first waiter is another Warden's
+		wantCost            int64 // commands of the second acquire and its release
+	}{
+		{"lock", "LOCK.INFO", lock, lock, lock, false, 2},
+		{"write lock", "RWLOCK.INFO", wlock, wlock, wlock, false, 2},
+		{"read behind a waiting writer", "RWLOCK.INFO", wlock, wlock, rlock, false, 2},
+		{"semaphore", "SEM.INFO", sem, sem, sem, false, 2},
+		{"lock, other process waiting", "LOCK.INFO", lock, lock, lock, true, 3},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			key := "contended:" + c.name
+			if err := rdb.ConfigResetStat(ctx).Err(); err != nil {
+				t.Fatal(err)
+			}
+			waiters := func() int64 { n, _ := info(t, rdb, c.info, key)["waiters"].(int64); return n }
+			hold, err := c.hold(w, key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			first, second := make(chan release, 1), make(chan release, 1)
+			errs := make(chan error, 2)
+			run := func(g grab, wd *warden.Warden, out chan release) {
+				r, err := g(wd, key)
+				if err != nil {
+					errs <- err
+					return
+				}
+				out <- r
+			}
+			firstOn := w
+			if c.firstOther {
+				firstOn = other
+			}
+			go run(c.first, firstOn, first)
+			waitFor(t, "first waiter queued", func() bool { return waiters() == 1 })
+			go run(c.second, w, second)
+			waitFor(t, "second waiter queued", func() bool { return waiters() == 2 })
+			if err := hold(); err != nil {
+				t.Fatal(err)
+			}
+			for _, ch := range []chan release{first, second} {
+				select {
+				case r := <-ch:
+					if err := r(); err != nil {
+						t.Fatal(err)
+					}
+				case err := <-errs:
+					t.Fatal(err)
+				}
+			}
+			// The hold: acquire, release (2). The first waiter: try, wait, release (3).
+			if got := wardenCalls(t, rdb) - 5; got != c.wantCost {
+				t.Fatalf("the second acquire and its release ran %d commands, want %d", got, c.wantCost)
+			}
+		})
+	}
+
+	t.Run("cache", func(t *testing.T) {
+		key := "contended:cache"
+		if err := rdb.ConfigResetStat(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+		waiters := func() int64 { n, _ := info(t, rdb, "CACHE.INFO", key)["waiters"].(int64); return n }
+		loading, fill := make(chan struct{}), make(chan struct{})
+		got := make(chan error, 3)
+		load := func(loader func(context.Context) (string, error)) {
+			v, err := warden.Load(ctx, w, key, time.Minute, loader)
+			if err == nil && v != "v" {
+				err = errors.New("loaded " + v)
+			}
+			got <- err
+		}
+		go load(func(context.Context) (string, error) {
+			close(loading)
+			<-fill
+			return "v", nil
+		})
+		<-loading
+		never := func(context.Context) (string, error) { return "", errors.New("second load") }
+		go load(never)
+		waitFor(t, "first waiter queued", func() bool { return waiters() == 1 })
+		go load(never)
+		waitFor(t, "second waiter queued", func() bool { return waiters() == 2 })
+		close(fill)
+		for range 3 {
+			if err := <-got; err != nil {
+				t.Fatal(err)
+			}
+		}
+		// The loader: get, fill (2). The first waiter: try, wait (2).
+		if got := wardenCalls(t, rdb) - 4; got != 1 {
+			t.Fatalf("the second Load ran %d commands, want 1 (its wait)", got)
+		}
+	})
+}

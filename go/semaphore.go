@@ -42,7 +42,7 @@ func (s *Semaphore) TryAcquire(ctx context.Context, n int64, opts ...LockOption)
 
 func (s *Semaphore) acquire(ctx context.Context, n int64, opts []LockOption, try bool) (*Permit, error) {
 	if n < 1 || n > s.limit {
-		return nil, fmt.Errorf("warden: %d permits of a semaphore of %d", n, s.limit)
+		return nil, fmt.Errorf("%w: %d permits of a semaphore of %d", ErrInvalid, n, s.limit)
 	}
 	h, err := s.w.acquire(ctx, kindSem, s.key, []any{"LIMIT", s.limit, "PERMITS", n}, opts, try)
 	if err != nil {

@@ -32,6 +32,9 @@ var (
 	ErrNotHeld = errors.New("warden: not held")
 	// ErrNotLoaded wraps the server's unknown-command error for warden's commands.
 	ErrNotLoaded = errors.New("warden: unknown command (is warden loaded?)")
+	// ErrInvalid: an argument out of range (TTL(d) or Extend with d <= 0,
+	// permits outside 1..limit); nothing was sent to the server.
+	ErrInvalid = errors.New("warden: invalid argument")
 )
 
 // DefaultTTL is the lease of a hold acquired without TTL(d); a watchdog
@@ -52,6 +55,9 @@ type Warden struct {
 	pools  map[string]*pool
 	holds  map[*Hold]struct{}
 	closed bool
+	// waiters of this Warden per server queue, for skipping a fast try
+	// that the server would refuse (see waitingOn).
+	queued map[queueKey]int
 	done   chan struct{}  // closed by Close: calls under way stop waiting
 	calls  sync.WaitGroup // calls under way (Add only under mu while open)
 	bg     sync.WaitGroup // give-backs and refreshes that outlive a call
@@ -103,6 +109,7 @@ func New(rdb redis.UniversalClient, opts ...Option) *Warden {
 		watchdogTTL: DefaultTTL,
 		prefix:      hex.EncodeToString(token[:]) + ":",
 		pools:       map[string]*pool{},
+		queued:      map[queueKey]int{},
 		done:        make(chan struct{}),
 	}
 	for _, o := range opts {
@@ -162,6 +169,33 @@ func (w *Warden) closing() bool {
 	default:
 		return false
 	}
+}
+
+// queueKey names one of the server's wait queues: a kind's queue on a key.
+type queueKey struct{ kind, key string }
+
+// waiting counts a call of this Warden as waiting in q until the returned
+// func is called. Entries go at zero: the map holds only keys waited on now.
+func (w *Warden) waiting(q queueKey) func() {
+	w.mu.Lock()
+	w.queued[q]++
+	w.mu.Unlock()
+	return func() {
+		w.mu.Lock()
+		if w.queued[q]--; w.queued[q] <= 0 {
+			delete(w.queued, q)
+		}
+		w.mu.Unlock()
+	}
+}
+
+// waitingOn is how many calls of this Warden wait in q. It is a hint: a
+// waiter counted a moment before its command reaches the server only costs
+// the next call its fast try (a wait on a free key is granted at once).
+func (w *Warden) waitingOn(q queueKey) int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.queued[q]
 }
 
 // owner is a fresh owner token per hold: no two holds share one, so a
