@@ -37,11 +37,10 @@ with CONFIG SET on the master before each slice. Runs:
 from __future__ import annotations
 
 import json
+import math
 import multiprocessing as mp
 import os
 import shutil
-import socket
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -68,7 +67,7 @@ WAIT_MS = 100  # the WAIT timeout users give, and warden.sync-timeout's default
 
 
 def server_name(binary: str) -> str:
-    out = subprocess.run([binary, "--version"], capture_output=True, text=True).stdout
+    out = subprocess.run([binary, "--version"], check=False, capture_output=True, text=True).stdout
     version = next((w.split("=")[1] for w in out.split() if w.startswith("v=")), "?")
     return ("Valkey " if "valkey" in out.lower() else "Redis ") + version
 
@@ -314,11 +313,12 @@ def run_slice(master: Node, replica: Node, acc: Acc, kind: str, n: int, sync: in
 
 
 def busy_elsewhere() -> str:
-    """What else the machine was doing: load average and the busiest processes not ours."""
+    """What the machine is doing: load average and the busiest processes over one second (top)."""
     load = os.getloadavg()
-    out = subprocess.run(["ps", "-eo", "pcpu,comm", "--sort=-pcpu", "--no-headers"], capture_output=True,
-                         text=True).stdout.splitlines()
-    top = ", ".join(" ".join(line.split()[1:]) + f" {line.split()[0]}%" for line in out[:5] if line.split())
+    out = subprocess.run(["top", "-b", "-n", "2", "-d", "1", "-o", "%CPU", "-w", "200"], check=False,
+                         capture_output=True, text=True).stdout
+    rows = out.split("PID USER")[-1].splitlines()[1:6]  # the second sample: a 1 s interval
+    top = ", ".join(f"{r.split()[11]} {r.split()[8]}%" for r in rows if len(r.split()) > 11)
     return f"load average {load[0]:.2f} / {load[1]:.2f} / {load[2]:.2f}; busiest processes: {top}"
 
 
@@ -329,12 +329,12 @@ def instructions(warden: str, before: str | None) -> dict[str, Any]:
     """Hand-off and idle-tax instructions (bench/instructions.py's drivers) for
     this module and, if given, an older one; no replica, sync-replicas 0."""
     sys.path.insert(0, str(ROOT / "bench"))
-    import instructions as ins  # noqa: PLC0415
+    import instructions as ins
 
     builds = [("now", warden)] + ([("before", before)] if before else [])
     handoff = {label: ins.counted(SERVER, [so], ins.contention("warden")) for label, so in builds}
     handoff["BLPOP"] = ins.counted(SERVER, [warden], ins.contention("blpop"))
-    quick = dict(warmup=1.0, window=3.0)
+    quick = {"warmup": 1.0, "window": 3.0}
     tax: dict[str, dict[str, float]] = {}
     for command, make in ins.TAX_ROWS:
         tax[command] = {"no module": ins.counted(SERVER, [], ins.with_leases(0, make), **quick)}
@@ -348,7 +348,7 @@ def instructions(warden: str, before: str | None) -> dict[str, Any]:
 
 
 def fmt(x: float | None, digits: int = 2) -> str:
-    if x is None or x != x:
+    if x is None or math.isnan(x):
         return "—"
     return f"{x:,.{digits}f}"
 
@@ -375,10 +375,12 @@ def main() -> None:
         plan += [("contended-1ms", label, kind, 10, sync) for label, kind, sync in contended_1ms]
         plan += [("uncontended-50", label, kind, 50, sync) for label, kind, sync in uncontended[:2]]
         accs = {(g, label): Acc() for g, label, *_ in plan}
+        loads: list[float] = []  # the 1-minute load average after each round
         for rnd in range(ROUNDS):
             for group, label, kind, n, sync in plan:
                 run_slice(master, replica, accs[(group, label)], kind, n, sync)
             print(f"  round {rnd + 1}/{ROUNDS} done ({time.time() - started:.0f} s)", file=sys.stderr)
+            loads.append(os.getloadavg()[0])
         for (group, label), acc in accs.items():
             figures.setdefault(group, {})[label] = acc.summary()
         master.r.config_set("warden.sync-replicas", 0)
@@ -394,6 +396,7 @@ def main() -> None:
     figures["meta"] = {
         "server": server_name(SERVER), "module": MODULE, "before": BEFORE, "quick": QUICK, "rounds": ROUNDS,
         "slice_s": SLICE, "load_before": load_before, "load_after": load_after, "replica": offset_lag,
+        "load_per_round": loads,
         "seconds": time.time() - started, "cores": os.cpu_count(),
     }
     report = render(figures)
@@ -408,23 +411,24 @@ def render(f: dict[str, Any]) -> str:
     lines = [
         "## Grants the replicas acknowledged: what `warden.sync-replicas 1` costs",
         "",
-        f"Server: {meta['server']}, one master and one replica on loopback, the module on both "
+        (f"Server: {meta['server']}, one master and one replica on loopback, the module on both "
         f"({meta['module']}). {meta['rounds']} rounds of {meta['slice_s']:g} s slices taken in turn; "
         f"{meta['cores']} cores shared with other work. Before the run: {meta['load_before']}. "
-        f"After: {meta['load_after']}.",
+        f"Load average after each round: {', '.join(f'{x:.1f}' for x in meta['load_per_round'])}. "
+        f"After: {meta['load_after']}."),
         "",
-        "Clients: redis-py raw commands over TCP (`LOCK.ACQUIRE key owner 10000`, `LOCK.RELEASE`), "
+        ("Clients: redis-py raw commands over TCP (`LOCK.ACQUIRE key owner 10000`, `LOCK.RELEASE`), "
         "redis-py's own `Lock` for `SET NX PX`; one thread per client in up to 10 processes. The grant "
         "is the acquire (with its `WAIT`); the pair adds the release. "
         f"Replica round trip (`PING` to the replica, one client): p50 {fmt(rtt['grant_p50_ms'], 3)} ms, "
-        f"p99 {fmt(rtt['grant_p99_ms'], 3)} ms.",
+        f"p99 {fmt(rtt['grant_p99_ms'], 3)} ms."),
         "",
     ]
     for n in (1, 10):
         rows = f[f"uncontended-{n}"]
         lines += [f"**Uncontended, {n} client{'s' if n > 1 else ''}** (each on its own key):", "",
-                  "| variant | pairs/s | grant p50 ms | grant p99 ms | pair p50 ms | pair p99 ms "
-                  "| not acknowledged | GETACKs / grant | master CPU ms / 1,000 | replica CPU ms / 1,000 |",
+                  ("| variant | pairs/s | grant p50 ms | grant p99 ms | pair p50 ms | pair p99 ms "
+                  "| not acknowledged | GETACKs / grant | master CPU ms / 1,000 | replica CPU ms / 1,000 |"),
                   "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
         for label, s in rows.items():
             lines.append(
@@ -438,33 +442,33 @@ def render(f: dict[str, Any]) -> str:
         bound50 = rtt["grant_p50_ms"] + 1.0
         bound99 = rtt["grant_p99_ms"] + 1.0
         met = add50 <= bound50 and add99 <= bound99
-        lines += ["", f"sync-replicas 1 adds {fmt(add50, 3)} ms to the grant's p50, {fmt(add99, 3)} ms to its p99 "
+        lines += ["", (f"sync-replicas 1 adds {fmt(add50, 3)} ms to the grant's p50, {fmt(add99, 3)} ms to its p99 "
                       f"(target: ≤ one replica round trip + 1 ms = {fmt(bound50, 3)} / {fmt(bound99, 3)} ms: "
                       f"{'met' if met else 'MISSED'}); master CPU per grant "
                       f"{fmt(s1['cpu_master_ms_per_1000'] / s0['cpu_master_ms_per_1000'])}×, replica's "
-                      f"{fmt(s1['cpu_replica_ms_per_1000'] / s0['cpu_replica_ms_per_1000'])}×.", ""]
+                      f"{fmt(s1['cpu_replica_ms_per_1000'] / s0['cpu_replica_ms_per_1000'])}×."), ""]
         f[f"uncontended-{n}"]["_target"] = {"added_p50_ms": add50, "added_p99_ms": add99, "bound_p50_ms": bound50,
                                             "bound_p99_ms": bound99, "met": met}
     for group, hold in (("contended", "~0 ms: one `INCR`"), ("contended-1ms", "1 ms: `INCR` and a 1 ms sleep")):
         rows = f[group]
         s0, s1 = rows["sync-replicas 0"], rows["sync-replicas 1"]
         ratio = s1["per_s"] / s0["per_s"] if s0["per_s"] else float("nan")
-        lines += [f"**Contended: 10 clients on one key**, `LOCK.ACQUIRE … WAIT 10000`, held {hold}, "
-                  "`LOCK.RELEASE`:", "",
-                  "| sync-replicas | hand-offs/s | wait p50 ms | wait p99 ms | GETACKs / grant "
-                  "| master CPU ms / 1,000 | replica CPU ms / 1,000 | timeouts |",
+        lines += [(f"**Contended: 10 clients on one key**, `LOCK.ACQUIRE … WAIT 10000`, held {hold}, "
+                  "`LOCK.RELEASE`:"), "",
+                  ("| sync-replicas | hand-offs/s | wait p50 ms | wait p99 ms | GETACKs / grant "
+                  "| master CPU ms / 1,000 | replica CPU ms / 1,000 | timeouts |"),
                   "|---|---:|---:|---:|---:|---:|---:|---:|"]
         for label, s in rows.items():
             lines.append(f"| {label.split()[-1]} | {fmt(s['per_s'], 0)} | {fmt(s['grant_p50_ms'], 3)} "
                          f"| {fmt(s['grant_p99_ms'], 3)} | {fmt(s['getacks_per_grant'], 3)} "
                          f"| {fmt(s['cpu_master_ms_per_1000'], 1)} | {fmt(s['cpu_replica_ms_per_1000'], 1)} "
                          f"| {s['sync_timeouts']} |")
-        lines += ["", f"sync 1 ÷ sync 0: {fmt(ratio)}× the hand-offs/s (target ≥ 0.8×: "
+        lines += ["", (f"sync 1 ÷ sync 0: {fmt(ratio)}× the hand-offs/s (target ≥ 0.8×: "
                       f"{'met' if ratio >= 0.8 else 'MISSED'}); master CPU per hand-off "
-                      f"{fmt(s1['cpu_master_ms_per_1000'] / s0['cpu_master_ms_per_1000'])}×.", ""]
+                      f"{fmt(s1['cpu_master_ms_per_1000'] / s0['cpu_master_ms_per_1000'])}×."), ""]
         rows["_ratio"] = ratio
-    lines += ["**Batching: GETACKs per acknowledged grant** (sync-replicas 1; `INFO warden` "
-              "`sync_getacks` ÷ `sync_acked` over the slices):", "",
+    lines += [("**Batching: GETACKs per acknowledged grant** (sync-replicas 1; `INFO warden` "
+              "`sync_getacks` ÷ `sync_acked` over the slices):"), "",
               "| clients | workload | grants/s | GETACKs / grant |", "|---:|---|---:|---:|"]
     for n in (1, 10, 50):
         s = f[f"uncontended-{n}"]["warden, sync-replicas 1"]
