@@ -375,6 +375,16 @@ OVERLOAD_OUT ?= overload
 # .json. WARDEN_MODULE=<.so> loads that module instead of building this checkout's.
 JDK25 ?= /usr/lib/jvm/temurin-25-jdk-amd64
 BENCH_JAR := java/warden-bench/target/warden-bench-1.1.0.jar
+# SECTION=sync: what warden.sync-replicas 1 costs on one master and one replica
+# on loopback: uncontended grant latency (1 and 10 clients) against redis-py's
+# Lock and warden each followed by WAIT 1 100, contended hand-offs/s (10 clients),
+# GETACKs per grant (1, 10, 50 clients), server CPU per grant, and (callgrind)
+# the hand-off and idle tax with sync-replicas 0 (bench/sync.py documents the
+# runs), into bench/results/sync.md and .json (sync-<server>.* with SERVER=).
+# WARDEN_MODULE=<.so> loads that module instead of building this checkout's;
+# WARDEN_BENCH_BEFORE=<an older libwarden.so> counts its instructions beside;
+# BENCH_PORT=<port> puts the master there (default 7500; the replica on the next).
+SYNC_OUT ?= sync$(if $(filter redis,$(SERVER)),,-$(SERVER_NAME))
 # SECTION=go: warden's Go client against go-redsync/redsync v4 (its defaults and
 # enough tries not to fail) and bsm/redislock (linear and exponential backoff),
 # 16 goroutines on one key in one process and in 4, a semaphore of 4, and the
@@ -396,6 +406,11 @@ bench: java-deps $(if $(WARDEN_MODULE),,build)
 	WARDEN_SERVER=$(SERVER_BIN) WARDEN_MODULE=$(or $(WARDEN_MODULE),$(CURDIR)/$(MODULE)) \
 		$(JDK25)/bin/java -cp $(BENCH_JAR):$$(cat java/warden-bench/target/classpath.txt) \
 		io.warden.bench.Bench $(if $(QUICK),--quick,) --out $(CURDIR)/bench/results/java
+else ifeq ($(SECTION),sync)
+bench: venv valgrind-bin $(SERVER_DEPS) $(if $(WARDEN_MODULE),,build)
+	WARDEN_SERVER=$(SERVER_BIN) WARDEN_MODULE=$(or $(WARDEN_MODULE),$(CURDIR)/$(MODULE)) \
+		$(if $(BENCH_PORT),WARDEN_SYNC_PORT=$(BENCH_PORT),) $(PYTHON) bench/sync.py \
+		$(if $(QUICK),--quick,) --out $(CURDIR)/bench/results/$(SYNC_OUT)
 else ifeq ($(SECTION),overload)
 bench: venv node-deps java-deps $(if $(WARDEN_MODULE),,build)
 	cargo build --release --example overload -p warden-client
