@@ -368,8 +368,16 @@ func TestSentinelFailoverUnderHold(t *testing.T) {
 			t.Fatal("sentinel never saw the replica")
 		}
 	}
-	if err := srdb.Do(ctx, "SENTINEL", "FAILOVER", "m").Err(); err != nil {
-		t.Fatal(err)
+	// Sentinel lists a replica before it counts it as promotable (fresh
+	// INFO, link up): NOGOODSLAVE until then.
+	for end := time.Now().Add(20 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		err := srdb.Do(ctx, "SENTINEL", "FAILOVER", "m").Err()
+		if err == nil {
+			break
+		}
+		if !strings.Contains(err.Error(), "NOGOODSLAVE") || time.Now().After(end) {
+			t.Fatal(err)
+		}
 	}
 	for end := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
 		addr, _ := srdb.Do(ctx, "SENTINEL", "GET-MASTER-ADDR-BY-NAME", "m").StringSlice()
