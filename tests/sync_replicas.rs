@@ -629,3 +629,51 @@ fn grace_auto_keeps_the_window_where_config_is_renamed() {
         "without CONFIG it cannot name itself: a window"
     );
 }
+
+#[test]
+fn a_requests_own_wait_bounds_its_wait_for_the_replica_when_the_key_was_free() {
+    // Free keys, granted at once: the request's WAIT (300 ms) ends the wait
+    // for the acknowledgement long before sync-timeout (60 s) would.
+    let cases: [(&str, Vec<&str>); 4] = [
+        (
+            "LOCK.INFO",
+            vec!["LOCK.ACQUIRE", "k", "a", "60000", "WAIT", "300"],
+        ),
+        (
+            "RWLOCK.INFO",
+            vec!["RWLOCK.READ", "k", "a", "60000", "WAIT", "300"],
+        ),
+        (
+            "RWLOCK.INFO",
+            vec!["RWLOCK.WRITE", "k", "a", "60000", "WAIT", "300"],
+        ),
+        (
+            "SEM.INFO",
+            vec![
+                "SEM.ACQUIRE",
+                "k",
+                "a",
+                "60000",
+                "LIMIT",
+                "2",
+                "WAIT",
+                "300",
+            ],
+        ),
+    ];
+    for (info, command) in cases {
+        let (master, replica) = pair(60_000);
+        let mut m = master.conn();
+        replica.signal("STOP");
+        let mut c = master.conn();
+        c.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        let reply = run(&mut c, &command);
+        assert!(
+            matches!(reply, Ok(Value::Nil)),
+            "{command:?}: nil at its WAIT deadline, not at sync-timeout: {reply:?}"
+        );
+        assert_eq!(shown(&mut m, info), "nil", "{command:?}: taken back");
+        assert_eq!(warden_stat(&mut m, "sync_timeouts"), 1, "{command:?}");
+        replica.signal("CONT");
+    }
+}
