@@ -49,9 +49,13 @@ use crate::keyspace::now_ms;
 use crate::stats;
 use crate::waiters::{self, held};
 
-/// Whether grants wait for acknowledgements now.
+/// Whether grants wait for acknowledgements now: under `sync-replicas` N ≥ 1,
+/// and after N dropped to 0 until every replica that holds a marker saying
+/// "every grant is acknowledged" has the one that says otherwise
+/// (`crate::roster::promised`): a grant answered at once before that could
+/// be missing on a replica that `grace auto` would promote without a window.
 pub fn required() -> bool {
-    SYNC_REPLICAS.load(Ordering::Relaxed) > 0
+    SYNC_REPLICAS.load(Ordering::Relaxed) > 0 || crate::roster::promised()
 }
 
 /// How long a grant waits for its acknowledgements, in ms.
@@ -196,7 +200,9 @@ fn before_sleep(ctx: *mut raw::RedisModuleCtx) {
         return;
     };
     held::assign_targets(view.offset);
-    let needed = SYNC_REPLICAS.load(Ordering::Relaxed).max(1) as usize;
+    // 0 while a promise is withdrawn (`required`): answered once the
+    // marker withdrawing it is acknowledged (the floor), by nobody else.
+    let needed = SYNC_REPLICAS.load(Ordering::Relaxed).max(0) as usize;
     // Under the roster's marker only (`crate::roster`): what a promoted
     // replica reads to know it lost nothing.
     let floor = crate::roster::floor(ctx, &view);

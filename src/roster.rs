@@ -110,6 +110,22 @@ struct Proof {
     failed_partial: i64,
 }
 
+/// Set while a marker saying N ≥ the roster's size (every grant on every
+/// member) is in force: written, and not yet withdrawn by a later marker
+/// that every member it named acknowledged. Grants wait for replicas
+/// meanwhile, whatever N is now (`crate::acks::required`).
+static PROMISED: AtomicBool = AtomicBool::new(false);
+
+/// Whether a marker written earlier still promises every grant to every member.
+pub fn promised() -> bool {
+    PROMISED.load(Ordering::Relaxed)
+}
+
+/// Whether a marker for N and a roster of `size` promises every grant to every member.
+fn guaranteed((n, size): (i64, usize)) -> bool {
+    size > 0 && n >= size as i64
+}
+
 thread_local! {
     static ROSTER: RefCell<Roster> = RefCell::new(Roster::default());
     static SEEN: RefCell<Seen> = RefCell::new(Seen::default());
@@ -139,6 +155,7 @@ pub fn floor(ctx: *mut raw::RedisModuleCtx, view: &Replication) -> Option<i64> {
             let acked = |m: &String| view.replicas.iter().any(|(a, o)| a == m && *o >= at);
             if before.iter().all(acked) {
                 r.barrier = None;
+                PROMISED.store(r.written.is_some_and(guaranteed), Ordering::Relaxed);
             }
         }
         let arm = !r.marked && !r.timer;
@@ -168,7 +185,6 @@ fn write_marker(ctx: &Context, _: ()) {
             let mut r = r.borrow_mut();
             r.timer = false;
             let size = r.members.len();
-            let guaranteed = |(n, size): (i64, usize)| size > 0 && n >= size as i64;
             if let Some(before) = r.written {
                 if guaranteed(before) && !guaranteed((n, size)) {
                     let earlier = r.members[..before.1].to_vec();
@@ -176,6 +192,10 @@ fn write_marker(ctx: &Context, _: ()) {
                 }
             }
             r.written = Some((n, size));
+            PROMISED.store(
+                guaranteed((n, size)) || r.barrier.is_some(),
+                Ordering::Relaxed,
+            );
             r.marked = true;
             r.marked_at = None;
             r.members.join(",")
@@ -203,6 +223,7 @@ fn replicate(ctx: &Context, n: i64, always: bool, members: &str) {
 /// This server becomes a master, or stops being one: a new roster.
 pub fn reset() {
     ROSTER.with(|r| *r.borrow_mut() = Roster::default());
+    PROMISED.store(false, Ordering::Relaxed);
 }
 
 /// A server config value, as `CONFIG GET` shows it.

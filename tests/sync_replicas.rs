@@ -629,3 +629,99 @@ fn grace_auto_keeps_the_window_where_config_is_renamed() {
         "without CONFIG it cannot name itself: a window"
     );
 }
+
+#[test]
+fn a_requests_own_wait_bounds_its_wait_for_the_replica_when_the_key_was_free() {
+    // Free keys, granted at once: the request's WAIT (300 ms) ends the wait
+    // for the acknowledgement long before sync-timeout (60 s) would.
+    let cases: [(&str, Vec<&str>); 4] = [
+        (
+            "LOCK.INFO",
+            vec!["LOCK.ACQUIRE", "k", "a", "60000", "WAIT", "300"],
+        ),
+        (
+            "RWLOCK.INFO",
+            vec!["RWLOCK.READ", "k", "a", "60000", "WAIT", "300"],
+        ),
+        (
+            "RWLOCK.INFO",
+            vec!["RWLOCK.WRITE", "k", "a", "60000", "WAIT", "300"],
+        ),
+        (
+            "SEM.INFO",
+            vec![
+                "SEM.ACQUIRE",
+                "k",
+                "a",
+                "60000",
+                "LIMIT",
+                "2",
+                "WAIT",
+                "300",
+            ],
+        ),
+    ];
+    for (info, command) in cases {
+        let (master, replica) = pair(60_000);
+        let mut m = master.conn();
+        replica.signal("STOP");
+        let mut c = master.conn();
+        c.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        let reply = run(&mut c, &command);
+        assert!(
+            matches!(reply, Ok(Value::Nil)),
+            "{command:?}: nil at its WAIT deadline, not at sync-timeout: {reply:?}"
+        );
+        assert_eq!(shown(&mut m, info), "nil", "{command:?}: taken back");
+        assert_eq!(warden_stat(&mut m, "sync_timeouts"), 1, "{command:?}");
+        replica.signal("CONT");
+    }
+}
+
+#[test]
+fn lowering_sync_replicas_to_zero_answers_no_grant_a_promised_replica_may_lack() {
+    // The replica holds a marker saying every grant reaches it. It leaves
+    // (here: it follows a master that is not there); N drops to 0; a grant
+    // answered now would be missing there, and `grace auto` would open no
+    // window on its promotion.
+    let master = auto_master("1", &[]);
+    let replica = auto_server("1", &[]);
+    replicate(&master, &replica);
+    grant_on(&master, "k1");
+    let mut m = master.conn();
+    run(&mut m, &["CONFIG", "SET", "warden.sync-timeout", "300"]).unwrap();
+    run(&mut m, &["CONFIG", "SET", "warden.sync-replicas", "0"]).unwrap();
+    let mut r = replica.conn();
+    let nowhere = free_port().to_string();
+    run(&mut r, &["REPLICAOF", "127.0.0.1", &nowhere]).unwrap();
+    wait_for("the replica gone", Duration::from_secs(20), || {
+        info_int(&mut m, "replication", "connected_slaves") == 0
+    });
+    let grant = run(&mut m, &["LOCK.ACQUIRE", "k2", "a", "1000"]).unwrap();
+    run(&mut r, &["REPLICAOF", "NO", "ONE"]).unwrap();
+    if matches!(grant, Value::Int(_)) {
+        assert!(
+            grace_left(&mut r) > 0 || maybe_map(&mut r, &["LOCK.INFO", "k2"]).is_some(),
+            "a grant answered under sync-replicas 0 is missing, and no window opened:\n{}",
+            replica.log()
+        );
+    }
+    assert_eq!(
+        grant,
+        Value::Nil,
+        "busy until the replica has the withdrawal"
+    );
+
+    // Once every replica it named has the withdrawal, grants go at once.
+    let master = auto_master("1", &[]);
+    let replica = auto_server("1", &[]);
+    replicate(&master, &replica);
+    grant_on(&master, "k1");
+    let mut m = master.conn();
+    run(&mut m, &["CONFIG", "SET", "warden.sync-replicas", "0"]).unwrap();
+    assert!(int(&mut m, &["LOCK.ACQUIRE", "k2", "a", "1000"]) > 0);
+    replica.signal("STOP");
+    assert!(int(&mut m, &["LOCK.ACQUIRE", "k3", "a", "1000"]) > 0);
+    assert!(int(&mut m, &["LOCK.ACQUIRE", "k4", "a", "1000"]) > 0);
+    replica.signal("CONT");
+}

@@ -257,7 +257,13 @@ pub fn acquire(ctx: &Context, args: &[Arg]) -> RedisResult {
         let fence = grant(ctx, name, &key, req.owner, req.ttl_ms) as i64;
         notify(ctx, c"lock.acquire", name);
         drop(key);
-        return held::reply(ctx, Some((&KIND, &name[..], fence)), fence, Answer::Nil);
+        return held::reply(
+            ctx,
+            Some((&KIND, &name[..], fence)),
+            fence,
+            Answer::Nil,
+            req.wait_ms,
+        );
     };
     if let Some(until) = grace::closed_until(now) {
         if lock.is_held_by(req.owner, now) {
@@ -272,7 +278,13 @@ pub fn acquire(ctx: &Context, args: &[Arg]) -> RedisResult {
             notify(ctx, c"lock.acquire", name);
             drop(key);
             let fence = fence as i64;
-            held::reply(ctx, Some((&KIND, &name[..], fence)), fence, Answer::Nil)
+            held::reply(
+                ctx,
+                Some((&KIND, &name[..], fence)),
+                fence,
+                Answer::Nil,
+                req.wait_ms,
+            )
         }
         Entry::Overflow => Err(err(error::HOLDS_OVERFLOW)),
         Entry::Busy => {
@@ -344,7 +356,7 @@ pub fn extend(ctx: &Context, args: &[Arg]) -> RedisResult {
     drop(key);
     // Unacknowledged, the longer lease may be lost: the owner is told it
     // does not hold the lock any more (the lease stays until it ends).
-    held::reply(ctx, None, 1, Answer::Integer(0))
+    held::reply(ctx, None, 1, Answer::Integer(0), None)
 }
 
 /// `LOCK.INFO key`

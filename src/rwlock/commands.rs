@@ -369,7 +369,13 @@ fn request(ctx: &Context, args: &[Arg], mode: Mode) -> RedisResult {
     );
     drop(key);
     let fence = fence as i64;
-    held::reply(ctx, Some((&KIND, &name[..], fence)), fence, Answer::Nil)
+    held::reply(
+        ctx,
+        Some((&KIND, &name[..], fence)),
+        fence,
+        Answer::Nil,
+        req.wait_ms,
+    )
 }
 
 /// `RWLOCK.READ key owner ttl [WAIT timeout]`
@@ -454,7 +460,7 @@ pub fn extend(ctx: &Context, args: &[Arg]) -> RedisResult {
         waiters::watch_lease(ctx, name, at);
     }
     drop(key);
-    held::reply(ctx, None, 1, Answer::Integer(0))
+    held::reply(ctx, None, 1, Answer::Integer(0), None)
 }
 
 /// `RWLOCK.INFO key`

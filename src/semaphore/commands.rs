@@ -307,7 +307,13 @@ pub fn acquire(ctx: &Context, args: &[Arg]) -> RedisResult {
             notify(ctx, c"sem.acquire", name);
             drop(key);
             let fence = fence as i64;
-            held::reply(ctx, Some((&KIND, &name[..], fence)), fence, Answer::Nil)
+            held::reply(
+                ctx,
+                Some((&KIND, &name[..], fence)),
+                fence,
+                Answer::Nil,
+                req.wait_ms,
+            )
         }
         Outcome::AlreadyHeld => Err(err(error::ALREADY_HOLDS)),
         Outcome::OtherLimit(limit) => Err(RedisError::String(error::other_limit(limit, req.limit))),
@@ -398,7 +404,7 @@ pub fn extend(ctx: &Context, args: &[Arg]) -> RedisResult {
         waiters::watch_lease(ctx, name, at);
     }
     drop(key);
-    held::reply(ctx, None, 1, Answer::Integer(0))
+    held::reply(ctx, None, 1, Answer::Integer(0), None)
 }
 
 /// `SEM.SETLIMIT key n`

@@ -82,13 +82,15 @@ pub(super) fn hold(
 
 /// A command's own grant (`kind`'s `token` on `name`) or extend (no grant to
 /// take back): answered now, or — while grants wait for replicas — once they
-/// acknowledged it. The command checked [`acks::check_can_wait`] before it
-/// changed anything.
+/// acknowledged it, within the request's own `WAIT` (`wait_ms`; None or 0:
+/// `sync-timeout` alone), as for a grant handed to a queued waiter. The
+/// command checked [`acks::check_can_wait`] before it changed anything.
 pub fn reply(
     ctx: &Context,
     grant: Option<(&'static dyn Kind, &[u8], i64)>,
     answer: i64,
     otherwise: Answer,
+    wait_ms: Option<i64>,
 ) -> redis_module::RedisResult {
     if !acks::required() {
         return Ok(redis_module::RedisValue::Integer(answer));
@@ -106,7 +108,12 @@ pub fn reply(
         answer: Answer::Integer(answer),
         grant,
     }));
-    hold(ctx.ctx, handle, in_flight, otherwise, i64::MAX);
+    // The deadline the request stated holds, whether the key was free or not.
+    let deadline_ms = match wait_ms {
+        Some(ms) if ms > 0 => now_ms().saturating_add(ms),
+        _ => i64::MAX,
+    };
+    hold(ctx.ctx, handle, in_flight, otherwise, deadline_ms);
     Ok(redis_module::RedisValue::NoReply)
 }
 
