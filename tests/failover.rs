@@ -2119,6 +2119,8 @@ fn sync_history_checker_catches_the_overlap_without_sync_replicas_or_grace() {
             assert_eq!(c.token_regressions, 0, "tokens still rise");
             assert!(c.misreplies.is_empty(), "{:?}", c.misreplies);
         }
+        // Each round waited for such a grant: the checker sees them.
+        assert!(!report.answered_after_cut.is_empty());
         overlaps = report.overlaps();
         if overlaps > 0 {
             break;
