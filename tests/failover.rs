@@ -876,6 +876,16 @@ impl Group {
         }
     }
 
+    /// Waits until every Sentinel names `master`.
+    fn wait_sentinels_name(&self, master: usize) {
+        let port = self.servers[master].port;
+        wait_for(
+            "every Sentinel naming the master",
+            Duration::from_secs(60),
+            || self.sentinels.iter().all(|s| s.master_port(NAME) == port),
+        );
+    }
+
     /// Brings the old master back as a replica of the new one.
     fn rejoin(&mut self, old: usize, new: usize) {
         let port = self.servers[new].port.unwrap().to_string();
@@ -1358,6 +1368,9 @@ fn drive(
         // round starts once every replica does (a reconfiguration still
         // syncing when the master dies leaves no replica to promote).
         group.wait_replicas_follow(master);
+        // The next round starts once every Sentinel names it: one still
+        // naming the dead master votes for no failover of the live one.
+        group.wait_sentinels_name(master);
         since = unix_ms();
     }
     downtime
