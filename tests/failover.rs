@@ -877,12 +877,20 @@ impl Group {
     }
 
     /// Waits until every Sentinel names `master`.
+    /// (and has ended its failover: a leader still reconfiguring replicas
+    /// when the next one starts ends its own later, naming a master the
+    /// others no longer follow).
     fn wait_sentinels_name(&self, master: usize) {
         let port = self.servers[master].port;
         wait_for(
             "every Sentinel naming the master",
             Duration::from_secs(60),
-            || self.sentinels.iter().all(|s| s.master_port(NAME) == port),
+            || {
+                self.sentinels.iter().all(|s| {
+                    let flags = s.master_field(NAME, "flags").unwrap_or_default();
+                    s.master_port(NAME) == port && !flags.contains("failover")
+                })
+            },
         );
     }
 
