@@ -876,22 +876,26 @@ impl Group {
         }
     }
 
-    /// Waits until every Sentinel names `master`.
-    /// (and has ended its failover: a leader still reconfiguring replicas
-    /// when the next one starts ends its own later, naming a master the
-    /// others no longer follow).
-    fn wait_sentinels_name(&self, master: usize) {
-        let port = self.servers[master].port;
-        wait_for(
-            "every Sentinel naming the master",
-            Duration::from_secs(60),
-            || {
-                self.sentinels.iter().all(|s| {
+    /// Waits until every Sentinel names one master, which says it is
+    /// master, and has ended its failover (a leader still reconfiguring
+    /// replicas when the next one starts ends its own later, naming a master
+    /// the others no longer follow); returns it.
+    fn wait_sentinels_agree(&self) -> usize {
+        let mut named = None;
+        wait_for("the Sentinels agreeing", Duration::from_secs(60), || {
+            let ports: Vec<Option<u16>> = self
+                .sentinels
+                .iter()
+                .map(|s| {
                     let flags = s.master_field(NAME, "flags").unwrap_or_default();
-                    s.master_port(NAME) == port && !flags.contains("failover")
+                    s.master_port(NAME).filter(|_| !flags.contains("failover"))
                 })
-            },
-        );
+                .collect();
+            named = self.servers.iter().position(|s| s.port == ports[0]);
+            ports.iter().all(|p| p.is_some() && *p == ports[0])
+                && named.is_some_and(|i| says_master(&self.servers[i]))
+        });
+        named.unwrap()
     }
 
     /// Brings the old master back as a replica of the new one.
@@ -1223,6 +1227,8 @@ struct Downtime {
     restart_down: Vec<i64>,
     /// Per failover: the cut master's port, when it was cut and when it was killed.
     cuts: Vec<(u16, i64, i64)>,
+    /// Failovers the Sentinels made on their own (of a live master).
+    extra_failovers: usize,
 }
 
 impl Downtime {
@@ -1376,9 +1382,20 @@ fn drive(
         // round starts once every replica does (a reconfiguration still
         // syncing when the master dies leaves no replica to promote).
         group.wait_replicas_follow(master);
-        // The next round starts once every Sentinel names it: one still
-        // naming the dead master votes for no failover of the live one.
-        group.wait_sentinels_name(master);
+        // The next round starts once the Sentinels agree: one still naming
+        // the dead master votes for no failover of the live one. Valkey's
+        // Sentinel may fail over a just promoted replica again while it
+        // runs (two masters for a while): the history goes on with theirs.
+        let named = group.wait_sentinels_agree();
+        if named != master {
+            eprintln!(
+                "  Sentinel failed over again, to {}",
+                group.servers[named].port.unwrap()
+            );
+            downtime.extra_failovers += 1;
+            master = named;
+            group.wait_replicas_follow(master);
+        }
         since = unix_ms();
     }
     downtime
@@ -2093,8 +2110,9 @@ fn sync_history(n: i64, failovers: usize, restarts: usize) -> SyncReport {
         p50_max(&d.restart_down)
     );
     eprintln!(
-        "  grants a cut-off master answered: {}",
-        report.answered_after_cut.len()
+        "  grants a cut-off master answered: {}; failovers the Sentinels made on their own: {}",
+        report.answered_after_cut.len(),
+        d.extra_failovers
     );
     if report.overlaps() > 0 || !report.answered_after_cut.is_empty() {
         print_failover_logs(&group);
