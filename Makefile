@@ -458,13 +458,21 @@ DEMO_PORT ?= 7500
 failover-demo: build $(SERVER_DEPS)
 	WARDEN_SERVER=$(SERVER_BIN) WARDEN_MODULE=$(CURDIR)/$(MODULE) DEMO_PORT=$(DEMO_PORT) scripts/failover-demo.sh
 
-# The history checker through FAILOVERS Sentinel failovers (make test runs 2),
-# and lock unavailability after a failover against grace (0, 2, 4, 8 s).
+# The history checkers through FAILOVERS Sentinel failovers (make test runs 2);
+# the one with warden.sync-replicas 1 (locks, a read-write lock and a semaphore)
+# through SYNC_FAILOVERS failovers and RESTARTS kill -9 restarts of the master
+# from its AOF (make test: 2 and 2); and lock unavailability after a failover
+# against grace (0, 2, 4, 8 s). HISTORY: the tests to run (cargo test filters),
+# e.g. HISTORY=sync for the two sync-replicas histories alone.
 FAILOVERS ?= 8
+SYNC_FAILOVERS ?= 50
+RESTARTS ?= 20
+HISTORY ?= history unavailability
 failover-history: deps venv $(SERVER_DEPS)
 	cargo test --release --test failover --no-run
 	WARDEN_SERVER=$(SERVER_BIN) WARDEN_MODULE=$(CURDIR)/$(TEST_MODULE) WARDEN_HISTORY_FAILOVERS=$(FAILOVERS) \
-		cargo test --release --test failover -- --include-ignored --nocapture --test-threads=1 history unavailability
+		WARDEN_SYNC_HISTORY_FAILOVERS=$(SYNC_FAILOVERS) WARDEN_HISTORY_RESTARTS=$(RESTARTS) \
+		cargo test --release --test failover -- --include-ignored --nocapture --test-threads=1 $(HISTORY)
 
 # Coverage-guided fuzzing of the Bloom codecs (warden's and RedisBloom's) and the argument parsers
 # (FUZZ_SECONDS each). Crashes land in fuzz/artifacts; keep them in

@@ -721,24 +721,47 @@ const NAME: &str = "locks";
 
 impl Group {
     fn start(max_lease_ms: i64, grace_ms: i64) -> Self {
-        let config = vec![
-            "--warden.max-lease".to_string(),
-            max_lease_ms.to_string(),
-            "--warden.grace".to_string(),
-            grace_ms.to_string(),
-        ];
-        let servers: Vec<Server> = (0..3)
-            .map(|_| Server::start_tcp(&["--warden.max-lease", &max_lease_ms.to_string()]))
-            .collect();
+        Self::with(max_lease_ms, &[], &[("warden.grace", grace_ms.to_string())])
+    }
+
+    /// Grants the replicas acknowledged: `warden.sync-replicas` `n` with
+    /// `grace auto` (`n` = 0: grace 0), every server on an AOF fsynced at
+    /// every write, and `min-replicas-max-lag` 1 (a window, where `auto`
+    /// keeps one, is max-lease + 2 s).
+    fn start_sync(max_lease_ms: i64, n: i64) -> Self {
+        let grace = if n > 0 { "auto" } else { "0" };
+        Self::with(
+            max_lease_ms,
+            &[
+                "--appendonly",
+                "yes",
+                "--appendfsync",
+                "always",
+                "--min-replicas-max-lag",
+                "1",
+            ],
+            &[
+                ("warden.grace", grace.to_string()),
+                ("warden.sync-replicas", n.to_string()),
+            ],
+        )
+    }
+
+    /// Servers with `args`, and `settings` set once the replicas follow (a
+    /// starting master would open a window of its own); restarts get both.
+    fn with(max_lease_ms: i64, args: &[&str], settings: &[(&str, String)]) -> Self {
+        let lease = max_lease_ms.to_string();
+        let mut start_args = vec!["--warden.max-lease", lease.as_str()];
+        start_args.extend_from_slice(args);
+        let servers: Vec<Server> = (0..3).map(|_| Server::start_tcp(&start_args)).collect();
         replicate(&servers[0], &servers[1]);
         replicate(&servers[0], &servers[2]);
-        // Set after the start: a starting master would open a window of its own.
-        for s in &servers {
-            run(
-                &mut s.conn(),
-                &["CONFIG", "SET", "warden.grace", &grace_ms.to_string()],
-            )
-            .unwrap();
+        let mut config: Vec<String> = start_args.iter().map(|a| a.to_string()).collect();
+        for (name, value) in settings {
+            for s in &servers {
+                run(&mut s.conn(), &["CONFIG", "SET", name, value]).unwrap();
+            }
+            config.extend([format!("--{name}"), value.clone()]);
         }
         // Replicas stay stopped (while a grant is lost) for less than
         // Sentinel's down-after: a replica it saw as down and promotes may
@@ -750,6 +773,15 @@ impl Group {
             sentinels,
             config,
         }
+    }
+
+    /// Kills the master (kill -9) and starts it again in place, as a master,
+    /// loading what it had written to disk; returns once it answers.
+    fn restart_in_place(&mut self, master: usize) {
+        let mut extra: Vec<&str> = self.config.iter().map(String::as_str).collect();
+        // After the `--replicaof` it rejoined with, if it did.
+        extra.extend(["--replicaof", "no", "one"]);
+        self.servers[master].start_again_with(&extra);
     }
 
     fn sentinel_ports(&self) -> Vec<u16> {
@@ -781,6 +813,14 @@ impl Group {
     /// Kills the master, lets the replicas run again and waits for Sentinel
     /// to name another master; returns it and when it was named (unix ms).
     fn kill_master(&mut self, master: usize) -> (usize, i64) {
+        let (promoted, _, at) = self.kill_master_timed(master);
+        (promoted, at)
+    }
+
+    /// [`Self::kill_master`], also returning when a replica first said it
+    /// was master (unix ms, polled every few ms): (promoted, promoted at,
+    /// named at).
+    fn kill_master_timed(&mut self, master: usize) -> (usize, i64, i64) {
         self.servers[master].stop(false);
         for (i, s) in self.servers.iter().enumerate() {
             if i != master {
@@ -788,7 +828,18 @@ impl Group {
             }
         }
         let mut promoted = master;
+        let mut promoted_at = None;
         wait_for("Sentinel failover", Duration::from_secs(60), || {
+            if promoted_at.is_none() {
+                let now = unix_ms();
+                let servers = self.servers.iter().enumerate();
+                if servers
+                    .into_iter()
+                    .any(|(i, s)| i != master && says_master(s))
+                {
+                    promoted_at = Some(now);
+                }
+            }
             promoted = self.master();
             promoted != master
         });
@@ -796,7 +847,7 @@ impl Group {
         wait_for("new master in role", Duration::from_secs(20), || {
             is_master(&self.servers[promoted])
         });
-        (promoted, at)
+        (promoted, promoted_at.unwrap_or(at), at)
     }
 
     /// Waits until every other server replicates `master` with its link up.
@@ -825,6 +876,28 @@ impl Group {
         }
     }
 
+    /// Waits until every Sentinel names one master, which says it is
+    /// master, and has ended its failover (a leader still reconfiguring
+    /// replicas when the next one starts ends its own later, naming a master
+    /// the others no longer follow); returns it.
+    fn wait_sentinels_agree(&self) -> usize {
+        let mut named = None;
+        wait_for("the Sentinels agreeing", Duration::from_secs(60), || {
+            let ports: Vec<Option<u16>> = self
+                .sentinels
+                .iter()
+                .map(|s| {
+                    let flags = s.master_field(NAME, "flags").unwrap_or_default();
+                    s.master_port(NAME).filter(|_| !flags.contains("failover"))
+                })
+                .collect();
+            named = self.servers.iter().position(|s| s.port == ports[0]);
+            ports.iter().all(|p| p.is_some() && *p == ports[0])
+                && named.is_some_and(|i| says_master(&self.servers[i]))
+        });
+        named.unwrap()
+    }
+
     /// Brings the old master back as a replica of the new one.
     fn rejoin(&mut self, old: usize, new: usize) {
         let port = self.servers[new].port.unwrap().to_string();
@@ -843,6 +916,15 @@ impl Group {
     }
 }
 
+/// Whether `s` says it is master now (false while it cannot answer: a
+/// reconfiguration may close or refuse connections).
+fn says_master(s: &Server) -> bool {
+    let role = redis::Client::open(format!("redis+unix://{}", s.socket().display()))
+        .and_then(|client| client.get_connection())
+        .and_then(|mut c| redis::cmd("ROLE").query::<Vec<Value>>(&mut c));
+    matches!(role.as_deref(), Ok([Value::BulkString(b), ..]) if b == b"master")
+}
+
 /// One grant as the server made it: from the server's clock when it granted
 /// (`TIME` in the same transaction) to the server's clock when it released,
 /// or, if the release failed or found the key gone, the lease end the server
@@ -855,6 +937,8 @@ struct Grant {
     token: i64,
     /// A lock's grant: 1.
     permits: u64,
+    /// A lock's or a writer's grant (a reader's or a semaphore's: false).
+    exclusive: bool,
     start_ms: i64,
     end_ms: i64,
     /// When the reply reached the client (a server that stalls after the grant delays it).
@@ -895,10 +979,49 @@ fn master_link(sentinels: &[u16]) -> Option<(u16, Connection)> {
     try_tcp_conn(port).ok().map(|c| (port, c))
 }
 
-/// A client: acquire (with the lease end and the server's clock, atomically)
-/// → work → release, on whichever master the Sentinels name. It never asks
-/// for a key it may still hold: a re-entrant acquire is the same grant again.
-fn client(id: usize, sentinels: Vec<u16>, ttl_ms: i64, shared: Arc<Shared>) {
+/// `LOCK.ACQUIRE name owner ttl_ms`: the token, the lease end and the
+/// server's clock when it granted (ms), or None (refused). Atomically with
+/// `PEXPIRETIME` and `TIME`; or, where grants wait for replicas (`alone`:
+/// a grant inside `MULTI` is refused then), followed by `PEXPIRETIME` in the
+/// same pipeline — the key is the owner's until its lease ends, so nothing
+/// changes its expiry in between — and the grant's clock is the lease end
+/// less `ttl_ms`.
+fn acquire_lock(
+    c: &mut Connection,
+    name: &str,
+    owner: &str,
+    ttl_ms: i64,
+    alone: bool,
+) -> redis::RedisResult<Option<(i64, i64, i64)>> {
+    if alone {
+        let (token, lease_end): (Option<i64>, i64) = redis::pipe()
+            .cmd("LOCK.ACQUIRE")
+            .arg(name)
+            .arg(owner)
+            .arg(ttl_ms)
+            .cmd("PEXPIRETIME")
+            .arg(name)
+            .query(c)?;
+        return Ok(token.map(|t| (t, lease_end, lease_end - ttl_ms)));
+    }
+    let (token, lease_end, time): (Option<i64>, i64, (i64, i64)) = redis::pipe()
+        .atomic()
+        .cmd("LOCK.ACQUIRE")
+        .arg(name)
+        .arg(owner)
+        .arg(ttl_ms)
+        .cmd("PEXPIRETIME")
+        .arg(name)
+        .cmd("TIME")
+        .query(c)?;
+    Ok(token.map(|t| (t, lease_end, time_ms(time))))
+}
+
+/// A client: acquire (with the lease end and the server's clock) → work →
+/// release, on whichever master the Sentinels name. It never asks for a key
+/// it may still hold: a re-entrant acquire is the same grant again. `alone`:
+/// see [`acquire_lock`].
+fn client(id: usize, sentinels: Vec<u16>, ttl_ms: i64, shared: Arc<Shared>, alone: bool) {
     let mut link: Option<(u16, Connection)> = None;
     let mut turn = id;
     // Per key: until when a grant this client could not release may still be held.
@@ -923,20 +1046,11 @@ fn client(id: usize, sentinels: Vec<u16>, ttl_ms: i64, shared: Arc<Shared>) {
         // leaves this grant in the new master's dataset, and the same owner
         // asking again would re-enter it instead of taking a new grant.
         let owner = format!("client{id}.{turn}");
-        let reply: redis::RedisResult<(Option<i64>, i64, (i64, i64))> = redis::pipe()
-            .atomic()
-            .cmd("LOCK.ACQUIRE")
-            .arg(&name)
-            .arg(&owner)
-            .arg(ttl_ms)
-            .cmd("PEXPIRETIME")
-            .arg(&name)
-            .cmd("TIME")
-            .query(c);
+        let reply = acquire_lock(c, &name, &owner, ttl_ms, alone);
         let reply_ms = unix_ms();
         let (token, lease_end, start_ms) = match reply {
-            Ok((Some(token), lease_end, time)) => (token, lease_end, time_ms(time)),
-            Ok((None, _, _)) => {
+            Ok(Some(grant)) => grant,
+            Ok(None) => {
                 std::thread::sleep(Duration::from_millis(5));
                 continue;
             }
@@ -979,6 +1093,7 @@ fn client(id: usize, sentinels: Vec<u16>, ttl_ms: i64, shared: Arc<Shared>) {
             port,
             token,
             permits: 1,
+            exclusive: true,
             start_ms,
             end_ms,
             reply_ms,
@@ -1049,10 +1164,10 @@ fn history(ttl_ms: i64, grace_ms: i64, failovers: usize) -> Report {
     let clients: Vec<_> = (0..4)
         .map(|id| {
             let (ports, shared) = (group.sentinel_ports(), shared.clone());
-            std::thread::spawn(move || client(id, ports, ttl_ms, shared))
+            std::thread::spawn(move || client(id, ports, ttl_ms, shared, false))
         })
         .collect();
-    let unavailable_ms = drive_failovers(&mut group, &shared, failovers, 300);
+    let unavailable_ms = drive(&mut group, &[&shared], failovers, 0, Loss::Grant(300)).promotions;
     shared.stop.store(true, Ordering::Relaxed);
     for c in clients {
         c.join().unwrap();
@@ -1086,57 +1201,204 @@ fn history(ttl_ms: i64, grace_ms: i64, failovers: usize) -> Report {
     report
 }
 
-/// Takes the group through `failovers` Sentinel failovers while the clients
-/// run, each losing grants: cuts the master off its replicas, kills it once a
-/// client holds a grant made `lost_after_ms` after the cut, and waits for a grant on the
-/// promoted master. Returns, per failover, the ms from the Sentinels naming
-/// the new master to its first grant.
-fn drive_failovers(
-    group: &mut Group,
-    shared: &Shared,
-    failovers: usize,
-    lost_after_ms: i64,
-) -> Vec<i64> {
-    let grants_on = |port: u16, after: i64| {
-        shared
-            .grants
-            .lock()
-            .unwrap()
+/// What a failover round waits for once the master is cut off from its replicas.
+#[derive(Clone, Copy)]
+enum Loss {
+    /// A client holds a grant made this many ms after the cut: answered by
+    /// the master and lost with it, its lease outliving the key's older ones.
+    Grant(i64),
+    /// The master took back a grant no replica acknowledged (its
+    /// `sync_timeouts` rose): with `sync-replicas`, no grant made after the
+    /// cut is ever answered.
+    TakenBack,
+}
+
+/// What the rounds measured: ms to the first grant, and the cuts.
+#[derive(Debug, Default)]
+struct Downtime {
+    /// Per failover: from the Sentinels naming the new master to its first grant.
+    promotions: Vec<i64>,
+    /// Per failover: from the promoted replica first saying it is master
+    /// (`ROLE`, polled) to its first grant.
+    from_role: Vec<i64>,
+    /// Per restart: from the restarted master answering again to its first grant.
+    restarts: Vec<i64>,
+    /// Per restart: from the kill to the restarted master answering.
+    restart_down: Vec<i64>,
+    /// Per failover: the cut master's port, when it was cut and when it was killed.
+    cuts: Vec<(u16, i64, i64)>,
+    /// Failovers the Sentinels made on their own (of a live master).
+    extra_failovers: usize,
+}
+
+impl Downtime {
+    /// Grants answered by a master made after it was cut off from its
+    /// replicas (start 2 ms past the cut: a grant's clock is read to the ms).
+    fn answered_after_cut(&self, grants: &[Grant]) -> Vec<Grant> {
+        grants
             .iter()
-            .filter(|g| g.port == port && g.start_ms > after)
-            .map(|g| g.start_ms)
+            .filter(|g| {
+                self.cuts.iter().any(|&(port, cut, killed)| {
+                    g.port == port && g.start_ms > cut + 2 && g.start_ms <= killed
+                })
+            })
+            .cloned()
+            .collect()
+    }
+}
+
+/// "p50 … ms, max … ms" of `ms` (nearest rank).
+fn p50_max(ms: &[i64]) -> String {
+    let mut sorted = ms.to_vec();
+    sorted.sort_unstable();
+    match sorted.last() {
+        None => "none".to_string(),
+        Some(max) => format!("p50 {} ms, max {max} ms", sorted[(sorted.len() - 1) / 2]),
+    }
+}
+
+/// Takes the group through `failovers` Sentinel failovers while the clients
+/// run (each cutting the master off its replicas, waiting for `loss`,
+/// killing it and waiting for a grant on the promoted master), and before
+/// the first `restarts` of them a kill -9 of the master and its restart in
+/// place from its AOF (well within Sentinel's down-after: no failover),
+/// waiting for a grant on it. `kinds`: the grants of every client kind.
+fn drive(
+    group: &mut Group,
+    kinds: &[&Shared],
+    failovers: usize,
+    restarts: usize,
+    loss: Loss,
+) -> Downtime {
+    let grants_on = |port: u16, after: i64| {
+        kinds
+            .iter()
+            .flat_map(|k| {
+                k.grants
+                    .lock()
+                    .unwrap()
+                    .iter()
+                    .filter(|g| g.port == port && g.start_ms > after)
+                    .map(|g| g.start_ms)
+                    .min()
+            })
             .min()
     };
-    let mut unavailable_ms = Vec::new();
+    let holding_since = || {
+        kinds
+            .iter()
+            .map(|k| k.holding_since.load(Ordering::Relaxed))
+            .max()
+            .unwrap_or(0)
+    };
+    // Every kind was granted on `port` after `since`: each round's history
+    // has all of them.
+    let every_kind_on = |port: u16, since: i64| {
+        kinds.iter().all(|k| {
+            k.grants
+                .lock()
+                .unwrap()
+                .iter()
+                .any(|g| g.port == port && g.start_ms > since)
+        })
+    };
+    let mut downtime = Downtime::default();
     let mut master = group.master();
-    for _ in 0..failovers {
+    let mut since = 0;
+    for round in 0..failovers.max(restarts) {
         let port = group.servers[master].port.unwrap();
         wait_for("grants on the master", Duration::from_secs(30), || {
-            grants_on(port, 0).is_some()
+            every_kind_on(port, since)
         });
+        if round < restarts {
+            let killed = unix_ms();
+            group.restart_in_place(master);
+            let up = unix_ms();
+            wait_for("a grant after the restart", Duration::from_secs(60), || {
+                grants_on(port, up).is_some()
+            });
+            let first = grants_on(port, up).unwrap() - up;
+            eprintln!(
+                "restarted {port}: killed at {killed}, answering at {up}, first grant {first} ms later"
+            );
+            downtime.restarts.push(first);
+            downtime.restart_down.push(up - killed);
+            assert_eq!(group.master(), master, "Sentinel failed over a restart");
+            group.wait_replicas_follow(master);
+            since = unix_ms();
+            wait_for("grants after the restart", Duration::from_secs(30), || {
+                every_kind_on(port, since)
+            });
+        }
+        if round >= failovers {
+            continue;
+        }
         group.isolate(master);
-        // Kill the master while a client holds a grant made well after the
-        // cut: it is lost, and its lease outlives the key's older ones.
         let cut = unix_ms();
-        wait_for("a lost grant", Duration::from_secs(30), || {
-            shared.holding_since.load(Ordering::Relaxed) > cut + lost_after_ms
-        });
+        match loss {
+            // Kill the master while a client holds a grant made well after
+            // the cut: it is lost, and its lease outlives the key's older ones.
+            Loss::Grant(after_ms) => {
+                wait_for("a lost grant", Duration::from_secs(30), || {
+                    holding_since() > cut + after_ms
+                });
+            }
+            Loss::TakenBack => {
+                let mut m = group.servers[master].conn();
+                let before = warden_stat(&mut m, "sync_timeouts");
+                // A grant of its own, answered nil: the replicas stay
+                // stopped well within Sentinel's down-after even while the
+                // clients' keys are held by leases a restart left.
+                let probe = format!("probe{round}");
+                assert!(
+                    is_nil(&mut m, &["LOCK.ACQUIRE", &probe, "driver", "1000"]),
+                    "a grant no replica acknowledged was answered"
+                );
+                let deadline = Instant::now() + Duration::from_millis(800);
+                while warden_stat(&mut m, "sync_timeouts") < before + 2 && Instant::now() < deadline
+                {
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+            }
+        }
         let killed = unix_ms();
-        let (promoted, at) = group.kill_master(master);
+        downtime.cuts.push((port, cut, killed));
+        eprintln!("cut {port} at {cut}, killed at {killed}");
+        let (promoted, role_at, at) = group.kill_master_timed(master);
         let new_port = group.servers[promoted].port.unwrap();
-        eprintln!("cut {port} at {cut}, killed at {killed}; {new_port} named master at {at}");
         wait_for("a grant on the new master", Duration::from_secs(60), || {
             grants_on(new_port, at).is_some()
         });
-        unavailable_ms.push(grants_on(new_port, at).unwrap() - at);
+        let first = grants_on(new_port, at).unwrap();
+        eprintln!(
+            "  {new_port} master at {role_at}, named at {at}, first grant {} ms after it",
+            first - at
+        );
+        downtime.promotions.push(first - at);
+        downtime.from_role.push(first - role_at);
         group.rejoin(master, promoted);
         master = promoted;
         // Sentinel promotes only a replica that follows the master: the next
         // round starts once every replica does (a reconfiguration still
         // syncing when the master dies leaves no replica to promote).
         group.wait_replicas_follow(master);
+        // The next round starts once the Sentinels agree: one still naming
+        // the dead master votes for no failover of the live one. Valkey's
+        // Sentinel may fail over a just promoted replica again while it
+        // runs (two masters for a while): the history goes on with theirs.
+        let named = group.wait_sentinels_agree();
+        if named != master {
+            eprintln!(
+                "  Sentinel failed over again, to {}",
+                group.servers[named].port.unwrap()
+            );
+            downtime.extra_failovers += 1;
+            master = named;
+            group.wait_replicas_follow(master);
+        }
+        since = unix_ms();
     }
-    unavailable_ms
+    downtime
 }
 
 /// The lines of the Sentinels' and servers' logs that tell a failover's story.
@@ -1458,6 +1720,7 @@ fn pool_client(id: usize, sentinels: Vec<u16>, max_lease_ms: i64, shared: Arc<Sh
             port,
             token,
             permits,
+            exclusive: false,
             start_ms,
             end_ms,
             reply_ms,
@@ -1506,7 +1769,7 @@ fn pool_history(max_lease_ms: i64, grace_ms: i64, failovers: usize) -> PoolRepor
     // The lost hold is granted 1.5 s after the cut, for at least 3/4 of
     // max-lease: holds the new master still counts (their releases were
     // lost) end well before it does.
-    let unavailable_ms = drive_failovers(&mut group, &shared, failovers, 1500);
+    let unavailable_ms = drive(&mut group, &[&shared], failovers, 0, Loss::Grant(1500)).promotions;
     shared.stop.store(true, Ordering::Relaxed);
     for c in clients {
         c.join().unwrap();
@@ -1590,6 +1853,339 @@ fn semaphore_history_checker_catches_the_excess_without_grace() {
     assert!(
         over > 0,
         "without grace the lost holds and the new master's grants exceed the limit, \
+         and the checker must see it"
+    );
+}
+
+// ---------------------------------------------------------------------------
+// Grants the replicas acknowledged: locks, read-write locks and a semaphore
+// through Sentinel failovers and restarts from disk
+
+/// The read-write lock every rw client asks for.
+const RW: &str = "rw";
+
+/// A client of the read-write lock: a read (two in three) or a write lock
+/// without `WAIT` → work → unlock, on whichever master the Sentinels name. A
+/// fresh owner per request.
+fn rw_client(id: usize, sentinels: Vec<u16>, ttl_ms: i64, shared: Arc<Shared>) {
+    let mut dice = Dice::new(id + 1000);
+    let mut link: Option<(u16, Connection)> = None;
+    let mut turn = 0;
+    while !shared.stop.load(Ordering::Relaxed) {
+        let Some((port, c)) = link.as_mut() else {
+            link = master_link(&sentinels);
+            if link.is_none() {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            continue;
+        };
+        let port = *port;
+        turn += 1;
+        let owner = format!("rw{id}.{turn}");
+        let write = dice.roll(3) == 0;
+        let command = if write { "RWLOCK.WRITE" } else { "RWLOCK.READ" };
+        let reply: redis::RedisResult<Option<i64>> =
+            redis::cmd(command).arg(RW).arg(&owner).arg(ttl_ms).query(c);
+        let reply_ms = unix_ms();
+        let token = match reply {
+            Ok(Some(token)) => token,
+            Ok(None) => {
+                std::thread::sleep(Duration::from_millis(5));
+                continue;
+            }
+            Err(_) => {
+                link = None;
+                continue;
+            }
+        };
+        // The server's clock at the grant: a token is drawn with the grant,
+        // at least `unix_ms << 10` and ahead of it only past 1024 grants a ms.
+        let start_ms = token >> 10;
+        let lease_end = start_ms + ttl_ms;
+        shared.holding_since.store(start_ms, Ordering::Relaxed);
+        std::thread::sleep(Duration::from_millis(50 + dice.roll(150)));
+        let released: redis::RedisResult<(i64, (i64, i64))> = redis::pipe()
+            .atomic()
+            .cmd("RWLOCK.UNLOCK")
+            .arg(RW)
+            .arg(&owner)
+            .cmd("TIME")
+            .query(c);
+        let end_ms = match released {
+            Ok((1, time)) => time_ms(time).min(lease_end),
+            // Its lease ended first, or the hold was lost with a master.
+            Ok(_) => lease_end,
+            Err(_) => {
+                link = None;
+                lease_end
+            }
+        };
+        shared.grants.lock().unwrap().push(Grant {
+            key: 0,
+            owner,
+            port,
+            token,
+            permits: 1,
+            exclusive: write,
+            start_ms,
+            end_ms,
+            reply_ms,
+        });
+    }
+}
+
+/// Pairs of grants of the read-write lock to different owners, one of them
+/// a writer, that overlap (1 ms of clock rounding allowed: a start read from
+/// a token may be a ms late).
+fn rw_conflicts(grants: &[Grant]) -> Vec<(Grant, Grant)> {
+    let mut sorted = grants.to_vec();
+    sorted.sort_by_key(|g| (g.start_ms, g.token));
+    let mut conflicts = Vec::new();
+    for (i, a) in sorted.iter().enumerate() {
+        for b in sorted[i + 1..]
+            .iter()
+            .take_while(|b| b.start_ms < a.end_ms - 1)
+        {
+            if (a.exclusive || b.exclusive) && a.owner != b.owner {
+                conflicts.push((a.clone(), b.clone()));
+            }
+        }
+    }
+    conflicts
+}
+
+/// Grants whose token is not above the one the same client was granted
+/// before (its owners are `<client>.<turn>`, recorded in order): tokens rise
+/// across failovers and restarts.
+fn per_client_regressions(grants: &[Grant]) -> usize {
+    let mut last: std::collections::HashMap<&str, i64> = Default::default();
+    let mut regressions = 0;
+    for g in grants {
+        let client = g.owner.split('.').next().unwrap_or_default();
+        if let Some(before) = last.insert(client, g.token) {
+            regressions += usize::from(g.token <= before);
+        }
+    }
+    regressions
+}
+
+/// What one kind's clients saw, checked.
+#[derive(Debug, Default)]
+struct Checked {
+    grants: usize,
+    /// Two holders at once (locks, a writer with anyone), or instants above
+    /// the semaphore's limit.
+    overlaps: usize,
+    token_regressions: usize,
+    misreplies: Vec<String>,
+}
+
+struct SyncReport {
+    lock: Checked,
+    rwlock: Checked,
+    semaphore: Checked,
+    downtime: Downtime,
+    /// Grants answered by a cut-off master, made after the cut.
+    answered_after_cut: Vec<Grant>,
+}
+
+impl SyncReport {
+    fn overlaps(&self) -> usize {
+        self.lock.overlaps + self.rwlock.overlaps + self.semaphore.overlaps
+    }
+}
+
+/// Locks (3 clients on 2 keys), a read-write lock (3 clients) and a
+/// semaphore (4 clients) on one Sentinel group with `sync-replicas` `n`
+/// (`grace auto`; with `n` = 0, grace 0), through `restarts` kill -9
+/// restarts of the master from its AOF and `failovers` failovers. With `n`
+/// ≥ 1 a failover's cut-off master answers no grant: each round waits for
+/// one taken back; with 0, for a grant that is lost.
+fn sync_history(n: i64, failovers: usize, restarts: usize) -> SyncReport {
+    const MAX_LEASE: i64 = 4000;
+    let mut group = Group::start_sync(MAX_LEASE, n);
+    let (locks, rws, pool) = (
+        Arc::new(Shared::default()),
+        Arc::new(Shared::default()),
+        Arc::new(Shared::default()),
+    );
+    let ports = group.sentinel_ports();
+    let mut clients = Vec::new();
+    for id in 0..3 {
+        let (sentinels, shared) = (ports.clone(), locks.clone());
+        clients.push(std::thread::spawn(move || {
+            client(id, sentinels, MAX_LEASE, shared, true)
+        }));
+        let (sentinels, shared) = (ports.clone(), rws.clone());
+        clients.push(std::thread::spawn(move || {
+            rw_client(id, sentinels, MAX_LEASE, shared)
+        }));
+    }
+    for id in 0..4 {
+        let (sentinels, shared) = (ports.clone(), pool.clone());
+        clients.push(std::thread::spawn(move || {
+            pool_client(id, sentinels, MAX_LEASE, shared)
+        }));
+    }
+    let loss = if n > 0 {
+        Loss::TakenBack
+    } else {
+        Loss::Grant(300)
+    };
+    let downtime = drive(
+        &mut group,
+        &[&locks, &rws, &pool],
+        failovers,
+        restarts,
+        loss,
+    );
+    for shared in [&locks, &rws, &pool] {
+        shared.stop.store(true, Ordering::Relaxed);
+    }
+    for c in clients {
+        c.join().unwrap();
+    }
+    let grants = |s: &Shared| s.grants.lock().unwrap().clone();
+    let (lock_grants, rw_grants, pool_grants) = (grants(&locks), grants(&rws), grants(&pool));
+    let (lock_overlaps, lock_regressions) = check(&lock_grants);
+    let rw_overlaps = rw_conflicts(&rw_grants);
+    let (_, pool_regressions) = check(&pool_grants);
+    let pool_over = over_limit(&pool_grants, POOL_LIMIT);
+    let all: Vec<Grant> = [&lock_grants, &rw_grants, &pool_grants]
+        .into_iter()
+        .flatten()
+        .cloned()
+        .collect();
+    let report = SyncReport {
+        lock: Checked {
+            grants: lock_grants.len(),
+            overlaps: lock_overlaps.len(),
+            token_regressions: lock_regressions,
+            misreplies: locks.misreplies.lock().unwrap().clone(),
+        },
+        rwlock: Checked {
+            grants: rw_grants.len(),
+            overlaps: rw_overlaps.len(),
+            token_regressions: per_client_regressions(&rw_grants),
+            misreplies: rws.misreplies.lock().unwrap().clone(),
+        },
+        semaphore: Checked {
+            grants: pool_grants.len(),
+            overlaps: pool_over.len(),
+            token_regressions: pool_regressions,
+            misreplies: pool.misreplies.lock().unwrap().clone(),
+        },
+        answered_after_cut: downtime.answered_after_cut(&all),
+        downtime,
+    };
+    eprintln!(
+        "sync history sync-replicas={n}, grace {}: {failovers} failovers, {restarts} restarts",
+        if n > 0 { "auto" } else { "0" }
+    );
+    for (kind, c) in [
+        ("lock", &report.lock),
+        ("read-write lock", &report.rwlock),
+        ("semaphore", &report.semaphore),
+    ] {
+        eprintln!(
+            "  {kind}: {} grants, {} overlaps, {} token regressions, {} misplaced replies",
+            c.grants,
+            c.overlaps,
+            c.token_regressions,
+            c.misreplies.len()
+        );
+    }
+    let d = &report.downtime;
+    eprintln!(
+        "  first grant after a promotion, from the Sentinels naming it: {} {:?}; \
+         from the replica's role change: {}",
+        p50_max(&d.promotions),
+        d.promotions,
+        p50_max(&d.from_role)
+    );
+    eprintln!(
+        "  first grant after a restart (from it answering again): {} {:?}; kill to answering: {}",
+        p50_max(&d.restarts),
+        d.restarts,
+        p50_max(&d.restart_down)
+    );
+    eprintln!(
+        "  grants a cut-off master answered: {}; failovers the Sentinels made on their own: {}",
+        report.answered_after_cut.len(),
+        d.extra_failovers
+    );
+    if report.overlaps() > 0 || !report.answered_after_cut.is_empty() {
+        print_failover_logs(&group);
+    }
+    for (a, b) in lock_overlaps.iter().chain(&rw_overlaps).take(5) {
+        eprintln!("  overlap: {a:?}\n       and {b:?}");
+    }
+    for at in pool_over.iter().take(3) {
+        eprintln!("  above the limit: {at:?}");
+    }
+    for g in report.answered_after_cut.iter().take(5) {
+        eprintln!("  answered after the cut: {g:?}");
+    }
+    report
+}
+
+/// WARDEN_SYNC_HISTORY_FAILOVERS, else WARDEN_HISTORY_FAILOVERS, else 2.
+fn sync_failovers() -> usize {
+    std::env::var("WARDEN_SYNC_HISTORY_FAILOVERS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(failovers)
+}
+
+/// WARDEN_HISTORY_RESTARTS, else 2.
+fn restarts() -> usize {
+    std::env::var("WARDEN_HISTORY_RESTARTS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(2)
+}
+
+#[test]
+fn sync_replicas_history_through_failovers_and_restarts_has_no_overlap() {
+    let report = sync_history(1, sync_failovers(), restarts());
+    for (kind, c) in [
+        ("lock", &report.lock),
+        ("read-write lock", &report.rwlock),
+        ("semaphore", &report.semaphore),
+    ] {
+        assert!(c.grants > 0, "{kind}: no grant");
+        assert_eq!(c.overlaps, 0, "{kind}: two holders at once");
+        assert_eq!(c.token_regressions, 0, "{kind}");
+        assert!(c.misreplies.is_empty(), "{kind}: {:?}", c.misreplies);
+    }
+    assert!(
+        report.answered_after_cut.is_empty(),
+        "a grant no replica acknowledged was answered: {:?}",
+        report.answered_after_cut
+    );
+}
+
+#[test]
+fn sync_history_checker_catches_the_overlap_without_sync_replicas_or_grace() {
+    // As for locks alone: whether a client reaches a lost grant's key while
+    // its lease still runs depends on how long the failover takes here.
+    let mut overlaps = 0;
+    for _ in 0..3 {
+        let report = sync_history(0, failovers(), restarts());
+        for c in [&report.lock, &report.rwlock, &report.semaphore] {
+            assert_eq!(c.token_regressions, 0, "tokens still rise");
+            assert!(c.misreplies.is_empty(), "{:?}", c.misreplies);
+        }
+        // Each round waited for such a grant: the checker sees them.
+        assert!(!report.answered_after_cut.is_empty());
+        overlaps = report.overlaps();
+        if overlaps > 0 {
+            break;
+        }
+    }
+    assert!(
+        overlaps > 0,
+        "without sync-replicas or grace a lost grant gives a key to two clients, \
          and the checker must see it"
     );
 }
