@@ -403,9 +403,7 @@ extern "C" fn error_rate_set(
     _privdata: *mut c_void,
     err: *mut *mut raw::RedisModuleString,
 ) -> c_int {
-    let mut len = 0;
-    let text = raw::string_ptr_len(value, &mut len);
-    let bytes = unsafe { std::slice::from_raw_parts(text.cast::<u8>(), len) };
+    let bytes = bytes_of(value);
     let Some(rate) = parse_float(bytes).filter(|r| valid_rate(*r)) else {
         return refuse(
             err,
@@ -421,6 +419,13 @@ extern "C" fn error_rate_set(
     BF_ERROR_RATE.set(rate);
     keep_text(&ERROR_RATE_TEXT, value);
     raw::REDISMODULE_OK as c_int
+}
+
+/// The bytes of a string Redis hands a config setter (alive for the call).
+fn bytes_of<'a>(value: *mut raw::RedisModuleString) -> &'a [u8] {
+    let mut len = 0;
+    let text = raw::string_ptr_len(value, &mut len);
+    unsafe { std::slice::from_raw_parts(text.cast::<u8>(), len) }
 }
 
 /// Keeps a copy of `value` as what `CONFIG GET` shows, freeing the one before.
@@ -448,9 +453,7 @@ extern "C" fn grace_set(
     _privdata: *mut c_void,
     err: *mut *mut raw::RedisModuleString,
 ) -> c_int {
-    let mut len = 0;
-    let text = raw::string_ptr_len(value, &mut len);
-    let bytes = unsafe { std::slice::from_raw_parts(text.cast::<u8>(), len) };
+    let bytes = bytes_of(value);
     let Some(grace) = Grace::parse(bytes) else {
         return refuse(err, &invalid(GRACE_NAME, &crate::error::printable(bytes)));
     };
