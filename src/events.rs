@@ -37,6 +37,9 @@ pub enum Server {
     Loaded,
     /// Loading an AOF began.
     LoadingAof,
+    /// A full sync from this replica's master began loading (its RDB
+    /// replaces the dataset; the replication stream before it is gone).
+    LoadingSync,
     /// This server became a master (`master`) or a replica.
     Role { master: bool },
     /// A client disconnected.
@@ -135,6 +138,11 @@ unsafe fn decode(id: u64, subevent: u64, data: *mut c_void) -> Option<Server> {
             if subevent == raw::REDISMODULE_SUBEVENT_LOADING_AOF_START =>
         {
             Some(Server::LoadingAof)
+        }
+        raw::REDISMODULE_EVENT_LOADING
+            if subevent == raw::REDISMODULE_SUBEVENT_LOADING_REPL_START =>
+        {
+            Some(Server::LoadingSync)
         }
         raw::REDISMODULE_EVENT_REPLICATION_ROLE_CHANGED => Some(Server::Role {
             master: subevent == raw::REDISMODULE_EVENT_REPLROLECHANGED_NOW_MASTER,

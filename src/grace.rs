@@ -321,6 +321,7 @@ fn on_watch(ctx: &Context, _: ()) {
 fn on_server(ctx: *mut raw::RedisModuleCtx, event: &Server) {
     match event {
         Server::LoadingAof if STARTING.get() => crate::roster::loading_aof(),
+        Server::LoadingSync => crate::roster::full_sync_started(&Context::new(ctx)),
         Server::Loaded => on_loaded(&Context::new(ctx)),
         Server::Role { master } => on_role_change(&Context::new(ctx), *master),
         _ => {}

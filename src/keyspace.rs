@@ -220,8 +220,12 @@ pub fn effects_only(ctx: &Context) -> Result<(), RedisError> {
 /// effect is sent. The AOF is either on at load (effects are sent from the
 /// start) or switched on later, which starts a rewrite, which forks: no flags
 /// are read per effect.
-pub fn effects_needed(_ctx: &Context) -> bool {
-    LISTENERS.load(Ordering::Relaxed)
+pub fn effects_needed(ctx: &Context) -> bool {
+    let needed = LISTENERS.load(Ordering::Relaxed);
+    if needed {
+        crate::roster::before_effect(ctx);
+    }
+    needed
 }
 
 static LISTENERS: AtomicBool = AtomicBool::new(false);

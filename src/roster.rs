@@ -19,6 +19,17 @@
 //! is not named, N was below the roster, the marker came from another
 //! history, none came), the window opens as with a fixed `grace`.
 //!
+//! A replica forgets its marker when a full sync from its master begins: the
+//! RDB carries no marker, so one held from before the sync could name this
+//! replica under a roster it no longer knows (a member added while it was
+//! away, whose marker it never read). Until the master sends its marker
+//! again (after the sync's fork ends) a promotion opens the window.
+//!
+//! Members are addresses, and two replicas may announce the same one (a
+//! copied `replica-announce-port`): the roster counts each address as many
+//! times as it was seen online at once, and a roster that cannot tell two
+//! members apart promises nothing (its markers say N = 0: a window).
+//!
 //! A restart loses nothing when the server loads its AOF, `appendfsync` is
 //! `always`, and the last marker in that AOF says it was `always` when
 //! written (markers are written at every start, every change of
@@ -74,7 +85,10 @@ impl Marker {
 /// The master's roster (see the module comment).
 #[derive(Default)]
 struct Roster {
+    /// Each address as many times as it was seen online at once.
     members: Vec<String>,
+    /// Two online replicas shared an address: markers promise nothing.
+    ambiguous: bool,
     /// N and the roster's size as last written (None: nothing written yet).
     written: Option<(i64, usize)>,
     /// The marker for the roster as it is now has been written.
@@ -126,6 +140,51 @@ fn guaranteed((n, size): (i64, usize)) -> bool {
     size > 0 && n >= size as i64
 }
 
+/// How often `addr` is in `list`.
+fn count<'a>(list: impl IntoIterator<Item = &'a String>, addr: &str) -> usize {
+    list.into_iter().filter(|a| *a == addr).count()
+}
+
+impl Roster {
+    /// Takes in the replicas online now: an address seen more often at once
+    /// than the roster holds it is added again (and makes the roster
+    /// ambiguous). Whether the roster changed.
+    fn take_in(&mut self, online: &[(String, i64)]) -> bool {
+        let mut changed = false;
+        for (addr, _) in online {
+            let now = count(online.iter().map(|(a, _)| a), addr);
+            let known = count(&self.members, addr);
+            if now > known {
+                self.members.extend((known..now).map(|_| addr.clone()));
+                changed = true;
+            }
+            if now > 1 && !self.ambiguous {
+                self.ambiguous = true;
+                changed = true;
+            }
+        }
+        changed
+    }
+
+    /// The N a marker written now states: none where members cannot be told apart.
+    fn promised_n(&self, n: i64) -> i64 {
+        if self.ambiguous {
+            0
+        } else {
+            n
+        }
+    }
+}
+
+/// Whether every one of `members` (each address as often as listed) has
+/// acknowledged `at` among the replicas online now.
+fn all_acknowledged(members: &[String], online: &[(String, i64)], at: i64) -> bool {
+    members.iter().all(|m| {
+        let acked = online.iter().filter(|(a, o)| a == m && *o >= at).count();
+        acked >= count(members, m)
+    })
+}
+
 thread_local! {
     static ROSTER: RefCell<Roster> = RefCell::new(Roster::default());
     static SEEN: RefCell<Seen> = RefCell::new(Seen::default());
@@ -141,19 +200,24 @@ pub fn floor(ctx: *mut raw::RedisModuleCtx, view: &Replication) -> Option<i64> {
     let n = SYNC_REPLICAS.load(Ordering::Relaxed);
     let (arm, ok) = ROSTER.with(|r| {
         let mut r = r.borrow_mut();
-        for (addr, _) in &view.replicas {
-            if !r.members.contains(addr) {
-                r.members.push(addr.clone());
-                r.marked = false;
-            }
+        let was_ambiguous = r.ambiguous;
+        if r.take_in(&view.replicas) {
+            r.marked = false;
         }
-        if r.written.is_some_and(|(w, _)| w != n) {
+        if r.ambiguous && !was_ambiguous {
+            Context::new(ctx).log_warning(
+                "grace auto: two replicas announce the same address: the roster cannot tell \
+                 them apart, so no promotion skips the window (set each replica's \
+                 replica-announce-ip/port to its own address)",
+            );
+        }
+        let promised_n = r.promised_n(n);
+        if r.written.is_some_and(|(w, _)| w != promised_n) {
             r.marked = false;
         }
         if let Some((before, offset)) = r.barrier.as_mut() {
             let at = *offset.get_or_insert(view.offset);
-            let acked = |m: &String| view.replicas.iter().any(|(a, o)| a == m && *o >= at);
-            if before.iter().all(acked) {
+            if all_acknowledged(before, &view.replicas, at) {
                 r.barrier = None;
                 PROMISED.store(r.written.is_some_and(guaranteed), Ordering::Relaxed);
             }
@@ -180,10 +244,10 @@ fn write_marker(ctx: &Context, _: ()) {
             ctx.create_timer(Duration::from_millis(10), write_marker, ());
             return;
         }
-        let n = SYNC_REPLICAS.load(Ordering::Relaxed);
         let members = ROSTER.with(|r| {
             let mut r = r.borrow_mut();
             r.timer = false;
+            let n = r.promised_n(SYNC_REPLICAS.load(Ordering::Relaxed));
             let size = r.members.len();
             if let Some(before) = r.written {
                 if guaranteed(before) && !guaranteed((n, size)) {
@@ -198,9 +262,13 @@ fn write_marker(ctx: &Context, _: ()) {
             );
             r.marked = true;
             r.marked_at = None;
-            r.members.join(",")
+            (n, r.members.join(","))
         });
-        replicate(ctx, n, appendfsync_always(ctx), &members);
+        // A full sync's fork must send it again (see `child_ended`).
+        ROSTER_WRITTEN.store(true, Ordering::Relaxed);
+        crate::keyspace::hear_forks();
+        DURABILITY_UNMARKED.store(false, Ordering::Relaxed);
+        replicate(ctx, members.0, appendfsync_always(ctx), &members.1);
     })
 }
 
@@ -469,12 +537,40 @@ pub fn stop_watching() {
     PROOF.with(|p| *p.borrow_mut() = None);
 }
 
+/// Set once this master wrote a roster marker (`sync-replicas` N ≥ 1, on
+/// any `grace`): its replicas may be on `grace auto` and rely on it, so a
+/// full sync's fork sends it again.
+static ROSTER_WRITTEN: AtomicBool = AtomicBool::new(false);
+
+/// A marker was due (a durability change, the end of a fork) while writes
+/// were paused: the next effect writes it first ([`before_effect`]), or a
+/// retry once writes resume. While it is unwritten, the replicas' and the
+/// AOF's last marker may say what is no longer true (`appendfsync always`,
+/// a roster a full sync dropped).
+static DURABILITY_UNMARKED: AtomicBool = AtomicBool::new(false);
+
+/// Whether markers outside the roster's own changes are wanted: for a
+/// restart under `grace auto`, or for replicas that may be on it.
+fn wants_markers() -> bool {
+    GRACE_AUTO.load(Ordering::Relaxed) || ROSTER_WRITTEN.load(Ordering::Relaxed)
+}
+
 /// A marker now, where `grace auto` restarts rely on it: after the start's
-/// load, on a change of `appendonly`/`appendfsync`, after an AOF rewrite.
+/// load, on a change of `appendonly`/`appendfsync`, after an AOF rewrite or
+/// a full sync's fork. While writes are paused it is written by the first
+/// effect after them, or by a retry: never after a grant made under what it
+/// says.
 pub fn mark_durability(ctx: &Context) {
-    if !GRACE_AUTO.load(Ordering::Relaxed) || ctx.get_flags().contains(ContextFlags::SLAVE) {
+    if !wants_markers() || ctx.get_flags().contains(ContextFlags::SLAVE) {
         return;
     }
+    if !crate::waiters::may_write(ctx) {
+        if !DURABILITY_UNMARKED.swap(true, Ordering::Relaxed) {
+            ctx.create_timer(Duration::from_millis(10), retry_marker, ());
+        }
+        return;
+    }
+    DURABILITY_UNMARKED.store(false, Ordering::Relaxed);
     let (n, members) = ROSTER.with(|r| {
         let r = r.borrow();
         (
@@ -482,20 +578,56 @@ pub fn mark_durability(ctx: &Context) {
             r.members[..r.written.map_or(0, |(_, size)| size)].join(","),
         )
     });
-    if crate::waiters::may_write(ctx) {
-        replicate(ctx, n, appendfsync_always(ctx), &members);
+    replicate(ctx, n, appendfsync_always(ctx), &members);
+}
+
+/// Writes a marker that paused writes held back, once they resume.
+fn retry_marker(ctx: &Context, _: ()) {
+    crate::guard::callback((), || {
+        if ctx.get_flags().contains(ContextFlags::SLAVE) {
+            DURABILITY_UNMARKED.store(false, Ordering::Relaxed);
+        } else if !DURABILITY_UNMARKED.load(Ordering::Relaxed) {
+            // An effect wrote it first.
+        } else if crate::waiters::may_write(ctx) {
+            mark_durability(ctx);
+        } else {
+            ctx.create_timer(Duration::from_millis(10), retry_marker, ());
+        }
+    })
+}
+
+/// Before any effect (a grant, a release, a hand-off) is replicated: a
+/// marker that paused writes held back goes first, so neither a replica nor
+/// the AOF holds a grant made after a change its last marker does not show.
+/// One relaxed load when none is due.
+pub fn before_effect(ctx: &Context) {
+    if DURABILITY_UNMARKED.load(Ordering::Relaxed) {
+        mark_durability(ctx);
     }
 }
 
 /// Whether forks must be heard: after an AOF rewrite the AOF holds no
-/// marker until one is written.
+/// marker until one is written, and after a full sync the replica holds none.
 pub fn wants_forks() -> bool {
-    GRACE_AUTO.load(Ordering::Relaxed)
+    wants_markers()
 }
 
-/// A fork's child ended (an AOF rewrite, or a save): the new AOF gets a marker.
+/// A fork's child ended (an AOF rewrite, a save, a full sync): the new AOF
+/// and the replica that synced get a marker.
 pub fn child_ended(ctx: &Context) {
     mark_durability(ctx);
+}
+
+/// This replica begins loading a full sync from its master: the marker it
+/// held came with a dataset and stream that are gone, and may name it under
+/// a roster it never read (a member added while it was away). It holds none
+/// until its master sends one again, and a promotion before then opens the
+/// window.
+pub fn full_sync_started(ctx: &Context) {
+    let had = SEEN.with(|s| s.replace(Seen::default()).marker.is_some());
+    if had {
+        ctx.log_notice("grace auto: a full sync from the master: the last roster marker is forgotten until the master sends one");
+    }
 }
 
 #[cfg(test)]
@@ -538,6 +670,40 @@ mod tests {
         );
         for (n, always) in [("-1", "0"), ("x", "0"), ("1", "2"), ("1025", "1")] {
             assert_eq!(Marker::parse(n.as_bytes(), always.as_bytes(), b""), None);
+        }
+    }
+
+    #[test]
+    fn a_roster_counts_an_address_as_often_as_it_is_online_at_once() {
+        let online = |addrs: &[&str]| -> Vec<(String, i64)> {
+            addrs.iter().map(|a| (a.to_string(), 0)).collect()
+        };
+        let mut r = Roster::default();
+        assert!(r.take_in(&online(&["a:1"])));
+        assert!(!r.take_in(&online(&["a:1"])), "nothing new");
+        assert!(!r.ambiguous);
+        assert_eq!(r.promised_n(1), 1);
+        assert!(r.take_in(&online(&["a:1", "a:1", "b:1"])));
+        assert_eq!(r.members, ["a:1", "a:1", "b:1"]);
+        assert!(r.ambiguous, "two replicas share a:1");
+        assert_eq!(r.promised_n(3), 0, "an ambiguous roster promises nothing");
+        assert!(!r.take_in(&online(&["b:1"])), "the roster never shrinks");
+    }
+
+    #[test]
+    fn a_barrier_needs_every_copy_of_a_shared_address_to_acknowledge() {
+        let members = vec!["a:1".to_string(), "a:1".to_string(), "b:1".to_string()];
+        let view = |acks: &[(&str, i64)]| -> Vec<(String, i64)> {
+            acks.iter().map(|(a, o)| (a.to_string(), *o)).collect()
+        };
+        let cases = [
+            (view(&[("a:1", 10), ("a:1", 10), ("b:1", 10)]), true),
+            (view(&[("a:1", 10), ("a:1", 9), ("b:1", 10)]), false),
+            (view(&[("a:1", 10), ("b:1", 10)]), false),
+            (view(&[("a:1", 10), ("a:1", 10)]), false),
+        ];
+        for (online, done) in cases {
+            assert_eq!(all_acknowledged(&members, &online, 10), done, "{online:?}");
         }
     }
 }

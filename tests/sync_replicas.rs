@@ -725,3 +725,214 @@ fn lowering_sync_replicas_to_zero_answers_no_grant_a_promised_replica_may_lack()
     assert!(int(&mut m, &["LOCK.ACQUIRE", "k4", "a", "1000"]) > 0);
     replica.signal("CONT");
 }
+
+/// The local address of `replica`'s link to its master: the address its
+/// master's `CLIENT LIST` shows for it.
+fn link_address(replica: &Server) -> String {
+    let list: String = redis::cmd("CLIENT")
+        .arg("LIST")
+        .arg("TYPE")
+        .arg("master")
+        .query(&mut replica.conn())
+        .unwrap();
+    list.split_whitespace()
+        .find_map(|f| f.strip_prefix("laddr="))
+        .expect("a link to the master")
+        .to_string()
+}
+
+/// Stops `replica` and cuts its link on `master`: what the master writes
+/// next never reaches it (the bytes are not left waiting in its socket).
+fn stop_and_cut(master: &Server, replica: &Server) {
+    let addr = link_address(replica);
+    replica.signal("STOP");
+    let killed = int(&mut master.conn(), &["CLIENT", "KILL", "ADDR", &addr]);
+    assert_eq!(killed, 1, "the replica's link");
+}
+
+/// Writes past the master's backlog (16 kB in these tests): a replica that
+/// was away must sync in full.
+fn overflow_backlog(m: &mut redis::Connection) {
+    let value = "x".repeat(64 << 10);
+    for i in 0..8 {
+        run(m, &["SET", &format!("filler{i}"), &value]).unwrap();
+    }
+}
+
+/// Whether `replica`'s link is up and it loaded nothing in a while.
+fn link_up(replica: &Server) -> bool {
+    let info: String = redis::cmd("INFO")
+        .arg("replication")
+        .query(&mut replica.conn())
+        .unwrap();
+    info.contains("master_link_status:up")
+}
+
+/// Sends `REPLICAOF NO ONE` to a stopped `replica`, lets it run and waits
+/// for the answer: it is promoted before its cron could reconnect it to its
+/// master (the command waits in its socket, read before any timer runs).
+fn promote_stopped(replica: &Server) {
+    use std::io::{Read, Write};
+    let mut sock = std::os::unix::net::UnixStream::connect(replica.socket()).unwrap();
+    sock.write_all(b"*3\r\n$9\r\nREPLICAOF\r\n$2\r\nNO\r\n$3\r\nONE\r\n")
+        .unwrap();
+    replica.signal("CONT");
+    let mut reply = [0u8; 5];
+    sock.read_exact(&mut reply).unwrap();
+    assert_eq!(&reply, b"+OK\r\n");
+}
+
+#[test]
+fn a_replica_back_through_a_full_sync_holds_no_marker_from_before_it() {
+    // r holds a marker naming it alone (N = 1 of {r}); s joins while r is
+    // away (N = 1 of {r, s}: grants may now reach s alone); r comes back
+    // through a full sync, whose RDB holds no marker. A grant s alone
+    // acknowledged is answered, and r is promoted without it: r must open a
+    // window, or the lock has two holders. (the master's grace — a rollout
+    // that reached the replicas first —, writes paused while the sync's
+    // fork ends)
+    let backlog = ["--repl-backlog-size", "16384"];
+    let mut two_holders = Vec::new();
+    for (grace, paused) in [("0", false), ("0", true), ("auto", false), ("auto", true)] {
+        let case = format!("master on grace {grace}, paused {paused}");
+        let master = if grace == "auto" {
+            let m = auto_server("1", &backlog);
+            wait_for("the start-up window", Duration::from_secs(30), || {
+                grace_left(&mut m.conn()) == 0
+            });
+            m
+        } else {
+            auto_master("1", &backlog)
+        };
+        let (r, s) = (auto_server("1", &[]), auto_server("1", &[]));
+        replicate(&master, &r);
+        grant_on(&master, "k1");
+        let mut m = master.conn();
+        run(&mut m, &["CONFIG", "SET", "warden.sync-timeout", "200"]).unwrap();
+        stop_and_cut(&master, &r);
+        replicate(&master, &s);
+        // The roster grows to {r, s}; nothing is granted until r has that.
+        assert!(
+            is_nil(&mut m, &["LOCK.ACQUIRE", "k2", "a", "1000"]),
+            "{case}"
+        );
+        let cut_at = info_int(&mut m, "replication", "master_repl_offset");
+        overflow_backlog(&mut m);
+        // Redis 7 trims a shared backlog a little at a time: r's offset must
+        // be gone from it, or r resyncs in part.
+        wait_for("the backlog past r", Duration::from_secs(20), || {
+            info_int(&mut m, "replication", "repl_backlog_first_byte_offset") > cut_at + 1
+        });
+        let full_syncs = info_int(&mut m, "stats", "sync_full");
+        if paused {
+            run(&mut m, &["CLIENT", "PAUSE", "20000", "WRITE"]).unwrap();
+        }
+        r.signal("CONT");
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        while !(info_int(&mut m, "stats", "sync_full") > full_syncs && link_up(&r)) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "r synced in full ({case}):\n{}\n---\n{}",
+                master.log(),
+                r.log()
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        wait_for("the sync's fork ended", Duration::from_secs(20), || {
+            info_int(&mut m, "persistence", "rdb_bgsave_in_progress") == 0
+        });
+        if paused {
+            run(&mut m, &["CLIENT", "UNPAUSE"]).unwrap();
+        }
+        // Both acknowledge a grant (r's full sync reached the marker's offset).
+        grant_on(&master, "k2");
+        // r away again; s alone acknowledges a grant.
+        stop_and_cut(&master, &r);
+        grant_on(&master, "k3");
+        promote_stopped(&r);
+        let mut rc = r.conn();
+        let second = run(&mut rc, &["LOCK.ACQUIRE", "k3", "b", "1000"]);
+        if matches!(second, Ok(Value::Int(_))) {
+            two_holders.push(case);
+        }
+    }
+    assert!(
+        two_holders.is_empty(),
+        "a holds k3 on the old master and b was granted it on r: {two_holders:?}"
+    );
+}
+
+#[test]
+fn replicas_announcing_one_address_get_no_promotion_without_a_window() {
+    // Two replicas announce the same address (a copied
+    // replica-announce-port): one member to the roster, two acknowledgements
+    // to the master. Neither may be promoted without a window.
+    let master = auto_master("1", &[]);
+    let a = auto_server("1", &[]);
+    let port = a.port.unwrap().to_string();
+    let b = auto_server("1", &["--replica-announce-port", &port]);
+    replicate(&master, &a);
+    replicate(&master, &b);
+    grant_on(&master, "k");
+    for replica in [&a, &b] {
+        let mut r = replica.conn();
+        run(&mut r, &["REPLICAOF", "NO", "ONE"]).unwrap();
+        assert!(grace_left(&mut r) > 0, "{}", replica.log());
+    }
+    assert!(
+        master
+            .log()
+            .contains("two replicas announce the same address"),
+        "the operator is told why: {}",
+        master.log()
+    );
+}
+
+#[test]
+fn a_durability_change_while_writes_are_paused_is_marked_before_the_next_grant() {
+    // CONFIG SET appendfsync while writes are paused: the AOF's last marker
+    // must stop saying `always` before any grant made after it.
+    let s = auto_restartable(&["--appendonly", "yes", "--appendfsync", "always"]);
+    let mut c = s.conn();
+    assert!(int(&mut c, &["LOCK.ACQUIRE", "k0", "a", "1000"]) > 0);
+    run(&mut c, &["CLIENT", "PAUSE", "20000", "WRITE"]).unwrap();
+    run(&mut c, &["CONFIG", "SET", "appendfsync", "no"]).unwrap();
+    run(&mut c, &["CLIENT", "UNPAUSE"]).unwrap();
+    assert!(int(&mut c, &["LOCK.ACQUIRE", "k1", "a", "1000"]) > 0);
+    let aof = aof_text(&s);
+    let last_marker = aof.rfind("WARDEN.SYNCSTATE").expect("a marker");
+    let grant = aof.rfind("k1").expect("the grant");
+    assert!(last_marker < grant, "the marker goes before the grant");
+    let fields: Vec<&str> = aof[last_marker..]
+        .split("\r\n")
+        .filter(|l| !l.starts_with('$') && !l.starts_with('*'))
+        .take(3)
+        .collect();
+    assert_eq!(fields[..3], ["WARDEN.SYNCSTATE", "0", "0"], "{fields:?}");
+}
+
+/// Every AOF file of `s` (a multi-part AOF's base and increments), as text.
+fn aof_text(s: &Server) -> String {
+    let mut files: Vec<_> = walk(s.dir.path());
+    files.sort();
+    files
+        .iter()
+        .filter(|p| {
+            p.to_string_lossy().contains(".aof") && !p.to_string_lossy().ends_with(".manifest")
+        })
+        .map(|p| String::from_utf8_lossy(&std::fs::read(p).unwrap()).into_owned())
+        .collect()
+}
+
+fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap().flatten() {
+        let p = entry.path();
+        if p.is_dir() {
+            out.extend(walk(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out
+}

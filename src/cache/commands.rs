@@ -311,7 +311,7 @@ fn on_server(ctx: *mut raw::RedisModuleCtx, event: &Server) {
                 arm_reaper(ctx, now_ms());
             }
         }
-        Server::Loaded | Server::LoadingAof => {}
+        Server::Loaded | Server::LoadingAof | Server::LoadingSync => {}
     }
 }
 

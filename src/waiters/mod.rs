@@ -1290,7 +1290,10 @@ fn on_server(ctx: Ctx, event: &Server) {
         // module waiters blocked across a role change).
         Server::Role { master: false } => answer_everyone(ctx, |_| Answer::Error(error::READONLY)),
         Server::SlotsMoved { slots } => slots_moved(ctx, slots),
-        Server::Role { master: true } | Server::ClientGone { .. } | Server::LoadingAof => {}
+        Server::Role { master: true }
+        | Server::ClientGone { .. }
+        | Server::LoadingAof
+        | Server::LoadingSync => {}
     }
 }
 
