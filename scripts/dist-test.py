@@ -6,13 +6,13 @@
 - the module: the README's Install block unpacks the tarball and starts
   redis-server with the tarball's redis.conf.example and libwarden.so;
 - the Python package: the README's `pip install warden-redis`, into a fresh
-  venv, from the wheel in dist/ alone (PIP_NO_INDEX, PIP_FIND_LINKS), then a
-  lock and a cache read through it;
+  venv, from the wheel in dist/ alone (PIP_NO_INDEX, PIP_FIND_LINKS; redis-py
+  at python/constraints.txt's pin), then a lock and a cache read through it;
 - the Rust crate: a scratch project whose Cargo.toml has the README's
   dependency lines, with `warden-client` patched to the unpacked .crate, runs
-  the crate's own examples/readme.rs;
+  the crate's own examples/readme.rs, every crate at the version Cargo.lock pins;
 - the Node package: the npm pack tarball installed into a fresh project beside
-  ioredis and node-redis (the versions tests/node/package-lock.json pins), a
+  ioredis and node-redis (npm ci: tests/node/package-lock.json's versions), a
   lock taken and released through each client, by ESM import and by CommonJS
   require, and both entry points' types checked by tsc; then `npm install
   ./node` from a copy of node/'s tracked files (no dist/, no node_modules/,
@@ -29,6 +29,7 @@ from WARDEN_TEST_PORTS (`7700-7799`), else any free one; WARDEN_SERVER names
 the server binary. Only the standard library: it runs before any venv.
 """
 
+import json
 import os
 import re
 import shlex
@@ -98,6 +99,13 @@ def run(cmd, **kw) -> subprocess.CompletedProcess:
         fail(f"{cmd if isinstance(cmd, str) else shlex.join(map(str, cmd))} failed:\n"
              f"{out.stdout}\n{out.stderr}")
     return out
+
+
+def crates(lock_file: Path) -> set:
+    """The registry crates a Cargo.lock pins, as "name version"."""
+    text = lock_file.read_text()
+    return {f"{n} {v}" for n, v, s in re.findall(
+        r'\[\[package\]\]\nname = "([^"]+)"\nversion = "([^"]+)"\n(source = "registry)?', text) if s}
 
 
 def wait_for(what: str, cond, limit: float = 30.0) -> None:
@@ -171,13 +179,10 @@ NODE_TYPES = {
 }
 
 
-def pinned_node_clients() -> list:
-    """ioredis and redis at the versions the README's Node examples run on."""
-    import json
-
-    lock = json.loads((ROOT / "tests/node/package-lock.json").read_text())
-    packages = lock["packages"]
-    return [f"{name}@{packages[f'node_modules/{name}']['version']}" for name in ("ioredis", "redis")]
+def locked_versions(lock_file: Path) -> dict:
+    """{path in node_modules: version} of a package-lock.json."""
+    packages = json.loads(lock_file.read_text())["packages"]
+    return {path: p.get("version") for path, p in packages.items() if path}
 
 
 def node_test(npm_tarball: Path, scratch: Path, port: int) -> None:
@@ -189,12 +194,22 @@ def node_test(npm_tarball: Path, scratch: Path, port: int) -> None:
     tsc = ROOT / "node/node_modules/typescript/bin/tsc"
     node_types = ROOT / "node/node_modules/@types"
 
+    # ioredis and node-redis, and all they depend on, at the versions
+    # tests/node/package-lock.json pins (npm ci); then the tarball beside them,
+    # which must leave every one of those where it was.
     project = scratch / "node-project"
     project.mkdir()
-    (project / "package.json").write_text('{ "private": true }\n')
+    for name in ("package.json", "package-lock.json"):
+        shutil.copy(ROOT / "tests/node" / name, project / name)
+    run(["npm", "ci", "--prefer-offline", "--ignore-scripts"], cwd=project, env=npm_env)
+    pinned = locked_versions(project / "package-lock.json")
     # No TypeScript here: installing the tarball builds nothing.
-    run(npm_install + ["--ignore-scripts", str(npm_tarball)] + pinned_node_clients(),
-        cwd=project, env=npm_env)
+    run(npm_install + ["--ignore-scripts", str(npm_tarball)], cwd=project, env=npm_env)
+    now = locked_versions(project / "package-lock.json")
+    moved = sorted(f"{p} {v} (pinned {now.get(p)})" for p, v in pinned.items() if now.get(p) != v)
+    added = sorted(f"{p} {v}" for p, v in now.items() if p not in pinned and p != "node_modules/warden-redis")
+    if moved or added:
+        fail("installing the npm tarball moved pinned packages: " + ", ".join(moved + added))
     if (project / "node_modules/typescript").exists():
         fail("installing the npm tarball brought TypeScript")
     env = {**npm_env, "WARDEN_EXPECT_UNDER": str(project / "node_modules/warden-redis")}
@@ -245,6 +260,12 @@ public class Smoke {
 """
 
 
+# The version java/pom.xml pins (a bare dependency:... goal would take the newest).
+DEPENDENCY_PLUGIN = re.search(
+    r"<artifactId>maven-dependency-plugin</artifactId>\s*<version>([^<]+)</version>",
+    (ROOT / "java/pom.xml").read_text()).group(1)
+
+
 def java_test(dist: Path, version: str, port: int) -> None:
     """The jars and POMs, deployed into a file repository as a team's would
     be, then a project that names warden-lettuce as the README does: it
@@ -277,7 +298,8 @@ def java_test(dist: Path, version: str, port: int) -> None:
   <dependencies>{dependency.group(1)}</dependencies>
 </project>
 """)
-    run(mvn + ["compile", "dependency:build-classpath", "-Dmdep.outputFile=cp.txt"], cwd=project)
+    classpath_goal = f"org.apache.maven.plugins:maven-dependency-plugin:{DEPENDENCY_PLUGIN}:build-classpath"
+    run(mvn + ["compile", classpath_goal, "-Dmdep.outputFile=cp.txt"], cwd=project)
     classpath = (project / "cp.txt").read_text().strip() + os.pathsep + str(project / "target/classes")
     if "/io/warden/warden-lettuce/" not in classpath:
         fail(f"the project did not resolve warden-lettuce from the repository: {classpath}")
@@ -371,8 +393,10 @@ def main() -> None:
     env["PATH"] = f"{venv / 'bin'}:{env['PATH']}"
     env.pop("PYTHONPATH", None)
     env.pop("VIRTUAL_ENV", None)
-    # `pip install warden-redis` as written, from dist/ alone.
-    env.update(PIP_NO_INDEX="1", PIP_FIND_LINKS=str(dist), PIP_DISABLE_PIP_VERSION_CHECK="1")
+    # `pip install warden-redis` as written, from dist/ alone; whatever pip
+    # takes from the registry, at python/constraints.txt's pins.
+    env.update(PIP_NO_INDEX="1", PIP_FIND_LINKS=str(dist), PIP_DISABLE_PIP_VERSION_CHECK="1",
+               PIP_CONSTRAINT=str(ROOT / "python/constraints.txt"))
     # The README's blocks run where the artefacts are, as after a download.
     for artefact in (tarball, wheel, crate, npm_tarball):
         shutil.copy(artefact, scratch)
@@ -388,10 +412,9 @@ def main() -> None:
         f"redis-cli() {{ command redis-cli -p {port} \"$@\"; }}\n"
     )
     try:
-        # A fresh venv with redis-py (the wheel's one dependency) at .venv's version.
+        # A fresh venv with redis-py (the wheel's one dependency) at its pin.
         run([sys.executable, "-m", "venv", str(venv)])
-        redis_py = os.environ.get("WARDEN_REDIS_PY", "redis>=5")
-        run([venv / "bin/pip", "install", "-q", redis_py], env={**env, "PIP_NO_INDEX": ""})
+        run([venv / "bin/pip", "install", "-q", "redis"], env={**env, "PIP_NO_INDEX": ""})
         for code in shell_blocks:
             out = run(["bash", "-euo", "pipefail", "-c", prelude + code], cwd=scratch, env=env)
             print(out.stdout, end="")
@@ -446,6 +469,9 @@ print("python: warden-redis", warden.__version__, "from the wheel: lock and cach
             + manifests[0]
             + f'\n[patch.crates-io]\nwarden-client = {{ path = "{unpacked}" }}\n\n[workspace]\n'
         )
+        # The workspace's Cargo.lock: the crates the project shares with it
+        # stay at their pins (cargo only drops what the project does not use
+        # and adds the project itself); checked below.
         shutil.copy(ROOT / "Cargo.lock", project / "Cargo.lock")
         shutil.copy(unpacked / "examples/readme.rs", project / "src/main.rs")
         cargo_env = {**os.environ, "CARGO_TARGET_DIR": str(smoke_dir)}
@@ -453,6 +479,9 @@ print("python: warden-redis", warden.__version__, "from the wheel: lock and cach
                   env={**cargo_env, "REDIS_URL": f"redis://127.0.0.1:{port}/"})
         if "written with fence" not in out.stdout:
             fail(f"the crate's readme example printed:\n{out.stdout}")
+        unlocked = crates(project / "Cargo.lock") - crates(ROOT / "Cargo.lock")
+        if unlocked:
+            fail("the crate's build took crates Cargo.lock does not pin: " + ", ".join(sorted(unlocked)))
         print(f"rust: warden-client {version} from the .crate: {out.stdout.splitlines()[0]}")
 
         node_test(npm_tarball, scratch, port)

@@ -57,6 +57,15 @@ def to_ms(seconds: Number) -> int:
     return max(1, int(math.ceil(seconds * 1000)))
 
 
+def extended_lease_ms(additional_time: Number, left_ms: Optional[int]) -> Optional[int]:
+    """The lease ``extend(additional_time)`` asks for, in ms: ``additional_time``
+    added to the ``left_ms`` it has (None: ``replace_ttl``, it replaces it).
+    None when that is not positive: as redis-py's ``Lock`` (8.2), such an
+    extend leaves the lease as it is (and still checks the hold is ours)."""
+    ms = int(additional_time * 1000) + (left_ms or 0)
+    return ms if ms > 0 else None
+
+
 class Deadline:
     """A caller's deadline on the monotonic clock, counted from its call (not
     from when a connection was free); ``at`` None is no deadline (forever)."""

@@ -198,6 +198,9 @@ class Holder:
     def release(self) -> None:
         raise NotImplementedError
 
+    def owned(self) -> bool:
+        raise NotImplementedError
+
     # --- the parts of acquire and release ---------------------------------
 
     def _acquire(
@@ -273,10 +276,17 @@ class Holder:
 
     def _unrecord(self) -> None:
         """Release the hold just recorded, as its caller would (the acquire
-        reports it never got it)."""
+        reports it never got it). If that release fails in flight the hold
+        is forgotten all the same (watchdog stopped): the acquire answers that
+        it holds nothing, and the lease bounds what this costs."""
+        token = self._token
         try:
             self.release()
-        except Exception:  # the lease bounds what this costs
+        except BaseException as error:
+            if self._token == token:
+                self._forget()
+            if not isinstance(error, Exception):
+                raise
             logger.debug("could not release %s %r taken too late", self.kind, self.name)
 
     def _request(
@@ -324,17 +334,24 @@ class Holder:
         """Account for the reply of a give-back."""
 
     def _send_release(self, token: bytes) -> Any:
-        """The release's reply (a key of another type: -1); a failure in
-        flight forgets the hold (its lease bounds what it costs)."""
+        """The release's reply (a key of another type: -1). A failure in
+        flight (a dropped connection, a timeout, an interrupt) leaves the
+        hold as it was, watchdog and all, as redis-py's ``Lock`` (8.2) keeps
+        its token: the release may not have reached the server, and the
+        caller can send it again."""
         try:
             return call(self.redis, self.name, self.commands.release, self.name, token)
         except ResponseError as error:
             if not _core.is_wrongtype(error):
                 raise
             return -1
-        except BaseException:
-            self._forget()
-            raise
+
+    def _still_held(self, message: str) -> Literal[True]:
+        """True if this holder still holds (an extend or reacquire that
+        changes no lease); ``LockNotOwnedError`` with ``message`` if not."""
+        if not self.owned():
+            raise lock_error(LockNotOwnedError, message, self.name)
+        return True
 
     def _renew(self, ms: int, message: str) -> Literal[True]:
         try:

@@ -109,8 +109,9 @@ class Semaphore(Holder):
                 "Cannot release a semaphore that's not held or is already released.",
                 self.name,
             )
-        released = self._send_release(token)
-        self._forget()
+        released = self._send_release(token)  # a failure in flight keeps the hold
+        if self._token == token:  # not another acquirer's, held meanwhile
+            self._forget()
         if released != 1:
             raise lock_error(
                 LockNotOwnedError, "Cannot release a semaphore that's no longer held", self.name

@@ -7,6 +7,24 @@ from typing import Any
 import pytest
 import pytest_asyncio
 import redis.asyncio
+from redis.exceptions import ResponseError
+
+from warden import _core
+
+from ..conftest import lock_owner
+
+
+class Redis(redis.asyncio.Redis):
+    """redis-py's asyncio client, whose ``GET`` of a warden lock answers its
+    owner (see ../conftest.py)."""
+
+    async def get(self, name: Any) -> Any:
+        try:
+            return await super().get(name)
+        except ResponseError as error:
+            if not _core.is_wrongtype(error):
+                raise
+            return lock_owner(await self.execute_command("LOCK.INFO", name))
 
 
 @pytest_asyncio.fixture()
@@ -15,7 +33,7 @@ async def create_redis(request: pytest.FixtureRequest) -> Any:
     clients: list[Any] = []
 
     async def factory(flushdb: bool = True, **kwargs: Any) -> Any:
-        client = redis.asyncio.Redis(unix_socket_path=server.socket, **kwargs)
+        client = Redis(unix_socket_path=server.socket, **kwargs)
         if flushdb:
             await client.flushdb()
         clients.append(client)

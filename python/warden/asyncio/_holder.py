@@ -193,6 +193,9 @@ class Holder:
     async def release(self) -> None:
         raise NotImplementedError
 
+    async def owned(self) -> bool:
+        raise NotImplementedError
+
     # --- the parts of acquire and release ---------------------------------
 
     async def _acquire(
@@ -297,17 +300,24 @@ class Holder:
         """Account for the reply of a give-back."""
 
     async def _send_release(self, token: bytes) -> Any:
-        """The release's reply (a key of another type: -1); a failure in
-        flight forgets the hold (its lease bounds what it costs)."""
+        """The release's reply (a key of another type: -1). A failure in
+        flight (a dropped connection, a timeout, an interrupt) leaves the
+        hold as it was, watchdog and all, as redis-py's ``Lock`` (8.2) keeps
+        its token: the release may not have reached the server, and the
+        caller can send it again."""
         try:
             return await call(self.redis, self.name, self.commands.release, self.name, token)
         except ResponseError as error:
             if not _core.is_wrongtype(error):
                 raise
             return -1
-        except BaseException:
-            self._forget()
-            raise
+
+    async def _still_held(self, message: str) -> Literal[True]:
+        """True if this holder still holds (an extend or reacquire that
+        changes no lease); ``LockNotOwnedError`` with ``message`` if not."""
+        if not await self.owned():
+            raise lock_error(LockNotOwnedError, message, self.name)
+        return True
 
     async def _renew(self, ms: int, message: str) -> Literal[True]:
         try:

@@ -61,9 +61,12 @@ class Lock(Holder):
         blocking: Optional[bool] = None,
         blocking_timeout: Optional[Number] = None,
         token: Optional[Union[str, bytes]] = None,
+        *,
+        sleep: Optional[Number] = None,
     ) -> bool:
         """Take the lock; with ``blocking`` wait for it in the server's queue
-        at most ``blocking_timeout`` seconds (None: forever). True once held."""
+        at most ``blocking_timeout`` seconds (None: forever). True once held.
+        ``sleep`` is accepted, as redis-py's, and unused (nobody polls)."""
         if token is not None:
             owner = _core.encode(token)
         elif self.reentrant:
@@ -119,51 +122,81 @@ class Lock(Holder):
         return owner is not None and _core.encode(owner) == token
 
     async def release(self) -> None:
-        """Give up one hold; ``LockNotOwnedError`` if the lock was no longer ours."""
-        token = self._token
-        if token is None:
+        """Give up one hold; ``LockNotOwnedError`` if the lock was no longer
+        ours. The hold is forgotten only once the server has answered, and
+        only if it is still this holder's (another task sharing this object
+        may have acquired meanwhile): a release that failed in flight
+        can be sent again."""
+        expected = self._token
+        if expected is None:
             raise lock_error(
                 LockError,
                 "Cannot release a lock that's not owned or is already unlocked.",
                 self.name,
             )
-        released = await self._send_release(token)
-        if self.reentrant:
-            _core.REENTRANT_HOLDS.released(token, self.name, self.commands, released)
-        if released == 0:
+        try:
+            holds_remain = await self.do_release(expected)
+        except LockNotOwnedError:
+            if self._token == expected:
+                self._forget()
+            raise
+        if self._token != expected:
+            return  # another acquirer's hold now: not ours to clear
+        if holds_remain:
             self.local.holds = max(1, getattr(self.local, "holds", 1) - 1)
             return
         self._forget()
+
+    async def do_release(self, expected_token: bytes) -> bool:
+        """Give up one hold of ``expected_token`` in the server (redis-py's
+        hook of the same name): True while re-entrant holds remain, False once
+        the lock is let go; ``LockNotOwnedError`` if it held none."""
+        released = await self._send_release(expected_token)
+        if self.reentrant:
+            _core.REENTRANT_HOLDS.released(expected_token, self.name, self.commands, released)
+        if released == 0:
+            return True
         if released != 1:
             raise lock_error(
                 LockNotOwnedError, "Cannot release a lock that's no longer owned", self.name
             )
+        return False
 
     async def extend(self, additional_time: Number, replace_ttl: bool = False) -> Literal[True]:
-        """Add ``additional_time`` seconds to the lease (or set it with ``replace_ttl``)."""
+        """Add ``additional_time`` seconds to the lease (or set it to that with
+        ``replace_ttl``). As redis-py's: when that leaves no positive lease
+        (0 or a negative time) the lease stays as it is and the answer is
+        True if the lock is still ours; a lock with ``timeout=0`` (its lease
+        the watchdog's) has no expiry of its own to extend
+        (``LockNotOwnedError``)."""
         if self._token is None:
             raise lock_error(LockError, "Cannot extend an unlocked lock", self.name)
         if self.timeout is None:
             raise lock_error(LockError, "Cannot extend a lock with no timeout", self.name)
-        ms = _core.to_ms(additional_time)
+        message = "Cannot extend a lock that's no longer owned"
+        if not self.timeout:
+            raise lock_error(LockNotOwnedError, "Cannot extend a lock with no timeout", self.name)
+        left = None
         if not replace_ttl:
             left = await call(self.redis, self.name, "PTTL", self.name)
             if left < 0:
-                raise lock_error(
-                    LockNotOwnedError, "Cannot extend a lock that's no longer owned", self.name
-                )
-            ms += left
-        return await self._renew(ms, "Cannot extend a lock that's no longer owned")
+                raise lock_error(LockNotOwnedError, message, self.name)
+        ms = _core.extended_lease_ms(additional_time, left)
+        if ms is None:
+            return await self._still_held(message)
+        return await self._renew(ms, message)
 
     async def reacquire(self) -> Literal[True]:
-        """Reset the lease to ``timeout``."""
+        """Reset the lease to ``timeout``; with ``timeout=0`` (the watchdog's
+        lease) nothing to reset: True if the lock is still ours."""
         if self._token is None:
             raise lock_error(LockError, "Cannot reacquire an unlocked lock", self.name)
         if self.timeout is None:
             raise lock_error(LockError, "Cannot reacquire a lock with no timeout", self.name)
-        return await self._renew(
-            _core.to_ms(self.timeout), "Cannot reacquire a lock that's no longer owned"
-        )
+        message = "Cannot reacquire a lock that's no longer owned"
+        if not self.timeout:
+            return await self._still_held(message)
+        return await self._renew(_core.to_ms(self.timeout), message)
 
 
 class ReadLock(Lock):
