@@ -2,7 +2,8 @@
 //! arguments of every command, given to Redis with `RedisModule_SetCommandInfo`
 //! (which copies everything, so the C structures here live only for the call).
 //! docs/commands.md documents the same commands; tests/command_docs.rs
-//! fails when the two disagree (syntax, summary, complexity, since, flags).
+//! fails when the two disagree (syntax, summary, complexity, since, flags,
+//! tips).
 
 use std::ffi::CString;
 use std::os::raw::{c_char, c_int};
@@ -169,6 +170,39 @@ const SINCE: &[(&str, &str)] = &[
     ("warden.syncstate", "1.1.0"),
 ];
 
+/// The reply can differ for the same arguments and the same value of the
+/// key: it reports time left or waiters, or carries a token the server draws.
+const NONDETERMINISTIC: &str = "nondeterministic_output";
+/// A client-side cache must not keep the reply of this read.
+const DONT_CACHE: &str = "dont_cache";
+/// A read of both kinds: every read whose reply varies is also not cached.
+const VARIES_DONT_CACHE: &str = "nondeterministic_output dont_cache";
+
+/// Command tips (`COMMAND INFO`), by the rule of docs/commands.md
+/// ("Tips"); a command not listed has none. A read that answers from the
+/// key's value alone (`BF.EXISTS`, `BF.MEXISTS`, `BF.CARD`) has none, so
+/// client-side caches keep it until the key is written. Redis splits the
+/// text at single spaces and copies it as given (7.0 onwards, Valkey).
+const TIPS: &[(&str, &str)] = &[
+    ("lock.acquire", NONDETERMINISTIC),
+    ("lock.info", VARIES_DONT_CACHE),
+    ("rwlock.read", NONDETERMINISTIC),
+    ("rwlock.write", NONDETERMINISTIC),
+    ("rwlock.info", VARIES_DONT_CACHE),
+    ("sem.acquire", NONDETERMINISTIC),
+    ("sem.info", VARIES_DONT_CACHE),
+    ("cache.get", NONDETERMINISTIC),
+    ("cache.info", VARIES_DONT_CACHE),
+    ("warden.contended", VARIES_DONT_CACHE),
+    ("bf.info", DONT_CACHE),
+    ("bf.debug", DONT_CACHE),
+    ("bf.scandump", DONT_CACHE),
+];
+
+fn tips(name: &str) -> Option<&'static str> {
+    TIPS.iter().find(|(n, _)| *n == name).map(|(_, t)| *t)
+}
+
 fn since(name: &str) -> &'static str {
     SINCE
         .iter()
@@ -267,7 +301,7 @@ pub fn register(ctx: &Context, commands: &[Command]) -> bool {
             complexity: strings.c(doc.complexity),
             since: strings.c(since(doc.name)),
             history: ptr::null_mut(),
-            tips: ptr::null(),
+            tips: strings.opt(tips(doc.name)),
             arity: doc.arity,
             // A command without a key argument (WARDEN.CONTENDED) has no key spec.
             key_specs: if doc.args.iter().any(|a| a.ty == KEY) {
@@ -285,4 +319,35 @@ pub fn register(ctx: &Context, commands: &[Command]) -> bool {
                     == raw::REDISMODULE_OK as c_int
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tips_name_documented_commands_and_split_at_single_spaces() {
+        for (name, tips) in TIPS {
+            assert!(DOCS.iter().any(|d| d.name == *name), "{name}: no Doc");
+            assert!(tips.split(' ').all(|t| !t.is_empty()), "{name}: {tips:?}");
+        }
+    }
+
+    #[test]
+    fn every_read_whose_reply_varies_is_not_cached() {
+        for doc in DOCS.iter().filter(|d| !d.writes) {
+            let tips = tips(doc.name).unwrap_or_default();
+            if tips.split(' ').any(|t| t == NONDETERMINISTIC) {
+                assert!(tips.split(' ').any(|t| t == DONT_CACHE), "{}", doc.name);
+            }
+        }
+    }
+
+    #[test]
+    fn only_reads_are_kept_out_of_caches() {
+        for doc in DOCS.iter().filter(|d| d.writes) {
+            let tips = tips(doc.name).unwrap_or_default();
+            assert!(!tips.split(' ').any(|t| t == DONT_CACHE), "{}", doc.name);
+        }
+    }
 }

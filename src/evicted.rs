@@ -228,11 +228,65 @@ fn memory_info(ctx: &Context, field: &CStr) -> String {
     }
 }
 
+/// Which keys a `maxmemory-policy` evicts once `maxmemory` is reached.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Evicts {
+    /// `noeviction`: none; writes that need memory answer `OOM`.
+    Nothing,
+    /// `volatile-*`: keys with an expiry, and every held lock has one (its lease).
+    KeysWithExpiry,
+    /// `allkeys-*`: any key.
+    AnyKey,
+    /// A name warden does not know (a later server's policy), or none could
+    /// be read: treated as `AnyKey`. Taking it for `noeviction` would leave
+    /// evicted locks unguarded, and two holders; the other way round costs a
+    /// warning and a tombstone nobody needed.
+    Unknown,
+}
+
+impl Evicts {
+    /// Whether held locks may be evicted under this policy.
+    pub fn locks(self) -> bool {
+        self != Evicts::Nothing
+    }
+
+    /// What the load-time warning says the policy evicts.
+    fn what(self) -> &'static str {
+        match self {
+            Evicts::Nothing => "no key",
+            Evicts::KeysWithExpiry => "keys with an expiry, which every held lock has (its lease)",
+            Evicts::AnyKey => "any key",
+            Evicts::Unknown => "keys warden cannot tell (an unknown policy: taken as any key)",
+        }
+    }
+}
+
+/// Classifies a `maxmemory-policy` as `INFO memory` names it. Redis 7.0+ and
+/// Valkey have `noeviction`, the `-lru`, `-lfu` and `-random` policies of
+/// both kinds and `volatile-ttl`; Redis 8.6 added `volatile-lrm` and
+/// `allkeys-lrm` (least recently modified: reads do not count).
+pub fn classify(policy: &str) -> Evicts {
+    match policy.to_ascii_lowercase().as_str() {
+        "noeviction" => Evicts::Nothing,
+        "volatile-lru" | "volatile-lfu" | "volatile-lrm" | "volatile-random" | "volatile-ttl" => {
+            Evicts::KeysWithExpiry
+        }
+        "allkeys-lru" | "allkeys-lfu" | "allkeys-lrm" | "allkeys-random" => Evicts::AnyKey,
+        _ => Evicts::Unknown,
+    }
+}
+
+/// Whether the server may evict held locks: a `maxmemory` (`0` is none)
+/// and a policy that evicts them.
+pub fn locks_evictable(policy: &str, maxmemory: &str) -> bool {
+    maxmemory != "0" && classify(policy).locks()
+}
+
 /// Reads the eviction settings; warns when lock keys could be evicted.
 fn check_policy(ctx: &Context) {
     let policy = memory_info(ctx, c"maxmemory_policy");
     let limit = memory_info(ctx, c"maxmemory");
-    let possible = policy != "noeviction" && !policy.is_empty() && limit != "0";
+    let possible = locks_evictable(&policy, &limit);
     crate::memory::set_limit(limit.parse().unwrap_or(0), possible);
     let was = EVICTION_POSSIBLE.swap(possible, Ordering::Relaxed);
     if possible {
@@ -240,9 +294,10 @@ fn check_policy(ctx: &Context) {
     }
     if possible && !was {
         logging::log_warning(format!(
-            "warden: maxmemory-policy {policy} with maxmemory {limit} can evict lock keys; \
-             keep locks on a server with maxmemory-policy noeviction (an evicted lock keeps \
-             its key taken until its lease ends)"
+            "warden: maxmemory-policy {policy} with maxmemory {limit} can evict lock keys \
+             (it evicts {}); keep locks on a server with maxmemory-policy noeviction (an evicted \
+             lock keeps its key taken until its lease ends)",
+            classify(&policy).what()
         ));
     }
 }
@@ -294,4 +349,68 @@ pub fn watch_policy(ctx: &Context) -> bool {
         raw::RedisModule_SubscribeToServerEvent.unwrap()(ctx.ctx, event, Some(on_config_change))
     };
     status == raw::REDISMODULE_OK as c_int
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every policy name of Redis 7.0 to 8.6 and Valkey 9, some it may
+    /// meet later, and the spellings `CONFIG SET` accepts.
+    #[test]
+    fn every_policy_is_classified() {
+        let table = [
+            ("noeviction", Evicts::Nothing),
+            ("volatile-lru", Evicts::KeysWithExpiry),
+            ("volatile-lfu", Evicts::KeysWithExpiry),
+            ("volatile-lrm", Evicts::KeysWithExpiry),
+            ("volatile-random", Evicts::KeysWithExpiry),
+            ("volatile-ttl", Evicts::KeysWithExpiry),
+            ("allkeys-lru", Evicts::AnyKey),
+            ("allkeys-lfu", Evicts::AnyKey),
+            ("allkeys-lrm", Evicts::AnyKey),
+            ("allkeys-random", Evicts::AnyKey),
+            ("ALLKEYS-LRM", Evicts::AnyKey),
+            ("Volatile-LRM", Evicts::KeysWithExpiry),
+            // Names no server had when this was written: taken as any key.
+            ("volatile-xyz", Evicts::Unknown),
+            ("allkeys-xyz", Evicts::Unknown),
+            ("lrm", Evicts::Unknown),
+            ("no-eviction", Evicts::Unknown),
+            ("noeviction ", Evicts::Unknown),
+            ("", Evicts::Unknown),
+        ];
+        for (policy, evicts) in table {
+            assert_eq!(classify(policy), evicts, "{policy:?}");
+        }
+    }
+
+    #[test]
+    fn locks_are_evictable_under_every_policy_but_noeviction_when_maxmemory_is_set() {
+        let table = [
+            ("noeviction", "1048576", false),
+            ("noeviction", "0", false),
+            ("volatile-lru", "1048576", true),
+            ("volatile-lfu", "1048576", true),
+            ("volatile-lrm", "1048576", true),
+            ("volatile-random", "1048576", true),
+            ("volatile-ttl", "1048576", true),
+            ("allkeys-lru", "1048576", true),
+            ("allkeys-lfu", "1048576", true),
+            ("allkeys-lrm", "1048576", true),
+            ("allkeys-random", "1048576", true),
+            ("volatile-lrm", "0", false),
+            ("allkeys-lrm", "0", false),
+            ("some-later-policy", "1048576", true),
+            ("some-later-policy", "0", false),
+            ("", "1048576", true),
+        ];
+        for (policy, maxmemory, evictable) in table {
+            assert_eq!(
+                locks_evictable(policy, maxmemory),
+                evictable,
+                "{policy:?} with maxmemory {maxmemory}"
+            );
+        }
+    }
 }

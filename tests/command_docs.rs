@@ -27,6 +27,7 @@ struct Section {
     summary: String,
     complexity: String,
     flags: BTreeSet<String>,
+    tips: BTreeSet<String>,
     since: String,
     arguments: Vec<String>,
     examples: Vec<Example>,
@@ -98,7 +99,7 @@ fn sections() -> Vec<Section> {
             section.summary = summary.join(" ");
             continue;
         }
-        if line.starts_with("| Complexity | Flags | Since |") {
+        if line.starts_with("| Complexity | Flags | Tips | Since |") {
             lines.next();
             let row = lines.next().unwrap_or_default();
             let cells: Vec<&str> = row
@@ -109,17 +110,21 @@ fn sections() -> Vec<Section> {
                 .collect();
             assert_eq!(
                 cells.len(),
-                3,
-                "{}: the row under Complexity/Flags/Since",
+                4,
+                "{}: the row under Complexity/Flags/Tips/Since",
                 section.name
             );
+            // `—`: none.
+            let words = |cell: &str| -> BTreeSet<String> {
+                cell.split(',')
+                    .map(|f| f.trim().trim_matches('`').to_string())
+                    .filter(|f| !f.is_empty() && f != "—")
+                    .collect()
+            };
             section.complexity = cells[0].to_string();
-            section.flags = cells[1]
-                .split(',')
-                .map(|f| f.trim().trim_matches('`').to_string())
-                .filter(|f| !f.is_empty())
-                .collect();
-            section.since = cells[2].to_string();
+            section.flags = words(cells[1]);
+            section.tips = words(cells[2]);
+            section.since = cells[3].to_string();
             continue;
         }
         if in_arguments {
@@ -134,7 +139,7 @@ fn sections() -> Vec<Section> {
         for (part, empty) in [
             ("a syntax line", s.syntax.is_empty()),
             ("a summary", s.summary.is_empty()),
-            ("a Complexity/Flags/Since row", s.since.is_empty()),
+            ("a Complexity/Flags/Tips/Since row", s.since.is_empty()),
             ("an example", s.examples.is_empty()),
         ] {
             assert!(!empty, "docs/commands.md: {} has no {part}", s.name);
@@ -225,8 +230,16 @@ fn command_docs(c: &mut Raw, name: &str) -> Docs {
     }
 }
 
-/// `COMMAND INFO`: arity and flags (without `module`, which every one has).
-fn command_info(c: &mut Raw, name: &str) -> (i64, BTreeSet<String>) {
+/// What `COMMAND INFO` says of one command.
+struct Info {
+    arity: i64,
+    /// Without `module`, which every one has.
+    flags: BTreeSet<String>,
+    tips: BTreeSet<String>,
+}
+
+/// `COMMAND INFO`: arity, flags and tips.
+fn command_info(c: &mut Raw, name: &str) -> Info {
     let reply = c.call_str(&["COMMAND", "INFO", name]);
     let Reply::Array(outer) = &reply else {
         panic!("COMMAND INFO {name}: {reply:?}");
@@ -246,7 +259,15 @@ fn command_info(c: &mut Raw, name: &str) -> (i64, BTreeSet<String>) {
         .map(Reply::text)
         .filter(|f| f != "module")
         .collect();
-    (arity, flags)
+    // The eighth field, as Redis 7.0+ and Valkey give it.
+    let Some(Reply::Array(tips)) = info.get(7) else {
+        panic!("COMMAND INFO {name}: no tips field: {reply:?}");
+    };
+    Info {
+        arity,
+        flags,
+        tips: tips.iter().map(Reply::text).collect(),
+    }
 }
 
 /// The syntax of one argument as Redis' own documentation writes it.
@@ -389,11 +410,12 @@ fn each_section_matches_command_docs_and_command_info() {
             what("complexity")
         );
         assert_eq!(section.since, docs.since, "{}", what("since"));
-        let (arity_info, flags) = command_info(&mut c, &name);
-        assert_eq!(section.flags, flags, "{}", what("flags"));
+        let info = command_info(&mut c, &name);
+        assert_eq!(section.flags, info.flags, "{}", what("flags"));
+        assert_eq!(section.tips, info.tips, "{}", what("tips"));
         assert_eq!(
             arity(&docs.arguments),
-            arity_info,
+            info.arity,
             "{name}: COMMAND INFO arity against its arguments"
         );
         let mut expected = BTreeSet::new();
@@ -409,6 +431,86 @@ fn each_section_matches_command_docs_and_command_info() {
         checked += 1;
     }
     assert!(checked >= 27, "only {checked} sections checked");
+}
+
+const NONDETERMINISTIC: &[&str] = &["nondeterministic_output"];
+const VARIES_DONT_CACHE: &[&str] = &["nondeterministic_output", "dont_cache"];
+const DONT_CACHE: &[&str] = &["dont_cache"];
+const NONE: &[&str] = &[];
+
+/// Every command with the flags and tips `COMMAND INFO` must report
+/// (docs/commands.md, "Tips", gives the rule). A `readonly` command that
+/// takes a key and has neither `nondeterministic_output` nor `dont_cache`
+/// is one client-side caches keep: only reads answered from the key's value
+/// alone may be one.
+const FLAGS_AND_TIPS: &[(&str, &[&str], &[&str])] = &[
+    ("lock.acquire", &["write", "denyoom"], NONDETERMINISTIC),
+    ("lock.release", &["write", "fast"], NONE),
+    ("lock.extend", &["write", "fast"], NONE),
+    ("lock.info", &["readonly", "fast"], VARIES_DONT_CACHE),
+    ("warden.lockset", &["write", "denyoom"], NONE),
+    ("rwlock.read", &["write", "denyoom"], NONDETERMINISTIC),
+    ("rwlock.write", &["write", "denyoom"], NONDETERMINISTIC),
+    ("rwlock.unlock", &["write", "fast"], NONE),
+    ("rwlock.extend", &["write", "fast"], NONE),
+    ("rwlock.info", &["readonly", "fast"], VARIES_DONT_CACHE),
+    ("warden.rwset", &["write", "denyoom"], NONE),
+    ("warden.rwhold", &["write", "denyoom"], NONE),
+    ("sem.acquire", &["write", "denyoom"], NONDETERMINISTIC),
+    ("sem.release", &["write", "fast"], NONE),
+    ("sem.extend", &["write", "fast"], NONE),
+    ("sem.setlimit", &["write", "denyoom"], NONE),
+    ("sem.info", &["readonly", "fast"], VARIES_DONT_CACHE),
+    ("warden.semset", &["write", "denyoom"], NONE),
+    ("cache.get", &["write"], NONDETERMINISTIC),
+    ("cache.fill", &["write", "denyoom"], NONE),
+    ("cache.abandon", &["write", "fast"], NONE),
+    ("cache.invalidate", &["write"], NONE),
+    ("cache.info", &["readonly", "fast"], VARIES_DONT_CACHE),
+    ("warden.syncstate", &["write"], NONE),
+    ("warden.contended", &["readonly"], VARIES_DONT_CACHE),
+    ("bf.reserve", &["write", "denyoom"], NONE),
+    ("bf.add", &["write", "denyoom"], NONE),
+    ("bf.madd", &["write", "denyoom"], NONE),
+    ("bf.insert", &["write", "denyoom"], NONE),
+    ("bf.exists", &["readonly", "fast"], NONE),
+    ("bf.mexists", &["readonly", "fast"], NONE),
+    ("bf.info", &["readonly", "fast"], DONT_CACHE),
+    ("bf.card", &["readonly", "fast"], NONE),
+    ("bf.debug", &["readonly", "fast"], DONT_CACHE),
+    ("bf.scandump", &["readonly"], DONT_CACHE),
+    ("bf.loadchunk", &["write", "denyoom"], NONE),
+];
+
+/// The reads client-side caches may keep: answered from the key's value alone.
+const CACHEABLE_READS: &[&str] = &["bf.exists", "bf.mexists", "bf.card"];
+
+fn set(words: &[&str]) -> BTreeSet<String> {
+    words.iter().map(|w| w.to_string()).collect()
+}
+
+#[test]
+fn each_command_reports_its_flags_and_tips() {
+    let s = Server::start(&[]);
+    let mut c = Raw::open(&s);
+    let table: BTreeSet<String> = FLAGS_AND_TIPS.iter().map(|(n, ..)| n.to_string()).collect();
+    assert_eq!(registered(&mut c), table, "the table names every command");
+    for (name, flags, tips) in FLAGS_AND_TIPS {
+        let info = command_info(&mut c, name);
+        assert_eq!(info.flags, set(flags), "{name}: flags");
+        assert_eq!(info.tips, set(tips), "{name}: tips");
+        // `COMMAND DOCS` still describes it (it has no field for tips).
+        let docs = command_docs(&mut c, name);
+        assert!(!docs.summary.is_empty(), "{name}: COMMAND DOCS summary");
+        let cached = info.flags.contains("readonly")
+            && !info.tips.contains("nondeterministic_output")
+            && !info.tips.contains("dont_cache");
+        assert_eq!(
+            cached,
+            CACHEABLE_READS.contains(name),
+            "{name}: client-side caches keep its replies"
+        );
+    }
 }
 
 #[test]

@@ -33,6 +33,7 @@ pub fn commands_wanted(ctx: &Context, requested: bool) -> bool {
         ctx.log_notice(
             "BF.* commands not registered: another module (RedisBloom, or Bloom built into the server) already serves BF.ADD; the lock commands are registered",
         );
+        warn_of_cached_reads(ctx);
         return false;
     }
     explain_a_failed_start(ctx);
@@ -95,6 +96,52 @@ extern "C" fn at_exit() {
     );
 }
 
+/// The `BF.*` reads whose replies no client may keep (docs/commands.md, "Tips").
+const UNCACHED_READS: [&str; 3] = ["bf.info", "bf.debug", "bf.scandump"];
+
+/// With `BF.*` served by another module, their tips are its own: says which
+/// of the reads warden marks `dont_cache` lack it there, and so would be
+/// kept by client-side caches.
+fn warn_of_cached_reads(ctx: &Context) {
+    let mut args = vec!["INFO"];
+    args.extend(UNCACHED_READS);
+    let Ok(RedisValue::Array(infos)) = ctx.call("COMMAND", &args[..]) else {
+        return;
+    };
+    let cached: Vec<&str> = UNCACHED_READS
+        .iter()
+        .zip(&infos)
+        .filter(|(_, info)| !may_not_be_cached(&tips_of(info)))
+        .map(|(name, _)| *name)
+        .collect();
+    if !cached.is_empty() {
+        ctx.log_notice(&format!(
+            "the BF.* module loaded before warden gives {} no dont_cache tip: client-side caches may keep their replies",
+            cached.join(", ").to_uppercase()
+        ));
+    }
+}
+
+/// The tips of one `COMMAND INFO` entry (its eighth field).
+fn tips_of(info: &RedisValue) -> Vec<String> {
+    let RedisValue::Array(fields) = info else {
+        return Vec::new();
+    };
+    let Some(RedisValue::Array(tips)) = fields.get(7) else {
+        return Vec::new();
+    };
+    tips.iter()
+        .filter_map(|t| String::try_from(t.clone()).ok())
+        .collect()
+}
+
+/// Whether tips keep a read out of client-side caches.
+fn may_not_be_cached(tips: &[String]) -> bool {
+    tips.iter().any(|t| {
+        t.eq_ignore_ascii_case("dont_cache") || t.eq_ignore_ascii_case("nondeterministic_output")
+    })
+}
+
 /// Whether the server already knows `BF.ADD`. (`RedisModule_GetCommand`
 /// answers NULL for commands of other modules, so ask `COMMAND INFO`.)
 fn served_elsewhere(ctx: &Context) -> bool {
@@ -103,5 +150,39 @@ fn served_elsewhere(ctx: &Context) -> bool {
             .iter()
             .any(|v| !matches!(v, RedisValue::Null | RedisValue::NoReply)),
         _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(tips: &[&str]) -> RedisValue {
+        let mut fields: Vec<RedisValue> = (0..7).map(|_| RedisValue::Null).collect();
+        fields.push(RedisValue::Array(
+            tips.iter()
+                .map(|t| RedisValue::SimpleString(t.to_string()))
+                .collect(),
+        ));
+        RedisValue::Array(fields)
+    }
+
+    #[test]
+    fn a_read_with_either_tip_is_not_cached() {
+        let table: [(&[&str], bool); 5] = [
+            (&[], false),
+            (&["request_policy:all_shards"], false),
+            (&["dont_cache"], true),
+            (&["nondeterministic_output"], true),
+            (&["NONDETERMINISTIC_OUTPUT", "dont_cache"], true),
+        ];
+        for (tips, uncached) in table {
+            assert_eq!(
+                may_not_be_cached(&tips_of(&entry(tips))),
+                uncached,
+                "{tips:?}"
+            );
+        }
+        assert!(tips_of(&RedisValue::Null).is_empty());
     }
 }
