@@ -12,7 +12,7 @@ MODULE := target/release/libwarden.so
 APT_PACKAGES := redis-server redis-tools libclang1-14 libclang-common-14-dev python3-venv \
 	prometheus-redis-exporter prometheus binutils
 
-.PHONY: go-deps go-test go-lint go-dist java-deps java-build java-test java-lint java-dist lint docs docs-screenshots run exporter test build deps venv check bench valgrind-bin cluster cluster-stop fuzz valgrind clean python-venv python-test failover-demo failover-history node-deps node-test node-bench dist dist-test prev-release upgrade-test
+.PHONY: go-deps go-test go-lint go-dist java-deps java-build java-test java-lint java-dist java-shedlock-10m lint docs docs-screenshots run exporter test build deps venv check bench valgrind-bin cluster cluster-stop fuzz valgrind clean python-venv python-test failover-demo failover-history node-deps node-test node-bench dist dist-test prev-release upgrade-test
 
 FUZZ_SECONDS ?= 600
 
@@ -322,6 +322,16 @@ java-test: java-deps $(SERVER_DEPS)
 	cargo test --release --workspace --no-run
 	cd java && WARDEN_SERVER=$(SERVER_BIN) WARDEN_MODULE=$(CURDIR)/$(TEST_MODULE) \
 		$(MVN) verify $(JAVA_GROUPS) $(JAVA_PROFILE)
+
+# The ShedLock page's example as written, across 3 JVMs on redis.conf.example's
+# settings (max-lease 30 s, grace 41 s): a 2-minute job under lockAtMostFor
+# 10 min and lockAtLeastFor 1 min runs once while every JVM ticks every 5 s
+# (about 3 minutes; make java-test runs it scaled down: max-lease 1 s, job 3 s).
+java-shedlock-10m: java-deps $(SERVER_DEPS)
+	cargo test --release --workspace --no-run
+	cd java && WARDEN_SERVER=$(SERVER_BIN) WARDEN_MODULE=$(CURDIR)/$(TEST_MODULE) \
+		$(MVN) verify -pl warden-shedlock -am -Dtest=ShedLockAcrossJvmsTest \
+		-Dsurefire.failIfNoSpecifiedTests=false -Dwarden.shedlock.literal=true
 
 # google-java-format (spotless) on every Java module.
 java-lint: java-deps
