@@ -342,14 +342,14 @@ lint: java-lint go-lint
 # The Java client as a Maven repository, dist/maven (io/warden/<artifact>/<version>/): each
 # module's jar, POM, -sources.jar and -javadoc.jar and the parent POM, with
 # maven-metadata.xml and the .md5/.sha1 checksums Maven writes when it deploys
-# (mvn deploy -Pdist into a file: repository), plus .sha256/.sha512 beside
+# (mvn deploy -Dwarden.dist into a file: repository), plus .sha256/.sha512 beside
 # each file. A team points one <repository> at it, or copies it into its
 # Nexus/Artifactory. Every module but the test harness and the bench. Builds
 # only Java: make java-dist alone needs neither Rust nor the other languages.
 java-dist: java-deps
 	@grep -q '<version>$(VERSION)</version>' java/pom.xml || { echo "java/pom.xml: not version $(VERSION) (Cargo.toml's)"; exit 1; }
 	rm -rf $(DIST)/maven && mkdir -p $(DIST)/maven
-	cd java && $(MVN) -q -Pdist -DskipTests deploy -DaltDeploymentRepository=dist::file://$(abspath $(DIST))/maven
+	cd java && $(MVN) -q -Dwarden.dist -DskipTests deploy -DaltDeploymentRepository=dist::file://$(abspath $(DIST))/maven
 	cd $(DIST)/maven && find . -type f ! -name '*.md5' ! -name '*.sha1' -print0 | \
 		while IFS= read -r -d '' f; do sha256sum "$$f" | cut -d' ' -f1 > "$$f.sha256"; sha512sum "$$f" | cut -d' ' -f1 > "$$f.sha512"; done
 	@cd $(DIST)/maven && find . -name '*.jar' | sort
