@@ -173,7 +173,9 @@ upgrade-test: prev-release $(SERVER_DEPS)
 # package's wheel and sdist (python -m build), the Rust client's .crate
 # (cargo package; make dist-test builds it from the .crate), the Node
 # package's npm pack tarball (dist/ built by make node-deps: installing it
-# needs no TypeScript), and SHA256SUMS.
+# needs no TypeScript), the Java client as a Maven repository (dist/maven,
+# make java-dist), the Go module as a GOPROXY directory (dist/goproxy), and
+# SHA256SUMS.
 # The module is built in target/dist, not shared with $(MODULE) nor
 # $(TEST_MODULE): cargo test's build of the warden library and cargo build's
 # are two builds that both write target/release/deps/libwarden.so, and each
@@ -210,7 +212,9 @@ dist: deps venv node-deps
 # once target/dist-smoke holds the crate's dependencies and npm's cache the
 # Node packages): the README's Install lines against the tarball's server,
 # the wheel in a fresh venv, the crate's examples/readme.rs built from the
-# .crate, the npm tarball with ioredis and node-redis, and npm install ./node.
+# .crate, the npm tarball with ioredis and node-redis, npm install ./node, a
+# Spring Boot 3.5 and a 4.0 application built against dist/maven, and Go's
+# dist/goproxy.
 dist-test: dist $(SERVER_DEPS)
 	WARDEN_SERVER=$(SERVER_BIN) WARDEN_REDIS_PY="redis==$$($(PYTHON) -c 'import redis; print(redis.__version__)')" \
 		python3 scripts/dist-test.py $(DIST) $(VERSION)
