@@ -348,12 +348,12 @@ lint: java-lint go-lint
 # maven-metadata.xml and the .md5/.sha1 checksums Maven writes when it deploys
 # (mvn deploy -Dwarden.dist into a file: repository), plus .sha256/.sha512 beside
 # each file. A team points one <repository> at it, or copies it into its
-# Nexus/Artifactory. Every module but the test harness and the bench. Builds
+# Nexus/Artifactory (nothing goes into ~/.m2). Every module but the test harness and the bench. Builds
 # only Java: make java-dist alone needs neither Rust nor the other languages.
 java-dist: java-deps
 	@grep -q '<version>$(VERSION)</version>' java/pom.xml || { echo "java/pom.xml: not version $(VERSION) (Cargo.toml's)"; exit 1; }
 	rm -rf $(DIST)/maven && mkdir -p $(DIST)/maven
-	cd java && $(MVN) -q -Dwarden.dist -DskipTests deploy -DaltDeploymentRepository=dist::file://$(abspath $(DIST))/maven
+	cd java && $(MVN) -q -Dwarden.dist -DskipTests -Dmaven.install.skip=true deploy -DaltDeploymentRepository=dist::file://$(abspath $(DIST))/maven
 	cd $(DIST)/maven && find . -type f ! -name '*.md5' ! -name '*.sha1' -print0 | \
 		while IFS= read -r -d '' f; do sha256sum "$$f" | cut -d' ' -f1 > "$$f.sha256"; sha512sum "$$f" | cut -d' ' -f1 > "$$f.sha512"; done
 	@cd $(DIST)/maven && find . -name '*.jar' | sort
