@@ -12,7 +12,7 @@ MODULE := target/release/libwarden.so
 APT_PACKAGES := redis-server redis-tools libclang1-14 libclang-common-14-dev python3-venv \
 	prometheus-redis-exporter prometheus binutils
 
-.PHONY: go-deps go-test go-lint go-dist java-deps java-build java-test java-lint java-dist lint docs docs-screenshots run exporter test build deps venv check bench valgrind-bin cluster cluster-stop fuzz valgrind clean python-venv python-test failover-demo failover-history node-deps node-test node-bench dist dist-test prev-release upgrade-test
+.PHONY: go-deps go-test go-lint go-dist java-deps java-build java-test java-lint java-dist java-shedlock-10m lint docs docs-screenshots run exporter test build deps venv check bench valgrind-bin cluster cluster-stop fuzz valgrind clean python-venv python-test failover-demo failover-history node-deps node-test node-bench dist dist-test prev-release upgrade-test
 
 FUZZ_SECONDS ?= 600
 
@@ -195,7 +195,9 @@ upgrade-test: prev-release $(SERVER_DEPS)
 # package's wheel and sdist (python -m build), the Rust client's .crate
 # (cargo package; make dist-test builds it from the .crate), the Node
 # package's npm pack tarball (dist/ built by make node-deps: installing it
-# needs no TypeScript), and SHA256SUMS.
+# needs no TypeScript), the Java client as a Maven repository (dist/maven,
+# make java-dist), the Go module as a GOPROXY directory (dist/goproxy), and
+# SHA256SUMS.
 # The module is built in target/dist, not shared with $(MODULE) nor
 # $(TEST_MODULE): cargo test's build of the warden library and cargo build's
 # are two builds that both write target/release/deps/libwarden.so, and each
@@ -232,7 +234,9 @@ dist: deps venv node-deps
 # once target/dist-smoke holds the crate's dependencies and npm's cache the
 # Node packages): the README's Install lines against the tarball's server,
 # the wheel in a fresh venv, the crate's examples/readme.rs built from the
-# .crate, the npm tarball with ioredis and node-redis, and npm install ./node.
+# .crate, the npm tarball with ioredis and node-redis, npm install ./node, a
+# Spring Boot 3.5 and a 4.0 application built against dist/maven, and Go's
+# dist/goproxy.
 dist-test: dist $(SERVER_DEPS)
 	WARDEN_SERVER=$(SERVER_BIN) python3 scripts/dist-test.py $(DIST) $(VERSION)
 
@@ -343,21 +347,36 @@ java-test: java-deps $(SERVER_DEPS)
 	cd java && WARDEN_SERVER=$(SERVER_BIN) WARDEN_MODULE=$(CURDIR)/$(TEST_MODULE) \
 		$(MVN) verify $(JAVA_GROUPS) $(JAVA_PROFILE)
 
+# The ShedLock page's example as written, across 3 JVMs on redis.conf.example's
+# settings (max-lease 30 s, grace 41 s): a 2-minute job under lockAtMostFor
+# 10 min and lockAtLeastFor 1 min runs once while every JVM ticks every 5 s
+# (about 3 minutes; make java-test runs it scaled down: max-lease 1 s, job 3 s).
+java-shedlock-10m: java-deps $(SERVER_DEPS)
+	cargo test --release --workspace --no-run
+	cd java && WARDEN_SERVER=$(SERVER_BIN) WARDEN_MODULE=$(CURDIR)/$(TEST_MODULE) \
+		$(MVN) verify -pl warden-shedlock -am -Dtest=ShedLockAcrossJvmsTest \
+		-Dsurefire.failIfNoSpecifiedTests=false -Dwarden.shedlock.literal=true
+
 # google-java-format (spotless) on every Java module.
 java-lint: java-deps
 	cd java && $(MVN) -q spotless:check
 
 lint: java-lint go-lint
 
-# The Java jars and their POMs (the parent's too), ready for a team's
-# repository: every java/warden-* module but the test harness and the bench.
+# The Java client as a Maven repository, dist/maven (io/warden/<artifact>/<version>/): each
+# module's jar, POM, -sources.jar and -javadoc.jar and the parent POM, with
+# maven-metadata.xml and the .md5/.sha1 checksums Maven writes when it deploys
+# (mvn deploy -Dwarden.dist into a file: repository), plus .sha256/.sha512 beside
+# each file. A team points one <repository> at it, or copies it into its
+# Nexus/Artifactory (nothing goes into ~/.m2). Every module but the test harness and the bench. Builds
+# only Java: make java-dist alone needs neither Rust nor the other languages.
 java-dist: java-deps
 	@grep -q '<version>$(VERSION)</version>' java/pom.xml || { echo "java/pom.xml: not version $(VERSION) (Cargo.toml's)"; exit 1; }
-	cd java && $(MVN) -q -DskipTests package
-	cp java/pom.xml $(DIST)/warden-parent-$(VERSION).pom
-	@for d in java/warden-*/; do m=$$(basename $$d); \
-		case $$m in warden-test-support|warden-bench) continue;; esac; \
-		cp $$d/target/$$m-$(VERSION).jar $(DIST)/ && cp $$d/pom.xml $(DIST)/$$m-$(VERSION).pom; done
+	rm -rf $(DIST)/maven && mkdir -p $(DIST)/maven
+	cd java && $(MVN) -q -Dwarden.dist -DskipTests -Dmaven.install.skip=true deploy -DaltDeploymentRepository=dist::file://$(abspath $(DIST))/maven
+	cd $(DIST)/maven && find . -type f ! -name '*.md5' ! -name '*.sha1' -print0 | \
+		while IFS= read -r -d '' f; do sha256sum "$$f" | cut -d' ' -f1 > "$$f.sha256"; sha512sum "$$f" | cut -d' ' -f1 > "$$f.sha512"; done
+	@cd $(DIST)/maven && find . -name '*.jar' | sort
 
 # ruff and mypy --strict on the package; its tests, then redis-py's own lock
 # tests (fetched from the pinned redis-py's sdist into target/) against

@@ -17,6 +17,9 @@
   require, and both entry points' types checked by tsc; then `npm install
   ./node` from a copy of node/'s tracked files (no dist/, no node_modules/,
   as in a fresh clone), which builds through the package's `prepare` script;
+- the Java client: dist/maven as the team repository the README's pom.xml
+  block names (checksumPolicy fail), a Spring Boot 3 and a Spring Boot 4
+  application built against it and run;
 - the Go module: dist/goproxy alone as GOPROXY (a fresh module cache), the
   README's `go get` line, and its Go snippet run as a program's main.
 
@@ -238,26 +241,41 @@ def node_test(npm_tarball: Path, scratch: Path, port: int) -> None:
     print("node: npm install ./node (built by its prepare script) imports and requires")
 
 
+# A Spring Boot application on the README's Java lines: the Warden, the
+# CacheManager and a lock, all from Boot's auto-configuration and
+# spring.data.redis.* (the same source for Boot 3 and Boot 4).
 JAVA_MAIN = """
-import io.lettuce.core.RedisClient;
+package smoke;
+
 import io.warden.Warden;
 import io.warden.WardenLock;
-import io.warden.lettuce.LettuceTransport;
 import java.time.Duration;
+import org.springframework.boot.SpringApplication;
+import org.springframework.boot.SpringBootVersion;
+import org.springframework.boot.autoconfigure.SpringBootApplication;
+import org.springframework.cache.CacheManager;
+import org.springframework.cache.annotation.EnableCaching;
+import org.springframework.context.ConfigurableApplicationContext;
 
+@SpringBootApplication
+@EnableCaching
 public class Smoke {
   public static void main(String[] args) throws Exception {
-    RedisClient client = RedisClient.create(args[0]);
-    try (Warden warden = Warden.create(LettuceTransport.create(client));
-        WardenLock lock = warden.lock("dist:java").lease(Duration.ofSeconds(10)).acquire()) {
-      String v = warden.cache().getOrLoadString("dist:java:cache", Duration.ofMinutes(1), () -> "v");
-      System.out.println("java: warden-lettuce from dist/: lock " + lock.fence() + " held, cache " + v);
-    } finally {
-      client.shutdown();
+    try (ConfigurableApplicationContext ctx = SpringApplication.run(Smoke.class, args)) {
+      Warden warden = ctx.getBean(Warden.class);
+      CacheManager caches = ctx.getBean(CacheManager.class);
+      try (WardenLock lock = warden.lock("dist:java").lease(Duration.ofSeconds(10)).acquire()) {
+        String v = caches.getCache("dist").get("k", () -> "v");
+        System.out.println("java: Spring Boot " + SpringBootVersion.getVersion() + ", "
+            + caches.getClass().getSimpleName() + ": lock " + lock.fence() + " held, cache " + v);
+      }
     }
   }
 }
 """
+
+# Each Boot line the README names, with the artifact it says to use there.
+BOOTS = (("3.5.7", "warden-spring-boot3"), ("4.0.7", "warden-spring"))
 
 
 # The version java/pom.xml pins (a bare dependency:... goal would take the newest).
@@ -267,46 +285,69 @@ DEPENDENCY_PLUGIN = re.search(
 
 
 def java_test(dist: Path, version: str, port: int) -> None:
-    """The jars and POMs, deployed into a file repository as a team's would
-    be, then a project that names warden-lettuce as the README does: it
-    resolves warden from that repository alone (the local repository it
-    builds with holds no io.warden), and runs a lock and a cache read."""
+    """dist/maven as a team's repository, as the README's Install block names
+    it (checksumPolicy fail): a Spring Boot 3 and a Spring Boot 4 application
+    resolve warden from it alone (their local repository holds no io.warden;
+    the rest comes from ~/.m2 or Maven Central), start on the test server and
+    take a lock and a cache entry."""
+    repo = dist / "maven"
+    for artifact in ("warden-core", "warden-lettuce", "warden-jedis", "warden-spring",
+                     "warden-spring-boot3", "warden-shedlock"):
+        base = repo / "io/warden" / artifact / version / f"{artifact}-{version}"
+        for suffix in (".jar", ".pom", "-sources.jar", "-javadoc.jar"):
+            for checksum in ("", ".sha1", ".md5", ".sha256", ".sha512"):
+                if not Path(f"{base}{suffix}{checksum}").is_file():
+                    fail(f"{repo}: no {base.name}{suffix}{checksum}")
+    if not (repo / f"io/warden/warden-parent/{version}/warden-parent-{version}.pom").is_file():
+        fail(f"{repo}: no warden-parent {version} POM")
+    blocks = [code for options, code in install_blocks() if options.get("as") == "pom.xml"]
+    if len(blocks) != 1 or f"<version>{version}</version>" not in blocks[0]:
+        fail("README's Install section: expected one pom.xml block naming version " + version)
     smoke = ROOT / "target/dist-smoke/java"
-    repo, local, project = smoke / "repo", smoke / "m2", smoke / "project"
-    for d in (repo, local / "io/warden", project):
-        shutil.rmtree(d, ignore_errors=True)
-    mvn = ["mvn", "-B", "-ntp", "-q", f"-Dmaven.repo.local={local}"]
-    url = f"-Durl=file://{repo}"
-    deploy = "org.apache.maven.plugins:maven-deploy-plugin:3.1.4:deploy-file"
-    parent = one(dist, f"warden-parent-{version}.pom")
-    run(mvn + [deploy, url, f"-Dfile={parent}", f"-DpomFile={parent}", "-Dpackaging=pom"])
-    for jar in sorted(dist.glob(f"warden-*-{version}.jar")):
-        pom = jar.with_suffix(".pom")
-        run(mvn + [deploy, url, f"-Dfile={jar}", f"-DpomFile={pom}"])
-    (project / "src/main/java").mkdir(parents=True)
-    (project / "src/main/java/Smoke.java").write_text(JAVA_MAIN)
-    readme = (ROOT / "README.md").read_text()
-    dependency = re.search(r"```xml\n(<dependency>.*?</dependency>)\n```", readme, re.S)
-    if not dependency or f"<version>{version}</version>" not in dependency.group(1):
-        fail("README.md: no Java <dependency> block naming version " + version)
-    (project / "pom.xml").write_text(f"""<project xmlns="http://maven.apache.org/POM/4.0.0">
+    local = smoke / "m2"
+    shutil.rmtree(local / "io/warden", ignore_errors=True)
+    home = Path.home() / ".m2/repository"
+    for boot, artifact in BOOTS:
+        project = smoke / f"boot{boot.split('.')[0]}"
+        shutil.rmtree(project, ignore_errors=True)
+        (project / "src/main/java/smoke").mkdir(parents=True)
+        (project / "src/main/java/smoke/Smoke.java").write_text(JAVA_MAIN)
+        lines = blocks[0].replace("file:///path/to/dist/maven", f"file://{repo}")
+        lines = lines.replace("<artifactId>warden-spring</artifactId>",
+                              f"<artifactId>{artifact}</artifactId>")
+        # ~/.m2 after the team's repository, checksums not asked of it: it spares
+        # downloading Spring again where java-test fetched it.
+        lines = lines.replace("</repositories>", f"""  <repository>
+    <id>home</id><url>file://{home}</url>
+    <releases><checksumPolicy>ignore</checksumPolicy></releases>
+  </repository>
+</repositories>""")
+        lines = lines.replace("</dependencies>", """  <dependency>
+    <groupId>org.springframework.boot</groupId><artifactId>spring-boot-starter-data-redis</artifactId>
+  </dependency>
+</dependencies>""")
+        (project / "pom.xml").write_text(f"""<project xmlns="http://maven.apache.org/POM/4.0.0">
   <modelVersion>4.0.0</modelVersion>
-  <groupId>example</groupId><artifactId>smoke</artifactId><version>0</version>
-  <properties><maven.compiler.release>17</maven.compiler.release></properties>
-  <build><plugins><plugin><artifactId>maven-compiler-plugin</artifactId><version>3.13.0</version></plugin></plugins></build>
-  <repositories><repository><id>team</id><url>file://{repo}</url></repository></repositories>
-  <dependencies>{dependency.group(1)}</dependencies>
-</project>
+  <parent>
+    <groupId>org.springframework.boot</groupId><artifactId>spring-boot-starter-parent</artifactId>
+    <version>{boot}</version><relativePath/>
+  </parent>
+  <groupId>example</groupId><artifactId>smoke-boot</artifactId><version>0</version>
+  <properties><java.version>17</java.version></properties>
+{lines}</project>
 """)
-    classpath_goal = f"org.apache.maven.plugins:maven-dependency-plugin:{DEPENDENCY_PLUGIN}:build-classpath"
-    run(mvn + ["compile", classpath_goal, "-Dmdep.outputFile=cp.txt"], cwd=project)
-    classpath = (project / "cp.txt").read_text().strip() + os.pathsep + str(project / "target/classes")
-    if "/io/warden/warden-lettuce/" not in classpath:
-        fail(f"the project did not resolve warden-lettuce from the repository: {classpath}")
-    out = run(["java", "-cp", classpath, "Smoke", f"redis://127.0.0.1:{port}"]).stdout
-    if "java: warden-lettuce from dist/" not in out:
-        fail(f"the Java project printed:\n{out}")
-    print(next(line for line in out.splitlines() if line.startswith("java:")))
+        mvn = ["mvn", "-B", "-ntp", "-q", f"-Dmaven.repo.local={local}"]
+        classpath_goal = f"org.apache.maven.plugins:maven-dependency-plugin:{DEPENDENCY_PLUGIN}:build-classpath"
+        run(mvn + ["compile", classpath_goal, "-Dmdep.outputFile=cp.txt"], cwd=project)
+        origin = local / f"io/warden/{artifact}/{version}/_remote.repositories"
+        if not origin.is_file() or ">warden=" not in origin.read_text():
+            fail(f"Boot {boot}: {artifact} did not come from dist/maven")
+        classpath = (project / "cp.txt").read_text().strip() + os.pathsep + str(project / "target/classes")
+        out = run(["java", "-cp", classpath, "smoke.Smoke", f"--spring.data.redis.port={port}",
+                   "--spring.main.banner-mode=off", "--logging.level.root=warn"]).stdout
+        if f"java: Spring Boot {boot}, WardenCacheManager: lock" not in out:
+            fail(f"the Boot {boot} application printed:\n{out}")
+        print(next(line for line in out.splitlines() if line.startswith("java:")))
 
 
 GO_MAIN = """package main

@@ -75,6 +75,9 @@ final class Attempt {
   // The waiter connection a grant bound to it was won on, out of the pool until released.
   private WaitConnection kept;
   private volatile ScheduledFuture<?> timer;
+  // The index of the lease argument in command (-1: none), and whether it was cut to the cap.
+  private int leaseArg = -1;
+  private boolean leaseCapped;
 
   Attempt(
       Warden warden,
@@ -89,6 +92,38 @@ final class Attempt {
     this.mayWait = mayWait;
     this.maxQueue = maxQueue;
     this.kind = kind;
+  }
+
+  /**
+   * The lease is {@code command[index]}: refused as over {@code warden.max-lease}, the try is sent
+   * again once with the lease cut to the cap the refusal names.
+   */
+  Attempt leaseAt(int index) {
+    this.leaseArg = index;
+    return this;
+  }
+
+  /** The lease the grant was asked with, in ms (after any cut to the cap). */
+  long leaseSent() {
+    return Long.parseLong(new String(command[leaseArg], StandardCharsets.UTF_8));
+  }
+
+  // The fast path's error: a lease over the cap is cut to it and tried again, once. (A request
+  // that goes straight to the wait does so behind a request of this process on the same key,
+  // whose try taught this Warden the cap already.)
+  private boolean retriedAtTheCap(Throwable error) {
+    if (leaseArg < 0 || leaseCapped || !warden.learnMaxLease(error)) {
+      return false;
+    }
+    long asked = leaseSent();
+    long capped = warden.capLease(asked);
+    if (capped >= asked) {
+      return false;
+    }
+    leaseCapped = true;
+    command[leaseArg] = Resp.b(capped);
+    start();
+    return true;
   }
 
   /** Starts with the fast path: the command without WAIT on the shared connection. */
@@ -106,7 +141,9 @@ final class Attempt {
         .whenComplete(
             (reply, error) -> {
               try {
-                if (error != null) {
+                if (error != null && retriedAtTheCap(error)) {
+                  return;
+                } else if (error != null) {
                   if (!(Resp.unwrap(error) instanceof WardenServerException)) {
                     // The connection failed with the try unanswered: the server may have granted
                     // it (it is never sent again), so what it granted is given back.

@@ -50,8 +50,13 @@ final class Hold implements WardenLock, Permit {
   private final ReentrantLock lock = new ReentrantLock();
   // Guarded by lock.
   private State state = State.HELD;
+  // The lease of each grant or renewal (at most the server's max-lease), and when the server's
+  // lease ends by this client's clock.
   private long leaseMs;
   private long leaseEnd;
+  // Without the watchdog: when the lease that was asked for ends. Past leaseEnd (a lease asked
+  // over max-lease) the hold is renewed, every third of leaseMs, up to it and no further.
+  private long end;
   private int extendsInFlight;
   private CompletableFuture<Void> released;
   private boolean releaseSent;
@@ -66,6 +71,7 @@ final class Hold implements WardenLock, Permit {
       long fence,
       int permits,
       long leaseMs,
+      long askedMs,
       boolean watchdog,
       long sentAtNanos) {
     this.warden = warden;
@@ -78,6 +84,12 @@ final class Hold implements WardenLock, Permit {
     this.watchdog = watchdog;
     // The lease started at the grant, after the request was sent: counting from the send is safe.
     this.leaseEnd = sentAtNanos + TimeUnit.MILLISECONDS.toNanos(leaseMs);
+    this.end = sentAtNanos + TimeUnit.MILLISECONDS.toNanos(Math.max(leaseMs, askedMs));
+  }
+
+  // Called with lock held: whether the hold is renewed (watchdog, or a lease asked over the cap).
+  private boolean renews() {
+    return watchdog || end - leaseEnd > 0;
   }
 
   /** The caller has the hold: renewals (watchdog) or the lease-end timer start. */
@@ -97,7 +109,7 @@ final class Hold implements WardenLock, Permit {
     if (task != null) {
       task.cancel(false);
     }
-    if (watchdog) {
+    if (renews()) {
       long every = Math.max(1, leaseMs / 3);
       task = warden.scheduler().schedule(this::renew, every, TimeUnit.MILLISECONDS);
     } else {
@@ -129,11 +141,13 @@ final class Hold implements WardenLock, Permit {
       if (state != State.HELD) {
         return;
       }
-      if (System.nanoTime() - leaseEnd >= 0) {
+      long now = System.nanoTime();
+      if (now - leaseEnd >= 0) {
         ms = -1;
       } else {
         extendsInFlight++;
-        ms = leaseMs;
+        // Up to the end asked for, not past it: the last renewal ends the lease there.
+        ms = watchdog ? leaseMs : Math.min(leaseMs, ceilMillis(end - now));
       }
     } finally {
       lock.unlock();
@@ -152,6 +166,9 @@ final class Hold implements WardenLock, Permit {
                 extendsInFlight--;
                 if (error == null && Long.valueOf(1).equals(Resp.asLong(reply))) {
                   leaseEnd = sent + TimeUnit.MILLISECONDS.toNanos(ms);
+                } else if (error != null && warden.learnMaxLease(error)) {
+                  // max-lease was lowered under this hold: renew at the new cap from now on.
+                  leaseMs = warden.capLease(leaseMs);
                 } else if (error == null) {
                   lost = state == State.HELD;
                 } else {
@@ -170,6 +187,10 @@ final class Hold implements WardenLock, Permit {
                 lose();
               }
             });
+  }
+
+  private static long ceilMillis(long nanos) {
+    return Math.max(1, (nanos + 999_999) / 1_000_000);
   }
 
   private CompletionStage<Object> sendExtend(long ms) {
@@ -235,9 +256,15 @@ final class Hold implements WardenLock, Permit {
     }
   }
 
+  /**
+   * Resets the lease to {@code lease} from now. Over the server's {@code warden.max-lease} the
+   * server's lease is the cap, renewed by this hold up to {@code lease} from now (a watchdog hold
+   * keeps renewing at the new lease).
+   */
   @Override
   public boolean extend(Duration lease) {
-    long ms = LockRequest.leaseMillis(lease);
+    long asked = LockRequest.leaseMillis(lease);
+    long ms = warden.capLease(asked);
     lock.lock();
     try {
       if (state != State.HELD) {
@@ -255,6 +282,16 @@ final class Hold implements WardenLock, Permit {
     } catch (RuntimeException e) {
       error = e;
     }
+    if (error != null && warden.learnMaxLease(error) && warden.capLease(asked) < ms) {
+      ms = warden.capLease(asked);
+      error = null;
+      sent = System.nanoTime();
+      try {
+        reply = sendExtend(ms).toCompletableFuture().join();
+      } catch (RuntimeException e) {
+        error = e;
+      }
+    }
     boolean ok = error == null && Long.valueOf(1).equals(Resp.asLong(reply));
     boolean lost = false;
     lock.lock();
@@ -263,6 +300,7 @@ final class Hold implements WardenLock, Permit {
       if (ok && state == State.HELD) {
         leaseMs = ms;
         leaseEnd = sent + TimeUnit.MILLISECONDS.toNanos(ms);
+        end = sent + TimeUnit.MILLISECONDS.toNanos(asked);
         schedule();
       } else if (error == null && !ok) {
         lost = state == State.HELD;

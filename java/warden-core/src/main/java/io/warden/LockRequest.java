@@ -19,6 +19,7 @@ public final class LockRequest {
   private long watchdogMs;
   private long maxQueue = -1;
   private String owner;
+  private String ownerTag;
 
   LockRequest(Warden warden, Hold.Kind kind, String key) {
     this.warden = warden;
@@ -74,6 +75,18 @@ public final class LockRequest {
       throw new IllegalArgumentException("maxQueue must be >= 0");
     }
     this.maxQueue = n;
+    return this;
+  }
+
+  /**
+   * Prefixes the hold's fresh owner with {@code tag} ({@code tag/<random>}: still one owner per
+   * hold), so that {@code LOCK.INFO} shows who holds it (ShedLock's provider tags its host).
+   */
+  public LockRequest ownerTag(String tag) {
+    if (tag == null || tag.isEmpty()) {
+      throw new IllegalArgumentException("an owner tag must not be empty");
+    }
+    this.ownerTag = tag;
     return this;
   }
 
@@ -137,8 +150,13 @@ public final class LockRequest {
 
   Pending<WardenLock> start(long deadline, boolean mayWait) {
     boolean dog = leaseMs < 0;
-    long ms = dog ? watchdogMs : leaseMs;
-    String owner = this.owner != null ? this.owner : warden.newOwner();
+    long asked = dog ? watchdogMs : leaseMs;
+    // Over the server's max-lease: granted at the cap, renewed by the hold up to what was asked.
+    long ms = warden.capLease(asked);
+    String owner =
+        this.owner != null
+            ? this.owner
+            : ownerTag != null ? ownerTag + "/" + warden.newOwner() : warden.newOwner();
     String cmd =
         kind == Hold.Kind.LOCK
             ? "LOCK.ACQUIRE"
@@ -152,9 +170,21 @@ public final class LockRequest {
             mayWait,
             maxQueue,
             warden.tokenKind(kind.release, key, owner, this.owner == null));
+    a.leaseAt(3);
     CompletableFuture<Optional<WardenLock>> out =
         a.deliverTo(
-            reply -> new Hold(warden, kind, key, owner, Resp.asLong(reply), 1, ms, dog, sent),
+            reply ->
+                new Hold(
+                    warden,
+                    kind,
+                    key,
+                    owner,
+                    Resp.asLong(reply),
+                    1,
+                    a.leaseSent(),
+                    asked,
+                    dog,
+                    sent),
             h -> ((Hold) h).releaseAsync(),
             h -> ((Hold) h).start());
     a.start();

@@ -37,7 +37,8 @@ final class Semaphore implements DistributedSemaphore {
       throw new IllegalArgumentException("permits must be from 1 to the limit, " + limit);
     }
     boolean dog = lease == null;
-    long ms = dog ? warden.watchdogLeaseMillis() : LockRequest.leaseMillis(lease);
+    long asked = dog ? warden.watchdogLeaseMillis() : LockRequest.leaseMillis(lease);
+    long ms = warden.capLease(asked);
     String owner = warden.newOwner();
     long sent = System.nanoTime();
     Attempt a =
@@ -56,6 +57,7 @@ final class Semaphore implements DistributedSemaphore {
             mayWait,
             maxQueue,
             warden.tokenKind("SEM.RELEASE", key, owner, true));
+    a.leaseAt(3);
     CompletableFuture<Optional<Permit>> out =
         a.deliverTo(
             reply ->
@@ -66,7 +68,8 @@ final class Semaphore implements DistributedSemaphore {
                     owner,
                     Resp.asLong(reply),
                     permits,
-                    ms,
+                    a.leaseSent(),
+                    asked,
                     dog,
                     sent),
             p -> ((Hold) p).releaseAsync(),

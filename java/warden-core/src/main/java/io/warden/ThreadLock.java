@@ -178,7 +178,15 @@ final class ThreadLock implements DistributedLock {
       return;
     }
     warden.threadHolds().remove(k, e);
+    boolean lost = !e.hold.isHeld();
     e.hold.release();
+    if (lost) {
+      // As Redisson's unlock of a lock whose lease ran out: the caller must hear of it.
+      throw new IllegalMonitorStateException(
+          key
+              + " was lost before unlock (its lease ended or a renewal was refused): what it"
+              + " protected may have been changed by another holder");
+    }
   }
 
   @Override

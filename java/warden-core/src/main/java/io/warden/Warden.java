@@ -85,6 +85,9 @@ public final class Warden implements AutoCloseable {
   private final ConcurrentHashMap<ThreadHolds.Key, ThreadHolds.Entry> threadHolds =
       new ConcurrentHashMap<>();
   private volatile CompletableFuture<Boolean> unblocks;
+  // The server's warden.max-lease as its last refusal stated it (0: none seen). A lease asked
+  // above it is granted at the cap and renewed by this client (Hold) up to the lease asked.
+  private volatile long maxLeaseMs;
   // Requests of this process waiting, by command and key.
   private final ConcurrentHashMap<String, Integer> waiting = new ConcurrentHashMap<>();
 
@@ -242,6 +245,38 @@ public final class Warden implements AutoCloseable {
               }
             });
     return f;
+  }
+
+  private static final Pattern MAX_LEASE =
+      Pattern.compile("ttl exceeds warden\\.max-lease: expected an integer from 1 to (\\d+)");
+
+  /** {@code ms}, or the server's {@code warden.max-lease} when known and smaller. */
+  long capLease(long ms) {
+    long cap = maxLeaseMs;
+    return cap > 0 && ms > cap ? cap : ms;
+  }
+
+  /**
+   * Whether {@code error} is the server's {@code ERR ttl exceeds warden.max-lease: expected an
+   * integer from 1 to N (ms)}; if so N is remembered as the cap. The cap is learned from this
+   * refusal, not from {@code CONFIG GET} (which ACLs often forbid), and again whenever the server
+   * refuses a lease (an operator may lower it at run time).
+   */
+  boolean learnMaxLease(Throwable error) {
+    Throwable e = Resp.unwrap(error);
+    if (!(e instanceof WardenServerException) || e.getMessage() == null) {
+      return false;
+    }
+    Matcher m = MAX_LEASE.matcher(e.getMessage());
+    if (!m.find()) {
+      return false;
+    }
+    try {
+      maxLeaseMs = Long.parseLong(m.group(1));
+    } catch (NumberFormatException tooLong) {
+      return false;
+    }
+    return true;
   }
 
   static boolean unblocksModuleWaiters(String info) {

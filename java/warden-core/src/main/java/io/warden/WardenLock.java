@@ -15,7 +15,10 @@ public interface WardenLock extends AutoCloseable {
   /** The fencing token: strictly increasing across holds, releases, expiries and restarts. */
   long fence();
 
-  /** Resets the lease to {@code lease} from now; false when the hold is gone. */
+  /**
+   * Resets the lease to {@code lease} from now (over the server's {@code warden.max-lease}: the
+   * cap, renewed until {@code lease} from now); false when the hold is gone.
+   */
   boolean extend(Duration lease);
 
   /** False once released, lost (lease ended, renewal refused) or known to be gone. */

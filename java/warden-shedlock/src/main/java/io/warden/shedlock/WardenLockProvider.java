@@ -1,13 +1,10 @@
 package io.warden.shedlock;
 
-import io.warden.Transport;
 import io.warden.Warden;
-import java.nio.charset.StandardCharsets;
+import io.warden.WardenLock;
 import java.time.Duration;
 import java.time.Instant;
 import java.util.Optional;
-import java.util.UUID;
-import java.util.concurrent.CompletionException;
 import net.javacrumbs.shedlock.core.AbstractSimpleLock;
 import net.javacrumbs.shedlock.core.ClockProvider;
 import net.javacrumbs.shedlock.core.ExtensibleLockProvider;
@@ -20,15 +17,19 @@ import net.javacrumbs.shedlock.support.Utils;
  * LOCK.*}).
  *
  * <ul>
- *   <li>{@code lockAtMostFor} is the lock's lease: the server frees the lock when it ends, even if
- *       this process died.
+ *   <li>{@code lockAtMostFor} is how long the lock is held at most: the job's lock ends then even
+ *       if the job has not, and no later. Under the server's {@code warden.max-lease} (30 s in
+ *       {@code redis.conf.example}) a longer {@code lockAtMostFor} is held with a lease of the cap,
+ *       renewed by this process every third of it up to {@code lockAtMostFor} (as ShedLock's {@code
+ *       KeepAliveLockProvider} keeps a lock alive, but never past {@code lockAtMostFor}): if this
+ *       process dies, the lock is freed at most one cap later.
  *   <li>A lock is tried once, without waiting ({@code LOCK.ACQUIRE} without {@code WAIT}): ShedLock
  *       skips a task whose lock is held elsewhere.
- *   <li>{@code lockAtLeastFor} is honoured on unlock: before it has passed the lease is shortened
- *       to what remains of it ({@code LOCK.EXTEND}); after, the lock is released ({@code
+ *   <li>{@code lockAtLeastFor} is honoured on unlock: before it has passed the lock is kept for
+ *       what remains of it (renewed the same way past the cap); after, it is released ({@code
  *       LOCK.RELEASE}).
- *   <li>{@link SimpleLock#extend} resets the lease ({@code LOCK.EXTEND}); it fails (empty) once the
- *       lease has ended.
+ *   <li>{@link SimpleLock#extend} resets how long the lock is held; it fails (empty) once the lock
+ *       has been lost.
  * </ul>
  *
  * <p>Each lock is the key {@code keyPrefix + name} (default prefix {@value #DEFAULT_KEY_PREFIX}),
@@ -38,7 +39,7 @@ public final class WardenLockProvider implements ExtensibleLockProvider {
   /** The default key prefix: {@code shedlock:<lock name>}. */
   public static final String DEFAULT_KEY_PREFIX = "shedlock:";
 
-  private final Transport transport;
+  private final Warden warden;
   private final String keyPrefix;
   private final String host;
 
@@ -50,7 +51,7 @@ public final class WardenLockProvider implements ExtensibleLockProvider {
     if (warden == null || keyPrefix == null) {
       throw new IllegalArgumentException("warden and keyPrefix must not be null");
     }
-    this.transport = warden.transport();
+    this.warden = warden;
     this.keyPrefix = keyPrefix;
     this.host = Utils.getHostname();
   }
@@ -67,73 +68,61 @@ public final class WardenLockProvider implements ExtensibleLockProvider {
       // lockAtMostFor has already passed: there is nothing left to hold.
       return Optional.empty();
     }
-    String key = key(config.getName());
-    String owner = host + "/" + UUID.randomUUID();
-    Object fence = call("LOCK.ACQUIRE", key, owner, Long.toString(lease));
-    return fence == null
-        ? Optional.empty()
-        : Optional.of(new WardenSimpleLock(config, key, owner, (Long) fence));
+    Optional<WardenLock> hold;
+    try {
+      hold =
+          warden
+              .lock(key(config.getName()))
+              .ownerTag(host)
+              .lease(Duration.ofMillis(lease))
+              .tryAcquire(Duration.ZERO);
+    } catch (InterruptedException e) {
+      Thread.currentThread().interrupt();
+      return Optional.empty();
+    }
+    return hold.map(h -> new WardenSimpleLock(config, h));
   }
 
   private static long millisUntil(Instant until) {
     return Duration.between(ClockProvider.now(), until).toMillis();
   }
 
-  private Object call(String... args) {
-    byte[][] bytes = new byte[args.length][];
-    for (int i = 0; i < args.length; i++) {
-      bytes[i] = args[i].getBytes(StandardCharsets.UTF_8);
-    }
-    try {
-      return transport.execute(bytes).toCompletableFuture().join();
-    } catch (CompletionException e) {
-      // The server's own error (WRONGTYPE, "is warden loaded?") is worth more than the wrapper.
-      if (e.getCause() instanceof RuntimeException) {
-        throw (RuntimeException) e.getCause();
-      }
-      throw e;
-    }
-  }
+  /** One acquisition: its hold (key, owner, fencing token, renewals). */
+  private static final class WardenSimpleLock extends AbstractSimpleLock {
+    private final WardenLock hold;
 
-  /** One acquisition: its key, owner and fencing token. */
-  private final class WardenSimpleLock extends AbstractSimpleLock {
-    private final String key;
-    private final String owner;
-    private final long fence;
-
-    WardenSimpleLock(LockConfiguration config, String key, String owner, long fence) {
+    WardenSimpleLock(LockConfiguration config, WardenLock hold) {
       super(config);
-      this.key = key;
-      this.owner = owner;
-      this.fence = fence;
+      this.hold = hold;
     }
 
     @Override
     protected void doUnlock() {
       long atLeast = millisUntil(lockConfiguration.getLockAtLeastUntil());
-      if (atLeast > 0) {
+      if (atLeast <= 0 || !hold.extend(Duration.ofMillis(atLeast))) {
         // Keep the lock until lockAtLeastFor has passed, and not a moment longer.
-        call("LOCK.EXTEND", key, owner, Long.toString(atLeast));
-      } else {
-        call("LOCK.RELEASE", key, owner);
+        hold.release();
       }
     }
 
     @Override
     protected Optional<SimpleLock> doExtend(LockConfiguration newConfig) {
       long lease = millisUntil(newConfig.getLockAtMostUntil());
-      if (lease <= 0) {
+      if (lease <= 0 || !hold.extend(Duration.ofMillis(lease))) {
         return Optional.empty();
       }
-      Object r = call("LOCK.EXTEND", key, owner, Long.toString(lease));
-      return Long.valueOf(1).equals(r)
-          ? Optional.of(new WardenSimpleLock(newConfig, key, owner, fence))
-          : Optional.empty();
+      return Optional.of(new WardenSimpleLock(newConfig, hold));
     }
 
     @Override
     public String toString() {
-      return "WardenSimpleLock{key=" + key + ", owner=" + owner + ", fence=" + fence + "}";
+      return "WardenSimpleLock{key="
+          + hold.key()
+          + ", owner="
+          + hold.owner()
+          + ", fence="
+          + hold.fence()
+          + "}";
     }
   }
 }

@@ -12,10 +12,14 @@ import org.springframework.integration.support.locks.LockRegistry;
 
 /**
  * A {@link WardenLockRegistry} ({@code warden.lock.registry-key}, {@code warden.lock.expire-after})
- * when Spring Integration is on the class path and the application defines no {@link LockRegistry}.
+ * when Spring Integration 7 (Boot 4's) is on the class path and the application defines no {@link
+ * LockRegistry}. Spring Integration 6 (Boot 3's) has no {@code DistributedLock}, which the
+ * registry's locks are: there this backs off, and {@code warden.getLock(key)} is the lock to use.
  */
 @AutoConfiguration(after = WardenAutoConfiguration.class)
-@ConditionalOnClass({LockRegistry.class, Warden.class})
+@ConditionalOnClass(
+    value = {LockRegistry.class, Warden.class},
+    name = "org.springframework.integration.support.locks.DistributedLock")
 @EnableConfigurationProperties(WardenProperties.class)
 public final class WardenLockRegistryAutoConfiguration {
   @Bean
