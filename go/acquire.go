@@ -89,6 +89,9 @@ func waitArg(deadline time.Time, has bool) (ms int64, ok bool) {
 
 // acquire runs the overload rule: a fast try without WAIT on rdb's pool,
 // then (unless try) a wait on a waiter connection with the deadline as WAIT.
+// A lease above the server's warden.max-lease is asked for at the cap (the
+// server's refusal names it: the acquire, which changed nothing, is sent
+// again at the cap) and renewed up to the lease asked for.
 func (w *Warden) acquire(ctx context.Context, k *kind, key string, extra []any, opts []LockOption, try bool) (*Hold, error) {
 	o := lockOpts(opts)
 	if o.ttlSet && o.ttl <= 0 {
@@ -108,13 +111,30 @@ func (w *Warden) acquire(ctx context.Context, k *kind, key string, extra []any, 
 		return nil, err
 	}
 	defer w.calls.Done()
-	ttl, watchdog := o.ttl, !o.ttlSet
+	asked, watchdog := o.ttl, !o.ttlSet
 	if watchdog {
-		ttl = w.watchdogTTL
+		asked = w.watchdogTTL
 	}
-	owner := w.owner()
-	args := append([]any{k.acquire, key, owner, millis(ttl)}, extra...)
-	h := &Hold{w: w, kind: k, key: key, owner: owner, ttl: ttl, watchdog: watchdog}
+	lease := w.capped(asked)
+	for attempt := 0; ; attempt++ {
+		h := &Hold{w: w, kind: k, key: key, owner: w.owner(), lease: lease, watchdog: watchdog}
+		if !watchdog {
+			h.asked = asked
+		}
+		got, err := w.acquireOnce(ctx, h, extra, o, try)
+		if c, ok := leaseCapOf(err); ok && c < lease && attempt < 2 {
+			w.learnCap(c)
+			lease = c
+			continue
+		}
+		return got, err
+	}
+}
+
+// acquireOnce is one acquire of h's lease.
+func (w *Warden) acquireOnce(ctx context.Context, h *Hold, extra []any, o lockOptions, try bool) (*Hold, error) {
+	k, key := h.kind, h.key
+	args := append([]any{k.acquire, key, h.owner, millis(h.lease)}, extra...)
 
 	q := queueKey{k.queue, key}
 	if try || w.waitingOn(q) == 0 {
