@@ -38,10 +38,13 @@ type lockOptions struct {
 	wait     time.Duration
 }
 
-// TTL sets the hold's lease: it ends ttl after the grant unless extended, and
+// TTL sets the hold's lease: it ends d after the grant unless extended, and
 // no watchdog renews it. Without TTL a watchdog renews a lease of DefaultTTL
-// (WithWatchdogTTL) at a third of it until the hold is released. A d <= 0
-// makes the call fail with ErrInvalid (it is not the watchdog).
+// (WithWatchdogTTL), or the server's warden.max-lease if lower, at a third
+// of it until the hold is released. A d above warden.max-lease is capped
+// and renewed: the server holds at most the cap, renewed until d after the
+// grant, when the hold lapses. A d <= 0 makes the call fail with
+// ErrInvalid (it is not the watchdog).
 func TTL(d time.Duration) LockOption {
 	return func(o *lockOptions) { o.ttl, o.ttlSet = d, true }
 }

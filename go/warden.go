@@ -5,7 +5,12 @@
 //
 // Every call that may wait takes a context: its deadline becomes the
 // server's WAIT, and cancelling it takes the waiter out of the server's
-// queue. A grant that races a cancel is given back at once.
+// queue. A grant that races a cancel is given back at once. The context
+// bounds the wait only: a hold outlives it, until Release or its loss
+// (Hold.Context).
+//
+// A hold without TTL is renewed by a watchdog until Release; a lease above
+// the server's warden.max-lease is capped and renewed (see TTL).
 package warden
 
 import (
@@ -92,7 +97,8 @@ func WithLogger(l *slog.Logger) Option {
 }
 
 // WithWatchdogTTL sets the lease of holds acquired without TTL(d) (default
-// DefaultTTL); the watchdog renews it at a third of it.
+// DefaultTTL; the server's warden.max-lease if lower); the watchdog renews
+// it at a third of it.
 func WithWatchdogTTL(d time.Duration) Option {
 	return func(w *Warden) {
 		if d >= 3*time.Millisecond {
