@@ -210,7 +210,9 @@ dist: deps venv node-deps
 # once target/dist-smoke holds the crate's dependencies and npm's cache the
 # Node packages): the README's Install lines against the tarball's server,
 # the wheel in a fresh venv, the crate's examples/readme.rs built from the
-# .crate, the npm tarball with ioredis and node-redis, and npm install ./node.
+# .crate, the npm tarball with ioredis and node-redis, npm install ./node, and
+# the Go module from dist/goproxy beside redsync from proxy.golang.org (the
+# checksum database on for every module but warden: it needs the proxy).
 dist-test: dist $(SERVER_DEPS)
 	WARDEN_SERVER=$(SERVER_BIN) WARDEN_REDIS_PY="redis==$$($(PYTHON) -c 'import redis; print(redis.__version__)')" \
 		python3 scripts/dist-test.py $(DIST) $(VERSION)
@@ -298,7 +300,9 @@ go-lint: go-deps
 # The Go module as a GOPROXY directory, dist/goproxy: the module's zip, .mod
 # and .info at v$(VERSION) and every module its build needs (from the module
 # cache), so GOPROXY=file://$$PWD/dist/goproxy go get ...@v$(VERSION) works
-# without the internet (scripts/go-proxy.py).
+# without the internet (scripts/go-proxy.py). Beside other public modules:
+# GOPROXY=file://$$PWD/dist/goproxy,https://proxy.golang.org,direct with
+# GONOSUMDB=github.com/warden-redis/warden (README's Install; dist-test).
 go-dist: go-deps
 	python3 scripts/go-proxy.py go $(VERSION) $(DIST)/goproxy
 

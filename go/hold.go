@@ -177,8 +177,10 @@ func (h *Hold) renewedLocked(end time.Time) bool {
 	}
 	h.lapseMu.Unlock()
 	if late {
-		h.loseLocked()
+		// Given back while still tracked: Close waits for mu before its
+		// wait for the background give-back this may start.
 		h.giveBack()
+		h.loseLocked()
 	}
 	return !late
 }

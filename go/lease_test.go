@@ -460,3 +460,62 @@ func TestIntegrationCloseEndsRenewers(t *testing.T) {
 		t.Fatalf("%d EXTENDs after Close", n)
 	}
 }
+
+// slowReply holds back the reply to the first EXTEND for a while after the
+// server answered it.
+type slowReply struct {
+	delay   time.Duration
+	once    sync.Once
+	replied chan struct{}
+}
+
+func (s *slowReply) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (s *slowReply) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+func (s *slowReply) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		if strings.EqualFold(fmt.Sprint(cmd.Args()[0]), "LOCK.EXTEND") {
+			s.once.Do(func() {
+				time.Sleep(s.delay)
+				close(s.replied)
+			})
+		}
+		return err
+	}
+}
+
+// A renewal whose reply comes after the local lease end: the hold's
+// Context ended at that end, while the renewal still waited; the late
+// success does not revive it (Release says ErrNotHeld), and no EXTEND
+// follows.
+func TestIntegrationRenewalReplyAfterLeaseEnd(t *testing.T) {
+	_, rdb, w := setupCapped(t)
+	slow := &slowReply{delay: 2 * maxLease, replied: make(chan struct{})}
+	rdb.AddHook(slow)
+	ctx := context.Background()
+	h, err := w.Lock(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-h.Context().Done():
+	case <-slow.replied:
+		t.Fatal("the hold's Context outlived its lease, waiting for a renewal's reply")
+	}
+	<-slow.replied
+	lapsed(t, h)
+	before := calls(t, rdb, "lock.extend")
+	time.Sleep(maxLease / 2)
+	if n := calls(t, rdb, "lock.extend") - before; n != 0 {
+		t.Fatalf("%d EXTENDs after the hold lapsed", n)
+	}
+	h2, err := w.Lock(ctx, "k", warden.Wait(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h2.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
