@@ -235,8 +235,9 @@ dist: deps venv node-deps
 # Node packages): the README's Install lines against the tarball's server,
 # the wheel in a fresh venv, the crate's examples/readme.rs built from the
 # .crate, the npm tarball with ioredis and node-redis, npm install ./node, a
-# Spring Boot 3.5 and a 4.0 application built against dist/maven, and Go's
-# dist/goproxy.
+# Spring Boot 3.5 and a 4.0 application built against dist/maven, and the Go
+# module from dist/goproxy beside redsync from proxy.golang.org (the checksum
+# database on for every module but warden: it needs the proxy).
 dist-test: dist $(SERVER_DEPS)
 	WARDEN_SERVER=$(SERVER_BIN) python3 scripts/dist-test.py $(DIST) $(VERSION)
 
@@ -322,7 +323,9 @@ go-lint: go-deps
 # The Go module as a GOPROXY directory, dist/goproxy: the module's zip, .mod
 # and .info at v$(VERSION) and every module its build needs (from the module
 # cache), so GOPROXY=file://$$PWD/dist/goproxy go get ...@v$(VERSION) works
-# without the internet (scripts/go-proxy.py).
+# without the internet (scripts/go-proxy.py). Beside other public modules:
+# GOPROXY=file://$$PWD/dist/goproxy,https://proxy.golang.org,direct with
+# GONOSUMDB=github.com/warden-redis/warden (README's Install; dist-test).
 go-dist: go-deps
 	python3 scripts/go-proxy.py go $(VERSION) $(DIST)/goproxy
 

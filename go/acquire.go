@@ -38,10 +38,13 @@ type lockOptions struct {
 	wait     time.Duration
 }
 
-// TTL sets the hold's lease: it ends ttl after the grant unless extended, and
+// TTL sets the hold's lease: it ends d after the grant unless extended, and
 // no watchdog renews it. Without TTL a watchdog renews a lease of DefaultTTL
-// (WithWatchdogTTL) at a third of it until the hold is released. A d <= 0
-// makes the call fail with ErrInvalid (it is not the watchdog).
+// (WithWatchdogTTL), or the server's warden.max-lease if lower, at a third
+// of it until the hold is released. A d above warden.max-lease is capped
+// and renewed: the server holds at most the cap, renewed until d after the
+// grant, when the hold lapses. A d <= 0 makes the call fail with
+// ErrInvalid (it is not the watchdog).
 func TTL(d time.Duration) LockOption {
 	return func(o *lockOptions) { o.ttl, o.ttlSet = d, true }
 }
@@ -89,6 +92,9 @@ func waitArg(deadline time.Time, has bool) (ms int64, ok bool) {
 
 // acquire runs the overload rule: a fast try without WAIT on rdb's pool,
 // then (unless try) a wait on a waiter connection with the deadline as WAIT.
+// A lease above the server's warden.max-lease is asked for at the cap (the
+// server's refusal names it: the acquire, which changed nothing, is sent
+// again at the cap) and renewed up to the lease asked for.
 func (w *Warden) acquire(ctx context.Context, k *kind, key string, extra []any, opts []LockOption, try bool) (*Hold, error) {
 	o := lockOpts(opts)
 	if o.ttlSet && o.ttl <= 0 {
@@ -108,13 +114,30 @@ func (w *Warden) acquire(ctx context.Context, k *kind, key string, extra []any, 
 		return nil, err
 	}
 	defer w.calls.Done()
-	ttl, watchdog := o.ttl, !o.ttlSet
+	asked, watchdog := o.ttl, !o.ttlSet
 	if watchdog {
-		ttl = w.watchdogTTL
+		asked = w.watchdogTTL
 	}
-	owner := w.owner()
-	args := append([]any{k.acquire, key, owner, millis(ttl)}, extra...)
-	h := &Hold{w: w, kind: k, key: key, owner: owner, ttl: ttl, watchdog: watchdog}
+	lease := w.capped(asked)
+	for attempt := 0; ; attempt++ {
+		h := &Hold{w: w, kind: k, key: key, owner: w.owner(), lease: lease, watchdog: watchdog}
+		if !watchdog {
+			h.asked = asked
+		}
+		got, err := w.acquireOnce(ctx, h, extra, o, try)
+		if c, ok := leaseCapOf(err); ok && c < lease && attempt < 2 {
+			w.learnCap(c)
+			lease = c
+			continue
+		}
+		return got, err
+	}
+}
+
+// acquireOnce is one acquire of h's lease.
+func (w *Warden) acquireOnce(ctx context.Context, h *Hold, extra []any, o lockOptions, try bool) (*Hold, error) {
+	k, key := h.kind, h.key
+	args := append([]any{k.acquire, key, h.owner, millis(h.lease)}, extra...)
 
 	q := queueKey{k.queue, key}
 	if try || w.waitingOn(q) == 0 {

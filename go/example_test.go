@@ -2,6 +2,7 @@ package warden_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"time"
@@ -103,4 +104,49 @@ func ExampleLoad() {
 	})
 	fmt.Println(u.Name, err)
 	// Output: Ada <nil>
+}
+
+func ExampleWarden_Lock_fromRedsync() {
+	opt, _ := redis.ParseURL(os.Getenv("REDIS_URL"))
+	rdb := redis.NewClient(opt)
+	defer rdb.Close()
+	w := warden.New(rdb) // rs := redsync.New(goredis.NewPool(rdb))
+	defer w.Close()
+
+	// mutex.LockContext(ctx): redsync's 32 tries of 50-250 ms are about 5 s of waiting.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	hold, err := w.Lock(ctx, "invoice:42") // no WithExpiry: a watchdog renews the lease until Release
+	cancel()                               // the context bounds the wait only: the hold stays
+	if err != nil {
+		fmt.Println(err) // context.DeadlineExceeded where redsync says ErrFailed
+		return
+	}
+	fmt.Println("held:", hold.Context().Err() == nil) // mutex.Valid(), mutex.Until()
+	if err := hold.Release(context.Background()); err != nil {
+		fmt.Println(err) // mutex.Unlock()'s false: ErrNotHeld, the hold was lost first
+	}
+	// Output: held: true
+}
+
+func ExampleWarden_TryLock_fromRedsync() {
+	opt, _ := redis.ParseURL(os.Getenv("REDIS_URL"))
+	rdb := redis.NewClient(opt)
+	defer rdb.Close()
+	w := warden.New(rdb)
+	defer w.Close()
+
+	ctx := context.Background()
+	// mutex := rs.NewMutex("report", redsync.WithExpiry(2*time.Minute)); mutex.TryLock()
+	hold, err := w.TryLock(ctx, "report", warden.TTL(2*time.Minute))
+	if errors.Is(err, warden.ErrNotAcquired) {
+		fmt.Println("busy") // redsync: ErrTaken
+		return
+	}
+	defer hold.Release(ctx)
+	// Above the server's warden.max-lease (30 s in redis.conf.example) the
+	// lease is capped and renewed: held for the 2 minutes asked for, then
+	// hold.Context() ends (as it does when the hold is lost).
+	err = hold.Extend(ctx, 2*time.Minute) // mutex.Extend(): 2 minutes from now
+	fmt.Println("extended:", err == nil, "fence:", hold.Fence() > 0)
+	// Output: extended: true fence: true
 }

@@ -9,6 +9,10 @@ import (
 // Lock acquires the exclusive lock on key (LOCK.ACQUIRE), waiting until it
 // is granted or ctx is done; then it returns ctx.Err() itself. The context's
 // deadline is the server's WAIT.
+//
+// ctx bounds the wait only: once Lock has returned, cancelling ctx does not
+// end the hold, which stays until Release (renewed by its watchdog without
+// TTL) or until it is lost; the hold's Context tells when it ends.
 func (w *Warden) Lock(ctx context.Context, key string, opts ...LockOption) (*Hold, error) {
 	return w.acquire(ctx, kindLock, key, nil, opts, false)
 }

@@ -2,13 +2,14 @@ package warden_test
 
 import (
 	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
 )
 
-// Every Go block of README.md and docs/clients/go.md is the body of an
-// Example function (which go test runs), verbatim.
+// Every Go block of README.md and the Go pages (docs/clients/go*.md) is the
+// body of an Example function (which go test runs), verbatim.
 func TestDocSnippetsAreExamples(t *testing.T) {
 	src, err := os.ReadFile("example_test.go")
 	if err != nil {
@@ -23,7 +24,11 @@ func TestDocSnippetsAreExamples(t *testing.T) {
 		bodies[m[1]] = strings.Join(lines, "\n")
 	}
 	block := regexp.MustCompile("(?s)<!-- not run: go/readme_test.go checks it is (Example\\w*)[^>]*-->\n```go\n(.*?)\n```")
-	for _, page := range []string{"../README.md", "../docs/clients/go.md"} {
+	pages, err := filepath.Glob("../docs/clients/go*.md")
+	if err != nil || len(pages) < 2 {
+		t.Fatalf("the Go pages: %v %v", pages, err)
+	}
+	for _, page := range append([]string{"../README.md"}, pages...) {
 		text, err := os.ReadFile(page)
 		if err != nil {
 			t.Fatal(err)

@@ -14,13 +14,21 @@ import (
 )
 
 // One hold released from 10 goroutines at once, while its watchdog renews
-// every 10 ms: one RELEASE frees it, every Release returns nil, no EXTEND
-// follows it.
+// every 10 ms: every Release gives the same answer (nil; or ErrNotHeld when
+// the 30 ms lease ran out before a renewal on a busy machine), a hold is
+// freed by one RELEASE at most, and no EXTEND follows it.
 func TestReleaseFromManyGoroutines(t *testing.T) {
 	_, rdb, w := setup(t, warden.WithWatchdogTTL(30*time.Millisecond))
 	ctx := context.Background()
+	released := int64(0)
 	for i := range 20 {
 		h, err := w.TryLock(ctx, "k")
+		if errors.Is(err, warden.ErrNotAcquired) {
+			// The last hold lapsed here before its RELEASE: the server's
+			// lease ends a moment later.
+			waitFor(t, "the lapsed hold's lease", func() bool { return info(t, rdb, "LOCK.INFO", "k") == nil })
+			h, err = w.TryLock(ctx, "k")
+		}
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -32,18 +40,29 @@ func TestReleaseFromManyGoroutines(t *testing.T) {
 			go func() { defer wg.Done(); errs[g] = h.Release(ctx) }()
 		}
 		wg.Wait()
-		if err := errors.Join(errs...); err != nil {
-			t.Fatal(err)
+		for _, err := range errs {
+			if err != errs[0] || err != nil && !errors.Is(err, warden.ErrNotHeld) {
+				t.Fatalf("Release from 10 goroutines: %v", errs)
+			}
+		}
+		if errs[0] == nil {
+			released++
 		}
 		if h.Context().Err() == nil {
 			t.Fatal("Context alive after Release")
 		}
 	}
-	if n := calls(t, rdb, "lock.release"); n != 20 {
-		t.Fatalf("LOCK.RELEASE ran %d times for 20 holds", n)
+	if n := calls(t, rdb, "lock.release"); n < released || n > 20 {
+		t.Fatalf("LOCK.RELEASE ran %d times for 20 holds, %d released", n, released)
 	}
-	if got := info(t, rdb, "LOCK.INFO", "k"); got != nil {
-		t.Fatalf("left: %v", got)
+	if released == 0 {
+		t.Fatal("no hold lasted until its Release")
+	}
+	waitFor(t, "the key free", func() bool { return info(t, rdb, "LOCK.INFO", "k") == nil })
+	before := calls(t, rdb, "lock.extend")
+	time.Sleep(50 * time.Millisecond)
+	if n := calls(t, rdb, "lock.extend") - before; n != 0 {
+		t.Fatalf("%d EXTENDs after every Release returned", n)
 	}
 }
 

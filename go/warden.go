@@ -5,7 +5,12 @@
 //
 // Every call that may wait takes a context: its deadline becomes the
 // server's WAIT, and cancelling it takes the waiter out of the server's
-// queue. A grant that races a cancel is given back at once.
+// queue. A grant that races a cancel is given back at once. The context
+// bounds the wait only: a hold outlives it, until Release or its loss
+// (Hold.Context).
+//
+// A hold without TTL is renewed by a watchdog until Release; a lease above
+// the server's warden.max-lease is capped and renewed (see TTL).
 package warden
 
 import (
@@ -15,6 +20,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -38,7 +44,8 @@ var (
 )
 
 // DefaultTTL is the lease of a hold acquired without TTL(d); a watchdog
-// renews it every DefaultTTL/3 until the hold is released.
+// renews it every DefaultTTL/3 until the hold is released. Under a server's
+// warden.max-lease below it, the lease is the cap.
 const DefaultTTL = 30 * time.Second
 
 // Warden is a client of warden's commands on top of a go-redis client. It is
@@ -50,6 +57,9 @@ type Warden struct {
 	watchdogTTL time.Duration
 	prefix      string
 	seq         atomic.Uint64
+	// leaseCap is the server's warden.max-lease in ms, learned from its
+	// refusal of a longer lease; 0 until then.
+	leaseCap atomic.Int64
 
 	mu     sync.Mutex
 	pools  map[string]*pool
@@ -87,7 +97,8 @@ func WithLogger(l *slog.Logger) Option {
 }
 
 // WithWatchdogTTL sets the lease of holds acquired without TTL(d) (default
-// DefaultTTL); the watchdog renews it at a third of it.
+// DefaultTTL; the server's warden.max-lease if lower); the watchdog renews
+// it at a third of it.
 func WithWatchdogTTL(d time.Duration) Option {
 	return func(w *Warden) {
 		if d >= 3*time.Millisecond {
@@ -266,6 +277,35 @@ func (w *Warden) nodeFor(client *redis.Client) (node, error) {
 		w.pools[opt.Addr] = p
 	}
 	return node{client: client, pool: p}, nil
+}
+
+// capped is the lease to ask the server for: d, or the cap when d is above it.
+func (w *Warden) capped(d time.Duration) time.Duration {
+	if c := w.leaseCap.Load(); c > 0 && d > time.Duration(c)*time.Millisecond {
+		return time.Duration(c) * time.Millisecond
+	}
+	return d
+}
+
+// learnCap records the cap a server's refusal named (the latest wins: a
+// cap lowered at runtime is learned at the next refusal).
+func (w *Warden) learnCap(c time.Duration) { w.leaseCap.Store(c.Milliseconds()) }
+
+// leaseCapOf reads warden.max-lease from the server's refusal of a longer
+// lease: "ERR ttl exceeds warden.max-lease: expected an integer from 1 to N (ms)".
+func leaseCapOf(err error) (time.Duration, bool) {
+	if err == nil {
+		return 0, false
+	}
+	_, rest, ok := strings.Cut(err.Error(), "ttl exceeds warden.max-lease: expected an integer from 1 to ")
+	if !ok {
+		return 0, false
+	}
+	n, err := strconv.ParseInt(strings.TrimSuffix(rest, " (ms)"), 10, 64)
+	if err != nil || n < 1 {
+		return 0, false
+	}
+	return time.Duration(n) * time.Millisecond, true
 }
 
 // serverErr turns an unknown-command reply for a warden command into

@@ -20,11 +20,16 @@
 - the Java client: dist/maven as the team repository the README's pom.xml
   block names (checksumPolicy fail), a Spring Boot 3 and a Spring Boot 4
   application built against it and run;
-- the Go module: dist/goproxy alone as GOPROXY (a fresh module cache), the
-  README's `go get` line, and its Go snippet run as a program's main.
+- the Go module: the README's Go install block (dist/goproxy first in
+  GOPROXY, then proxy.golang.org; the checksum database on for all but
+  warden) in a fresh module cache, for a module that also needs redsync
+  from the proxy; it builds and runs the README's Go snippet; a changed
+  go-redis in the directory is refused by the checksum database, a changed
+  warden by go.sum. It needs proxy.golang.org (and its checksum database).
 
 Blocks of README.md's Install section marked `<!-- test: install -->` are
-run as written (`as=Cargo.toml`: the scratch project's dependencies), with
+run as written (`as=Cargo.toml`: the scratch project's dependencies; `as=go`:
+run by the Go test, beside `goproxy/`), with
 `redis-server` a shell function that keeps the server on a test port in a
 scratch directory (and without the 41 s grace window of the shipped
 configuration, which tests/production_config.rs checks). Servers take ports
@@ -350,6 +355,9 @@ def java_test(dist: Path, version: str, port: int) -> None:
         print(next(line for line in out.splitlines() if line.startswith("java:")))
 
 
+# The README's Go snippet as readme(), and redsync on the same go-redis
+# client: a module that needs warden from dist/goproxy and another public
+# module from the proxy.
 GO_MAIN = """package main
 
 import (
@@ -358,43 +366,134 @@ import (
 	"os"
 	"time"
 
+	"github.com/go-redsync/redsync/v4"
+	"github.com/go-redsync/redsync/v4/redis/goredis/v9"
 	"github.com/redis/go-redis/v9"
 
 	warden "github.com/warden-redis/warden/go"
 )
 
-func main() {
+func readme() {
 %s
+}
+
+func main() {
+	readme()
+	opt, _ := redis.ParseURL(os.Getenv("REDIS_URL"))
+	rdb := redis.NewClient(opt)
+	defer rdb.Close()
+	m := redsync.New(goredis.NewPool(rdb)).NewMutex("dist:redsync")
+	if err := m.Lock(); err != nil {
+		fmt.Println(err)
+		return
+	}
+	ok, err := m.Unlock()
+	fmt.Println("redsync", ok, err)
 }
 """
 
+# The other public module the Go test's module needs: from the proxy, its
+# checksums from the checksum database (bench/go.mod's version).
+GO_OTHER = "github.com/go-redsync/redsync/v4@v4.17.0"
+
+
+def tamper_zip(zip_path: Path) -> None:
+    """Adds a file to a module zip: its hash no longer matches any record."""
+    import zipfile
+
+    with zipfile.ZipFile(zip_path) as z:
+        first = z.namelist()[0]  # <module path>@<version>/<file>
+        prefix = first[: first.index("/", first.index("@"))]
+    with zipfile.ZipFile(zip_path, "a") as z:
+        z.writestr(f"{prefix}/tampered.go", "package tampered\n")
+
 
 def go_test(dist: Path, version: str, port: int) -> None:
-    """dist/goproxy as a GOPROXY directory alone (a fresh module cache, no
-    checksum database): the README's `go get` line, then its Go snippet as a
-    program's main, run against the server: it takes a lock."""
+    """The README's Go install block, as written: dist/goproxy first in
+    GOPROXY, the module proxy for the rest, the checksum database on for
+    every module but warden. A module that needs warden and redsync (from
+    proxy.golang.org) gets both, builds with go.sum as `go get` wrote it
+    (-mod=readonly, the default) and runs the README's Go snippet against
+    the server. Then what the checksums guard: the checksum database was
+    asked for redsync and for the modules dist/goproxy serves besides
+    warden, not for warden; a directory whose go-redis differs from the
+    published one is refused (checksum database); a warden zip that differs
+    from the one go.sum recorded is refused (go.sum)."""
     proxy = one(dist, "goproxy")
     readme = (ROOT / "README.md").read_text()
-    get = re.search(r"^go get (github\.com/warden-redis/warden/go@v[0-9.]+)$", readme, re.M)
+    blocks = [code for options, code in install_blocks() if options.get("as") == "go"]
     snippet = re.search(r"checks it is ExampleWarden_Lock[^>]*-->\n```go\n(.*?)\n```", readme, re.S)
-    if not get or not get.group(1).endswith("@v" + version) or not snippet:
-        fail("README.md: no `go get ...@v%s` line or Go snippet" % version)
+    if len(blocks) != 1 or f"github.com/warden-redis/warden/go@v{version}" not in blocks[0] or not snippet:
+        fail(f"README.md: no Go install block naming github.com/warden-redis/warden/go@v{version}, or no Go snippet")
+    page = (ROOT / "docs/clients/go.md").read_text()
+    if "is the README's Go install block" not in page or f"```sh\n{blocks[0]}```" not in page:
+        fail("docs/clients/go.md: its install block is not the README's Go install block")
     smoke = Path(tempfile.mkdtemp(prefix="warden-go-"))
+    # A fresh module cache at a path that stays put: the go command's build
+    # cache keys hold the source's path, so a later run compiles go-redis
+    # and redsync again only when they changed (a temporary path: ~1 min of
+    # CPU each time).
+    modcache = ROOT / "target/dist-smoke/go-modcache"
+    if modcache.exists():
+        subprocess.run(["chmod", "-R", "u+w", str(modcache)])
+        shutil.rmtree(modcache)
+    go = shutil.which("go") or "/usr/local/go/bin/go"
+    base = {k: v for k, v in os.environ.items()
+            if not k.startswith("GO") or k in ("GOROOT", "GOPATH", "GOCACHE")}
+    base.update(GOTOOLCHAIN="local", GOENV="off", REDIS_URL=f"redis://127.0.0.1:{port}",
+                PATH=f"{Path(go).parent}:{os.environ['PATH']}")
     try:
-        env = {**os.environ, "GOPROXY": f"file://{proxy}", "GOFLAGS": "-mod=mod", "GOSUMDB": "off",
-               "GOMODCACHE": str(smoke / "modcache"), "GOTOOLCHAIN": "local",
-               "REDIS_URL": f"redis://127.0.0.1:{port}"}
-        go = shutil.which("go") or "/usr/local/go/bin/go"
-        project = smoke / "project"
-        project.mkdir()
-        run([go, "mod", "init", "example.com/smoke"], cwd=project, env=env)
-        run([go, "get", get.group(1)], cwd=project, env=env)
+        # The block runs where the release was unpacked: goproxy/ beside it.
+        (smoke / "goproxy").symlink_to(proxy)
         body = "\n".join("\t" + line for line in snippet.group(1).splitlines())
-        (project / "main.go").write_text(GO_MAIN % body)
-        out = run([go, "run", "."], cwd=project, env=env).stdout
-        if out.strip() != "locked true":
-            fail(f"the README's Go snippet printed:\n{out}")
-        print(f"go: github.com/warden-redis/warden/go@v{version} from dist/goproxy: {out.strip()}")
+        (smoke / "main.go.txt").write_text(GO_MAIN % body)
+        script = (blocks[0] + f"go get {GO_OTHER}\n"
+                  "cp ../main.go.txt main.go\n"
+                  "go build -mod=readonly -o app . && ./app\n"
+                  "go env GOPROXY GONOSUMDB GOSUMDB GOFLAGS GONOPROXY > ../env.txt\n")
+        env = {**base, "GOMODCACHE": str(modcache), "GOFLAGS": "-x"}
+        out = run(["bash", "-euo", "pipefail", "-c", script], cwd=smoke, env=env)
+        if out.stdout.splitlines()[-2:] != ["locked true", "redsync true <nil>"]:
+            fail(f"the Go module printed:\n{out.stdout}")
+        goproxy, nosumdb, sumdb, _, noproxy = ((smoke / "env.txt").read_text().split("\n") + [""] * 5)[:5]
+        if not goproxy.startswith(f"file://{smoke}/goproxy,") or sumdb in ("", "off") or noproxy:
+            fail(f"the README's Go block set GOPROXY={goproxy} GOSUMDB={sumdb} GONOPROXY={noproxy}")
+        asked = set(re.findall(r"sumdb/sum\.golang\.org/lookup/(\S+?)@", out.stderr))
+        for path in ("github.com/go-redsync/redsync/v4", "github.com/redis/go-redis/v9"):
+            if path not in asked:
+                fail(f"the checksum database was not asked for {path}: asked for {sorted(asked)}")
+        if any(p.startswith("github.com/warden-redis/") for p in asked):
+            fail(f"the checksum database was asked for warden: {sorted(asked)}")
+        app = smoke / "app"
+        gosum = (app / "go.sum").read_text()
+        for path in ("github.com/warden-redis/warden/go v" + version, "github.com/go-redsync/redsync/v4 v4.17.0"):
+            if path + " h1:" not in gosum:
+                fail(f"go.sum has no hash of {path}:\n{gosum}")
+        print(f"go: warden {version} from dist/goproxy and {GO_OTHER} from the proxy, built with "
+              f"GOPROXY={goproxy.replace(str(smoke), '.')} GONOSUMDB={nosumdb}: {' / '.join(out.stdout.splitlines()[-2:])}; "
+              f"checksum database asked for {len(asked)} modules, not warden")
+
+        # A directory that serves something else under the same versions.
+        bad = smoke / "bad-goproxy"
+        shutil.copytree(proxy, bad)
+        tamper_zip(bad / f"github.com/warden-redis/warden/go/@v/v{version}.zip")
+        tamper_zip(bad / "github.com/redis/go-redis/v9/@v/v9.23.0.zip")
+        bad_env = {**base, "GOPROXY": f"file://{bad},https://proxy.golang.org,direct",
+                   "GONOSUMDB": nosumdb, "GOFLAGS": ""}
+        # go-redis, new to a module: the checksum database refuses it.
+        fresh = smoke / "fresh"
+        fresh.mkdir()
+        run([go, "mod", "init", "example.com/fresh"], cwd=fresh, env={**bad_env, "GOMODCACHE": str(smoke / "mc1")})
+        got = subprocess.run([go, "get", "github.com/redis/go-redis/v9@v9.23.0"], cwd=fresh, text=True,
+                             capture_output=True, env={**bad_env, "GOMODCACHE": str(smoke / "mc1")})
+        if got.returncode == 0 or "SECURITY ERROR" not in got.stderr:
+            fail(f"a go-redis zip that differs from the published one was taken:\n{got.stderr}")
+        # warden, in a module whose go.sum recorded it: go.sum refuses it.
+        got = subprocess.run([go, "build", "-o", "/dev/null", "."], cwd=app, text=True,
+                             capture_output=True, env={**bad_env, "GOMODCACHE": str(smoke / "mc2")})
+        if got.returncode == 0 or "SECURITY ERROR" not in got.stderr or "warden" not in got.stderr:
+            fail(f"a warden zip that differs from the one go.sum recorded was taken:\n{got.stderr}")
+        print("go: a changed go-redis refused by the checksum database, a changed warden by go.sum")
     finally:
         subprocess.run(["chmod", "-R", "u+w", str(smoke)])
         shutil.rmtree(smoke, ignore_errors=True)
