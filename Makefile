@@ -92,12 +92,15 @@ RUN_DIR := $(CURDIR)/run/$(SERVER_NAME)-$(PORT)
 # GRACE=0 (or any ms) overrides redis.conf.example's warden.grace: a try-out
 # server need not refuse new lock holders for 41 s after it starts.
 GRACE ?=
+# DURABLE=1: appendfsync always and warden.grace auto (redis.conf.example's
+# single-server lines): a restart gives the next lock holder at once.
+DURABLE ?=
 run: build $(SERVER_DEPS)
 	@if (exec 3<>/dev/tcp/127.0.0.1/$(PORT)) 2>/dev/null; then \
 		echo "port $(PORT) is taken (another redis-server?): stop it or use make run PORT=<port>"; exit 1; fi
 	mkdir -p $(RUN_DIR)
 	$(SERVER_BIN) redis.conf.example --port $(PORT) --dir $(RUN_DIR) --loadmodule $(CURDIR)/$(MODULE) \
-		$(if $(GRACE),--warden.grace $(GRACE),)
+		$(if $(GRACE),--warden.grace $(GRACE),) $(if $(DURABLE),--appendfsync always --warden.grace auto,)
 
 # Debian's Prometheus Redis exporter for make run's server (PORT), with the
 # script that exports INFO warden and the contended keys: metrics on
@@ -455,6 +458,14 @@ bench: venv valgrind-bin $(SERVER_DEPS) $(if $(WARDEN_MODULE),,build)
 	WARDEN_SERVER=$(SERVER_BIN) WARDEN_MODULE=$(or $(WARDEN_MODULE),$(CURDIR)/$(MODULE)) \
 		$(if $(BENCH_PORT),WARDEN_SYNC_PORT=$(BENCH_PORT),) $(PYTHON) bench/sync.py \
 		$(if $(QUICK),--quick,) --out $(CURDIR)/bench/results/$(SYNC_OUT)
+else ifeq ($(SECTION),durability)
+# SECTION=durability: lock pairs/s on appendfsync everysec against always (1,
+# 10, 50 clients, interleaved), and the first new lock holder after a kill -9
+# restart on redis.conf.example against its single-server DURABLE lines
+# (bench/durability.py), into bench/results/durability.md and .json.
+bench: venv $(SERVER_DEPS) $(if $(WARDEN_MODULE),,build)
+	WARDEN_SERVER=$(SERVER_BIN) WARDEN_MODULE=$(or $(WARDEN_MODULE),$(CURDIR)/$(MODULE)) $(PYTHON) bench/durability.py \
+		$(if $(QUICK),--quick,) --out $(CURDIR)/bench/results/durability
 else ifeq ($(SECTION),overload)
 bench: venv node-deps java-deps $(if $(WARDEN_MODULE),,build)
 	cargo build --release --example overload -p warden-client
