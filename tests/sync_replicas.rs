@@ -768,12 +768,22 @@ fn link_up(replica: &Server) -> bool {
     info.contains("master_link_status:up")
 }
 
-/// Sends `REPLICAOF NO ONE` to a stopped `replica`, lets it run and waits
-/// for the answer: it is promoted before its cron could reconnect it to its
-/// master (the command waits in its socket, read before any timer runs).
-fn promote_stopped(replica: &Server) {
+/// A connection to `replica` opened while it runs: a command written on it
+/// while the replica is stopped is read as soon as it runs again, before
+/// any timer (its cron would reconnect it to its master).
+fn stopped_promotion(replica: &Server) -> std::os::unix::net::UnixStream {
     use std::io::{Read, Write};
     let mut sock = std::os::unix::net::UnixStream::connect(replica.socket()).unwrap();
+    sock.write_all(b"*1\r\n$4\r\nPING\r\n").unwrap();
+    let mut reply = [0u8; 7];
+    sock.read_exact(&mut reply).unwrap();
+    sock
+}
+
+/// Sends `REPLICAOF NO ONE` on `sock` to the stopped `replica`, lets it run
+/// and waits for the answer.
+fn promote_stopped(replica: &Server, mut sock: std::os::unix::net::UnixStream) {
+    use std::io::{Read, Write};
     sock.write_all(b"*3\r\n$9\r\nREPLICAOF\r\n$2\r\nNO\r\n$3\r\nONE\r\n")
         .unwrap();
     replica.signal("CONT");
@@ -847,10 +857,15 @@ fn a_replica_back_through_a_full_sync_holds_no_marker_from_before_it() {
         // Both acknowledge a grant (r's full sync reached the marker's offset).
         grant_on(&master, "k2");
         // r away again; s alone acknowledges a grant.
+        let promotion = stopped_promotion(&r);
         stop_and_cut(&master, &r);
         grant_on(&master, "k3");
-        promote_stopped(&r);
+        promote_stopped(&r, promotion);
         let mut rc = r.conn();
+        assert!(
+            maybe_map(&mut rc, &["LOCK.INFO", "k3"]).is_none(),
+            "{case}: r was promoted without the grant s alone acknowledged"
+        );
         let second = run(&mut rc, &["LOCK.ACQUIRE", "k3", "b", "1000"]);
         if matches!(second, Ok(Value::Int(_))) {
             two_holders.push(case);
