@@ -99,6 +99,10 @@ extern "C" fn report(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_report: c_int
                 "cache_filter_info_reads",
                 stats::CACHE_FILTER_READS.get() as i64,
             ),
+            (
+                "cache_filter_nothing_ran",
+                stats::CACHE_FILTER_NOTHING_RAN.get() as i64,
+            ),
             ("cache_waiters_woken", stats::CACHE_WOKEN.get() as i64),
             (
                 "cache_wait_timeouts",

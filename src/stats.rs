@@ -84,6 +84,9 @@ pub static CACHE_REVOKED: Counter = Counter::new();
 /// command ran (the slow way: a client not known yet, a transaction that
 /// reaches a lease, Redis 7.0).
 pub static CACHE_FILTER_READS: Counter = Counter::new();
+/// Transactions decided from the count of commands alone (nothing ran
+/// since they were noted: refused), their write counts not read again.
+pub static CACHE_FILTER_NOTHING_RAN: Counter = Counter::new();
 /// Waiters answered with a value, and waiters whose wait timed out.
 pub static CACHE_WOKEN: Counter = Counter::new();
 pub static CACHE_WAIT_TIMEOUTS: Counter = Counter::new();

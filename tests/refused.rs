@@ -53,21 +53,31 @@ fn prepare(
     c: &mut Connection,
     before: Before,
 ) -> (i64, Option<std::thread::JoinHandle<Value>>) {
+    prepare_on(s, c, before, "k")
+}
+
+fn prepare_on(
+    s: &Server,
+    c: &mut Connection,
+    before: Before,
+    key: &str,
+) -> (i64, Option<std::thread::JoinHandle<Value>>) {
     match before {
         Before::MissingWithWaiter => {
-            let (_, token) = pair(c, &["CACHE.GET", "k", "60000"]);
+            let (_, token) = pair(c, &["CACHE.GET", key, "60000"]);
             let mut w = s.conn();
+            let k = key.to_string();
             let handle = std::thread::spawn(move || {
-                run(&mut w, &["CACHE.GET", "k", "60000", "WAIT", "30000"]).unwrap()
+                run(&mut w, &["CACHE.GET", &k, "60000", "WAIT", "30000"]).unwrap()
             });
             wait_for("one cache waiter", Duration::from_secs(10), || {
-                field_int(&map(c, &["CACHE.INFO", "k"]), "waiters") == 1
+                field_int(&map(c, &["CACHE.INFO", key]), "waiters") == 1
             });
             (token.unwrap(), Some(handle))
         }
         Before::Value => {
-            run(c, &["SET", "k", "old", "PX", "100000"]).unwrap();
-            let (_, token) = pair(c, &["CACHE.GET", "k", "60000", "REFRESH", "200000"]);
+            run(c, &["SET", key, "old", "PX", "100000"]).unwrap();
+            let (_, token) = pair(c, &["CACHE.GET", key, "60000", "REFRESH", "200000"]);
             (token.unwrap(), None)
         }
     }
@@ -81,12 +91,22 @@ fn assert_untouched(
     token: i64,
     waiter: Option<std::thread::JoinHandle<Value>>,
 ) {
-    assert_eq!(lease_of(c, "k"), Some(token), "{case}: the lease stays");
+    assert_untouched_on(c, case, "k", token, waiter)
+}
+
+fn assert_untouched_on(
+    c: &mut Connection,
+    case: &str,
+    key: &str,
+    token: i64,
+    waiter: Option<std::thread::JoinHandle<Value>>,
+) {
+    assert_eq!(lease_of(c, key), Some(token), "{case}: the lease stays");
     if waiter.is_some() {
-        let waiting = field_int(&map(c, &["CACHE.INFO", "k"]), "waiters");
+        let waiting = field_int(&map(c, &["CACHE.INFO", key]), "waiters");
         assert_eq!(waiting, 1, "{case}: the waiter was not served");
     }
-    let filled = int(c, &["CACHE.FILL", "k", &token.to_string(), "fresh"]);
+    let filled = int(c, &["CACHE.FILL", key, &token.to_string(), "fresh"]);
     assert_eq!(filled, 1, "{case}: the holder's fill is stored");
     if let Some(w) = waiter {
         match w.join().unwrap() {
@@ -1323,4 +1343,200 @@ fn a_move_blocked_before_the_lease_ends_it_when_served() {
     } else {
         println!("Redis 7.0: the served move went unseen (fill {filled})");
     }
+}
+
+/// A write that names none of the keys it writes — `DEBUG POPULATE`,
+/// `DEBUG RELOAD NOFLUSH`, another module's keyless write command, one of a
+/// module loaded while the lease is out — ends every lease once it ran, also
+/// inside a transaction: the fill after it is refused (the key `p:0` is one
+/// it writes). Refused (`DEBUG` disabled, `NOAUTH`, `NOPERM`, wrong arity),
+/// it ends none.
+#[test]
+fn a_write_warden_cannot_see_ends_every_lease_and_a_refused_one_none() {
+    let late = late_module_path().display().to_string();
+    // (name, what the server loads, the commands: they run)
+    let writes: &[(&str, bool, &[&[&str]])] = &[
+        ("DEBUG POPULATE", true, &[&["DEBUG", "POPULATE", "1", "p"]]),
+        (
+            "DEBUG RELOAD NOFLUSH",
+            true,
+            &[&["DEBUG", "RELOAD", "NOSAVE", "NOFLUSH", "MERGE"]],
+        ),
+        (
+            "DEBUG POPULATE in MULTI",
+            true,
+            &[&["MULTI"], &["DEBUG", "POPULATE", "1", "p"], &["EXEC"]],
+        ),
+        (
+            "module keyless write",
+            true,
+            &[&["LATE.POPULATE", "1", "p"]],
+        ),
+        (
+            "module loaded since",
+            false,
+            &[&["MODULE", "LOAD", &late], &["LATE.POPULATE", "1", "p"]],
+        ),
+    ];
+    for (name, loaded, commands) in writes {
+        let mut args = vec!["--enable-module-command", "yes"];
+        if *loaded {
+            args.extend(["--loadmodule", &late]);
+        }
+        for before in [Before::MissingWithWaiter, Before::Value] {
+            // A server each: a module loads once.
+            let s = Server::start(&args);
+            let mut c = s.conn();
+            let case = format!("{name}, {before:?}");
+            // What DEBUG RELOAD NOFLUSH loads back: p:0 as it was saved.
+            run(&mut c, &["SET", "p:0", "saved"]).unwrap();
+            run(&mut c, &["SAVE"]).unwrap();
+            run(&mut c, &["DEL", "p:0"]).unwrap();
+            let (token, waiter) = prepare_on(&s, &mut c, before, "p:0");
+            let mut w = s.conn();
+            for words in commands.iter() {
+                run(&mut w, words).unwrap_or_else(|e| panic!("{case}: {words:?}: {e}"));
+            }
+            let filled = int(&mut c, &["CACHE.FILL", "p:0", &token.to_string(), "stale"]);
+            assert_eq!(filled, 0, "{case}: the fill after it is refused");
+            if let Some(waiter) = waiter {
+                // Answered: a value, or the lease to load (none stale).
+                match waiter.join().unwrap() {
+                    Value::Array(v) => {
+                        assert_ne!(v[0], Value::BulkString(b"stale".to_vec()), "{case}")
+                    }
+                    other => panic!("{case}: {other:?}"),
+                }
+            }
+        }
+    }
+    // (name, server arguments, who sends, what is sent: every one refused)
+    type Refusal<'a> = (&'a str, &'a [&'a str], Refuser, &'a [&'a [&'a str]]);
+    let no_debug: Refuser = |s, a| user(s, a, &["~*", "+@all", "-debug", "-late.populate"]);
+    let refusals: &[Refusal] = &[
+        (
+            "DEBUG disabled",
+            &["--enable-debug-command", "no"],
+            same,
+            &[&["DEBUG", "POPULATE", "1", "p"]],
+        ),
+        (
+            "NOAUTH",
+            &[],
+            unauthenticated,
+            &[
+                &["DEBUG", "POPULATE", "1", "p"],
+                &["DEBUG", "RELOAD", "NOSAVE", "NOFLUSH", "MERGE"],
+                &["LATE.POPULATE", "1", "p"],
+            ],
+        ),
+        (
+            "NOPERM",
+            &[],
+            no_debug,
+            &[
+                &["DEBUG", "POPULATE", "1", "p"],
+                &["LATE.POPULATE", "1", "p"],
+            ],
+        ),
+        ("wrong arity", &[], same, &[&["DEBUG"]]),
+    ];
+    for (name, extra, refuser, commands) in refusals {
+        let mut args = vec!["--loadmodule", &late];
+        args.extend_from_slice(extra);
+        let s = Server::start(&args);
+        let mut admin = s.conn();
+        for before in [Before::MissingWithWaiter, Before::Value] {
+            let case = format!("{name}, {before:?}");
+            run(&mut admin, &["FLUSHALL"]).unwrap();
+            let (token, waiter) = prepare_on(&s, &mut admin, before, "p:0");
+            let revoked = warden_stat(&mut admin, "cache_revoked");
+            let mut r = refuser(&s, &mut admin);
+            for words in commands.iter() {
+                assert!(run(&mut r, words).is_err(), "{case}: {words:?} is refused");
+            }
+            restore(&mut admin);
+            assert_untouched_on(&mut admin, &case, "p:0", token, waiter);
+            assert_eq!(
+                warden_stat(&mut admin, "cache_revoked"),
+                revoked,
+                "{case}: nothing revoked"
+            );
+        }
+    }
+}
+
+/// An unauthenticated client sending `EXEC`, `DEL` or `SET` of a leased key,
+/// pipelined: every one is refused, no lease ends, and deciding so costs at
+/// most one `INFO` read a command — on Redis 7.0, which does not say who
+/// sent a command, an `EXEC` is told refused from the count of commands run
+/// alone (`INFO stats`), its write counts not read again; elsewhere the
+/// client is known unauthenticated after its first refusal and costs none.
+#[test]
+fn an_unauthenticated_pipeline_ends_no_lease_at_one_read_a_command_at_most() {
+    let s = Server::start(&[]);
+    let mut admin = s.conn();
+    let known = knows_sender(&mut admin);
+    let n = 50;
+    let cases: &[(&str, &[&str])] = &[
+        ("EXEC", &["EXEC"]),
+        ("DEL", &["DEL", "k"]),
+        ("SET", &["SET", "k", "x"]),
+    ];
+    for (name, words) in cases {
+        for before in [Before::MissingWithWaiter, Before::Value] {
+            let case = format!("{name}, {before:?}");
+            run(&mut admin, &["FLUSHALL"]).unwrap();
+            let (token, waiter) = prepare(&s, &mut admin, before);
+            require_password(&mut admin);
+            let revoked = warden_stat(&mut admin, "cache_revoked");
+            let (reads0, short0) = (reads(&mut admin), short(&mut admin));
+            let mut r = s.conn();
+            let mut p = redis::pipe();
+            for _ in 0..n {
+                p.cmd(words[0]).arg(&words[1..]);
+            }
+            let got =
+                redis::ConnectionLike::req_packed_commands(&mut r, &p.get_packed_pipeline(), 0, n);
+            match got {
+                Err(e) => assert!(error_text(&e).contains("NOAUTH"), "{case}: {e:?}"),
+                Ok(v) => assert!(
+                    v.iter().all(|r| matches!(r, Value::ServerError(e)
+                        if format!("{e:?}").contains("NOAUTH"))),
+                    "{case}: not refused: {v:?}"
+                ),
+            }
+            // One more request: the last one of the pipeline is decided.
+            assert!(run(&mut r, &["PING"]).is_err(), "{case}");
+            let read = reads(&mut admin) - reads0;
+            let nothing_ran = short(&mut admin) - short0;
+            if known {
+                assert!(read <= 4, "{case}: {read} INFO reads for {n} refusals");
+            } else {
+                assert!(
+                    read <= n as i64 + 4,
+                    "{case}: {read} INFO reads for {n} refusals (one each at most)"
+                );
+                if *name == "EXEC" {
+                    assert!(nothing_ran >= n as i64 - 1, "{case}: {nothing_ran}");
+                }
+            }
+            no_password(&mut admin);
+            assert_eq!(
+                warden_stat(&mut admin, "cache_revoked"),
+                revoked,
+                "{case}: nothing revoked"
+            );
+            assert_untouched(&mut admin, &case, token, waiter);
+        }
+    }
+}
+
+/// Transactions the filter found had not run from the count of commands
+/// alone (0 where the module does not count them).
+fn short(c: &mut Connection) -> i64 {
+    let info: String = redis::cmd("INFO").arg("warden").query(c).unwrap();
+    info.lines()
+        .find_map(|l| l.strip_prefix("warden_cache_filter_nothing_ran:"))
+        .map_or(0, |v| v.trim().parse().unwrap())
 }

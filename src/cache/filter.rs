@@ -90,6 +90,7 @@ use rustc_hash::FxHashMap;
 
 use crate::cache::commands;
 use crate::cache::table::{len_bit, screen_slot, SCREEN_WORDS};
+use crate::cache::unseen::{self, Unnamed};
 use crate::events;
 use crate::guard;
 
@@ -124,6 +125,8 @@ struct Entry {
     grants: bool,
     /// Changes who must authenticate (`ACL`, `CONFIG`, `MODULE`).
     admin: bool,
+    /// May write keys it does not name (`cache/unseen.rs`).
+    unnamed: Unnamed,
 }
 
 /// The server's commands (`COMMAND INFO`): whether each one (and each
@@ -257,6 +260,24 @@ impl Catalogue {
         self.commands.get(&sub).copied().or(Some(top))
     }
 
+    /// Whether the command, if it runs, may write keys it does not name
+    /// (`cache/unseen.rs`): then every lease ends once it has run.
+    fn writes_unnamed(&self, fctx: FilterCtx, argc: c_int) -> bool {
+        let Some(e) = self.resolve(arg(fctx, 0)) else {
+            return false;
+        };
+        arity_fits(e.arity, argc)
+            && match e.unnamed {
+                Unnamed::No => false,
+                Unnamed::Always => true,
+                Unnamed::BySubcommand => unseen::subcommand_writes(
+                    arg(fctx, 0),
+                    arg(fctx, 1),
+                    (2..argc).map(|i| arg(fctx, i)),
+                ),
+            }
+    }
+
     /// Whether the command may block (one the catalogue does not know may).
     fn may_block(&self, name: &[u8]) -> bool {
         self.resolve(name).is_none_or(|e| e.blocking)
@@ -305,7 +326,18 @@ impl Catalogue {
         let grants = lower == b"cache.get" || (flagged(b"module") && !warden_command(&lower));
         let base = lower.split(|b| *b == b'|').next().unwrap_or(&lower);
         let admin = matches!(base, b"acl" | b"config" | b"module");
-        if write {
+        let first_key = match fields.get(3) {
+            Some(RedisValue::Integer(k)) => *k,
+            _ => 0,
+        };
+        let specs = match fields.get(8) {
+            Some(RedisValue::Array(s)) => s.len(),
+            _ => 0,
+        };
+        let module = flagged(b"module") && !warden_command(&lower);
+        let unnamed = unseen::classify(&lower, write, module, first_key, specs);
+        // A transaction that called one is told to have written by its calls.
+        if write || unnamed != Unnamed::No {
             let mut field = b"cmdstat_".to_vec();
             field.extend_from_slice(&lower);
             if let Ok(f) = std::ffi::CString::new(field) {
@@ -328,7 +360,11 @@ impl Catalogue {
             no_auth,
             grants,
             admin,
+            unnamed,
         };
+        if unnamed != Unnamed::No {
+            UNNAMED_LENS.fetch_or(len_bit(lower.len()), Ordering::Relaxed);
+        }
         self.commands.insert(lower, entry);
     }
 }
@@ -394,6 +430,15 @@ fn learn_now(ctx: &Context) {
             });
         }
         if own != name {
+            let unnamed = CATALOGUE.with(|c| {
+                c.borrow()
+                    .commands
+                    .get(&own)
+                    .is_some_and(|e| e.unnamed != Unnamed::No)
+            });
+            if unnamed {
+                UNNAMED_LENS.fetch_or(len_bit(name.len()), Ordering::Relaxed);
+            }
             CATALOGUE.with(|c| c.borrow_mut().aliases.insert(name, own));
         }
     }
@@ -569,8 +614,14 @@ enum Evidence {
     /// For an `EXEC`, or a command run inside another (a script's, a
     /// module's, which is counted as a command too): the calls of write
     /// commands and the dataset's changes (`writes_done`). A transaction
-    /// that ran only reads revokes nothing.
-    Writes(u64, u64),
+    /// that ran only reads revokes nothing. With them the count of commands
+    /// run: a decision that finds it unmoved (nothing ran: the command was
+    /// refused) reads the others no more and keeps them as the next note's
+    /// baseline — `INFO commandstats` and `persistence` cost twice and half
+    /// again what `INFO stats` does, and a refused `EXEC` is what an
+    /// unauthenticated client can send for free (Redis 7.0, where the
+    /// sender is not known).
+    Writes(u64, u64, u64),
 }
 
 /// What has been read since anything last ran (a decision's reads are the
@@ -585,7 +636,8 @@ impl Fresh {
     fn evidence(&mut self, exec: bool) -> Evidence {
         if exec {
             let (c, d) = *self.writes.get_or_insert_with(writes_done);
-            Evidence::Writes(c, d)
+            let n = *self.commands.get_or_insert_with(commands_done);
+            Evidence::Writes(c, d, n)
         } else {
             Evidence::Commands(*self.commands.get_or_insert_with(commands_done))
         }
@@ -601,6 +653,9 @@ struct Pending {
     client: Option<u64>,
     /// What its decision teaches of its client.
     learn: Learn,
+    /// A `MODULE LOAD`: once it ran, the server's commands are read again
+    /// (before the next command is looked at).
+    reread: bool,
 }
 
 /// What a decision teaches of the client that sent the command.
@@ -625,6 +680,7 @@ impl Pending {
             before: fresh.evidence(exec),
             client,
             learn: Learn::Nothing,
+            reread: false,
         }
     }
 }
@@ -753,6 +809,10 @@ static SCREEN: [AtomicU64; SCREEN_WORDS] = [const { AtomicU64::new(0) }; SCREEN_
 static ANY_PENDING: AtomicBool = AtomicBool::new(false);
 static ANY_QUEUED: AtomicBool = AtomicBool::new(false);
 static ANY_WATCHED: AtomicBool = AtomicBool::new(false);
+/// The lengths of the names (aliases included) of commands that may write
+/// keys they do not name (`Catalogue::writes_unnamed`): a command whose
+/// name has none of them passes at a load and a bit test.
+static UNNAMED_LENS: AtomicU64 = AtomicU64::new(0);
 /// Some client is known unauthenticated (`TRUST`): every command is looked
 /// at, for what may authenticate it or change who must.
 static ANY_NOAUTH: AtomicBool = AtomicBool::new(false);
@@ -1049,6 +1109,7 @@ fn note(pending: Pending) {
         }
         match p.last_mut() {
             Some(last) if full => {
+                last.reread |= pending.reread;
                 if pending.writes.all {
                     last.writes = Writes::all();
                 }
@@ -1118,8 +1179,22 @@ fn decide_now(conclusive: bool) -> Fresh {
             client_flags(c)
                 .is_some_and(|f| f & u64::from(raw::REDISMODULE_CLIENTINFO_FLAG_BLOCKED) != 0)
         });
-        let now = fresh.evidence(matches!(p.before, Evidence::Writes(..)));
-        let ran = now != p.before || blocked;
+        let ran = match p.before {
+            // Nothing ran since the baseline (outside any command): the
+            // write counts are what they were, and are not read again.
+            Evidence::Writes(calls, changes, commands)
+                if conclusive && *fresh.commands.get_or_insert_with(commands_done) == commands =>
+            {
+                crate::stats::CACHE_FILTER_NOTHING_RAN.add(1);
+                fresh.writes.get_or_insert((calls, changes));
+                blocked
+            }
+            Evidence::Writes(calls, changes, _) => {
+                let now = *fresh.writes.get_or_insert_with(writes_done);
+                now != (calls, changes) || blocked
+            }
+            Evidence::Commands(_) => fresh.evidence(false) != p.before || blocked,
+        };
         if let (Learn::Client(noauth), Some(c)) = (p.learn, p.client) {
             // Authentication is checked before anything else that refuses a
             // command the server knows: a command that ran, or was refused
@@ -1149,6 +1224,9 @@ fn decide_now(conclusive: bool) -> Fresh {
         }
         {
             p.writes.revoke();
+            if p.reread {
+                read_catalogue(&Context::new(events::detached()));
+            }
             if let Some(client) = p.client {
                 if blocked {
                     WATCHED.with(|w| {
@@ -1458,6 +1536,7 @@ fn refused_unauthenticated(fctx: FilterCtx, argc: c_int, client: Option<u64>) ->
         before: Evidence::Commands(0),
         client: Some(c),
         learn: Learn::Auth(auth_refusals()),
+        reread: false,
     });
     false
 }
@@ -1631,7 +1710,10 @@ fn queue(fctx: FilterCtx, argc: c_int, client: u64) -> bool {
     // server refuses aborts the whole transaction at its EXEC anyway. A
     // name the catalogue does not know (renamed, a later module's) counts
     // as a write that may grant until it is learnt.
-    let entry = CATALOGUE.with(|c| c.borrow().entry_of(fctx, argc));
+    let (entry, unnamed) = CATALOGUE.with(|c| {
+        let c = c.borrow();
+        (c.entry_of(fctx, argc), c.writes_unnamed(fctx, argc))
+    });
     let (write, grants, admin) = match entry {
         Some(e) => (e.write, e.grants, e.admin),
         None => match lookup(fctx, argc) {
@@ -1648,6 +1730,10 @@ fn queue(fctx: FilterCtx, argc: c_int, client: u64) -> bool {
         t.confirmed |= confirm;
         t.grants |= grants;
         t.admin |= admin;
+        if unnamed {
+            // Its EXEC ends every lease, if a write ran in it.
+            t.writes = Writes::all();
+        }
         if write {
             for i in 1..argc {
                 let a = arg(fctx, i);
@@ -1671,6 +1757,13 @@ fn queue(fctx: FilterCtx, argc: c_int, client: u64) -> bool {
 fn passes(fctx: FilterCtx) -> bool {
     if ANY_PENDING.load(Ordering::Relaxed) {
         return false;
+    }
+    // A command that may write keys it does not name (`DEBUG POPULATE`).
+    if UNNAMED_LENS.load(Ordering::Relaxed) & len_bit(arg(fctx, 0).len()) != 0 {
+        let argc = unsafe { raw::RedisModule_CommandFilterArgsCount.unwrap_unchecked()(fctx) };
+        if CATALOGUE.with(|c| c.borrow().writes_unnamed(fctx, argc)) {
+            return false;
+        }
     }
     // While a client is known unauthenticated, its commands and what may
     // change who must authenticate are looked at; the rest pass as ever.
@@ -1768,6 +1861,15 @@ fn examine(fctx: FilterCtx) {
                     return;
                 }
             }
+        }
+        // A command that may write keys it does not name ends every lease
+        // once it is known to have run (decided as any other: one the
+        // server refuses — `DEBUG` disabled, `NOAUTH`, `NOPERM` — ends none).
+        if CATALOGUE.with(|c| c.borrow().writes_unnamed(fctx, argc)) {
+            let mut pending = Pending::new(Writes::all(), sender(fctx), inside(), &mut fresh);
+            pending.reread = names_admin(fctx);
+            note(pending);
+            return;
         }
         let mut writes = Writes::default();
         for i in 1..argc {

@@ -5,3 +5,4 @@ pub mod commands;
 pub mod filter;
 pub mod state;
 pub mod table;
+pub mod unseen;

@@ -3,7 +3,9 @@
 //! reads it at load. `LATE.SET key value` writes a string and replicates;
 //! `LATE.GET key` only reads; `LATE.CALLSET key value` calls `EXISTS key`
 //! through `RedisModule_Call` first, then writes like `LATE.SET` (a command
-//! that runs another inside itself).
+//! that runs another inside itself). `LATE.POPULATE count prefix` writes
+//! `prefix:0` .. `prefix:<count-1>` (as `DEBUG POPULATE` does): a write that
+//! names none of the keys it writes.
 
 use redis_module::{redis_module, Context, RedisError, RedisResult, RedisString, RedisValue};
 
@@ -26,6 +28,19 @@ fn late_callset(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     Ok(RedisValue::SimpleStringStatic("OK"))
 }
 
+fn late_populate(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+    let [_, count, prefix] = &args[..] else {
+        return Err(RedisError::WrongArity);
+    };
+    let count = count.parse_integer()?;
+    for i in 0..count {
+        let name = format!("{}:{i}", prefix.try_as_str()?);
+        let key = ctx.create_string(name.as_bytes());
+        ctx.open_key_writable(&key).write(&format!("value:{i}"))?;
+    }
+    Ok(RedisValue::SimpleStringStatic("OK"))
+}
+
 fn late_get(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let [_, key] = &args[..] else {
         return Err(RedisError::WrongArity);
@@ -45,5 +60,6 @@ redis_module! {
         ["late.set", late_set, "write", 1, 1, 1, ""],
         ["late.get", late_get, "readonly", 1, 1, 1, ""],
         ["late.callset", late_callset, "write", 1, 1, 1, ""],
+        ["late.populate", late_populate, "write", 0, 0, 0, ""],
     ],
 }
