@@ -66,8 +66,10 @@ func lockOpts(opts []LockOption) lockOptions {
 	return o
 }
 
+// millis is a lease in whole ms for the server, rounded up: the server's
+// lease is never shorter than the one counted here.
 func millis(d time.Duration) int64 {
-	ms := d.Milliseconds()
+	ms := int64((d + time.Millisecond - 1) / time.Millisecond)
 	if ms < 1 {
 		ms = 1
 	}
@@ -182,6 +184,17 @@ func (w *Warden) acquireOnce(ctx context.Context, h *Hold, extra []any, o lockOp
 		if w.closing() {
 			h.giveBack()
 			return nil, ErrClosed
+		}
+		// The server counts the lease from the grant, after a wait that may
+		// have used much of it: the local lease is anchored again by an
+		// EXTEND sent now, after the grant.
+		if time.Since(sent) > h.lease/3 {
+			anchored, err := h.reanchor(ctx)
+			if err != nil {
+				h.giveBack()
+				return nil, err
+			}
+			sent = anchored
 		}
 		return h.start(fence, sent), nil
 	}

@@ -56,7 +56,7 @@ func (h *Hold) start(fence int64, sent time.Time) *Hold {
 	h.fence = fence
 	h.ctx, h.cancel = context.WithCancelCause(context.Background())
 	// The lease is counted from when the acquire was sent: never later than the server's.
-	h.leaseEnd = sent.Add(h.lease)
+	h.leaseEnd = leaseEnd(sent, h.lease)
 	h.end = sent.Add(h.asked)
 	// Tracked before the timer starts, and the timer set under mu: a lease
 	// already over when the reply came lapses the hold only after start.
@@ -118,7 +118,7 @@ func (h *Hold) Extend(ctx context.Context, ttl time.Duration) error {
 	if err != nil {
 		return err
 	}
-	if !h.renewedLocked(sent.Add(lease)) {
+	if !h.renewedLocked(leaseEnd(sent, lease)) {
 		return ErrNotHeld
 	}
 	h.lease = lease
@@ -135,6 +135,27 @@ func (h *Hold) Extend(ctx context.Context, ttl time.Duration) error {
 		h.startRenewerLocked()
 	}
 	return nil
+}
+
+// leaseEnd is the end of a lease asked for at sent, as counted here: the
+// server counts it from its own ms clock, up to 1 ms before sent + lease.
+func leaseEnd(sent time.Time, lease time.Duration) time.Time {
+	return sent.Add(lease - time.Millisecond)
+}
+
+// reanchor sends EXTEND for the hold's lease before the hold starts (a grant
+// that came after a wait) and returns when it was sent; a hold the server
+// no longer has is ErrNotHeld.
+func (h *Hold) reanchor(ctx context.Context) (time.Time, error) {
+	sent := time.Now()
+	r, err := h.w.rdb.Do(ctx, h.kind.extend, h.key, h.owner, millis(h.lease)).Int64()
+	if err != nil {
+		return sent, serverErr(err)
+	}
+	if r != 1 {
+		return sent, ErrNotHeld
+	}
+	return sent, nil
 }
 
 // extendLocked sends EXTEND for ttl, or for the cap when ttl is above it
@@ -413,7 +434,7 @@ func (h *Hold) renewOnce() bool {
 	cancel()
 	switch {
 	case err == nil:
-		end := sent.Add(lease)
+		end := leaseEnd(sent, lease)
 		if !h.watchdog && end.After(h.end) {
 			end = h.end // the hold lapses at the end asked for
 		}

@@ -519,3 +519,44 @@ func TestIntegrationRenewalReplyAfterLeaseEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A grant that comes after a wait in the queue longer than its lease is
+// held for a lease from the grant, not from the request: the local lease is
+// anchored again (an EXTEND after the grant), so the hold is alive when it
+// is returned, renews, and its Release frees the key. Every way a hold is
+// asked for: the watchdog, a lease under the cap, one above it.
+func TestIntegrationAGrantAfterALongWaitIsHeldFromTheGrant(t *testing.T) {
+	_, rdb, w := setupCapped(t)
+	ctx := context.Background()
+	cases := map[string][]warden.LockOption{
+		"watchdog":      nil,
+		"under the cap": {warden.TTL(900 * time.Millisecond)},
+		"above the cap": {warden.TTL(10 * time.Second)},
+	}
+	for name, opts := range cases {
+		a, err := w.Lock(ctx, name, warden.TTL(3*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		released := make(chan error, 1)
+		go func() {
+			time.Sleep(1400 * time.Millisecond) // longer than any lease B asks for under the cap
+			released <- a.Release(ctx)
+		}()
+		b, err := w.Lock(ctx, name, opts...)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if err := <-released; err != nil {
+			t.Fatalf("%s: A's release: %v", name, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+		held(t, rdb, b)
+		if err := b.Release(ctx); err != nil {
+			t.Fatalf("%s: B's release: %v", name, err)
+		}
+		if n, err := rdb.Exists(ctx, name).Result(); err != nil || n != 0 {
+			t.Fatalf("%s: the key after B's release: %d %v", name, n, err)
+		}
+	}
+}

@@ -177,11 +177,14 @@ impl Roster {
 }
 
 /// Whether every one of `members` (each address as often as listed) has
-/// acknowledged `at` among the replicas online now.
+/// acknowledged `at` among the replicas online now. Where more replicas
+/// online show a member's address than the list holds, every one of them
+/// must: which of them is the member cannot be told.
 fn all_acknowledged(members: &[String], online: &[(String, i64)], at: i64) -> bool {
     members.iter().all(|m| {
         let acked = online.iter().filter(|(a, o)| a == m && *o >= at).count();
-        acked >= count(members, m)
+        let showing = online.iter().filter(|(a, _)| a == m).count();
+        acked >= count(members, m).max(showing)
     })
 }
 
@@ -239,6 +242,11 @@ pub fn floor(ctx: *mut raw::RedisModuleCtx, view: &Replication) -> Option<i64> {
 /// unit, never the one that asks for acknowledgements).
 fn write_marker(ctx: &Context, _: ()) {
     crate::guard::callback((), || {
+        if ctx.get_flags().contains(ContextFlags::SLAVE) {
+            // A replica now: its roster is gone (`reset`).
+            ROSTER.with(|r| r.borrow_mut().timer = false);
+            return;
+        }
         if !crate::waiters::may_write(ctx) {
             // Paused: the marker (and the grants waiting on it) wait too.
             ctx.create_timer(Duration::from_millis(10), write_marker, ());
@@ -701,6 +709,16 @@ mod tests {
             (view(&[("a:1", 10), ("a:1", 9), ("b:1", 10)]), false),
             (view(&[("a:1", 10), ("b:1", 10)]), false),
             (view(&[("a:1", 10), ("a:1", 10)]), false),
+        ];
+        for (online, done) in cases {
+            assert_eq!(all_acknowledged(&members, &online, 10), done, "{online:?}");
+        }
+        // A list that names a:1 once, with two replicas showing it: both.
+        let members = vec!["a:1".to_string()];
+        let cases = [
+            (view(&[("a:1", 10), ("a:1", 9)]), false),
+            (view(&[("a:1", 10), ("a:1", 10)]), true),
+            (view(&[("a:1", 10)]), true),
         ];
         for (online, done) in cases {
             assert_eq!(all_acknowledged(&members, &online, 10), done, "{online:?}");
