@@ -78,6 +78,8 @@ final class Attempt {
   // The index of the lease argument in command (-1: none), and whether it was cut to the cap.
   private int leaseArg = -1;
   private boolean leaseCapped;
+  // The grant was read from the wait (WAIT): the server granted it some time after it was sent.
+  private volatile boolean grantWaited;
 
   Attempt(
       Warden warden,
@@ -101,6 +103,14 @@ final class Attempt {
   Attempt leaseAt(int index) {
     this.leaseArg = index;
     return this;
+  }
+
+  /**
+   * Whether the grant came from the wait ({@code WAIT}): its lease began when the server granted
+   * it, which may be long after the request was sent.
+   */
+  boolean grantWaited() {
+    return grantWaited;
   }
 
   /** The lease the grant was asked with, in ms (after any cut to the cap). */
@@ -248,6 +258,7 @@ final class Attempt {
                     error == null && kind.granted(reply) && kind.boundToConnection(reply));
                 if (error == null) {
                   if (kind.granted(reply)) {
+                    grantWaited = true;
                     deliver(reply);
                   } else {
                     result.complete(null);
@@ -524,6 +535,19 @@ final class Attempt {
    */
   <T> CompletableFuture<Optional<T>> deliverTo(
       Function<Object, T> wrap, Function<T, CompletionStage<?>> undo, Consumer<T> started) {
+    return deliverTo(wrap, v -> CompletableFuture.completedFuture(true), undo, started);
+  }
+
+  /**
+   * As {@link #deliverTo(Function, Function, Consumer)}, with {@code confirm} run on the caller's
+   * object before the caller gets it: false (or failed), the grant is given back ({@code undo}) and
+   * the caller is answered with nothing, as for a grant past its deadline.
+   */
+  <T> CompletableFuture<Optional<T>> deliverTo(
+      Function<Object, T> wrap,
+      Function<T, CompletionStage<Boolean>> confirm,
+      Function<T, CompletionStage<?>> undo,
+      Consumer<T> started) {
     CompletableFuture<Optional<T>> out = new CompletableFuture<>();
     result.whenComplete(
         (reply, error) -> {
@@ -543,11 +567,33 @@ final class Attempt {
             out.completeExceptionally(e);
             return;
           }
-          if (out.complete(Optional.of(v))) {
-            started.accept(v);
-          } else {
+          CompletionStage<Boolean> confirmed;
+          try {
+            confirmed = confirm.apply(v);
+          } catch (RuntimeException e) {
             track(undo.apply(v));
+            out.completeExceptionally(e);
+            return;
           }
+          // In flight until the caller has it or it is given back (an abort waits for it).
+          begin();
+          confirmed.whenComplete(
+              (ok, e) -> {
+                try {
+                  if (e == null && Boolean.TRUE.equals(ok)) {
+                    if (out.complete(Optional.of(v))) {
+                      started.accept(v);
+                    } else {
+                      track(undo.apply(v));
+                    }
+                  } else {
+                    track(undo.apply(v));
+                    out.complete(Optional.empty());
+                  }
+                } finally {
+                  end();
+                }
+              });
         });
     // Any other completion by the caller (cancel, a timeout of its own) is an abort.
     out.whenComplete(

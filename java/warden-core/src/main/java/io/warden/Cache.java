@@ -134,7 +134,12 @@ final class Cache implements WardenCache {
       warden.call("CACHE.FILL", key, Long.toString(lease), bytes);
     } else {
       warden.call(
-          "CACHE.FILL", key, Long.toString(lease), bytes, "PX", Long.toString(ttl.toMillis()));
+          "CACHE.FILL",
+          key,
+          Long.toString(lease),
+          bytes,
+          "PX",
+          Long.toString(LockRequest.ceilMillis(ttl)));
     }
     return v;
   }

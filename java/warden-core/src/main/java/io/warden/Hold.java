@@ -46,12 +46,13 @@ final class Hold implements WardenLock, Permit {
   private final long fence;
   private final int permits;
   private final boolean watchdog;
+  private final long askedMs;
 
   private final ReentrantLock lock = new ReentrantLock();
   // Guarded by lock.
   private State state = State.HELD;
   // The lease of each grant or renewal (at most the server's max-lease), and when the server's
-  // lease ends by this client's clock.
+  // lease ends by this client's clock (localEnd: at the latest 1 ms before it).
   private long leaseMs;
   private long leaseEnd;
   // Without the watchdog: when the lease that was asked for ends. Past leaseEnd (a lease asked
@@ -82,9 +83,61 @@ final class Hold implements WardenLock, Permit {
     this.permits = permits;
     this.leaseMs = leaseMs;
     this.watchdog = watchdog;
-    // The lease started at the grant, after the request was sent: counting from the send is safe.
-    this.leaseEnd = sentAtNanos + TimeUnit.MILLISECONDS.toNanos(leaseMs);
-    this.end = sentAtNanos + TimeUnit.MILLISECONDS.toNanos(Math.max(leaseMs, askedMs));
+    this.askedMs = askedMs;
+    // The lease started at the grant, after the request was sent: counting from the send is safe
+    // (a grant that waited long is confirmed from a later send, see confirm).
+    this.leaseEnd = localEnd(sentAtNanos, leaseMs);
+    this.end = localEnd(sentAtNanos, Math.max(leaseMs, askedMs));
+  }
+
+  // The server's lease ends at its ms clock + ms (now_ms + ttl), up to 1 ms before the instant of
+  // the grant + ms: by this client's clock it ends 1 ms earlier than anchor + ms.
+  private static final long MARGIN_NANOS = TimeUnit.MILLISECONDS.toNanos(1);
+
+  private static long localEnd(long anchorNanos, long ms) {
+    return anchorNanos + TimeUnit.MILLISECONDS.toNanos(ms) - MARGIN_NANOS;
+  }
+
+  /**
+   * Before the caller has the hold: a grant read from the wait ({@code waited}) began its lease
+   * when the server granted it, at some time after {@code sentAtNanos}. Once more than a third of
+   * the lease has passed since then, the lease counted from the send may already be over (or
+   * nearly) while the server's runs on. An EXTEND for the same lease, sent now, restarts the
+   * server's lease from a time this client knows, and the hold's lease is counted from its send.
+   * False (EXTEND failed or answered 0): the grant is to be given back, as a late grant is.
+   */
+  CompletionStage<Boolean> confirm(boolean waited, long sentAtNanos) {
+    long ms;
+    lock.lock();
+    try {
+      ms = leaseMs;
+    } finally {
+      lock.unlock();
+    }
+    if (!waited || System.nanoTime() - sentAtNanos <= TimeUnit.MILLISECONDS.toNanos(ms) / 3) {
+      return CompletableFuture.completedFuture(true);
+    }
+    long sent = System.nanoTime();
+    CompletionStage<Object> reply;
+    try {
+      reply = sendExtend(ms);
+    } catch (RuntimeException e) {
+      return CompletableFuture.completedFuture(false);
+    }
+    return reply.handle(
+        (r, error) -> {
+          if (error != null || !Long.valueOf(1).equals(Resp.asLong(r))) {
+            return false;
+          }
+          lock.lock();
+          try {
+            leaseEnd = localEnd(sent, ms);
+            end = localEnd(sent, Math.max(ms, askedMs));
+          } finally {
+            lock.unlock();
+          }
+          return true;
+        });
   }
 
   // Called with lock held: whether the hold is renewed (watchdog, or a lease asked over the cap).
@@ -147,7 +200,7 @@ final class Hold implements WardenLock, Permit {
       } else {
         extendsInFlight++;
         // Up to the end asked for, not past it: the last renewal ends the lease there.
-        ms = watchdog ? leaseMs : Math.min(leaseMs, ceilMillis(end - now));
+        ms = watchdog ? leaseMs : Math.min(leaseMs, ceilMillis(end + MARGIN_NANOS - now));
       }
     } finally {
       lock.unlock();
@@ -165,7 +218,7 @@ final class Hold implements WardenLock, Permit {
               try {
                 extendsInFlight--;
                 if (error == null && Long.valueOf(1).equals(Resp.asLong(reply))) {
-                  leaseEnd = sent + TimeUnit.MILLISECONDS.toNanos(ms);
+                  leaseEnd = localEnd(sent, ms);
                 } else if (error != null && warden.learnMaxLease(error)) {
                   // max-lease was lowered under this hold: renew at the new cap from now on.
                   leaseMs = warden.capLease(leaseMs);
@@ -299,8 +352,8 @@ final class Hold implements WardenLock, Permit {
       extendsInFlight--;
       if (ok && state == State.HELD) {
         leaseMs = ms;
-        leaseEnd = sent + TimeUnit.MILLISECONDS.toNanos(ms);
-        end = sent + TimeUnit.MILLISECONDS.toNanos(asked);
+        leaseEnd = localEnd(sent, ms);
+        end = localEnd(sent, asked);
         schedule();
       } else if (error == null && !ok) {
         lost = state == State.HELD;

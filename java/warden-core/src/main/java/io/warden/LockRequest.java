@@ -38,19 +38,15 @@ public final class LockRequest {
   }
 
   /**
-   * A lease or extension in ms for the server: at least 1 (a part of a millisecond rounds up);
-   * zero, negative or over the server's bound (2^46 ms) is refused here rather than sent.
+   * A lease or extension in ms for the server: at least 1 (a part of a millisecond rounds up, so
+   * that the lease this client counts never ends after the server's); zero, negative or over the
+   * server's bound (2^46 ms) is refused here rather than sent.
    */
   static long leaseMillis(Duration lease) {
     if (lease.isZero() || lease.isNegative()) {
       throw new IllegalArgumentException("a lease must be positive, not " + lease);
     }
-    long ms;
-    try {
-      ms = Math.max(1, lease.toMillis());
-    } catch (ArithmeticException e) {
-      ms = Long.MAX_VALUE;
-    }
+    long ms = Math.max(1, ceilMillis(lease));
     if (ms > Deadline.MAX_WAIT_MS) {
       throw new IllegalArgumentException("a lease must be at most 2^46 ms, not " + lease);
     }
@@ -62,7 +58,7 @@ public final class LockRequest {
    * of it while held.
    */
   public LockRequest watchdog(Duration lease) {
-    this.watchdogMs = Math.max(3, lease.toMillis());
+    this.watchdogMs = Math.max(3, ceilMillis(lease));
     return this;
   }
 
@@ -101,8 +97,12 @@ public final class LockRequest {
     Pending<WardenLock> p = start(Deadline.FOREVER, true);
     Optional<WardenLock> got = p.attempt.await(p.out, Hold::releaseAsyncOf);
     if (!got.isPresent()) {
-      // Only a QUEUE shed answers a wait without end with nothing.
-      throw new WardenException("not granted: " + key + " has too many waiters (maxQueue)");
+      // Only a QUEUE shed, or a grant lost before it could be confirmed (Hold.confirm), answers a
+      // wait without end with nothing.
+      throw new WardenException(
+          "not granted: "
+              + key
+              + " has too many waiters (maxQueue), or the grant was lost before it was confirmed");
     }
     return got.get();
   }
@@ -185,13 +185,32 @@ public final class LockRequest {
                     asked,
                     dog,
                     sent),
+            h -> ((Hold) h).confirm(a.grantWaited(), sent),
             h -> ((Hold) h).releaseAsync(),
             h -> ((Hold) h).start());
     a.start();
     return new Pending<>(a, out);
   }
 
+  /** {@code amount} of {@code unit} in ms for the server: at least 1, a part of a ms rounded up. */
   static long toMillis(long amount, TimeUnit unit) {
-    return Math.max(1, unit.toMillis(amount));
+    long ms = unit.toMillis(amount);
+    if (ms < Long.MAX_VALUE && unit.convert(ms, TimeUnit.MILLISECONDS) < amount) {
+      ms++;
+    }
+    return Math.max(1, ms);
+  }
+
+  /**
+   * {@code d} in ms, a part of a millisecond rounded up (a ttl sent to the server is never cut
+   * short); {@link Long#MAX_VALUE} when it does not fit.
+   */
+  static long ceilMillis(Duration d) {
+    try {
+      long ms = d.toMillis();
+      return d.minusMillis(ms).isZero() ? ms : Math.addExact(ms, 1);
+    } catch (ArithmeticException e) {
+      return Long.MAX_VALUE;
+    }
   }
 }

@@ -72,6 +72,7 @@ final class Semaphore implements DistributedSemaphore {
                     asked,
                     dog,
                     sent),
+            p -> ((Hold) p).confirm(a.grantWaited(), sent),
             p -> ((Hold) p).releaseAsync(),
             p -> ((Hold) p).start());
     a.start();
@@ -99,7 +100,10 @@ final class Semaphore implements DistributedSemaphore {
       if (got.isPresent()) {
         return got.get();
       }
-      throw new WardenException("not granted: " + key + " has too many waiters (maxQueue)");
+      throw new WardenException(
+          "not granted: "
+              + key
+              + " has too many waiters (maxQueue), or the grant was lost before it was confirmed");
     }
   }
 

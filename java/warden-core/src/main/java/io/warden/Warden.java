@@ -93,9 +93,9 @@ public final class Warden implements AutoCloseable {
 
   private Warden(Builder b) {
     this.transport = b.transport;
-    this.watchdogMs = Math.max(3, b.watchdogLease.toMillis());
+    this.watchdogMs = Math.max(3, LockRequest.ceilMillis(b.watchdogLease));
     this.readMarginMs = Math.max(1, b.readMargin.toMillis());
-    this.cacheLeaseMs = Math.max(1, b.cacheLease.toMillis());
+    this.cacheLeaseMs = Math.max(1, LockRequest.ceilMillis(b.cacheLease));
     this.closeTransport = b.closeTransport;
     this.scheduler =
         new ScheduledThreadPoolExecutor(
