@@ -84,6 +84,45 @@ export function freshOwner(): string {
   return ownerPool.toString("hex", ownerAt - OWNER_BYTES, ownerAt);
 }
 
+// The server's warden.max-lease, as learnt from its refusals, per Warden's
+// connections (a lower cap learnt later replaces it).
+const caps = new WeakMap<Connections, number>();
+const CAP = /ttl exceeds warden\.max-lease: expected an integer from 1 to (\d+)/;
+
+/** The cap in the server's refusal of a lease above `warden.max-lease`
+ * (`ERR ttl exceeds warden.max-lease: expected an integer from 1 to N (ms)`). */
+function leaseCapOf(error: unknown): number | undefined {
+  if (!(error instanceof ReplyError)) return undefined;
+  const match = CAP.exec(error.message);
+  return match === null ? undefined : Number(match[1]);
+}
+
+/** `ms`, or the cap learnt for `connections` when that is lower. */
+function capped(connections: Connections, ms: number): number {
+  const cap = caps.get(connections);
+  return cap === undefined ? ms : Math.min(ms, cap);
+}
+
+/** Sends `args` (whose lease is `args[at]`); a refusal above the server's
+ * cap (nothing was done) teaches the cap, and `args` go again at it. */
+async function underCap<T>(
+  connections: Connections,
+  args: (string | number)[],
+  at: number,
+  send: () => Promise<T>,
+): Promise<T> {
+  for (let attempt = 0; ; attempt++) {
+    try {
+      return await send();
+    } catch (error) {
+      const cap = leaseCapOf(error);
+      if (cap === undefined || cap >= Number(args[at]) || attempt >= 2) throw error;
+      caps.set(connections, cap);
+      args[at] = cap;
+    }
+  }
+}
+
 function checkMs(name: string, value: number, zero: boolean): number {
   if (value === Number.POSITIVE_INFINITY && name === "wait") return value;
   if (!Number.isFinite(value) || value < (zero ? 0 : 1)) {
@@ -102,6 +141,11 @@ export class Lock implements AsyncDisposable {
   private released = false;
   private timer: (() => void) | undefined;
   private deadline: number;
+  /** The lease asked for (`extend()`'s default): above the server's cap,
+   * `ttl` is the cap and the hold is renewed until `end`. */
+  private asked: number;
+  /** Capped and renewed: when the lease asked for ends. */
+  private end: number | undefined;
 
   /** @internal */
   constructor(
@@ -117,8 +161,11 @@ export class Lock implements AsyncDisposable {
     private ttl: number,
     private readonly watchdog: boolean,
     granted: number,
+    asked: number = ttl,
   ) {
     this.deadline = granted + ttl;
+    this.asked = asked;
+    this.end = !watchdog && asked > ttl ? granted + asked : undefined;
     this.schedule();
   }
 
@@ -138,14 +185,19 @@ export class Lock implements AsyncDisposable {
   }
 
   /** Resets the lease to `ttl` ms from now (default: the lease it was taken
-   * with). Throws `LockLostError` if the lock is no longer ours. */
-  async extend(lease: number = this.ttl): Promise<void> {
+   * with). Above the server's `warden.max-lease` it is capped and renewed
+   * until then. Throws `LockLostError` if the lock is no longer ours. */
+  async extend(lease: number = this.asked): Promise<void> {
     const ttl = checkMs("ttl", lease, false);
     if (!this.held) throw this.notHeld();
-    const started = performance.now();
+    let started = performance.now();
+    const args = [this.kind.extend, this.key, this.owner, capped(this.connections, ttl)];
     let renewed: unknown;
     try {
-      renewed = await this.connections.run(this.key, [this.kind.extend, this.key, this.owner, ttl]);
+      renewed = await underCap(this.connections, args, 3, () => {
+        started = performance.now();
+        return this.connections.run(this.key, args);
+      });
     } catch (error) {
       if (!isWrongType(error)) throw error;
       renewed = "0";
@@ -154,8 +206,11 @@ export class Lock implements AsyncDisposable {
       this.lose("it is no longer held by this owner");
       throw this.notHeld();
     }
-    this.ttl = ttl;
-    this.deadline = started + ttl;
+    const sent = Number(args[3]);
+    this.ttl = sent;
+    this.asked = ttl;
+    this.end = !this.watchdog && ttl > sent ? started + ttl : undefined;
+    this.deadline = started + sent;
     this.schedule();
   }
 
@@ -214,12 +269,14 @@ export class Lock implements AsyncDisposable {
     this.timer = undefined;
   }
 
-  /** The next renewal (watchdog), or the moment the lease ends (fixed lease). */
+  /** The next renewal (watchdog, or a lease capped below the one asked
+   * for), or the moment the lease ends (fixed lease, or the last renewal
+   * of a capped one). */
   private schedule(): void {
     this.stop();
     if (!this.held) return;
     const now = performance.now();
-    if (this.watchdog) {
+    if (this.watchdog || (this.end !== undefined && this.end > this.deadline)) {
       const pause = Math.max(1, Math.min(this.ttl / 3, (this.deadline - now) / 2));
       this.timer = later(pause, () => this.renew(), true);
     } else {
@@ -238,15 +295,20 @@ export class Lock implements AsyncDisposable {
       this.lose("its lease ended before it could be renewed");
       return;
     }
-    const started = performance.now();
+    let started = performance.now();
+    // Capped and renewed: the last renewal asks only for what remains.
+    const lease =
+      this.end === undefined
+        ? this.ttl
+        : Math.max(1, Math.min(this.ttl, Math.floor(this.end - started)));
+    const args = [this.kind.extend, this.key, this.owner, lease];
     let renewed: unknown;
     try {
-      renewed = await this.connections.run(this.key, [
-        this.kind.extend,
-        this.key,
-        this.owner,
-        this.ttl,
-      ]);
+      // A cap lowered at run time: learnt from the refusal, renewed at it.
+      renewed = await underCap(this.connections, args, 3, () => {
+        started = performance.now();
+        return this.connections.run(this.key, args);
+      });
     } catch (error) {
       if (isWrongType(error)) {
         this.lose("the key now holds another type");
@@ -267,7 +329,9 @@ export class Lock implements AsyncDisposable {
       this.lose("it is no longer held by this owner");
       return;
     }
-    this.deadline = started + this.ttl;
+    const sent = Number(args[3]);
+    if (sent < lease) this.ttl = sent; // the cap was lowered
+    this.deadline = started + sent;
     this.schedule();
   }
 }
@@ -280,7 +344,10 @@ function isWrongType(error: unknown): boolean {
 export interface Grant {
   owner: string;
   fence: bigint;
+  /** The lease granted: at most the server's cap. */
   ttl: number;
+  /** The lease asked for (above `ttl`: capped and renewed). */
+  asked: number;
   watchdog: boolean;
   /** When the lease started, as far as this client can tell (`performance.now()`). */
   granted: number;
@@ -346,7 +413,7 @@ export async function grant(
   const { signal } = options;
   const deadline = started + wait;
   const owner = freshOwner();
-  const args: (string | number)[] = [kind.acquire, key, owner, ttl, ...extra];
+  const args: (string | number)[] = [kind.acquire, key, owner, capped(connections, ttl), ...extra];
   const release = () =>
     connections.background(connections.giveBack(key, [kind.release, key, owner]));
   // A grant this caller can no longer take: given back, reported as the
@@ -369,14 +436,14 @@ export async function grant(
     };
     let fence: unknown;
     try {
-      const tried = connections.run(key, args);
-      // The try too ends at the caller's deadline (a stalled server, a slow
-      // connection): a grant that comes later is given back.
-      // Without a deadline or a signal nothing can end the try early.
-      fence =
-        wait === 0 || (wait === Number.POSITIVE_INFINITY && signal === undefined)
-          ? await tried
-          : await within(
+      fence = await underCap(connections, args, 3, () => {
+        const tried = connections.run(key, args);
+        // The try too ends at the caller's deadline (a stalled server, a slow
+        // connection): a grant that comes later is given back.
+        // Without a deadline or a signal nothing can end the try early.
+        return wait === 0 || (wait === Number.POSITIVE_INFINITY && signal === undefined)
+          ? tried
+          : within(
               tried,
               deadline,
               signal,
@@ -385,6 +452,7 @@ export async function grant(
               },
               lost,
             );
+      });
     } catch (error) {
       lost(error);
       throw connections.isClosed && error instanceof ConnectionError ? closedError() : error;
@@ -399,7 +467,8 @@ export async function grant(
       return {
         owner,
         fence: BigInt(String(fence)),
-        ttl,
+        ttl: Number(args[3]),
+        asked: ttl,
         watchdog,
         granted: started,
         deadline: limit,
@@ -411,19 +480,21 @@ export async function grant(
 
   let reply: unknown;
   try {
-    reply = await connections.wait(
-      key,
-      (waitMs) => {
-        const command = [...args, "WAIT", waitMs];
-        if (queue !== undefined) command.push("QUEUE", queue);
-        return command;
-      },
-      deadline,
-      signal,
-      (late) => {
-        if (late !== null && late !== undefined && !(late instanceof Error)) release();
-      },
-      (clientId) => giveBack(connections, kind, key, owner, clientId),
+    reply = await underCap(connections, args, 3, () =>
+      connections.wait(
+        key,
+        (waitMs) => {
+          const command = [...args, "WAIT", waitMs];
+          if (queue !== undefined) command.push("QUEUE", queue);
+          return command;
+        },
+        deadline,
+        signal,
+        (late) => {
+          if (late !== null && late !== undefined && !(late instanceof Error)) release();
+        },
+        (clientId) => giveBack(connections, kind, key, owner, clientId),
+      ),
     );
   } catch (error) {
     throw connections.isClosed && error instanceof ConnectionError ? closedError() : error;
@@ -436,7 +507,16 @@ export async function grant(
   if (signal?.aborted || performance.now() > deadline) return refuse();
   // The lease runs from the grant: at most the reply's trip ago.
   const granted = performance.now();
-  return { owner, fence: BigInt(String(reply)), ttl, watchdog, granted, deadline, signal };
+  return {
+    owner,
+    fence: BigInt(String(reply)),
+    ttl: Number(args[3]),
+    asked: ttl,
+    watchdog,
+    granted,
+    deadline,
+    signal,
+  };
 }
 
 /** One lock of `kind`, made but not handed over; null when not granted within `wait`. */
@@ -449,7 +529,17 @@ async function make(
 ): Promise<Made<Lock> | null> {
   const g = await grant(connections, kind, key, options, defaults);
   if (g === null) return null;
-  const hold = new Lock(connections, kind, key, g.owner, g.fence, g.ttl, g.watchdog, g.granted);
+  const hold = new Lock(
+    connections,
+    kind,
+    key,
+    g.owner,
+    g.fence,
+    g.ttl,
+    g.watchdog,
+    g.granted,
+    g.asked,
+  );
   return { grant: g, hold };
 }
 

@@ -64,8 +64,9 @@ export class Permit extends Lock {
     granted: number,
     /** The permits this hold has. */
     readonly permits: number,
+    asked: number = ttl,
   ) {
-    super(connections, SEMAPHORE, key, owner, fence, ttl, watchdog, granted);
+    super(connections, SEMAPHORE, key, owner, fence, ttl, watchdog, granted, asked);
   }
 }
 
@@ -171,6 +172,7 @@ export class Semaphore {
       g.watchdog,
       g.granted,
       permits,
+      g.asked,
     );
     return { grant: g, hold };
   }

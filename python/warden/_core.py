@@ -7,6 +7,7 @@ import inspect
 import json
 import math
 import os
+import re
 import string
 import threading
 import time
@@ -55,6 +56,37 @@ SEMAPHORE = LockCommands("SEM.ACQUIRE", "SEM.RELEASE", "SEM.EXTEND", "SEM.INFO")
 def to_ms(seconds: Number) -> int:
     """Seconds (int or float, as redis-py takes them) to whole milliseconds, at least 1."""
     return max(1, int(math.ceil(seconds * 1000)))
+
+
+_CAP = re.compile(r"ttl exceeds warden\.max-lease: expected an integer from 1 to (\d+)")
+
+#: The ``warden.max-lease`` each client learnt from the server's refusals.
+_caps: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
+_caps_lock = threading.Lock()
+
+
+def lease_cap_of(error: Exception) -> Optional[int]:
+    """The cap in the server's refusal of a lease above ``warden.max-lease``
+    (``ERR ttl exceeds warden.max-lease: expected an integer from 1 to N
+    (ms)``), or None for any other error."""
+    match = _CAP.search(str(error))
+    return int(match.group(1)) if match else None
+
+
+def learn_cap(client: Any, cap: int) -> None:
+    """Remember ``client``'s server cap (a lower one, learnt later, replaces it)."""
+    with _caps_lock:
+        try:
+            _caps[client] = cap
+        except TypeError:  # not weakly referable: asked for each time
+            pass
+
+
+def capped(client: Any, ms: int) -> int:
+    """``ms``, or the cap learnt for ``client`` when that is lower: what a
+    grant or renewal asks the server for."""
+    cap = _caps.get(client)
+    return ms if cap is None else min(ms, cap)
 
 
 def extended_lease_ms(additional_time: Number, left_ms: Optional[int]) -> Optional[int]:

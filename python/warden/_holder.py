@@ -41,24 +41,45 @@ _H = TypeVar("_H", bound="Holder")
 
 
 class _Watchdog(threading.Thread):
-    """Renews one hold's lease every third of it; sets ``lost`` when it cannot."""
+    """Renews one hold's lease every third of it; sets ``lost`` when it cannot.
 
-    def __init__(self, holder: Holder, owner: bytes, lease_ms: int, lost: threading.Event) -> None:
+    Without ``end`` it renews until stopped (the watchdog of a hold without
+    ``timeout``). With ``end`` (a lease asked for beyond the server's
+    ``warden.max-lease``: capped and renewed) it renews until that moment,
+    the last renewal asking only for what remains, and then stops: the hold
+    lapses at ``end`` unless released first. A cap the server refuses a
+    renewal with (lowered at run time) is learnt and the renewal resent."""
+
+    def __init__(
+        self,
+        holder: Holder,
+        owner: bytes,
+        lease_ms: int,
+        lost: threading.Event,
+        end: Optional[float] = None,
+        start: Optional[float] = None,
+    ) -> None:
         super().__init__(name=f"warden-watchdog:{holder.name}", daemon=True)
         self.holder, self.owner, self.lease_ms = holder, owner, lease_ms
         self.lost = lost  # this hold's, not whichever hold the holder has later
         self.stopped = threading.Event()
-        self.deadline = time.monotonic() + lease_ms / 1000
+        self.deadline = (time.monotonic() if start is None else start) + lease_ms / 1000
+        self.end = end
 
     def run(self) -> None:
         holder = self.holder
-        lease = self.lease_ms / 1000
-        pause = lease / 3
+        pause = max(0.0, self.deadline - time.monotonic() - 2 * self.lease_ms / 3000)
         while not self.stopped.wait(pause):
+            lease = self.lease_ms / 1000
             started = time.monotonic()
             remaining = self.deadline - started
             if remaining <= 0:
                 return self._lost("its lease ended before it could be renewed")
+            ms = self.lease_ms
+            if self.end is not None:
+                if self.end <= self.deadline:
+                    return  # the lease already runs to the end asked for
+                ms = min(ms, max(1, int((self.end - started) * 1000)))
             # Also a renewal stuck before its send (a new connection's
             # handshake with a paused server) must not outlive the lease.
             overdue = threading.Timer(
@@ -73,13 +94,19 @@ class _Watchdog(threading.Thread):
                     holder.commands.extend,
                     holder.name,
                     self.owner,
-                    self.lease_ms,
+                    ms,
                     timeout=remaining,
                 )
             except ResponseError as error:
                 if _core.is_wrongtype(error):
                     return self._lost("the key now holds another type")
                 renewed = None
+                cap = _core.lease_cap_of(error)
+                if cap is not None and cap < ms:  # the cap was lowered: renew at it
+                    _core.learn_cap(holder.redis, cap)
+                    self.lease_ms = min(self.lease_ms, cap)
+                    pause = 0
+                    continue
                 logger.warning("renewing %s %r failed: %s", holder.kind, holder.name, error)
             except Exception as error:
                 renewed = None
@@ -93,7 +120,7 @@ class _Watchdog(threading.Thread):
                 continue
             if renewed != 1:
                 return self._lost("it is no longer held by this owner")
-            self.deadline = started + lease
+            self.deadline = started + ms / 1000
             pause = lease / 3
 
     def _lost(self, why: str) -> None:
@@ -165,7 +192,28 @@ class Holder:
         self.local.watchdog = None
 
     def _lease_ms(self) -> int:
-        return _core.to_ms(self.timeout if self.timeout else self.watchdog_timeout)
+        """What an acquire asks the server for: the lease (the watchdog's
+        without ``timeout``), at most the server's cap as learnt."""
+        return _core.capped(
+            self.redis, _core.to_ms(self.timeout if self.timeout else self.watchdog_timeout)
+        )
+
+    def _renews(self, granted_ms: int, asked_ms: Optional[int], start: float) -> None:
+        """Start what renews the current hold, granted ``granted_ms`` at
+        ``start``: the watchdog (``asked_ms`` None), or, for a lease asked for
+        beyond the cap, a renewer until it ends. A renewer of an earlier
+        lease of this hold is stopped."""
+        dog: Optional[_Watchdog] = getattr(self.local, "watchdog", None)
+        if asked_ms is not None and dog is not None:
+            dog.stopped.set()
+            self.local.watchdog = dog = None
+        if dog is not None:
+            return  # the watchdog goes on
+        if asked_ms is None or granted_ms < asked_ms:
+            end = None if asked_ms is None else start + asked_ms / 1000
+            dog = _Watchdog(self, self.local.token, granted_ms, self.lost, end, start)
+            self.local.watchdog = dog
+            dog.start()
 
     # --- the context manager ----------------------------------------------
 
@@ -233,7 +281,20 @@ class Holder:
         recorded = False
         try:
             try:
-                self._request(args, owner, may_hold, deadline, lost, got)
+                for attempt in (0, 1, 2):
+                    try:
+                        self._request(args, owner, may_hold, deadline, lost, got)
+                        break
+                    except ResponseError as error:
+                        # Above the server's cap: nothing was granted; learn
+                        # it, and ask again for the cap (a renewer makes up
+                        # the rest of the lease).
+                        cap = _core.lease_cap_of(error)
+                        if cap is None or cap >= args[3] or attempt == 2:
+                            raise
+                        _core.learn_cap(self.redis, cap)
+                        args[3] = cap
+                        got.clear()
             except DeadlinePassed:
                 return None
             if (not got or got[0] is None) and deadline is not None:
@@ -310,16 +371,15 @@ class Holder:
             raise  # the server refused it
 
     def _new_hold(self, owner: bytes, lease_ms: int) -> None:
-        """``owner`` now holds: a new ``lost`` event, and a watchdog if the
-        lease is the watchdog's."""
+        """``owner`` now holds, granted ``lease_ms``: a new ``lost`` event,
+        and a watchdog if the lease is the watchdog's, or a renewer if the
+        lease asked for is beyond the server's cap."""
         self._forget()
         self.local.token = owner
         self.local.holds = 0
-        self.local.lost = lost = threading.Event()
-        if not self.timeout:
-            dog = _Watchdog(self, owner, lease_ms, lost)
-            self.local.watchdog = dog
-            dog.start()
+        self.local.lost = threading.Event()
+        asked = _core.to_ms(self.timeout) if self.timeout else None
+        self._renews(lease_ms, asked, time.monotonic())
 
     def _give_back(self, owner: bytes) -> None:
         try:
@@ -354,12 +414,27 @@ class Holder:
         return True
 
     def _renew(self, ms: int, message: str) -> Literal[True]:
-        try:
-            renewed = call(self.redis, self.name, self.commands.extend, self.name, self._token, ms)
-        except ResponseError as error:
-            if not _core.is_wrongtype(error):
-                raise
-            renewed = 0
+        """Set the lease to ``ms`` from now; above the server's cap, capped
+        and renewed until then."""
+        lease = _core.capped(self.redis, ms)
+        for attempt in (0, 1, 2):
+            started = time.monotonic()
+            try:
+                renewed = call(
+                    self.redis, self.name, self.commands.extend, self.name, self._token, lease
+                )
+            except ResponseError as error:
+                cap = _core.lease_cap_of(error)
+                if cap is not None and cap < lease and attempt < 2:
+                    _core.learn_cap(self.redis, cap)
+                    lease = cap
+                    continue
+                if not _core.is_wrongtype(error):
+                    raise
+                renewed = 0
+            break
         if renewed != 1:
             raise lock_error(LockNotOwnedError, message, self.name)
+        if self.timeout:  # a lease of its own (the watchdog's goes on as it was)
+            self._renews(lease, ms, started)
         return True

@@ -92,7 +92,7 @@ class Semaphore(Holder):
         )
 
         def record(fence: int) -> None:
-            self._new_hold(owner, lease_ms)
+            self._new_hold(owner, args[3])
             self.local.holds = 1
             self.local.fence = fence
 

@@ -2,7 +2,7 @@
 //! crossing its cancellation is given back, and the grant once held — its
 //! lease, its watchdog, its release when dropped.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use redis::Cmd;
@@ -144,6 +144,33 @@ impl Acquire<'_> {
     }
 }
 
+/// Sends the acquire that `make` builds for a lease (`ttl`, or the server's
+/// cap when one was learnt and is shorter): its token, send time and the
+/// lease it asked for. A refusal above the server's `warden.max-lease` (the
+/// command did nothing) teaches the cap, and the acquire goes again at it.
+pub(crate) async fn acquire_capped<'a>(
+    warden: &Warden,
+    ttl: Duration,
+    wait: Option<Duration>,
+    mut make: impl FnMut(Duration) -> Acquire<'a>,
+) -> Result<(Option<i64>, Instant, Duration)> {
+    let mut lease = warden.capped(ttl);
+    for attempt in 0.. {
+        match make(lease).send(wait).await {
+            Ok((token, sent)) => return Ok((token, sent, lease)),
+            Err(e) => match lease::cap_of(&e) {
+                Some(cap) if cap < millis(lease, 1) && attempt < 2 => {
+                    tracing::debug!(cap_ms = cap, "above warden.max-lease: asking for the cap");
+                    warden.learn_cap(cap);
+                    lease = Duration::from_millis(cap.max(1));
+                }
+                _ => return Err(e),
+            },
+        }
+    }
+    unreachable!("the loop returns")
+}
+
 /// Gives back, when dropped armed, what the server may have granted a fresh
 /// owner whose acquire was cancelled or failed before its reply came in.
 ///
@@ -222,13 +249,27 @@ struct Held {
     owner: String,
     token: i64,
     lease: Arc<Lease>,
-    watchdog: Option<JoinHandle<()>>,
+    /// Renews every ttl/3 until released.
+    watchdog: bool,
+    /// The task renewing the lease: the watchdog, or the renewals of a
+    /// lease asked for beyond the server's cap.
+    renewer: Mutex<Option<Renewer>>,
     runtime: Handle,
 }
 
+/// A running renewal task and what it renews: a lease of `ttl`, until `until`.
+struct Renewer {
+    task: JoinHandle<()>,
+    ttl: Duration,
+    until: Option<Instant>,
+}
+
 impl Hold {
-    /// The hold of `token`, granted to a request sent at `sent` with `ttl`;
-    /// with `watchdog`, renewed every ttl/3 until released.
+    /// The hold of `token`, granted `granted` (at most the server's cap) to
+    /// a request sent at `sent` for a lease of `ttl`; with `watchdog`,
+    /// renewed every granted/3 until released; without, when `granted` is
+    /// shorter than `ttl`, renewed until `ttl` after `sent` (capped and
+    /// renewed).
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
         warden: Warden,
@@ -237,11 +278,12 @@ impl Hold {
         owner: String,
         token: i64,
         ttl: Duration,
+        granted: Duration,
         sent: Instant,
         watchdog: bool,
     ) -> Self {
-        let margin = warden.config().margin(ttl);
-        let lease = Arc::new(Lease::new(sent + ttl, margin));
+        let margin = warden.config().margin(granted);
+        let lease = Arc::new(Lease::new(sent + granted, margin));
         if lease.is_lost() {
             tracing::warn!(
                 key,
@@ -250,20 +292,7 @@ impl Hold {
         } else {
             tracing::debug!("granted");
         }
-        let watchdog = watchdog.then(|| {
-            tokio::spawn(
-                lease::renew(
-                    warden.clone(),
-                    verbs.extend,
-                    key.clone(),
-                    owner.clone(),
-                    ttl,
-                    lease.clone(),
-                )
-                .instrument(tracing::debug_span!("warden.watchdog", key = %key)),
-            )
-        });
-        Hold(Some(Held {
+        let held = Held {
             warden,
             verbs,
             key,
@@ -271,8 +300,15 @@ impl Hold {
             token,
             lease,
             watchdog,
+            renewer: Mutex::new(None),
             runtime: Handle::current(),
-        }))
+        };
+        if watchdog {
+            held.renew(granted, None);
+        } else if granted < ttl {
+            held.renew(granted, Some(sent + ttl));
+        }
+        Hold(Some(held))
     }
 
     fn held(&self) -> &Held {
@@ -312,17 +348,50 @@ impl Hold {
     }
 
     /// Resets the lease to `ttl`, dated from this request's send; `false` if
-    /// the hold is gone (the lease is then lost).
+    /// the hold is gone (the lease is then lost). Beyond the server's cap
+    /// the lease is the cap, renewed until `ttl` after the send (a hold
+    /// without watchdog; a watchdog goes on renewing its own lease).
     pub(crate) async fn extend(&self, ttl: Duration) -> Result<bool> {
         let held = self.held();
         let ttl = ttl.max(Duration::from_millis(1));
-        let mut cmd = redis::cmd(held.verbs.extend);
-        cmd.arg(&held.key).arg(&held.owner).arg(millis(ttl, 1));
-        let sent = Instant::now();
-        let held_still = held.warden.query::<i64>(&cmd).await? == 1;
+        let mut lease = held.warden.capped(ttl);
+        let mut attempt = 0;
+        // The renewals of an earlier capped lease stop first: none may cross
+        // this extend (and shorten the lease it sets). If it fails, they go on.
+        let earlier = if held.watchdog {
+            None
+        } else {
+            held.stop_renewer().await
+        };
+        let resume = |e: Error| {
+            if let Some((ttl, until)) = earlier {
+                held.renew(ttl, until);
+            }
+            e
+        };
+        let (reply, sent) = loop {
+            let mut cmd = redis::cmd(held.verbs.extend);
+            cmd.arg(&held.key).arg(&held.owner).arg(millis(lease, 1));
+            let sent = Instant::now();
+            match held.warden.query::<i64>(&cmd).await {
+                Err(e) => match lease::cap_of(&e) {
+                    Some(cap) if cap < millis(lease, 1) && attempt < 2 => {
+                        held.warden.learn_cap(cap);
+                        lease = Duration::from_millis(cap.max(1));
+                        attempt += 1;
+                    }
+                    _ => return Err(resume(e)),
+                },
+                Ok(reply) => break (reply, sent),
+            }
+        };
+        let held_still = reply == 1;
         if held_still {
             held.lease
-                .renewed(sent + ttl, held.warden.config().margin(ttl));
+                .renewed(sent + lease, held.warden.config().margin(lease));
+            if !held.watchdog && lease < ttl {
+                held.renew(lease, Some(sent + ttl));
+            }
         } else {
             held.lease.mark_lost(&held.key, "extend answered: not held");
         }
@@ -337,19 +406,43 @@ impl Hold {
 }
 
 impl Held {
-    /// Stops the watchdog and waits until it is gone, so that no renewal
+    /// Starts renewing a lease of `ttl` every ttl/3: until released (the
+    /// watchdog, `until` `None`) or until `until`.
+    fn renew(&self, ttl: Duration, until: Option<Instant>) {
+        let task = tokio::spawn(
+            lease::renew(
+                self.warden.clone(),
+                self.verbs.extend,
+                self.key.clone(),
+                self.owner.clone(),
+                ttl,
+                until,
+                self.lease.clone(),
+            )
+            .instrument(tracing::debug_span!("warden.watchdog", key = %self.key)),
+        );
+        *self.renewer.lock().unwrap_or_else(|e| e.into_inner()) =
+            Some(Renewer { task, ttl, until });
+    }
+
+    /// Stops the renewals and waits until they are gone, so that no renewal
     /// can be sent after this returns. Aborting is enough: a renewal already
     /// handed to the shared connection goes out before anything sent later
     /// on that connection.
-    async fn stop_watchdog(&mut self) {
-        if let Some(task) = self.watchdog.take() {
-            task.abort();
-            let _ = task.await;
-        }
+    /// What the stopped task renewed: its lease and end.
+    async fn stop_renewer(&self) -> Option<(Duration, Option<Instant>)> {
+        let renewer = self
+            .renewer
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()?;
+        renewer.task.abort();
+        let _ = renewer.task.await;
+        Some((renewer.ttl, renewer.until))
     }
 
-    async fn release(mut self) -> Result<i64> {
-        self.stop_watchdog().await;
+    async fn release(self) -> Result<i64> {
+        self.stop_renewer().await;
         let mut cmd = redis::cmd(self.verbs.release);
         cmd.arg(&self.key).arg(&self.owner);
         let reply = self.warden.query::<i64>(&cmd).await?;

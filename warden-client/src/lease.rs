@@ -88,24 +88,40 @@ impl Lease {
     }
 }
 
-/// Renews every ttl/3 until aborted; a `0` answer (not held), or no
-/// successful renewal before the deadline, marks the lease lost and ends.
+/// The cap in the server's refusal of a lease above `warden.max-lease`
+/// (`ERR ttl exceeds warden.max-lease: expected an integer from 1 to N (ms)`).
+pub(crate) fn cap_of(error: &Error) -> Option<u64> {
+    let Error::Server { message, .. } = error else {
+        return None;
+    };
+    let (_, digits) =
+        message.split_once("ttl exceeds warden.max-lease: expected an integer from 1 to ")?;
+    let end = digits
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(digits.len());
+    digits[..end].parse().ok()
+}
+
+/// Renews the lease of `ttl` every ttl/3 until aborted (the watchdog,
+/// `until` `None`), or until `until` (a lease asked for beyond the server's
+/// cap: capped and renewed; the last renewal asks only for what remains,
+/// and the lease ends at `until`). A `0` answer (not held), or no successful
+/// renewal before the deadline, marks the lease lost and ends. A refusal
+/// above the cap (lowered at run time) teaches the cap, renewed at it.
 pub(crate) async fn renew(
     warden: Warden,
     extend: &'static str,
     key: String,
     owner: String,
-    ttl: Duration,
+    mut ttl: Duration,
+    until: Option<Instant>,
     lease: Arc<Lease>,
 ) {
-    let period = ttl / 3;
-    let margin = warden.config().margin(ttl);
-    // After a failure, try again soon: several attempts fit in the lease left.
-    let retry = (ttl / 20).max(Duration::from_millis(5));
-    let mut cmd = redis::cmd(extend);
-    cmd.arg(&key).arg(&owner).arg(millis(ttl, 1));
-    let mut next = lease.end() - ttl + period;
+    let mut next = lease.end() - ttl + ttl / 3;
     loop {
+        if until.is_some_and(|until| lease.end() >= until) {
+            return; // the lease runs to the end asked for
+        }
         tokio::time::sleep_until(next.min(lease.deadline())).await;
         let sent = Instant::now();
         let deadline = lease.deadline();
@@ -116,21 +132,43 @@ pub(crate) async fn renew(
             );
             return;
         }
+        let ask = match until {
+            Some(until) => ttl
+                .min(until.saturating_duration_since(sent))
+                .max(Duration::from_millis(1)),
+            None => ttl,
+        };
+        let mut cmd = redis::cmd(extend);
+        cmd.arg(&key).arg(&owner).arg(millis(ask, 1));
         match warden.query_within::<i64>(&cmd, deadline - sent).await {
             Ok(1) => {
-                lease.renewed(sent + ttl, margin);
-                tracing::debug!(key, ttl_ms = millis(ttl, 1), "lease renewed");
-                next = sent + period;
+                let ask = Duration::from_millis(millis(ask, 1));
+                lease.renewed(sent + ask, warden.config().margin(ask));
+                tracing::debug!(key, ttl_ms = millis(ask, 1), "lease renewed");
+                next = sent + ttl / 3;
             }
             Ok(_) => {
                 lease.mark_lost(&key, "the server says the owner no longer holds it");
                 return;
             }
             Err(Error::Timeout) => next = Instant::now(),
-            Err(e) => {
-                tracing::debug!(key, error = %e, "renewal failed; retrying");
-                next = Instant::now() + retry;
-            }
+            Err(e) => match cap_of(&e).filter(|&cap| cap < millis(ask, 1)) {
+                Some(cap) => {
+                    tracing::debug!(
+                        key,
+                        cap_ms = cap,
+                        "warden.max-lease lowered: renewing at it"
+                    );
+                    warden.learn_cap(cap);
+                    ttl = ttl.min(Duration::from_millis(cap.max(1)));
+                    next = Instant::now();
+                }
+                None => {
+                    tracing::debug!(key, error = %e, "renewal failed; retrying");
+                    // After a failure, try again soon: several attempts fit in the lease left.
+                    next = Instant::now() + (ttl / 20).max(Duration::from_millis(5));
+                }
+            },
         }
     }
 }

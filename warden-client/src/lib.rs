@@ -217,6 +217,9 @@ struct Inner {
     backend: Backend,
     config: Config,
     pool: Pool,
+    /// The server's `warden.max-lease` in ms as learnt from its refusals (0:
+    /// none learnt): grants and renewals ask for at most this.
+    max_lease_ms: std::sync::atomic::AtomicU64,
 }
 
 impl Warden {
@@ -226,6 +229,7 @@ impl Warden {
                 pool: Pool::new(config.idle_connections),
                 backend,
                 config,
+                max_lease_ms: std::sync::atomic::AtomicU64::new(0),
             }),
         }
     }
@@ -294,6 +298,27 @@ impl Warden {
     /// Cache reads through `CACHE.GET` leases, with default options.
     pub fn cache(&self) -> Cache {
         Cache::new(self.clone())
+    }
+
+    /// `ttl`, or the server's lease cap when one was learnt and is shorter.
+    pub(crate) fn capped(&self, ttl: Duration) -> Duration {
+        match self
+            .inner
+            .max_lease_ms
+            .load(std::sync::atomic::Ordering::Relaxed)
+        {
+            0 => ttl,
+            cap => ttl.min(Duration::from_millis(cap)),
+        }
+    }
+
+    /// Remembers the server's lease cap (`warden.max-lease`, in ms), learnt
+    /// from a refusal; a lower one learnt later (the cap lowered at run
+    /// time) replaces it.
+    pub(crate) fn learn_cap(&self, cap_ms: u64) {
+        self.inner
+            .max_lease_ms
+            .store(cap_ms.max(1), std::sync::atomic::Ordering::Relaxed);
     }
 
     /// `cmd` on the shared connection, within the command timeout.

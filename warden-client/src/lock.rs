@@ -7,7 +7,7 @@ use tracing::Instrument;
 
 use crate::backend::millis;
 use crate::error::Result;
-use crate::hold::{Acquire, Hold, Verbs};
+use crate::hold::{acquire_capped, Acquire, Hold, Verbs};
 use crate::Warden;
 
 /// Which lock a request or guard is about.
@@ -208,18 +208,19 @@ impl LockRequest {
     async fn acquire_inner(self) -> Result<Option<LockGuard>> {
         let fresh = self.owner.is_none();
         let owner = self.owner.unwrap_or_else(crate::owner::fresh);
-        let mut cmd = redis::cmd(self.kind.acquire());
-        cmd.arg(&self.key).arg(&owner).arg(millis(self.ttl, 1));
-        let (token, sent) = Acquire {
-            warden: &self.warden,
-            cmd,
-            key: &self.key,
-            owner: &owner,
-            fresh,
-            verbs: self.kind.verbs(),
-            max_queue: self.max_queue,
-        }
-        .send(self.wait)
+        let (token, sent, granted) = acquire_capped(&self.warden, self.ttl, self.wait, |lease| {
+            let mut cmd = redis::cmd(self.kind.acquire());
+            cmd.arg(&self.key).arg(&owner).arg(millis(lease, 1));
+            Acquire {
+                warden: &self.warden,
+                cmd,
+                key: &self.key,
+                owner: &owner,
+                fresh,
+                verbs: self.kind.verbs(),
+                max_queue: self.max_queue,
+            }
+        })
         .await?;
         let Some(token) = token else {
             return Ok(None);
@@ -233,6 +234,7 @@ impl LockRequest {
                 owner,
                 token,
                 self.ttl,
+                granted,
                 sent,
                 self.watchdog,
             ),

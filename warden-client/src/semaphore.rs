@@ -8,7 +8,7 @@ use tracing::Instrument;
 
 use crate::backend::millis;
 use crate::error::{Error, Result};
-use crate::hold::{Acquire, Hold, Verbs};
+use crate::hold::{acquire_capped, Acquire, Hold, Verbs};
 use crate::{Release, Warden};
 
 const VERBS: Verbs = Verbs {
@@ -175,24 +175,25 @@ impl Semaphore {
 
     async fn acquire_inner(&self, wait: Option<Duration>) -> Result<Option<SemaphoreGuard>> {
         let owner = self.owner.clone().unwrap_or_else(crate::owner::fresh);
-        let mut cmd = redis::cmd("SEM.ACQUIRE");
-        cmd.arg(&self.key)
-            .arg(&owner)
-            .arg(millis(self.ttl, 1))
-            .arg("LIMIT")
-            .arg(self.limit)
-            .arg("PERMITS")
-            .arg(self.permits);
-        let (token, sent) = Acquire {
-            warden: &self.warden,
-            cmd,
-            key: &self.key,
-            owner: &owner,
-            fresh: self.owner.is_none(),
-            verbs: VERBS,
-            max_queue: self.max_queue,
-        }
-        .send(wait)
+        let (token, sent, granted) = acquire_capped(&self.warden, self.ttl, wait, |lease| {
+            let mut cmd = redis::cmd("SEM.ACQUIRE");
+            cmd.arg(&self.key)
+                .arg(&owner)
+                .arg(millis(lease, 1))
+                .arg("LIMIT")
+                .arg(self.limit)
+                .arg("PERMITS")
+                .arg(self.permits);
+            Acquire {
+                warden: &self.warden,
+                cmd,
+                key: &self.key,
+                owner: &owner,
+                fresh: self.owner.is_none(),
+                verbs: VERBS,
+                max_queue: self.max_queue,
+            }
+        })
         .await
         .map_err(Error::limit_mismatch)?;
         let Some(token) = token else {
@@ -207,6 +208,7 @@ impl Semaphore {
                 owner,
                 token,
                 self.ttl,
+                granted,
                 sent,
                 self.watchdog,
             ),

@@ -36,12 +36,24 @@ def holder_id() -> int:
 
 
 class _Watchdog:
-    """Renews one hold's lease every third of it; sets ``lost`` when it cannot."""
+    """Renews one hold's lease every third of it; sets ``lost`` when it
+    cannot. With ``end`` (a lease asked for beyond the server's
+    ``warden.max-lease``: capped and renewed) only until then, the last
+    renewal asking for what remains; see ``warden._holder._Watchdog``."""
 
-    def __init__(self, holder: Holder, owner: bytes, lease_ms: int, lost: asyncio.Event) -> None:
+    def __init__(
+        self,
+        holder: Holder,
+        owner: bytes,
+        lease_ms: int,
+        lost: asyncio.Event,
+        end: Optional[float] = None,
+        start: Optional[float] = None,
+    ) -> None:
         self.holder, self.owner, self.lease_ms = holder, owner, lease_ms
         self.lost = lost  # this hold's, not whichever hold the holder has later
-        self.deadline = time.monotonic() + lease_ms / 1000
+        self.deadline = (time.monotonic() if start is None else start) + lease_ms / 1000
+        self.end = end
         self.task = in_background(self.run())
 
     def stop(self) -> None:
@@ -49,14 +61,19 @@ class _Watchdog:
 
     async def run(self) -> None:
         holder = self.holder
-        lease = self.lease_ms / 1000
-        pause = lease / 3
+        pause = max(0.0, self.deadline - time.monotonic() - 2 * self.lease_ms / 3000)
         while True:
             await asyncio.sleep(pause)
+            lease = self.lease_ms / 1000
             started = time.monotonic()
             remaining = self.deadline - started
             if remaining <= 0:
                 return self._lost("its lease ended before it could be renewed")
+            ms = self.lease_ms
+            if self.end is not None:
+                if self.end <= self.deadline:
+                    return  # the lease already runs to the end asked for
+                ms = min(ms, max(1, int((self.end - started) * 1000)))
             try:
                 # Bounded as a whole: a new connection's handshake too.
                 renewed = await asyncio.wait_for(
@@ -66,7 +83,7 @@ class _Watchdog:
                         holder.commands.extend,
                         holder.name,
                         self.owner,
-                        self.lease_ms,
+                        ms,
                         timeout=remaining,
                     ),
                     remaining,
@@ -75,6 +92,12 @@ class _Watchdog:
                 if _core.is_wrongtype(error):
                     return self._lost("the key now holds another type")
                 renewed = None
+                cap = _core.lease_cap_of(error)
+                if cap is not None and cap < ms:  # the cap was lowered: renew at it
+                    _core.learn_cap(holder.redis, cap)
+                    self.lease_ms = min(self.lease_ms, cap)
+                    pause = 0
+                    continue
                 logger.warning("renewing %s %r failed: %s", holder.kind, holder.name, error)
             except Exception as error:
                 renewed = None
@@ -84,7 +107,7 @@ class _Watchdog:
                 continue
             if renewed != 1:
                 return self._lost("it is no longer held by this owner")
-            self.deadline = started + lease
+            self.deadline = started + ms / 1000
             pause = lease / 3
 
     def _lost(self, why: str) -> None:
@@ -162,7 +185,26 @@ class Holder:
         self.local.watchdog = None
 
     def _lease_ms(self) -> int:
-        return _core.to_ms(self.timeout if self.timeout else self.watchdog_timeout)
+        """What an acquire asks the server for: the lease (the watchdog's
+        without ``timeout``), at most the server's cap as learnt."""
+        return _core.capped(
+            self.redis, _core.to_ms(self.timeout if self.timeout else self.watchdog_timeout)
+        )
+
+    def _renews(self, granted_ms: int, asked_ms: Optional[int], start: float) -> None:
+        """As ``warden._holder.Holder._renews``: the watchdog (``asked_ms``
+        None) or the renewer of a lease asked for beyond the cap."""
+        dog: Optional[_Watchdog] = getattr(self.local, "watchdog", None)
+        if asked_ms is not None and dog is not None:
+            dog.stop()
+            self.local.watchdog = dog = None
+        if dog is not None:
+            return  # the watchdog goes on
+        if asked_ms is None or granted_ms < asked_ms:
+            end = None if asked_ms is None else start + asked_ms / 1000
+            self.local.watchdog = _Watchdog(
+                self, self.local.token, granted_ms, self.lost, end, start
+            )
 
     async def __aenter__(self: _H) -> _H:
         if await self.acquire():
@@ -218,7 +260,18 @@ class Holder:
                 await self._give_back(owner)
 
         try:
-            fence = await self._request(args, owner, may_hold, deadline, lost)
+            for attempt in (0, 1, 2):
+                try:
+                    fence = await self._request(args, owner, may_hold, deadline, lost)
+                    break
+                except ResponseError as error:
+                    # Above the server's cap: nothing was granted; learn it,
+                    # and ask again for the cap (a renewer makes up the rest).
+                    cap = _core.lease_cap_of(error)
+                    if cap is None or cap >= args[3] or attempt == 2:
+                        raise
+                    _core.learn_cap(self.redis, cap)
+                    args[3] = cap
         except DeadlinePassed:
             return None
         if fence is not None and deadline is not None and deadline.passed():
@@ -276,16 +329,17 @@ class Holder:
         return None if fence is None else int(fence)
 
     def _new_hold(self, owner: bytes, lease_ms: int) -> None:
-        """``owner`` now holds: a new ``lost`` event (the calling task's), and
-        a watchdog if the lease is the watchdog's."""
+        """``owner`` now holds, granted ``lease_ms``: a new ``lost`` event (the
+        calling task's), and a watchdog if the lease is the watchdog's, or a
+        renewer if the lease asked for is beyond the server's cap."""
         self._forget()
         self.local.token = owner
         self.local.holds = 0
         lost = self.local.lost = asyncio.Event()
         if self.thread_local:
             _task_lost.set({**_task_lost.get({}), id(self): lost})
-        if not self.timeout:
-            self.local.watchdog = _Watchdog(self, owner, lease_ms, lost)
+        asked = _core.to_ms(self.timeout) if self.timeout else None
+        self._renews(lease_ms, asked, time.monotonic())
 
     async def _give_back(self, owner: bytes) -> None:
         try:
@@ -320,14 +374,27 @@ class Holder:
         return True
 
     async def _renew(self, ms: int, message: str) -> Literal[True]:
-        try:
-            renewed = await call(
-                self.redis, self.name, self.commands.extend, self.name, self._token, ms
-            )
-        except ResponseError as error:
-            if not _core.is_wrongtype(error):
-                raise
-            renewed = 0
+        """Set the lease to ``ms`` from now; above the server's cap, capped
+        and renewed until then."""
+        lease = _core.capped(self.redis, ms)
+        for attempt in (0, 1, 2):
+            started = time.monotonic()
+            try:
+                renewed = await call(
+                    self.redis, self.name, self.commands.extend, self.name, self._token, lease
+                )
+            except ResponseError as error:
+                cap = _core.lease_cap_of(error)
+                if cap is not None and cap < lease and attempt < 2:
+                    _core.learn_cap(self.redis, cap)
+                    lease = cap
+                    continue
+                if not _core.is_wrongtype(error):
+                    raise
+                renewed = 0
+            break
         if renewed != 1:
             raise lock_error(LockNotOwnedError, message, self.name)
+        if self.timeout:  # a lease of its own (the watchdog's goes on as it was)
+            self._renews(lease, ms, started)
         return True

@@ -90,7 +90,7 @@ class Lock(Holder):
         if reentrant:
             _core.REENTRANT_HOLDS.add(owner, self.name, self.commands, 1)
         if self._token != owner:
-            self._new_hold(owner, lease_ms)
+            self._new_hold(owner, args[3])
         self.local.holds = getattr(self.local, "holds", 0) + 1
         self.local.fence = fence
         return True

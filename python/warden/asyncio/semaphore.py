@@ -115,7 +115,7 @@ class Semaphore(Holder):
         fence = await self._acquire(args, owner, blocking, blocking_timeout, lambda sent: True)
         if fence is None:
             return False
-        self._new_hold(owner, lease_ms)
+        self._new_hold(owner, args[3])
         self.local.holds = 1
         self.local.fence = fence
         return True
