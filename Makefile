@@ -164,12 +164,15 @@ test: deps venv python-venv node-deps $(REDISBLOOM) $(SERVER_DEPS)
 	@echo "open files: $$(ulimit -n) (hard limit $$(ulimit -Hn)); the tests open up to 11,000 at once"
 	@# Every suite runs even when an earlier one failed (a failure must not
 	@# hide the rest); make test fails at the end if any did.
-	@status=0; ulimit -n $$(ulimit -Hn) 2>/dev/null; \
+	@status=0; t=$$(date +%s); ulimit -n $$(ulimit -Hn) 2>/dev/null; \
 	WARDEN_SERVER=$(SERVER_BIN) WARDEN_MODULE=$(CURDIR)/$(TEST_MODULE) WARDEN_PYTHON=$(CURDIR)/$(PYTHON) \
 		REDISBLOOM_MODULE=$(CURDIR)/$(REDISBLOOM) \
 		WARDEN_PREV_MODULE=$$([ -f $(PREV_MODULE) ] && echo $(PREV_MODULE)) \
 		cargo test --release --workspace --no-fail-fast $(TEST_TARGETS) -- --test-threads=4 --show-output || status=1; \
-	for suite in $(TEST_SUITES); do $(MAKE) --no-print-directory $$suite || { echo "make $$suite failed"; status=1; }; done; \
+	echo "time: cargo test $$(( $$(date +%s) - t )) s"; \
+	for suite in $(TEST_SUITES); do t=$$(date +%s); \
+		$(MAKE) --no-print-directory $$suite || { echo "make $$suite failed"; status=1; }; \
+		echo "time: make $$suite $$(( $$(date +%s) - t )) s"; done; \
 	exit $$status
 
 # The previous release, for tests/upgrade.rs (docs/upgrading.md): 1.0.0, the
