@@ -7,6 +7,12 @@ use crate::error;
 
 /// Largest ttl or timeout accepted, in milliseconds (2^46 ms is about 2,200 years).
 pub const MAX_MS: i64 = 1 << 46;
+/// Longest rate limiter period: a day, in ms (the slowest rate is 1 per day).
+pub const MAX_PERIOD_MS: u64 = 86_400_000;
+/// Fastest rate: 10^6 tokens per ms.
+pub const MAX_PER_MS: u64 = 1_000_000;
+/// Largest rate limiter burst (and so largest cost).
+pub const MAX_BURST: u64 = 1_000_000_000;
 /// Largest owner, in bytes.
 pub const MAX_OWNER: usize = 1024;
 
@@ -309,6 +315,130 @@ pub fn sem_request<A: Deref<Target = [u8]>>(args: &[A]) -> Result<SemRequest<'_>
         wait_ms: options.wait_ms,
         queue: options.queue,
     })
+}
+
+/// A rate limiter request: `count period [BURST b] [COST n] [WAIT timeout] [QUEUE n]`.
+#[derive(Debug, PartialEq, Eq)]
+pub struct RateRequest {
+    pub count: u64,
+    pub period_ms: u64,
+    pub burst: u64,
+    pub cost: u64,
+    /// `None`: answer at once when limited; `Some(0)`: wait as long as it takes.
+    pub wait_ms: Option<i64>,
+    pub queue: Option<u64>,
+}
+
+/// `count period [BURST burst]`'s numbers: a period of 1 ms to a day, at
+/// most 10^6 tokens per ms, a burst of 1 to 10^9 (default: `count`).
+pub fn rate_numbers(count: &[u8], period: &[u8]) -> Result<(u64, u64), &'static str> {
+    let period_ms = match integer(period) {
+        Some(p) if (1..=MAX_PERIOD_MS as i64).contains(&p) => p as u64,
+        _ => return Err(error::RATE_INVALID_PERIOD),
+    };
+    match integer(count) {
+        Some(c) if c >= 1 && (c as u64) <= MAX_PER_MS * period_ms => Ok((c as u64, period_ms)),
+        _ => Err(error::RATE_INVALID_COUNT),
+    }
+}
+
+/// A burst, 1..=10^9.
+pub fn burst(bytes: &[u8]) -> Result<u64, &'static str> {
+    match integer(bytes) {
+        Some(b) if (1..=MAX_BURST as i64).contains(&b) => Ok(b as u64),
+        _ => Err(error::RATE_INVALID_BURST),
+    }
+}
+
+/// Parses `count period [BURST burst] [COST cost] [WAIT timeout] [QUEUE n]`
+/// (the arguments after the key; options in any order, each once).
+pub fn rate_request<A: Deref<Target = [u8]>>(args: &[A]) -> Result<RateRequest, String> {
+    let [count_arg, period_arg, rest @ ..] = args else {
+        return Err(error::SYNTAX.to_string());
+    };
+    let (count, period_ms) = rate_numbers(count_arg, period_arg).map_err(str::to_string)?;
+    let (mut burst_n, mut cost) = (None, None);
+    let mut options = WaitOptions::default();
+    let mut rest = rest.iter();
+    while let Some(arg) = rest.next() {
+        if is_keyword(arg, "BURST") && burst_n.is_none() {
+            burst_n = Some(burst(option_value(rest.next())?).map_err(str::to_string)?);
+        } else if is_keyword(arg, "COST") && cost.is_none() {
+            cost = Some(integer(option_value(rest.next())?).ok_or(error::RATE_INVALID_COST)?);
+        } else if !options.take(arg, &mut rest)? {
+            return Err(error::SYNTAX.to_string());
+        }
+    }
+    let burst = match burst_n {
+        Some(b) => b,
+        None => count.min(MAX_BURST),
+    };
+    let cost = match cost {
+        None => 1,
+        Some(n) if (1..=burst as i64).contains(&n) => n as u64,
+        Some(_) => return Err(error::RATE_INVALID_COST.to_string()),
+    };
+    Ok(RateRequest {
+        count,
+        period_ms,
+        burst,
+        cost,
+        wait_ms: options.wait_ms,
+        queue: options.queue,
+    })
+}
+
+/// Parses `GCRA`'s `max_burst tokens_per_period period [TOKENS count]` (the
+/// arguments after the key) into `(count, period_ms, burst)` and the tokens,
+/// with the core proposal's error texts, checking in its order. `period` is
+/// seconds: warden takes whole ms from 1 ms to a day.
+pub fn gcra_request<A: Deref<Target = [u8]>>(args: &[A]) -> Result<((u64, u64, u64), u64), String> {
+    let positive = |bytes: &[u8]| match integer(bytes) {
+        None => Err(error::GCRA_NOT_INTEGER),
+        Some(n) if n < 1 => Err(error::GCRA_INTEGER_RANGE),
+        Some(n) => Ok(n as u64),
+    };
+    let (max_burst, count, period, rest) = match args {
+        [b, c, p, rest @ ..] => (b, c, p, rest),
+        _ => return Err(error::SYNTAX.to_string()),
+    };
+    let max_burst = match integer(max_burst) {
+        Some(b) if b >= 0 => b as u64,
+        _ => return Err(error::GCRA_BURST_RANGE.to_string()),
+    };
+    let count = positive(count)?;
+    let seconds = std::str::from_utf8(period)
+        .ok()
+        .filter(|t| !t.starts_with('+'))
+        .and_then(|t| t.parse::<f64>().ok())
+        .filter(|s| !s.is_nan())
+        .ok_or(error::GCRA_NOT_FLOAT)?;
+    if !(seconds > 0.0 && seconds < 1e12) {
+        return Err(error::GCRA_PERIOD_RANGE.to_string());
+    }
+    let tokens = match rest {
+        [] => 1,
+        [keyword] if is_keyword(keyword, "TOKENS") => {
+            return Err(error::GCRA_TOKENS_MISSING.to_string())
+        }
+        [keyword, n] if is_keyword(keyword, "TOKENS") => positive(n)?,
+        _ => return Err(error::SYNTAX.to_string()),
+    };
+    let ms = seconds * 1000.0;
+    let period_ms = ms.round();
+    if (ms - period_ms).abs() > 1e-6 * ms.max(1.0)
+        || !(1.0..=MAX_PERIOD_MS as f64).contains(&period_ms)
+    {
+        return Err(error::GCRA_PERIOD_MS.to_string());
+    }
+    let period_ms = period_ms as u64;
+    if count > MAX_PER_MS * period_ms {
+        return Err(error::GCRA_TOO_FAST.to_string());
+    }
+    if max_burst >= MAX_BURST {
+        return Err(error::GCRA_BURST_TOO_LARGE.to_string());
+    }
+    Ok(((count, period_ms, max_burst + 1), tokens))
 }
 
 /// The value after an option's keyword; none is Redis' `ERR syntax error`.

@@ -209,6 +209,14 @@ fn grace_problem(grace: Grace, max_lease_ms: i64) -> Option<&'static str> {
 const RATE_NAME: &str = "bf-error-rate";
 const COMMANDS_NAME: &str = "bf-commands";
 const TRACKING_NAME: &str = "latency-tracking";
+const GCRA_NAME: &str = "gcra-command";
+
+/// Whether warden registers `GCRA` where the server has none (`gcra-command yes|no`).
+static GCRA_COMMAND: AtomicBool = AtomicBool::new(true);
+
+pub fn gcra_command() -> bool {
+    GCRA_COMMAND.load(Ordering::Relaxed)
+}
 
 /// The values implicitly created filters are built with.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -272,7 +280,7 @@ fn allowed(name: &str) -> Option<String> {
     if name == RATE_NAME {
         return Some("a number between 0 and 1 (exclusive)".into());
     }
-    if name == COMMANDS_NAME || name == TRACKING_NAME {
+    if name == COMMANDS_NAME || name == TRACKING_NAME || name == GCRA_NAME {
         return Some("yes or no".into());
     }
     if name == GRACE_NAME {
@@ -299,6 +307,7 @@ pub struct ModuleArgs {
     pub numbers: [Option<i64>; 6],
     pub grace: Option<Grace>,
     pub bf_commands: Option<bool>,
+    pub gcra_command: Option<bool>,
     pub latency_tracking: Option<bool>,
 }
 
@@ -331,7 +340,7 @@ pub fn parse_module_args(args: &[&[u8]]) -> Result<ModuleArgs, String> {
                 Some(rate) => parsed.error_rate = Some(rate),
                 None => return Err(invalid(name, &shown)),
             }
-        } else if name == COMMANDS_NAME || name == TRACKING_NAME {
+        } else if name == COMMANDS_NAME || name == TRACKING_NAME || name == GCRA_NAME {
             let on = match &value.to_ascii_lowercase()[..] {
                 b"yes" => true,
                 b"no" => false,
@@ -339,6 +348,8 @@ pub fn parse_module_args(args: &[&[u8]]) -> Result<ModuleArgs, String> {
             };
             if name == COMMANDS_NAME {
                 parsed.bf_commands = Some(on);
+            } else if name == GCRA_NAME {
+                parsed.gcra_command = Some(on);
             } else {
                 parsed.latency_tracking = Some(on);
             }
@@ -359,10 +370,16 @@ pub fn parse_module_args(args: &[&[u8]]) -> Result<ModuleArgs, String> {
                 None => return Err(invalid(name, &shown)),
             }
         } else {
-            let known: Vec<&str> = [RATE_NAME, COMMANDS_NAME, TRACKING_NAME, GRACE_NAME]
-                .into_iter()
-                .chain(NUMBERS.iter().map(|n| n.name))
-                .collect();
+            let known: Vec<&str> = [
+                RATE_NAME,
+                COMMANDS_NAME,
+                GCRA_NAME,
+                TRACKING_NAME,
+                GRACE_NAME,
+            ]
+            .into_iter()
+            .chain(NUMBERS.iter().map(|n| n.name))
+            .collect();
             return Err(format!(
                 "unknown module argument '{}' (known: {})",
                 crate::error::printable(pair[0]),
@@ -561,6 +578,9 @@ pub fn register(ctx: &Context, args: &[RedisString]) -> bool {
     };
     if let Some(on) = parsed.bf_commands {
         BF_COMMANDS.store(on, Ordering::Relaxed);
+    }
+    if let Some(on) = parsed.gcra_command {
+        GCRA_COMMAND.store(on, Ordering::Relaxed);
     }
     let rate = parsed.error_rate.unwrap_or(0.01);
     BF_ERROR_RATE.set(rate);

@@ -240,6 +240,15 @@ unsafe extern "C" fn lock_rdb_save(rdb: *mut raw::RedisModuleIO, value: *mut c_v
 /// learns which lock it held. This callback, not a keyspace subscription, is
 /// how the lock kinds hear of their own keys: it costs other keys nothing.
 pub(crate) unsafe fn note_unlink(ctx: *mut raw::RedisModuleKeyOptCtx, deadline_ms: i64) {
+    note_unlink_of(ctx, deadline_ms, true);
+}
+
+/// [`note_unlink`] for a lock (`lock`) or a rate limiter.
+pub(crate) unsafe fn note_unlink_of(
+    ctx: *mut raw::RedisModuleKeyOptCtx,
+    deadline_ms: i64,
+    lock: bool,
+) {
     let db = raw::RedisModule_GetDbIdFromOptCtx.unwrap()(ctx);
     let key = raw::RedisModule_GetKeyNameFromOptCtx.unwrap()(ctx);
     let mut len = 0;
@@ -247,7 +256,7 @@ pub(crate) unsafe fn note_unlink(ctx: *mut raw::RedisModuleKeyOptCtx, deadline_m
     let name = std::slice::from_raw_parts(ptr.cast::<u8>(), len);
     crate::waiters::key_removed(db, name);
     if crate::evicted::eviction_possible() {
-        crate::evicted::on_unlink(db, name, deadline_ms);
+        crate::evicted::on_unlink(db, name, deadline_ms, lock);
     }
 }
 

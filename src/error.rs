@@ -48,12 +48,43 @@ pub const READONLY: &str = "READONLY You can't write against a read only replica
 /// known: cluster clients send the command again (and then get `MOVED`).
 pub const SLOT_MOVED: &str =
     "TRYAGAIN the key's slot moved to another node while this request waited: send it again";
+// Rate limiters.
+pub const RATE_INVALID_COUNT: &str =
+    "ERR invalid count: expected an integer from 1 to 1000000 per ms of the period";
+pub const RATE_INVALID_PERIOD: &str =
+    "ERR invalid period: expected an integer from 1 to 86400000 (ms)";
+pub const RATE_INVALID_BURST: &str = "ERR invalid BURST: expected an integer from 1 to 1000000000";
+pub const RATE_INVALID_COST: &str = "ERR invalid COST: expected an integer from 1 to the burst";
+/// A waiter whose limiter's rate changed (`RATE.CONFIG`, `RESTORE`) while it waited.
+pub const RATE_CHANGED: &str = "ERR the limiter's rate was changed while this request waited";
+// `GCRA`: the core proposal's texts, and warden's own narrower ranges.
+pub const GCRA_BURST_RANGE: &str = "ERR value is out of range, must be positive";
+pub const GCRA_NOT_INTEGER: &str = "ERR value is not an integer or out of range";
+pub const GCRA_INTEGER_RANGE: &str =
+    "ERR value is out of range, value must between 1 and 9223372036854775807";
+pub const GCRA_NOT_FLOAT: &str = "ERR value is not a valid float";
+pub const GCRA_PERIOD_RANGE: &str = "ERR period must be > 0 and < 1e12";
+pub const GCRA_TOKENS_MISSING: &str = "ERR Missing TOKENS value";
+pub const GCRA_PERIOD_MS: &str =
+    "ERR warden's GCRA takes a period of whole milliseconds, from 0.001 to 86400 seconds";
+pub const GCRA_TOO_FAST: &str =
+    "ERR warden's GCRA takes at most 1000000 tokens per millisecond of the period";
+pub const GCRA_BURST_TOO_LARGE: &str = "ERR warden's GCRA takes a max_burst of at most 999999999";
 /// The server's own text for a command refused over `maxmemory`.
 pub const OOM: &str = "OOM command not allowed when used memory > 'maxmemory'.";
 
 /// An acquire stating another limit than the semaphore's.
 pub fn other_limit(limit: u64, stated: u64) -> String {
     format!("ERR semaphore limit is {limit}, not {stated}")
+}
+
+/// An acquire stating another rate than the limiter's.
+pub fn other_rate(has: (u64, u64, u64), stated: (u64, u64, u64)) -> String {
+    let (count, period, burst) = has;
+    let (stated_count, stated_period, stated_burst) = stated;
+    format!(
+        "ERR limiter rate is {count} per {period} ms burst {burst}, not {stated_count} per {stated_period} ms burst {stated_burst}"
+    )
 }
 
 /// A `ttl` that is no integer in range, under `warden.max-lease` (`max_ms`, not 0).

@@ -46,7 +46,7 @@ struct Tombstone {
 
 thread_local! {
     /// The last lock unlinked from the keyspace: key and lease deadline.
-    static LAST_UNLINKED: RefCell<Option<(QueueKey, i64)>> = const { RefCell::new(None) };
+    static LAST_UNLINKED: RefCell<Option<(QueueKey, i64, bool)>> = const { RefCell::new(None) };
     static TOMBSTONES: RefCell<HashMap<QueueKey, Tombstone>> = RefCell::new(HashMap::new());
 }
 
@@ -54,35 +54,46 @@ pub fn eviction_possible() -> bool {
     EVICTION_POSSIBLE.load(Ordering::Relaxed)
 }
 
-/// From a lock type's `unlink` callback: remember what may be about to be
-/// reported as evicted.
-pub fn on_unlink(db: c_int, name: &[u8], deadline_ms: i64) {
+/// From a lock type's `unlink` callback (`lock`), or a rate limiter's:
+/// remember what may be about to be reported as evicted.
+pub fn on_unlink(db: c_int, name: &[u8], deadline_ms: i64, lock: bool) {
     if EVICTION_POSSIBLE.load(Ordering::Relaxed) {
         let q = QueueKey {
             db,
             name: name.to_vec(),
         };
-        LAST_UNLINKED.with(|l| *l.borrow_mut() = Some((q, deadline_ms)));
+        LAST_UNLINKED.with(|l| *l.borrow_mut() = Some((q, deadline_ms, lock)));
     }
 }
 
 /// From the `evicted` keyspace event (the selected db is the key's).
 pub fn on_evicted(ctx: *mut raw::RedisModuleCtx, name: &[u8]) {
     let q = waiters::queue_key(ctx, name);
-    let Some((_, deadline_ms)) = LAST_UNLINKED.with(|l| l.borrow_mut().take_if(|(k, _)| *k == q))
+    let Some((_, deadline_ms, lock)) =
+        LAST_UNLINKED.with(|l| l.borrow_mut().take_if(|(k, _, _)| *k == q))
     else {
         return;
     };
-    stats::EVICTED_LOCKS.add(1);
+    if lock {
+        stats::EVICTED_LOCKS.add(1);
+    }
     let now = now_ms();
     if !(now < deadline_ms && deadline_ms <= now.saturating_add(MAX_MS)) {
         return;
     }
-    logging::log_warning(format!(
-        "warden: a held lock was evicted; its key stays taken until its lease ends in {} ms \
-         (set maxmemory-policy noeviction on lock servers)",
-        deadline_ms - now
-    ));
+    logging::log_warning(if lock {
+        format!(
+            "warden: a held lock was evicted; its key stays taken until its lease ends in {} ms \
+             (set maxmemory-policy noeviction on lock servers)",
+            deadline_ms - now
+        )
+    } else {
+        format!(
+            "warden: a rate limiter was evicted; a new one on its key resumes its state until it \
+             would have been full in {} ms (set maxmemory-policy noeviction on limiter servers)",
+            deadline_ms - now
+        )
+    });
     TOMBSTONES.with(|t| {
         t.borrow_mut().insert(
             q.clone(),

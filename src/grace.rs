@@ -111,6 +111,21 @@ pub fn cap_deadline(deadline_ms: i64, now_ms: i64) -> i64 {
 /// The window of this server (its end, read by `INFO` too).
 static END_MS: AtomicI64 = AtomicI64::new(0);
 
+/// When the last window opened (0: none, or it closed showing nothing was
+/// lost): a rate limiter admits nothing a lost admission made up to then
+/// may have used (`crate::rate`).
+static OPENED_MS: AtomicI64 = AtomicI64::new(0);
+
+/// The time up to which admissions this server does not know of may have
+/// been made (a restart, a promotion), while that matters: rate limiters
+/// start empty from it. `None`: nothing was lost, or no window opened.
+pub fn lost_until() -> Option<i64> {
+    match OPENED_MS.load(Ordering::Relaxed) {
+        0 => None,
+        at => Some(at),
+    }
+}
+
 thread_local! {
     /// The timer that ends the window, while one is armed.
     static TIMER: Cell<Option<RedisModuleTimerID>> = const { Cell::new(None) };
@@ -178,6 +193,7 @@ fn grace_ms(ctx: &Context) -> i64 {
 
 /// Ends an open window now (`grace auto` showed nothing was lost).
 fn close(ctx: &Context) {
+    OPENED_MS.store(0, Ordering::Relaxed);
     if END_MS.swap(0, Ordering::Relaxed) != 0 {
         ctx.log_notice("grace window ends: locks are granted again");
         crate::waiters::mark_all_dirty(ctx.ctx);
@@ -190,6 +206,9 @@ fn open(ctx: &Context, why: &str) {
     let now = now_ms();
     let mut w = window();
     let opened = w.open(now, grace);
+    if grace > 0 {
+        OPENED_MS.store(now, Ordering::Relaxed);
+    }
     if w.end_ms == END_MS.load(Ordering::Relaxed) {
         return;
     }
@@ -291,8 +310,11 @@ fn on_role_change(ctx: &Context, master: bool) {
         if promotion == Promotion::Watch {
             watch_resyncs(ctx);
         }
-    } else if END_MS.swap(0, Ordering::Relaxed) != 0 {
-        ctx.log_notice("grace window ends: this server is now a replica");
+    } else {
+        OPENED_MS.store(0, Ordering::Relaxed);
+        if END_MS.swap(0, Ordering::Relaxed) != 0 {
+            ctx.log_notice("grace window ends: this server is now a replica");
+        }
     }
     crate::roster::reset();
 }

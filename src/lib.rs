@@ -25,6 +25,7 @@ mod keyspace;
 mod lock;
 mod memory;
 mod migration;
+mod rate;
 mod reply;
 mod restored;
 mod roster;
@@ -38,6 +39,7 @@ use redis_module::{redis_module, Context, RedisString, Status};
 use crate::bloom::datatype::{BLOOM_TYPE, REDISBLOOM_TYPE};
 use crate::command::Command;
 use crate::datatypes::RWLOCK_TYPE_FIRST;
+use crate::rate::datatype::RATE_TYPE;
 use crate::semaphore::datatype::SEM_TYPE;
 
 #[cfg(not(any(test, fuzzing)))]
@@ -86,6 +88,11 @@ const CORE_COMMANDS: &[Command] = &[
     ),
     command!("sem.info", semaphore::commands::info, "readonly fast"),
     command!("warden.semset", semaphore::commands::set, "write deny-oom"),
+    command!("rate.acquire", rate::commands::acquire, "write deny-oom"),
+    command!("rate.refund", rate::commands::refund, "write fast"),
+    command!("rate.config", rate::commands::config, "write deny-oom"),
+    command!("rate.info", rate::commands::info, "readonly fast"),
+    command!("warden.rateset", rate::commands::set, "write deny-oom"),
     command!("warden.rwhold", rwlock::commands::hold, "write deny-oom"),
     // Its own entry: a plain hit is answered before the command wrapper.
     Command {
@@ -122,6 +129,14 @@ const BLOOM_COMMANDS: &[Command] = &[
     command!("bf.loadchunk", bloom::commands::loadchunk, "write deny-oom"),
 ];
 
+/// `GCRA`: registered where the server has no such command (Redis 8.8+
+/// builds with it) and `gcra-command` is not `no`.
+const GCRA_COMMANDS: &[Command] = &[command!(
+    "gcra",
+    rate::commands::gcra,
+    "write deny-oom fast"
+)];
+
 /// Who hears keyspace and server events, in this order: eviction tombstones
 /// are recorded, and cache leases revoked, before waiters are served.
 const LISTENERS: &[&events::Listener] = &[
@@ -145,6 +160,8 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
             || REDISBLOOM_TYPE.create_data_type(ctx.ctx).is_ok()
                 && command::register(ctx, BLOOM_COMMANDS)
                 && docs::register(ctx, BLOOM_COMMANDS))
+        && (!rate::commands::gcra_wanted(ctx, config::gcra_command())
+            || command::register(ctx, GCRA_COMMANDS) && docs::register(ctx, GCRA_COMMANDS))
         && waiters::init()
         && restored::init()
         && events::subscribe(ctx, LISTENERS)
@@ -170,6 +187,6 @@ redis_module! {
     name: "warden",
     version: info::VERSION_NUMBER,
     allocator: (Allocator, ALLOCATOR),
-    data_types: [RWLOCK_TYPE_FIRST, BLOOM_TYPE, SEM_TYPE],
+    data_types: [RWLOCK_TYPE_FIRST, BLOOM_TYPE, SEM_TYPE, RATE_TYPE],
     init: init,
 }

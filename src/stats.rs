@@ -18,6 +18,9 @@ impl Counter {
     }
 }
 
+/// Rate limiter requests admitted (at once or after waiting), and limited.
+pub static RATE_ALLOWED: Counter = Counter::new();
+pub static RATE_LIMITED: Counter = Counter::new();
 /// Locks granted, at once or by hand-off.
 pub static GRANTS: Counter = Counter::new();
 /// Grants made to a waiter when a lock was freed.
@@ -60,6 +63,8 @@ pub static LOCK_KEYS: Gauge = Gauge::new();
 pub static RWLOCK_KEYS: Gauge = Gauge::new();
 /// Semaphore keys.
 pub static SEM_KEYS: Gauge = Gauge::new();
+/// Rate limiter keys.
+pub static RATE_KEYS: Gauge = Gauge::new();
 /// Bloom filter keys, their bytes and sub-filters.
 pub static BLOOM_FILTERS: Gauge = Gauge::new();
 pub static BLOOM_BYTES: Gauge = Gauge::new();
@@ -157,6 +162,7 @@ fn bucket_of(ms: u64) -> usize {
 pub static LOCK_WAIT: Histogram = Histogram::new();
 pub static RWLOCK_WAIT: Histogram = Histogram::new();
 pub static SEM_WAIT: Histogram = Histogram::new();
+pub static RATE_WAIT: Histogram = Histogram::new();
 pub static CACHE_WAIT: Histogram = Histogram::new();
 /// How long holds lasted, from grant to release, lease end or deletion.
 pub static LOCK_HOLD: Histogram = Histogram::new();

@@ -150,6 +150,10 @@ fn sections() -> Vec<Section> {
 
 /// `LOCK.ACQUIRE`, `BF.ADD`...: a heading that names a command.
 fn is_command_name(heading: &str) -> bool {
+    // `GCRA`, the one command of no group (the core proposal's name).
+    if heading == "GCRA" {
+        return true;
+    }
     heading.split_once('.').is_some_and(|(group, name)| {
         [group, name].iter().all(|w| {
             !w.is_empty()
@@ -462,6 +466,12 @@ const FLAGS_AND_TIPS: &[(&str, &[&str], &[&str])] = &[
     ("sem.setlimit", &["write", "denyoom"], NONE),
     ("sem.info", &["readonly", "fast"], VARIES_DONT_CACHE),
     ("warden.semset", &["write", "denyoom"], NONE),
+    ("rate.acquire", &["write", "denyoom"], NONDETERMINISTIC),
+    ("rate.refund", &["write", "fast"], NONE),
+    ("rate.config", &["write", "denyoom"], NONE),
+    ("rate.info", &["readonly", "fast"], VARIES_DONT_CACHE),
+    ("warden.rateset", &["write", "denyoom"], NONE),
+    ("gcra", &["write", "denyoom", "fast"], NONDETERMINISTIC),
     ("cache.get", &["write"], NONDETERMINISTIC),
     ("cache.fill", &["write", "denyoom"], NONE),
     ("cache.abandon", &["write", "fast"], NONE),

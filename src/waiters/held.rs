@@ -92,8 +92,28 @@ pub fn reply(
     otherwise: Answer,
     wait_ms: Option<i64>,
 ) -> redis_module::RedisResult {
+    reply_answer(ctx, grant, Answer::Integer(answer), otherwise, wait_ms)
+}
+
+/// [`reply`] for any answer: an integer, or a rate limiter's decision.
+pub fn reply_answer(
+    ctx: &Context,
+    grant: Option<(&'static dyn Kind, &[u8], i64)>,
+    answer: Answer,
+    otherwise: Answer,
+    wait_ms: Option<i64>,
+) -> redis_module::RedisResult {
     if !acks::required() {
-        return Ok(redis_module::RedisValue::Integer(answer));
+        return Ok(match answer {
+            Answer::Decision { words, .. } => redis_module::RedisValue::Array(
+                words
+                    .iter()
+                    .map(|&w| redis_module::RedisValue::Integer(w))
+                    .collect(),
+            ),
+            Answer::Integer(n) => redis_module::RedisValue::Integer(n),
+            _ => redis_module::RedisValue::Null,
+        });
     }
     let grant = grant.map(|(kind, name, token)| (kind, queue_key(ctx.ctx, name), token));
     if !can_block(ctx) {
@@ -104,10 +124,7 @@ pub fn reply(
         return Err(redis_module::RedisError::Str(error::SYNC_CANNOT_WAIT));
     }
     let handle = block_client(ctx);
-    let in_flight = Box::into_raw(Box::new(InFlight {
-        answer: Answer::Integer(answer),
-        grant,
-    }));
+    let in_flight = Box::into_raw(Box::new(InFlight { answer, grant }));
     // The deadline the request stated holds, whether the key was free or not.
     let deadline_ms = match wait_ms {
         Some(ms) if ms > 0 => now_ms().saturating_add(ms),

@@ -60,7 +60,7 @@ type Ctx = *mut raw::RedisModuleCtx;
 const PAUSED_RETRY_MS: i64 = 10;
 
 /// How many kinds wait on keys: each has a queue of its own on every key.
-pub const KINDS: usize = 4;
+pub const KINDS: usize = 5;
 
 /// A kind of request that waits on keys (exclusive lock, read-write lock, ...).
 /// Kinds never wait on each other: one queue per key and kind.
@@ -111,6 +111,13 @@ pub enum Mode {
         permits: u64,
         limit: u64,
     },
+    /// A rate limiter request for `cost` tokens, stating the limiter's rate.
+    Tokens {
+        cost: u64,
+        count: u64,
+        period_ms: u64,
+        burst: u64,
+    },
 }
 
 /// A blocked request: which kind, who, for how long, in which mode.
@@ -157,6 +164,19 @@ impl Waiter {
         self.client_id
     }
 
+    /// The absolute deadline of the wait (`i64::MAX`: none).
+    pub fn deadline_ms(&self) -> i64 {
+        self.deadline_ms
+    }
+
+    /// What it asks for, as its queue sums it (a rate limiter's tokens).
+    fn weight(&self) -> u64 {
+        match self.mode {
+            Mode::Tokens { cost, .. } => cost,
+            _ => 0,
+        }
+    }
+
     /// The wait is over, whatever ended it: its length goes to its kind's histogram.
     fn ended(&self, now_ms: i64) {
         let histogram = match self.mode {
@@ -164,6 +184,7 @@ impl Waiter {
             Mode::Read | Mode::Write => &stats::RWLOCK_WAIT,
             Mode::Fill | Mode::FillFresh => &stats::CACHE_WAIT,
             Mode::Permits { .. } => &stats::SEM_WAIT,
+            Mode::Tokens { .. } => &stats::RATE_WAIT,
         };
         histogram.observe(now_ms - self.since_ms);
     }
@@ -182,13 +203,21 @@ pub enum Answer {
     /// The value is shared by every waiter a fill answers: one copy, however
     /// many wait.
     Pair(Option<std::rc::Rc<[u8]>>, Option<i64>),
+    /// A rate limiter's decision (`RATE.ACQUIRE`'s five integers); `grant`:
+    /// the tokens it took, to give back if the answer never arrives.
+    Decision {
+        grant: Option<i64>,
+        words: [i64; 5],
+    },
 }
 
 impl Answer {
     /// The token this answer grants, if it grants one.
     fn token(&self) -> Option<i64> {
         match self {
-            Answer::Integer(t) | Answer::Pair(_, Some(t)) => Some(*t),
+            Answer::Integer(t)
+            | Answer::Pair(_, Some(t))
+            | Answer::Decision { grant: Some(t), .. } => Some(*t),
             _ => None,
         }
     }
@@ -217,6 +246,8 @@ struct Queue {
     live: usize,
     /// The sum of the live waiters' `since_ms`: their total wait, in O(1).
     since_sum: i64,
+    /// The sum of the live waiters' weights (a rate limiter's queued tokens).
+    weight_sum: u64,
 }
 
 /// A key's queues, one per kind.
@@ -305,6 +336,7 @@ impl Registry {
         queue.live -= 1;
         let w = self.waiting.remove(&handle)?;
         queue.since_sum -= w.since_ms;
+        queue.weight_sum -= w.weight();
         self.dropped(db, name);
         Some(w)
     }
@@ -321,6 +353,7 @@ impl Registry {
         if let Some(queue) = queue {
             queue.live -= 1;
             queue.since_sum -= w.since_ms;
+            queue.weight_sum -= w.weight();
             // Leftover slots stay bounded by the live ones (amortised O(1)).
             if queue.slots.len() > 2 * queue.live + 32 {
                 queue
@@ -383,6 +416,16 @@ pub fn queued(ctx: &Context, name: &[u8], kind: &'static dyn Kind) -> usize {
     }
     let db = selected_db(ctx.ctx);
     with(|r| r.queue(db, name).map_or(0, |q| q[kind.index()].live))
+}
+
+/// The summed weights of the waiters of `kind` queued on `name` (a rate
+/// limiter's: the tokens they ask for), in O(1).
+pub fn queued_weight(ctx: &Context, name: &[u8], kind: &'static dyn Kind) -> u64 {
+    if nobody_waits() {
+        return 0;
+    }
+    let db = selected_db(ctx.ctx);
+    with(|r| r.queue(db, name).map_or(0, |q| q[kind.index()].weight_sum))
 }
 
 /// Load shedding (`QUEUE n`): whether a request that would queue on `name`
@@ -511,6 +554,7 @@ pub fn block(ctx: &Context, name: &[u8], mut waiter: Waiter, timeout_ms: i64) {
             queue.slots.push_back(slot);
             queue.live += 1;
             queue.since_sum += waiter.since_ms;
+            queue.weight_sum += waiter.weight();
         }
         r.waiting.insert(handle as usize, waiter);
     });
@@ -664,7 +708,9 @@ fn deliver(ctx: Ctx, waiter: Waiter, answer: Answer) {
     let grant = answer.token().map(|t| (waiter.kind, waiter.key, t));
     // Lock kinds' grants (integers) wait for the replicas; cache leases are
     // neither replicated nor kept across a failover.
-    let waits = grant.is_some() && matches!(answer, Answer::Integer(_)) && acks::required();
+    let waits = grant.is_some()
+        && matches!(answer, Answer::Integer(_) | Answer::Decision { .. })
+        && acks::required();
     let in_flight = Box::into_raw(Box::new(InFlight { answer, grant }));
     if waits {
         let otherwise = waiter.kind.timed_out();
@@ -717,6 +763,12 @@ fn reply(ctx: Ctx, answer: &Answer) {
         Answer::Redirect(text) => {
             let line = std::ffi::CString::new(text.as_str()).unwrap_or_default();
             unsafe { raw::RedisModule_ReplyWithError.unwrap()(ctx, line.as_ptr()) };
+        }
+        Answer::Decision { words, .. } => {
+            raw::reply_with_array(ctx, words.len() as _);
+            for w in words {
+                raw::reply_with_long_long(ctx, *w);
+            }
         }
         Answer::Pair(value, lease) => {
             raw::reply_with_array(ctx, 2);

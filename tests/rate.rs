@@ -1,0 +1,666 @@
+//! RATE.* against a real server: the bound, exact retry-after, strict FIFO
+//! with mixed costs, deadlines answered at once, abandoned waiters, refunds,
+//! the rate's rules, persistence, replication, failover's floor.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+use redis::{Connection, Value};
+
+/// `RATE.ACQUIRE`'s five integers.
+fn decision(v: Value) -> [i64; 5] {
+    match v {
+        Value::Array(items) if items.len() == 5 => {
+            let mut out = [0; 5];
+            for (o, item) in out.iter_mut().zip(items) {
+                *o = match item {
+                    Value::Int(n) => n,
+                    other => panic!("expected an integer, got {other:?}"),
+                };
+            }
+            out
+        }
+        other => panic!("expected five integers, got {other:?}"),
+    }
+}
+
+fn acquire(c: &mut Connection, words: &[&str]) -> [i64; 5] {
+    let mut all = vec!["RATE.ACQUIRE"];
+    all.extend_from_slice(words);
+    decision(run(c, &all).unwrap())
+}
+
+fn waiters(c: &mut Connection, key: &str) -> i64 {
+    waiters_of(c, "RATE.INFO", key)
+}
+
+#[test]
+fn bad_input_is_refused_and_changes_nothing() {
+    let s = Server::start(&[]);
+    let mut c = s.conn();
+    let table: &[(&[&str], &str)] = &[
+        (&["RATE.ACQUIRE", "k", "0", "1000"], "ERR invalid count"),
+        (&["RATE.ACQUIRE", "k", "-1", "1000"], "ERR invalid count"),
+        (&["RATE.ACQUIRE", "k", "1000001", "1"], "ERR invalid count"),
+        (&["RATE.ACQUIRE", "k", "10", "0"], "ERR invalid period"),
+        (
+            &["RATE.ACQUIRE", "k", "10", "86400001"],
+            "ERR invalid period",
+        ),
+        (&["RATE.ACQUIRE", "k", "10", "1e3"], "ERR invalid period"),
+        (
+            &["RATE.ACQUIRE", "k", "10", "1000", "BURST", "0"],
+            "ERR invalid BURST",
+        ),
+        (
+            &["RATE.ACQUIRE", "k", "10", "1000", "BURST", "1000000001"],
+            "ERR invalid BURST",
+        ),
+        (
+            &["RATE.ACQUIRE", "k", "10", "1000", "COST", "11"],
+            "ERR invalid COST",
+        ),
+        (
+            &["RATE.ACQUIRE", "k", "10", "1000", "BURST", "5", "COST", "6"],
+            "ERR invalid COST",
+        ),
+        (
+            &["RATE.ACQUIRE", "k", "10", "1000", "COST", "0"],
+            "ERR invalid COST",
+        ),
+        (
+            &["RATE.ACQUIRE", "k", "10", "1000", "WAIT", "-1"],
+            "ERR invalid timeout",
+        ),
+        (
+            &["RATE.ACQUIRE", "k", "10", "1000", "QUEUE", "x"],
+            "ERR invalid QUEUE",
+        ),
+        (
+            &["RATE.ACQUIRE", "k", "10", "1000", "COST", "1", "COST", "1"],
+            "ERR syntax error",
+        ),
+        (
+            &["RATE.ACQUIRE", "k", "10", "1000", "BURST"],
+            "ERR syntax error",
+        ),
+        (
+            &["RATE.ACQUIRE", "k", "10", "1000", "NOPE"],
+            "ERR syntax error",
+        ),
+        (
+            &["RATE.ACQUIRE", "k", "10"],
+            "ERR wrong number of arguments",
+        ),
+        (&["RATE.REFUND", "k", "0"], "ERR invalid COST"),
+        (&["RATE.REFUND", "k"], "ERR wrong number of arguments"),
+        (&["RATE.CONFIG", "k", "10", "0"], "ERR invalid period"),
+        (
+            &["RATE.CONFIG", "k", "10", "1000", "BURST"],
+            "ERR wrong number of arguments",
+        ),
+        (
+            &["RATE.CONFIG", "k", "10", "1000", "NOPE", "3"],
+            "ERR syntax error",
+        ),
+        (&["RATE.INFO"], "ERR wrong number of arguments"),
+        (
+            &["WARDEN.RATESET", "k", "10", "1000", "10", "1", "0"],
+            "ERR effect commands",
+        ),
+    ];
+    for (words, text) in table {
+        let e = err(&mut c, words);
+        assert!(e.starts_with(text), "{words:?}: {e}");
+        assert_eq!(
+            int(&mut c, &["EXISTS", "k"]),
+            0,
+            "{words:?} changed the key"
+        );
+    }
+}
+
+#[test]
+fn a_burst_then_exact_retry_after_then_a_token_per_interval() {
+    let s = Server::start(&[]);
+    let mut c = s.conn();
+    assert_eq!(
+        acquire(&mut c, &["k", "10", "1000", "BURST", "3"]),
+        [0, 3, 2, -1, 100]
+    );
+    assert_eq!(
+        acquire(&mut c, &["k", "10", "1000", "BURST", "3"])[..4],
+        [0, 3, 1, -1]
+    );
+    assert_eq!(
+        acquire(&mut c, &["k", "10", "1000", "BURST", "3"])[..4],
+        [0, 3, 0, -1]
+    );
+    let limited = acquire(&mut c, &["k", "10", "1000", "BURST", "3"]);
+    assert_eq!(limited[..3], [1, 3, 0]);
+    assert!((1..=100).contains(&limited[3]), "{limited:?}");
+    // After the retry-after the request conforms (the clock only moves on).
+    std::thread::sleep(Duration::from_millis(limited[3] as u64));
+    assert_eq!(acquire(&mut c, &["k", "10", "1000", "BURST", "3"])[0], 0);
+    // A limited request took nothing: the key expires when the bucket is full.
+    let pttl = int(&mut c, &["PTTL", "k"]);
+    assert!((100..=400).contains(&pttl), "pttl {pttl}");
+}
+
+#[test]
+fn a_request_stating_another_rate_is_refused_and_config_changes_it() {
+    let s = Server::start(&[]);
+    let mut c = s.conn();
+    acquire(&mut c, &["k", "10", "1000", "COST", "10"]);
+    for words in [
+        &["RATE.ACQUIRE", "k", "5", "1000"][..],
+        &["RATE.ACQUIRE", "k", "10", "999"],
+        &["RATE.ACQUIRE", "k", "10", "1000", "BURST", "9"],
+    ] {
+        let e = err(&mut c, words);
+        assert!(
+            e.starts_with("ERR limiter rate is 10 per 1000 ms burst 10, not"),
+            "{e}"
+        );
+    }
+    assert_eq!(
+        int(&mut c, &["RATE.CONFIG", "k", "20", "1000", "BURST", "20"]),
+        1
+    );
+    assert_eq!(int(&mut c, &["RATE.CONFIG", "missing", "20", "1000"]), 0);
+    let f = map(&mut c, &["RATE.INFO", "k"]);
+    assert_eq!(field_int(&f, "count"), 20);
+    assert_eq!(field_int(&f, "burst"), 20);
+    // The 10 tokens owed are kept: 10 of the new 20 are left.
+    assert!((10..=11).contains(&field_int(&f, "remaining")), "{f:?}");
+    let e = err(&mut c, &["RATE.ACQUIRE", "k", "10", "1000"]);
+    assert!(
+        e.starts_with("ERR limiter rate is 20 per 1000 ms burst 20"),
+        "{e}"
+    );
+}
+
+#[test]
+fn other_kinds_and_rate_keys_answer_wrongtype() {
+    let s = Server::start(&[]);
+    let mut c = s.conn();
+    acquire(&mut c, &["r", "10", "1000"]);
+    run(&mut c, &["SET", "plain", "x"]).unwrap();
+    int(&mut c, &["LOCK.ACQUIRE", "l", "me", "60000"]);
+    for words in [
+        &["LOCK.ACQUIRE", "r", "me", "1000"][..],
+        &["SEM.ACQUIRE", "r", "me", "1000", "LIMIT", "2"],
+        &["GET", "r"],
+        &["RATE.ACQUIRE", "plain", "10", "1000"],
+        &["RATE.ACQUIRE", "l", "10", "1000"],
+        &["RATE.INFO", "l"],
+        &["RATE.REFUND", "plain", "1"],
+    ] {
+        assert!(err(&mut c, words).starts_with("WRONGTYPE"), "{words:?}");
+    }
+}
+
+#[test]
+fn waiters_are_served_in_order_and_a_cheap_one_never_overtakes() {
+    let s = Server::start(&[]);
+    let mut c = s.conn();
+    // 1 token per second, burst 3: two taken, one left.
+    acquire(&mut c, &["k", "1", "1000", "BURST", "3", "COST", "2"]);
+    let (_, big) = spawn_command(
+        &s,
+        &[
+            "RATE.ACQUIRE",
+            "k",
+            "1",
+            "1000",
+            "BURST",
+            "3",
+            "COST",
+            "3",
+            "WAIT",
+            "0",
+        ],
+    );
+    wait_queued(&mut c, "RATE.INFO", "k", 1);
+    let (_, small) = spawn_command(
+        &s,
+        &["RATE.ACQUIRE", "k", "1", "1000", "BURST", "3", "WAIT", "0"],
+    );
+    wait_queued(&mut c, "RATE.INFO", "k", 2);
+    // One token is free, yet the cheap request waits behind the big one, and
+    // a request without WAIT is answered limited, not served out of turn.
+    let now = acquire(&mut c, &["k", "1", "1000", "BURST", "3"]);
+    assert_eq!(now[0], 1, "{now:?}");
+    assert!(
+        now[3] > 2000,
+        "retry-after counts the waiters ahead: {now:?}"
+    );
+    assert_eq!(waiters(&mut c, "k"), 2);
+    let big = decision(big.join().unwrap().unwrap());
+    assert_eq!(big[..4], [0, 3, 0, -1]);
+    // The big one was answered first: the small one still waits its second.
+    assert_eq!(waiters(&mut c, "k"), 1);
+    let small = decision(small.join().unwrap().unwrap());
+    assert_eq!(small[..4], [0, 3, 0, -1]);
+    assert_eq!(waiters(&mut c, "k"), 0);
+}
+
+#[test]
+fn a_waiter_that_cannot_conform_by_its_deadline_is_answered_at_once() {
+    let s = Server::start(&[]);
+    let mut c = s.conn();
+    acquire(&mut c, &["k", "1", "60000", "BURST", "1"]);
+    let started = Instant::now();
+    let d = acquire(&mut c, &["k", "1", "60000", "BURST", "1", "WAIT", "5000"]);
+    assert_eq!(d[0], 1);
+    assert!(d[3] > 50_000, "{d:?}");
+    // Not held until its deadline: its answer came before the 5 s.
+    assert!(started.elapsed() < Duration::from_millis(4500));
+    assert_eq!(waiters(&mut c, "k"), 0);
+    // Behind a waiter, the tokens ahead count too.
+    let mut other = s.conn();
+    let d = acquire(&mut other, &["q", "10", "1000", "BURST", "1"]);
+    assert_eq!(d[0], 0);
+    let (_, first) = spawn_command(
+        &s,
+        &[
+            "RATE.ACQUIRE",
+            "q",
+            "10",
+            "1000",
+            "BURST",
+            "1",
+            "COST",
+            "1",
+            "WAIT",
+            "0",
+        ],
+    );
+    wait_queued(&mut c, "RATE.INFO", "q", 1);
+    let d = acquire(&mut c, &["q", "10", "1000", "BURST", "1", "WAIT", "1"]);
+    assert_eq!(d[0], 1, "{d:?}");
+    assert!(d[3] > 1, "{d:?}");
+    assert_eq!(decision(first.join().unwrap().unwrap())[0], 0);
+}
+
+#[test]
+fn an_abandoned_waiter_takes_nothing() {
+    let s = Server::start(&[]);
+    let mut c = s.conn();
+    // 1 per 3 s, burst 1: taken now, the next token comes at 3 s.
+    acquire(&mut c, &["k", "1", "3000", "BURST", "1"]);
+    let started = Instant::now();
+    let (id, pending) = spawn_command(
+        &s,
+        &["RATE.ACQUIRE", "k", "1", "3000", "BURST", "1", "WAIT", "0"],
+    );
+    wait_queued(&mut c, "RATE.INFO", "k", 1);
+    run(&mut c, &["CLIENT", "KILL", "ID", &id.to_string()]).unwrap();
+    assert!(pending.join().unwrap().is_err());
+    assert_eq!(waiters(&mut c, "k"), 0);
+    // Past the 3 s: the token the killed waiter would have had is still there.
+    std::thread::sleep(Duration::from_millis(3100).saturating_sub(started.elapsed()));
+    let d = acquire(&mut c, &["k", "1", "3000", "BURST", "1"]);
+    if started.elapsed() < Duration::from_millis(5900) {
+        assert_eq!(d[0], 0, "the abandoned waiter consumed the token: {d:?}");
+    }
+}
+
+#[test]
+fn a_refund_gives_back_and_serves_waiters() {
+    let s = Server::start(&[]);
+    let mut c = s.conn();
+    acquire(&mut c, &["k", "1", "60000", "BURST", "5", "COST", "5"]);
+    assert_eq!(int(&mut c, &["RATE.REFUND", "missing", "1"]), 0);
+    let (_, pending) = spawn_command(
+        &s,
+        &[
+            "RATE.ACQUIRE",
+            "k",
+            "1",
+            "60000",
+            "BURST",
+            "5",
+            "COST",
+            "2",
+            "WAIT",
+            "0",
+        ],
+    );
+    wait_queued(&mut c, "RATE.INFO", "k", 1);
+    assert_eq!(int(&mut c, &["RATE.REFUND", "k", "2"]), 1);
+    let d = decision(pending.join().unwrap().unwrap());
+    assert_eq!(d[..4], [0, 5, 0, -1]);
+    // Never beyond a full bucket.
+    assert_eq!(int(&mut c, &["RATE.REFUND", "k", "1000"]), 1);
+    assert!(is_nil(&mut c, &["RATE.INFO", "k"]));
+    assert_eq!(int(&mut c, &["RATE.REFUND", "k", "1"]), 0);
+}
+
+#[test]
+fn queue_sheds_and_multi_never_blocks() {
+    let s = Server::start(&[]);
+    let mut c = s.conn();
+    acquire(&mut c, &["k", "1", "60000", "BURST", "1"]);
+    let (_, w) = spawn_command(
+        &s,
+        &["RATE.ACQUIRE", "k", "1", "60000", "BURST", "1", "WAIT", "0"],
+    );
+    wait_queued(&mut c, "RATE.INFO", "k", 1);
+    let d = acquire(
+        &mut c,
+        &["k", "1", "60000", "BURST", "1", "WAIT", "0", "QUEUE", "1"],
+    );
+    assert_eq!(d[0], 1);
+    assert_eq!(waiters(&mut c, "k"), 1);
+    let replies: Vec<Value> = redis::pipe()
+        .atomic()
+        .cmd("RATE.ACQUIRE")
+        .arg(&["k2", "1", "60000", "BURST", "1"])
+        .cmd("RATE.ACQUIRE")
+        .arg(&["k2", "1", "60000", "BURST", "1", "WAIT", "0"])
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(decision(replies[0].clone())[0], 0);
+    assert_eq!(decision(replies[1].clone())[0], 1);
+    run(&mut c, &["DEL", "k"]).unwrap();
+    // The key is gone (a full bucket): the waiter is served at its stated rate.
+    assert_eq!(decision(w.join().unwrap().unwrap())[0], 0);
+}
+
+#[test]
+fn state_survives_dump_restore_reload_and_aof_and_memory_is_small() {
+    let s = Server::start(&["--appendonly", "yes"]);
+    let mut c = s.conn();
+    acquire(&mut c, &["k", "1", "600000", "BURST", "4", "COST", "3"]);
+    let usage = int(&mut c, &["MEMORY", "USAGE", "k"]);
+    assert!(usage <= 128, "MEMORY USAGE {usage}");
+    let dump: Vec<u8> = redis::cmd("DUMP").arg("k").query(&mut c).unwrap();
+    redis::cmd("RESTORE")
+        .arg("copy")
+        .arg(0)
+        .arg(dump)
+        .query::<()>(&mut c)
+        .unwrap();
+    for key in ["k", "copy"] {
+        let f = map(&mut c, &["RATE.INFO", key]);
+        assert_eq!(field_int(&f, "remaining"), 1, "{key}");
+    }
+    run(&mut c, &["DEBUG", "RELOAD"]).unwrap();
+    assert_eq!(field_int(&map(&mut c, &["RATE.INFO", "k"]), "remaining"), 1);
+    rewrite_aof(&mut c);
+    run(&mut c, &["DEBUG", "LOADAOF"]).unwrap();
+    assert_eq!(field_int(&map(&mut c, &["RATE.INFO", "k"]), "remaining"), 1);
+    let e = acquire(&mut c, &["k", "1", "600000", "BURST", "4", "COST", "2"]);
+    assert_eq!(e[0], 1);
+    // Hostile bytes to RESTORE are refused, never a crash.
+    let mut bad: Vec<u8> = redis::cmd("DUMP").arg("k").query(&mut c).unwrap();
+    bad[3] ^= 0xff;
+    assert!(redis::cmd("RESTORE")
+        .arg("bad")
+        .arg(0)
+        .arg(bad)
+        .query::<()>(&mut c)
+        .is_err());
+}
+
+#[test]
+fn a_replica_holds_the_masters_state_and_refuses_acquires() {
+    let master = Server::start_tcp(&[]);
+    let replica = Server::start_tcp(&[]);
+    replicate(&master, &replica);
+    let mut m = master.conn();
+    let mut r = replica.conn();
+    acquire(&mut m, &["k", "1", "600000", "BURST", "5", "COST", "2"]);
+    sync_replicas(&mut m, 1);
+    let fm = map(&mut m, &["RATE.INFO", "k"]);
+    let fr = map(&mut r, &["RATE.INFO", "k"]);
+    assert_eq!(field_int(&fr, "remaining"), field_int(&fm, "remaining"));
+    assert_eq!(field_int(&fr, "burst"), 5);
+    let pm = int(&mut m, &["PEXPIRETIME", "k"]);
+    assert_eq!(int(&mut r, &["PEXPIRETIME", "k"]), pm);
+    assert!(
+        err(&mut r, &["RATE.ACQUIRE", "k", "1", "600000", "BURST", "5"]).starts_with("READONLY")
+    );
+    assert!(err(&mut r, &["RATE.REFUND", "k", "1"]).starts_with("READONLY"));
+    // A refund and a new rate reach it too.
+    int(&mut m, &["RATE.REFUND", "k", "1"]);
+    int(&mut m, &["RATE.CONFIG", "k", "2", "600000", "BURST", "8"]);
+    sync_replicas(&mut m, 1);
+    let fr = map(&mut r, &["RATE.INFO", "k"]);
+    assert_eq!(field_int(&fr, "count"), 2);
+    assert_eq!(
+        field_int(&fr, "remaining"),
+        field_int(&map(&mut m, &["RATE.INFO", "k"]), "remaining")
+    );
+}
+
+#[test]
+fn after_a_restart_that_may_have_lost_admissions_limiters_start_empty() {
+    // grace > 0: the restart opens a window; every limiter starts empty from
+    // it and admits at its rate. grace 0: the saved state alone decides.
+    for (grace, first_after) in [("5000", 1), ("0", 0)] {
+        let mut s = Server::start(&[
+            "--appendonly",
+            "yes",
+            "--appendfsync",
+            "always",
+            "--warden.grace",
+            grace,
+        ]);
+        let mut c = s.conn();
+        acquire(&mut c, &["k", "1", "60000", "BURST", "10", "COST", "2"]);
+        s.restart(true);
+        let mut c = s.conn();
+        let d = acquire(&mut c, &["k", "1", "60000", "BURST", "10"]);
+        assert_eq!(d[0], first_after, "grace {grace}: {d:?}");
+        if first_after == 1 {
+            // Not an outage: the next token comes at the rate, not after the window.
+            assert!(d[3] <= 60_000, "grace {grace}: {d:?}");
+        }
+    }
+}
+
+#[test]
+fn with_sync_replicas_a_grant_waits_for_the_replica_or_is_given_back() {
+    let master = Server::start_tcp(&[
+        "--warden.sync-replicas",
+        "1",
+        "--warden.sync-timeout",
+        "300",
+    ]);
+    let mut m = master.conn();
+    // No replica: not acknowledged in time, answered busy, tokens given back.
+    let d = acquire(&mut m, &["k", "1", "600000", "BURST", "2"]);
+    assert_eq!(d, [1, 2, 0, 0, 0]);
+    assert!(
+        is_nil(&mut m, &["RATE.INFO", "k"]),
+        "the tokens were not given back"
+    );
+    let replica = Server::start_tcp(&[]);
+    replicate(&master, &replica);
+    // A write the replica must acknowledge: it streams, not just loads.
+    run(&mut m, &["SET", "streaming", "1"]).unwrap();
+    sync_replicas(&mut m, 1);
+    run(&mut m, &["CONFIG", "SET", "warden.sync-timeout", "10000"]).unwrap();
+    let d = acquire(&mut m, &["k", "1", "600000", "BURST", "2"]);
+    assert_eq!(d[..4], [0, 2, 1, -1]);
+    let mut r = replica.conn();
+    assert_eq!(field_int(&map(&mut r, &["RATE.INFO", "k"]), "remaining"), 1);
+}
+
+#[test]
+fn info_counts_limiters_and_decisions() {
+    let s = Server::start(&[]);
+    let mut c = s.conn();
+    acquire(&mut c, &["a", "1", "60000", "BURST", "1"]);
+    acquire(&mut c, &["a", "1", "60000", "BURST", "1"]);
+    acquire(&mut c, &["b", "1", "60000"]);
+    let info: String = redis::cmd("INFO").arg("warden").query(&mut c).unwrap();
+    for field in ["rate_limiters:2", "rate_allowed:2", "rate_limited:1"] {
+        assert!(info.contains(field), "{field} not in\n{info}");
+    }
+}
+
+#[test]
+fn gcra_answers_as_the_core_proposal_does() {
+    let s = Server::start(&[]);
+    let mut c = s.conn();
+    let gcra = |c: &mut Connection, words: &[&str]| {
+        let mut all = vec!["GCRA"];
+        all.extend_from_slice(words);
+        decision(run(c, &all).unwrap())
+    };
+    assert_eq!(gcra(&mut c, &["g", "5", "10", "60"]), [0, 6, 5, -1, 6]);
+    // More than the bucket holds never conforms: -1, nothing taken.
+    assert_eq!(
+        gcra(&mut c, &["g", "5", "10", "60", "TOKENS", "7"]),
+        [1, 6, 5, -1, 6]
+    );
+    assert_eq!(
+        gcra(&mut c, &["g", "5", "10", "60", "TOKENS", "5"])[..4],
+        [0, 6, 0, -1]
+    );
+    let d = gcra(&mut c, &["g", "5", "10", "60"]);
+    assert_eq!(d[..3], [1, 6, 0]);
+    assert!((5..=6).contains(&d[3]), "{d:?}");
+    // A GCRA key is a RATE.* key.
+    let f = map(&mut c, &["RATE.INFO", "g"]);
+    assert_eq!(
+        (
+            field_int(&f, "count"),
+            field_int(&f, "period"),
+            field_int(&f, "burst")
+        ),
+        (10, 60000, 6)
+    );
+    let table: &[(&[&str], &str)] = &[
+        (
+            &["GCRA", "g", "-1", "10", "60"],
+            "ERR value is out of range, must be positive",
+        ),
+        (
+            &["GCRA", "g", "x", "10", "60"],
+            "ERR value is out of range, must be positive",
+        ),
+        (
+            &["GCRA", "g", "5", "x", "60"],
+            "ERR value is not an integer or out of range",
+        ),
+        (
+            &["GCRA", "g", "5", "0", "60"],
+            "ERR value is out of range, value must between 1 and",
+        ),
+        (
+            &["GCRA", "g", "5", "10", "x"],
+            "ERR value is not a valid float",
+        ),
+        (
+            &["GCRA", "g", "5", "10", "0"],
+            "ERR period must be > 0 and < 1e12",
+        ),
+        (
+            &["GCRA", "g", "5", "10", "1e12"],
+            "ERR period must be > 0 and < 1e12",
+        ),
+        (
+            &["GCRA", "g", "5", "10", "0.0001"],
+            "ERR warden's GCRA takes a period of whole milliseconds",
+        ),
+        (
+            &["GCRA", "g", "5", "10", "86401"],
+            "ERR warden's GCRA takes a period of whole milliseconds",
+        ),
+        (
+            &["GCRA", "g", "5", "10", "60", "TOKENS"],
+            "ERR Missing TOKENS value",
+        ),
+        (
+            &["GCRA", "g", "5", "10", "60", "TOKENS", "0"],
+            "ERR value is out of range, value must between 1",
+        ),
+        (
+            &["GCRA", "g", "5", "10", "60", "NOPE", "1"],
+            "ERR syntax error",
+        ),
+        (&["GCRA", "g", "5", "10"], "ERR wrong number of arguments"),
+        (
+            &["GCRA", "g", "5", "10", "60", "TOKENS", "1", "x"],
+            "ERR wrong number of arguments",
+        ),
+        (
+            &["GCRA", "g", "1000000000", "10", "60"],
+            "ERR warden's GCRA takes a max_burst of at most",
+        ),
+        (
+            &["GCRA", "g", "5", "1000001", "0.001"],
+            "ERR warden's GCRA takes at most 1000000 tokens",
+        ),
+    ];
+    // The state itself (DUMP), not RATE.INFO: its reset_after moves
+    // with the clock.
+    let dump = |c: &mut Connection| -> Vec<u8> { redis::cmd("DUMP").arg("g").query(c).unwrap() };
+    let before = dump(&mut c);
+    for (words, text) in table {
+        let e = err(&mut c, words);
+        assert!(e.starts_with(text), "{words:?}: {e}");
+    }
+    assert_eq!(dump(&mut c), before, "a refused GCRA changed the limiter");
+    // The module argument leaves it out, and says so.
+    let s = Server::start(&["gcra-command", "no"]);
+    let mut c = s.conn();
+    assert!(err(&mut c, &["GCRA", "g", "5", "10", "60"]).contains("unknown command"));
+    assert!(s
+        .log()
+        .contains("GCRA not registered (module argument gcra-command no)"));
+}
+
+#[test]
+fn an_evicted_limiter_resumes_where_it_was() {
+    let s = Server::start(&[]);
+    let mut c = s.conn();
+    // One of two tokens taken: the key would be full again in 600 s.
+    acquire(&mut c, &["r", "1", "600000", "BURST", "2"]);
+    run(
+        &mut c,
+        &["CONFIG", "SET", "maxmemory-policy", "volatile-ttl"],
+    )
+    .unwrap();
+    let used: String = redis::cmd("INFO").arg("memory").query(&mut c).unwrap();
+    let used: i64 = used
+        .lines()
+        .find_map(|l| l.strip_prefix("used_memory:"))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap();
+    let limit = (used + (256 << 10)).to_string();
+    run(&mut c, &["CONFIG", "SET", "maxmemory", &limit]).unwrap();
+    let mut db1 = s.conn();
+    run(&mut db1, &["SELECT", "1"]).unwrap();
+    let filler = "x".repeat(8 << 10);
+    for i in 0..10_000 {
+        let _ = run(&mut db1, &["SET", &format!("filler:{i}"), &filler]);
+        if int(&mut c, &["EXISTS", "r"]) == 0 {
+            break;
+        }
+    }
+    run(&mut c, &["CONFIG", "SET", "maxmemory", "0"]).unwrap();
+    assert_eq!(
+        int(&mut c, &["EXISTS", "r"]),
+        0,
+        "the limiter was not evicted"
+    );
+    // Not a full bucket again: it resumes where it was, one token left.
+    let d = acquire(&mut c, &["r", "1", "600000", "BURST", "2"]);
+    assert_eq!(d[..4], [0, 2, 0, -1]);
+    let d = acquire(&mut c, &["r", "1", "600000", "BURST", "2"]);
+    assert_eq!(d[0], 1, "{d:?}");
+    assert!(d[3] > 500_000, "{d:?}");
+    let info: String = redis::cmd("INFO").arg("warden").query(&mut c).unwrap();
+    assert!(
+        info.contains("evicted_locks:0"),
+        "a limiter is no lock:\n{info}"
+    );
+    assert!(s.log().contains("a rate limiter was evicted"));
+}
