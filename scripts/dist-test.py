@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Installs what `make dist` built, as a user would, and runs it.
 
-    scripts/dist-test.py <dist dir> <version>
+    scripts/dist-test.py <dist dir> <version> [--server-only]
+
+(--server-only: the module and the wheel only, the parts a server changes.)
 
 - the module: the README's Install block unpacks the tarball and starts
   redis-server with the tarball's redis.conf.example and libwarden.so;
@@ -501,6 +503,10 @@ def go_test(dist: Path, version: str, port: int) -> None:
 
 def main() -> None:
     dist, version = Path(sys.argv[1]).resolve(), sys.argv[2]
+    # --server-only: what depends on the server (the module's tarball and the
+    # README's Install lines, the wheel against it); not the crate, npm, Maven
+    # and Go installs, which are the same whatever the server.
+    server_only = sys.argv[3:] == ["--server-only"]
     started = time.monotonic()
     tarball = one(dist, f"warden-{version}-*-glibc*.tar.gz")
     wheel = one(dist, f"warden_redis-{version}-py3-none-any.whl")
@@ -590,6 +596,9 @@ print("python: warden-redis", warden.__version__, "from the wheel: lock and cach
 """
         print(run([venv / "bin/python", "-c", smoke], cwd=scratch, env=env).stdout, end="")
 
+        if server_only:
+            print("dist-test --server-only: the crate, npm, Maven and Go installs ran on SERVER=redis")
+            return
         # The crate, unpacked, as the dependency the README's Cargo.toml names.
         # Both in target/dist-smoke, at paths that stay put: cargo keeps what
         # it built there, so a later run recompiles only what changed.

@@ -697,6 +697,11 @@ fn semaphore_page_examples_run() {
 }
 
 #[test]
+fn rate_limiter_page_examples_run() {
+    ran_at_least("docs/ratelimits.md", &[("redis-cli", 2)]);
+}
+
+#[test]
 fn cache_page_examples_run() {
     ran_at_least("docs/cache.md", &[("redis-cli", 1)]);
 }
@@ -730,10 +735,11 @@ fn migration_guide_examples_run_in_page_order_on_one_server() {
 }
 
 /// The pages the tests above run; every page with marked blocks is one.
-const RUN_PAGES: [&str; 9] = [
+const RUN_PAGES: [&str; 10] = [
     "README.md",
     "docs/locks.md",
     "docs/semaphores.md",
+    "docs/ratelimits.md",
     "docs/cache.md",
     "docs/bloom.md",
     "docs/clients/python.md",

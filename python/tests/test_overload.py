@@ -166,8 +166,14 @@ def test_the_wait_sent_is_what_is_left_after_waiting_for_a_connection(
     t.join(5)
     waits = [int(m.group(1)) for m in map(re.compile(r"WAIT (\d+)").search, lines) if m]
     assert results == [True, True] or results == [True, False]
-    # At most 600 - 300 (its wait for a connection) - the margin: counted from the call.
-    assert waits[0] >= 9_000 and 1 <= waits[1] <= 300
+    assert waits[0] >= 9_000
+    if len(waits) > 1:
+        # At most 600 - 300 (its wait for a connection) - the margin: counted from the call.
+        assert 1 <= waits[1] <= 300
+    else:
+        # A machine so busy that the connection came after the deadline: the
+        # second call sent no wait at all, and says it got nothing.
+        assert results == [True, False]
 
 
 @pytest.mark.parametrize("flavour", ["sync", "asyncio"])
