@@ -15,11 +15,11 @@ import java.util.function.Consumer;
 import java.util.function.Function;
 
 /**
- * One request that may wait (LOCK.ACQUIRE, RWLOCK.READ/WRITE, SEM.ACQUIRE, CACHE.GET), following
- * the client rule: a try without WAIT on the shared connection first; only a busy answer waits, on
- * a dedicated connection, with {@code WAIT} = the caller's remaining time less a margin, computed
- * when it is sent; nothing reaches a caller past its deadline or abort (a grant that does is given
- * back); an abort takes the waiter out of the server's queue at once.
+ * One request that may wait (LOCK.ACQUIRE, RWLOCK.READ/WRITE, SEM.ACQUIRE, RATE.ACQUIRE,
+ * CACHE.GET), following the client rule: a try without WAIT on the shared connection first; only a
+ * busy answer waits, on a dedicated connection, with {@code WAIT} = the caller's remaining time
+ * less a margin, computed when it is sent; nothing reaches a caller past its deadline or abort (a
+ * grant that does is given back); an abort takes the waiter out of the server's queue at once.
  */
 final class Attempt {
   /** What a reply means for one kind of request. */
@@ -43,6 +43,14 @@ final class Attempt {
      */
     default boolean boundToConnection(Object reply) {
       return false;
+    }
+
+    /**
+     * Whether a refused try is worth a wait that ends at {@code deadlineNanos}: a rate limiter's
+     * tokens that cannot conform by then are not (the server would answer the same at once).
+     */
+    default boolean worthWaiting(Object refusal, long deadlineNanos) {
+      return true;
     }
   }
 
@@ -80,6 +88,9 @@ final class Attempt {
   private boolean leaseCapped;
   // The grant was read from the wait (WAIT): the server granted it some time after it was sent.
   private volatile boolean grantWaited;
+  // The last reply that granted nothing (the try's, then the wait's once it is sent): a rate
+  // limiter's refusal says when to retry.
+  private volatile Object refusal;
 
   Attempt(
       Warden warden,
@@ -111,6 +122,14 @@ final class Attempt {
    */
   boolean grantWaited() {
     return grantWaited;
+  }
+
+  /**
+   * What the server answered when it granted nothing: the try's reply, or the wait's once a wait
+   * was sent ({@code null} when that wait ended unanswered: nil, a deadline, an abort).
+   */
+  Object refusal() {
+    return refusal;
   }
 
   /** The lease the grant was asked with, in ms (after any cut to the cap). */
@@ -162,10 +181,13 @@ final class Attempt {
                   fail(error);
                 } else if (kind.granted(reply)) {
                   deliver(reply);
-                } else if (!mayWait) {
-                  result.complete(null);
                 } else {
-                  waitPhase();
+                  refusal = reply;
+                  if (!mayWait || !kind.worthWaiting(reply, deadline)) {
+                    result.complete(null);
+                  } else {
+                    waitPhase();
+                  }
                 }
               } catch (RuntimeException e) {
                 fail(e);
@@ -247,6 +269,7 @@ final class Attempt {
       lock.unlock();
     }
     begin();
+    refusal = null;
     long readTimeout = wait == 0 ? 0 : wait + warden.readMarginMillis();
     c.execute(readTimeout, full)
         .whenComplete(
@@ -261,6 +284,7 @@ final class Attempt {
                     grantWaited = true;
                     deliver(reply);
                   } else {
+                    refusal = reply;
                     result.complete(null);
                   }
                 } else {

@@ -82,6 +82,7 @@ final class Resp {
           && (lower.contains("'lock.")
               || lower.contains("'rwlock.")
               || lower.contains("'sem.")
+              || lower.contains("'rate.")
               || lower.contains("'cache.")
               || lower.contains("'warden."))) {
         return new WardenNotLoadedException(m);

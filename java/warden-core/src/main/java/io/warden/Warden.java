@@ -16,7 +16,8 @@ import java.util.regex.Matcher;
 import java.util.regex.Pattern;
 
 /**
- * The entry point: locks, read-write locks, semaphores and cache leases on one {@link Transport}.
+ * The entry point: locks, read-write locks, semaphores, rate limiters and cache leases on one
+ * {@link Transport}.
  *
  * <pre>{@code
  * Warden warden = Warden.create(LettuceTransport.create(redisClient));
@@ -140,6 +141,17 @@ public final class Warden implements AutoCloseable {
   public DistributedSemaphore getSemaphore(String key, int limit) {
     Objects.requireNonNull(key, "key");
     return new Semaphore(this, key, limit, -1);
+  }
+
+  /**
+   * A rate limiter of {@code count} tokens every {@code period} (a whole number of ms), at most
+   * {@code count} at once unless {@link WardenRateLimiter#burst} says otherwise; every request
+   * states the rate ({@code RATE.CONFIG}, {@link WardenRateLimiter#setRate}, changes it).
+   */
+  public WardenRateLimiter rateLimiter(String key, long count, Duration period) {
+    Objects.requireNonNull(key, "key");
+    Objects.requireNonNull(period, "period");
+    return new RateLimiter(this, key, count, period);
   }
 
   public WardenCache cache() {
@@ -328,8 +340,13 @@ public final class Warden implements AutoCloseable {
 
   /** Runs a command synchronously on the shared connection, errors rethrown unchecked. */
   Object call(Object... args) {
+    return execute(Resp.args(args));
+  }
+
+  /** As {@link #call}, with the arguments already encoded. */
+  Object execute(byte[]... args) {
     try {
-      return transport.execute(Resp.args(args)).toCompletableFuture().join();
+      return transport.execute(args).toCompletableFuture().join();
     } catch (RuntimeException e) {
       throw Resp.rethrow(e);
     }
