@@ -52,6 +52,16 @@ final class Attempt {
     default boolean worthWaiting(Object refusal, long deadlineNanos) {
       return true;
     }
+
+    /**
+     * Whether {@link #giveBackUnseen()} undoes a grant nobody read (a release by owner). If not (a
+     * rate limiter's tokens have no owner), an abort where {@code CLIENT UNBLOCK} cannot take the
+     * waiter out has the server close its connection ({@code CLIENT KILL ID}) and reads it to its
+     * end, so that a grant written before is read, and given back, instead of lost unread.
+     */
+    default boolean undoesUnseen() {
+      return true;
+    }
   }
 
   /** How long an abort waits, at most, for the server to be done with the waiter. */
@@ -79,6 +89,8 @@ final class Attempt {
   private boolean seen;
   private boolean unblockSent;
   private boolean unblockDone;
+  // The server is closing the waiter connection (CLIENT KILL): it never goes back to the pool.
+  private boolean killing;
   private boolean aborted;
   // The waiter connection a grant bound to it was won on, out of the pool until released.
   private WaitConnection kept;
@@ -310,7 +322,7 @@ final class Attempt {
     try {
       replied = true;
       seen = usable;
-      releaseNow = !unblockSent || unblockDone;
+      releaseNow = !killing && (!unblockSent || unblockDone);
       if (usable && releaseNow && keep) {
         kept = c;
         releaseNow = false;
@@ -318,10 +330,19 @@ final class Attempt {
     } finally {
       lock.unlock();
     }
-    if (!usable) {
+    if (!usable || killing()) {
       c.close();
     } else if (releaseNow) {
       c.release();
+    }
+  }
+
+  private boolean killing() {
+    lock.lock();
+    try {
+      return killing;
+    } finally {
+      lock.unlock();
     }
   }
 
@@ -474,14 +495,19 @@ final class Attempt {
           try {
             boolean keep = e == null && ok;
             boolean releaseNow;
+            boolean kill;
             lock.lock();
             try {
               unblockDone = true;
               releaseNow = replied;
+              kill = !keep && !replied && !kind.undoesUnseen() && c.clientId() > 0;
+              killing = kill;
             } finally {
               lock.unlock();
             }
-            if (!keep) {
+            if (kill) {
+              kill(c);
+            } else if (!keep) {
               c.close();
               begin();
               warden
@@ -507,6 +533,38 @@ final class Attempt {
                       });
             } else if (releaseNow) {
               c.release();
+            }
+          } finally {
+            end();
+          }
+        });
+  }
+
+  /**
+   * Has the server close the waiter connection ({@code CLIENT KILL ID}): the server drops the
+   * waiter, which takes nothing, and the read in flight ends with the connection, after a grant
+   * written before the kill, which is given back where it is read ({@link #deliver}).
+   */
+  private void kill(WaitConnection c) {
+    begin();
+    CompletionStage<Object> killed;
+    try {
+      killed =
+          warden
+              .transport()
+              .execute(Resp.args("CLIENT", "KILL", "ID", Long.toString(c.clientId())));
+    } catch (RuntimeException e) {
+      CompletableFuture<Object> failed = new CompletableFuture<>();
+      failed.completeExceptionally(e);
+      killed = failed;
+    }
+    killed.whenComplete(
+        (n, e) -> {
+          try {
+            if (e != null) {
+              // Not killed (an ACL forbids it): closed here. A grant written to it unread is
+              // lost: its tokens admit nobody (fewer admitted, never more).
+              c.close();
             }
           } finally {
             end();

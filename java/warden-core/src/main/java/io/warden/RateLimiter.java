@@ -134,6 +134,11 @@ final class RateLimiter implements WardenRateLimiter {
       }
 
       @Override
+      public boolean undoesUnseen() {
+        return false;
+      }
+
+      @Override
       public boolean worthWaiting(Object refusal, long deadlineNanos) {
         long wait = Deadline.waitArg(deadlineNanos, System.nanoTime());
         if (wait == 0) {
