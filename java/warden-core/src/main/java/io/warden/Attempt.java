@@ -472,7 +472,9 @@ final class Attempt {
       lock.unlock();
     }
     begin();
-    boolean bounded = deadline != Deadline.FOREVER;
+    // A bounded wait that UNBLOCK missed is answered by its WAIT; a kind that cannot undo an
+    // unseen grant has the connection killed instead, so that no waiter of it stays queued.
+    boolean bounded = deadline != Deadline.FOREVER && kind.undoesUnseen();
     CompletionStage<Boolean> unblocked =
         c.clientId() <= 0
             ? CompletableFuture.completedFuture(false)
