@@ -472,9 +472,6 @@ final class Attempt {
       lock.unlock();
     }
     begin();
-    // A bounded wait that UNBLOCK missed is answered by its WAIT; a kind that cannot undo an
-    // unseen grant has the connection killed instead, so that no waiter of it stays queued.
-    boolean bounded = deadline != Deadline.FOREVER && kind.undoesUnseen();
     CompletionStage<Boolean> unblocked =
         c.clientId() <= 0
             ? CompletableFuture.completedFuture(false)
@@ -483,14 +480,7 @@ final class Attempt {
                 .thenCompose(
                     ok ->
                         ok
-                            ? warden
-                                .transport()
-                                .execute(
-                                    Resp.args("CLIENT", "UNBLOCK", Long.toString(c.clientId())))
-                                .thenApply(
-                                    // 0: the reply is on its way, or the request has not
-                                    // reached the server yet; a bounded WAIT answers it anyway.
-                                    n -> Long.valueOf(1).equals(Resp.asLong(n)) || bounded)
+                            ? unblock(c, System.nanoTime() + UNBLOCK_RETRY_NANOS)
                             : CompletableFuture.completedFuture(false));
     unblocked.whenComplete(
         (ok, e) -> {
@@ -540,6 +530,62 @@ final class Attempt {
             end();
           }
         });
+  }
+
+  /** How long an abort asks {@code CLIENT UNBLOCK} again for a request not yet on the server. */
+  private static final long UNBLOCK_RETRY_NANOS = TimeUnit.SECONDS.toNanos(1);
+
+  /**
+   * {@code CLIENT UNBLOCK}: true when the waiter was taken out, or may be left to its reply. An
+   * answer 0 means the reply is on its way, or the request has not reached the server yet: a
+   * bounded {@code WAIT} answers it anyway (a grant is given back where it is read). A kind that
+   * cannot undo an unseen grant asks again (every 2 ms, up to a second) until the waiter is taken
+   * out or its reply read, so that it neither stays queued nor needs its connection killed.
+   */
+  private CompletionStage<Boolean> unblock(WaitConnection c, long until) {
+    return warden
+        .transport()
+        .execute(Resp.args("CLIENT", "UNBLOCK", Long.toString(c.clientId())))
+        .thenCompose(
+            n -> {
+              if (Long.valueOf(1).equals(Resp.asLong(n))) {
+                return CompletableFuture.completedFuture(true);
+              }
+              if (kind.undoesUnseen()) {
+                return CompletableFuture.completedFuture(deadline != Deadline.FOREVER);
+              }
+              boolean read;
+              lock.lock();
+              try {
+                read = replied;
+              } finally {
+                lock.unlock();
+              }
+              if (read || System.nanoTime() - until > 0) {
+                return CompletableFuture.completedFuture(read);
+              }
+              CompletableFuture<Boolean> again = new CompletableFuture<>();
+              try {
+                warden
+                    .scheduler()
+                    .schedule(
+                        () ->
+                            unblock(c, until)
+                                .whenComplete(
+                                    (ok, e) -> {
+                                      if (e != null) {
+                                        again.completeExceptionally(e);
+                                      } else {
+                                        again.complete(ok);
+                                      }
+                                    }),
+                        2,
+                        TimeUnit.MILLISECONDS);
+              } catch (RuntimeException closed) {
+                again.complete(false);
+              }
+              return again;
+            });
   }
 
   /**

@@ -9,8 +9,10 @@ import io.lettuce.core.RedisClient;
 import io.warden.DistributedLock;
 import io.warden.DistributedReadWriteLock;
 import io.warden.Permit;
+import io.warden.RateDecision;
 import io.warden.Warden;
 import io.warden.WardenLock;
+import io.warden.WardenRateLimiter;
 import io.warden.testing.RedisServer;
 import java.io.IOException;
 import java.nio.charset.StandardCharsets;
@@ -95,6 +97,23 @@ class ReadmeExamplesTest {
         } // else: shed or past the deadline; answer 503
         // end
 
+        // example: ratelimit
+        WardenRateLimiter partner = // 10 calls a second, 20 at once after a quiet spell
+            warden.rateLimiter("partner:api", 10, Duration.ofSeconds(1)).burst(20);
+        RateDecision d = partner.acquire(1, Duration.ofSeconds(2)); // queues on the server, FIFO
+        if (d.allowed()) {
+          handle("call the partner, " + d.remaining() + " tokens left");
+        } else { // its token is more than 2 s away: answered at once, not after 2 s
+          handle("429, retry after " + d.retryAfter().toMillis() + " ms");
+        }
+        RateDecision batch = partner.tryAcquire(5); // never waits
+        if (batch.allowed()) {
+          partner.refund(2); // 3 were needed: 2 go back
+        }
+        // end
+        assertTrue(log.contains("call the partner, 19 tokens left"), log.toString());
+        assertTrue(batch.allowed());
+
         // example: handle
         WardenLock lease = warden.lock("ledger:9").acquire(); // no lease: renewed every 10 s
         lease.onLost(() -> handle("lost ledger:9: stop writing"));
@@ -145,7 +164,7 @@ class ReadmeExamplesTest {
         new String(
             Files.readAllBytes(root().resolve("docs/clients/java.md")), StandardCharsets.UTF_8);
     List<String[]> regions = regions();
-    assertEquals(5, regions.size());
+    assertEquals(6, regions.size());
     for (String[] r : regions) {
       String block = "```java\n" + r[1] + "```\n";
       String where = r[0].equals("readme") ? readme : page;

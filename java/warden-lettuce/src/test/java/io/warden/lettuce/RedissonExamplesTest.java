@@ -11,6 +11,7 @@ import io.warden.DistributedSemaphore;
 import io.warden.Permit;
 import io.warden.Transport;
 import io.warden.Warden;
+import io.warden.WardenRateLimiter;
 import io.warden.testing.RedisServer;
 import java.io.IOException;
 import java.nio.charset.StandardCharsets;
@@ -138,6 +139,16 @@ class RedissonExamplesTest {
           }
         }
         // end
+        // example: ratelimiter
+        WardenRateLimiter limiter = warden.rateLimiter("partner:api", 10, Duration.ofSeconds(1));
+        if (limiter.acquire(1, Duration.ofSeconds(2)).allowed()) { // tryAcquire(1, ofSeconds(2))
+          call("partner");
+        }
+        limiter.acquire(1); // waits in the server's FIFO queue until its token conforms
+        if (limiter.tryAcquire(1).allowed()) { // never waits
+          call("partner");
+        }
+        // end
         warden.close();
       } finally {
         client.shutdown();
@@ -149,6 +160,7 @@ class RedissonExamplesTest {
     long pttl = Long.parseLong(export.substring("export, pttl ".length()));
     assertTrue(pttl > 20_000 && pttl <= 30_000, export);
     assertEquals(2, log.stream().filter(l -> l.startsWith("api")).count(), log.toString());
+    assertEquals(2, log.stream().filter(l -> l.equals("partner")).count(), log.toString());
   }
 
   private static Path root() {
