@@ -2,6 +2,7 @@ package io.warden;
 
 import java.time.Duration;
 import java.util.ArrayList;
+import java.util.Collections;
 import java.util.List;
 import java.util.Optional;
 import java.util.concurrent.CompletableFuture;
@@ -144,7 +145,8 @@ final class RateLimiter implements WardenRateLimiter {
         if (wait == 0) {
           return true;
         }
-        List<Object> words = Resp.asList(refusal);
+        List<Object> words =
+            refusal instanceof List ? Resp.asList(refusal) : Collections.emptyList();
         Long retry = words.size() == 5 ? Resp.asLong(words.get(3)) : null;
         return wait > 0 && (retry == null || retry <= wait);
       }

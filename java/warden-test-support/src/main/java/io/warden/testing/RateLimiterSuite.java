@@ -12,13 +12,17 @@ import io.warden.Warden;
 import io.warden.WardenRateLimiter;
 import io.warden.WardenServerException;
 import java.time.Duration;
+import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.List;
 import java.util.Optional;
+import java.util.Random;
+import java.util.concurrent.CancellationException;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.ExecutionException;
 import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicInteger;
 import java.util.concurrent.atomic.AtomicReference;
 import java.util.function.BooleanSupplier;
 import org.junit.jupiter.api.Test;
@@ -280,6 +284,77 @@ public abstract class RateLimiterSuite extends TransportSuite {
       waitUntil(where + ": nobody waits", () -> waiters(limiter) == 0);
     }
     waitUntil("no waiter left", () -> server.wardenInfo("waiting_clients") == 0);
+  }
+
+  @Test
+  void randomInterruptsTimeoutsAndCancelsNeverAdmitMoreThanTheRate() throws Exception {
+    int total = Math.max(200, Integer.getInteger("warden.attack.rounds", 2000) / 4);
+    // 200 a second, 10 at once: a token every 5 ms, for 8 callers asking all the time.
+    WardenRateLimiter limiter =
+        warden.rateLimiter(key("storm"), 200, Duration.ofSeconds(1)).burst(10);
+    AtomicInteger left = new AtomicInteger(total);
+    AtomicInteger allowed = new AtomicInteger();
+    AtomicReference<Throwable> failure = new AtomicReference<>();
+    List<Thread> workers = new ArrayList<>();
+    long start = System.nanoTime();
+    for (int i = 0; i < 8; i++) {
+      final int id = i;
+      Thread w =
+          new Thread(
+              () -> {
+                Random r = new Random(id);
+                while (left.getAndDecrement() > 0 && failure.get() == null) {
+                  try {
+                    Duration wait = Duration.ofMillis(r.nextInt(30));
+                    RateDecision d;
+                    if (r.nextInt(4) == 0) {
+                      CompletableFuture<RateDecision> f =
+                          limiter.acquireAsync(1, wait).toCompletableFuture();
+                      if (r.nextBoolean()) {
+                        f.cancel(true);
+                      }
+                      try {
+                        d = f.isCancelled() ? null : f.get();
+                      } catch (InterruptedException e) {
+                        f.cancel(true);
+                        throw e;
+                      }
+                    } else {
+                      d = limiter.acquire(1, wait);
+                    }
+                    if (d != null && d.allowed()) {
+                      allowed.incrementAndGet();
+                    }
+                  } catch (InterruptedException | CancellationException e) {
+                    // expected: the interrupter, a cancel
+                  } catch (ExecutionException e) {
+                    if (!(e.getCause() instanceof InterruptedException)) {
+                      failure.compareAndSet(null, e);
+                    }
+                  } catch (Throwable e) {
+                    failure.compareAndSet(null, e);
+                  }
+                  Thread.interrupted();
+                }
+              });
+      workers.add(w);
+      w.start();
+    }
+    Random r = new Random(42);
+    while (workers.stream().anyMatch(Thread::isAlive)) {
+      workers.get(r.nextInt(workers.size())).interrupt();
+      TimeUnit.MICROSECONDS.sleep(r.nextInt(2000));
+    }
+    long elapsedMs = TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - start) + 1;
+    if (failure.get() != null) {
+      throw new AssertionError("a call failed", failure.get());
+    }
+    // Over any d ms the limiter admits at most burst + d * count / period: the callers that
+    // were told "allowed" are never more.
+    long bound = 10 + elapsedMs * 200 / 1000;
+    assertTrue(allowed.get() <= bound, allowed + " allowed in " + elapsedMs + " ms");
+    assertTrue(allowed.get() > 0);
+    waitUntil("nobody waits", () -> server.wardenInfo("waiting_clients") == 0);
   }
 
   @Test
