@@ -108,40 +108,47 @@ func TestIntegrationRateAllowThenLimited(t *testing.T) {
 }
 
 // Waiters are granted in the order they asked, a small request never
-// overtaking a larger one ahead of it.
+// overtaking a larger one ahead of it. The tokens come from refunds (a
+// limiter of a token a day): the order is the server's, not the clock's.
 func TestIntegrationRateWaitFIFO(t *testing.T) {
 	_, _, w := setup(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	// No deadline: tokens a day away would not conform before one.
+	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	l := w.RateLimiter("fifo", 1, time.Second, warden.Burst(2))
+	l := w.RateLimiter("fifo", 1, day, warden.Burst(2))
 	if d, err := l.AllowN(ctx, 2); err != nil || !d.Allowed {
 		t.Fatalf("draining: %+v %v", d, err)
 	}
-	var mu sync.Mutex
-	var order []string
-	var wg sync.WaitGroup
+	granted := map[string]chan error{"first, two tokens": make(chan error, 1), "second, one token": make(chan error, 1)}
 	ask := func(name string, n int64, queued int64) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := l.WaitN(ctx, n); err != nil {
-				t.Errorf("%s: %v", name, err)
-				return
-			}
-			mu.Lock()
-			order = append(order, name)
-			mu.Unlock()
-		}()
+		go func() { granted[name] <- l.WaitN(ctx, n) }()
 		waitFor(t, name+" queued", func() bool { return waiters(t, l) == queued })
 	}
-	ask("two tokens, first", 2, 1) // conforms 2 s after the drain
-	ask("one token, second", 1, 2) // would conform after 1 s alone: behind the first, 3 s
-	wg.Wait()
-	if len(order) != 2 || order[0] != "two tokens, first" {
-		t.Fatalf("granted in the order %q", order)
+	ask("first, two tokens", 2, 1)
+	ask("second, one token", 1, 2)
+	feed := func() {
+		if ok, err := l.Refund(ctx, 1); err != nil || !ok {
+			t.Fatalf("Refund: %v %v", ok, err)
+		}
 	}
-	if n := waiters(t, l); n != 0 {
-		t.Fatalf("%d still waiting", n)
+	// One token: enough for the second, not for the first, which is ahead.
+	feed()
+	if n := waiters(t, l); n != 2 {
+		t.Fatalf("after one token, %d waiting: the one-token request overtook", n)
+	}
+	feed() // two: the first is served
+	if err := <-granted["first, two tokens"]; err != nil {
+		t.Fatal(err)
+	}
+	if n := waiters(t, l); n != 1 {
+		t.Fatalf("after the first grant, %d waiting", n)
+	}
+	feed()
+	if err := <-granted["second, one token"]; err != nil {
+		t.Fatal(err)
+	}
+	if i := rateInfo(t, l); i == nil || i.Waiters != 0 || i.Remaining != 0 {
+		t.Fatalf("RATE.INFO %+v", i)
 	}
 }
 
