@@ -415,6 +415,29 @@ func TestIntegrationRateInfoMissingKey(t *testing.T) {
 	}
 }
 
+// RATE.INFO's RESP2 reply (a flat array) reads as its RESP3 map does.
+func TestIntegrationRateInfoRESP2(t *testing.T) {
+	srv, _, w := setup(t)
+	ctx := context.Background()
+	l := w.RateLimiter("resp2", 10, time.Minute)
+	if d, err := l.AllowN(ctx, 4); err != nil || !d.Allowed {
+		t.Fatalf("AllowN(4): %+v %v", d, err)
+	}
+	rdb2 := redis.NewClient(&redis.Options{Addr: srv.Addr(), Protocol: 2})
+	defer rdb2.Close()
+	w2 := warden.New(rdb2)
+	defer w2.Close()
+	l2 := w2.RateLimiter("resp2", 10, time.Minute)
+	i3, i2 := rateInfo(t, l), rateInfo(t, l2)
+	if i2 == nil || i3 == nil || i2.Count != 10 || i2.Period != time.Minute || i2.Burst != 10 || i2.Remaining != 6 ||
+		i2.Waiters != i3.Waiters || !near(i2.ResetAfter, 24*time.Second, 10*time.Second) {
+		t.Fatalf("RESP2 %+v, RESP3 %+v", i2, i3)
+	}
+	if d, err := l2.AllowN(ctx, 1); err != nil || !d.Allowed || d.Limit != 10 {
+		t.Fatalf("AllowN under RESP2: %+v %v", d, err)
+	}
+}
+
 // Another rate on an existing limiter is the server's error, a redis.Error
 // with its text, from every call that states the rate; nothing changed.
 func TestIntegrationRateMismatch(t *testing.T) {
