@@ -107,7 +107,7 @@ def test_allowed_then_limited_with_the_servers_five_integers(r: redis.Redis) -> 
     second = limiter.try_acquire()
     assert (second.allowed, second.remaining, second.retry_after) == (True, 0, None)
     assert 11.0 < second.reset_after <= 12.0
-    third = limiter.acquire()  # no wait: answered at once
+    third = limiter.acquire(wait=0)  # no wait: answered at once
     assert (third.allowed, third.limited, third.burst, third.remaining) == (False, True, 2, 0)
     assert third.retry_after is not None and 5.0 < third.retry_after <= 6.0
     assert 11.0 < third.reset_after <= 12.0
@@ -372,9 +372,20 @@ def test_a_key_of_another_type_is_wrongtype(r: redis.Redis) -> None:
         warden.RateLimiter(r, "plain", 1, 1).acquire()
 
 
-def test_wait_forever_waits_until_the_tokens_conform(r: redis.Redis) -> None:
-    limiter = warden.RateLimiter(r, "forever", 10, 1, burst=1, wait=math.inf)
+@pytest.mark.parametrize("wait", [None, math.inf, 10**12, timedelta(days=365)])
+def test_without_a_deadline_acquire_waits_until_the_tokens_conform(
+    r: redis.Redis, wait: Any
+) -> None:
+    limiter = warden.RateLimiter(r, "forever", 10, 1, burst=1, wait=wait)
     assert limiter.acquire() and limiter.acquire()  # the second waited ~100 ms
+
+
+@pytest.mark.parametrize("wait", [0, 0.0, -1, timedelta(0)])
+def test_a_wait_of_zero_does_not_wait(r: redis.Redis, wait: Any) -> None:
+    limiter = warden.RateLimiter(r, "no-wait", 1, 60, wait=wait)
+    assert limiter.acquire()
+    d = limiter.acquire()
+    assert not d.allowed and d.retry_after is not None and 55 < d.retry_after <= 60
 
 
 def test_limiters_on_a_cluster_reach_each_keys_master(cluster: Cluster) -> None:
@@ -394,7 +405,7 @@ async def test_async_allowed_then_limited(ar: Any) -> None:
     first = await limiter.acquire()
     assert first == RateDecision(True, 2, 1, None, 6.0)
     assert (await limiter.try_acquire()).allowed
-    third = await limiter.acquire()
+    third = await limiter.acquire(wait=0)
     assert not third and third.retry_after is not None and 5.0 < third.retry_after <= 6.0
     info = await limiter.info()
     assert info is not None and (info.count, info.period, info.burst, info.remaining) == (

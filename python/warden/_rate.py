@@ -100,14 +100,13 @@ def seconds(value: Optional[Duration]) -> Optional[Number]:
 
 
 def wait_deadline(wait: Optional[Duration]) -> Optional[Deadline]:
-    """The deadline of an acquire that waits up to ``wait`` (None or 0: it
-    does not wait; ``math.inf``: until its tokens conform), from now."""
+    """The deadline of an acquire that waits up to ``wait``, from now; as a
+    lock's ``blocking_timeout``: None (or ``math.inf``) waits until the
+    tokens conform, 0 does not wait (None is returned)."""
     wait = seconds(wait)
-    if wait is None:
-        return None
-    if isinstance(wait, bool) or not isinstance(wait, (int, float)):
+    if wait is not None and (isinstance(wait, bool) or not isinstance(wait, (int, float))):
         raise ValueError(f"wait must be seconds, a timedelta or None, not {wait!r}")
-    if math.isnan(wait):
+    if wait is not None and math.isnan(wait):
         raise ValueError("wait must be a number of seconds, a timedelta or None, not nan")
     return _core.deadline(True, wait)
 

@@ -1,8 +1,8 @@
 """``warden.RateLimiter``: ``count`` tokens every ``period``, at most ``burst``
 at once, on warden's ``RATE.*`` (GCRA, computed exactly by the server).
 
-An ``acquire`` with a ``wait`` first tries once on an ordinary connection of
-the client's pool: tokens that conform now cost one round trip. A limited
+An ``acquire`` first tries once on an ordinary connection of the client's
+pool: tokens that conform now cost one round trip. A limited
 answer whose tokens conform before the deadline goes on to wait in the
 server's FIFO queue (``RATE.ACQUIRE ... WAIT``), on a connection of the wait
 pool beside the client's, exactly as a blocked ``Lock.acquire`` does (see
@@ -40,8 +40,9 @@ class RateLimiter(_rate.Limiter):
     """``count`` tokens of ``key`` every ``period`` (seconds or a
     ``timedelta``, a whole number of ms), at most ``burst`` (default
     ``count``) at once, for every client of the server. ``wait``: how long
-    ``acquire`` waits in the server's queue (seconds or a ``timedelta``;
-    None or 0: it does not wait; ``math.inf``: until the tokens conform).
+    ``acquire`` waits in the server's queue, as a lock's ``blocking_timeout``
+    (seconds or a ``timedelta``; None, the default, or ``math.inf``: until
+    the tokens conform; 0: it does not wait).
     ``max_queue``: ``acquire`` answers at once, limited, instead of queueing
     when that many requests already wait (load shedding)."""
 
