@@ -822,3 +822,71 @@ fn gcra_over_the_burst_reports_the_limiter_as_it_is() {
     let after: Vec<u8> = redis::cmd("DUMP").arg("g").query(&mut c).unwrap();
     assert_eq!(before, after);
 }
+
+/// The queue on a timeline (docs/ratelimits.md): 5 per second, burst 1.
+/// A takes the token; B, C and D queue and are answered one interval apart,
+/// in order; E cannot conform before its 500 ms deadline and is answered at
+/// once; F queues and is killed, and G, queued behind it, takes the slot F
+/// left. `--nocapture` prints the times the page shows.
+#[test]
+fn the_queue_on_a_timeline() {
+    let s = Server::start(&[]);
+    let mut c = s.conn();
+    let t0 = Instant::now();
+    let rate = ["api", "5", "1000", "BURST", "1"];
+    let timed = |words: Vec<&'static str>| {
+        let mut conn = s.conn();
+        let id = int(&mut conn, &["CLIENT", "ID"]);
+        let handle = std::thread::spawn(move || {
+            let mut all = vec!["RATE.ACQUIRE", "api", "5", "1000", "BURST", "1"];
+            all.extend(words);
+            let reply = run(&mut conn, &all);
+            (reply, t0.elapsed().as_millis())
+        });
+        (id, handle)
+    };
+    let server_ms = |c: &mut Connection| -> i64 {
+        let (secs, micros): (i64, i64) = redis::cmd("TIME").query(c).unwrap();
+        secs * 1000 + micros / 1000
+    };
+    let before_a = server_ms(&mut c);
+    let a = acquire(&mut c, &rate);
+    println!("A      0 ms  {a:?}");
+    let mut queued = Vec::new();
+    for (n, name) in ["B", "C", "D"].into_iter().enumerate() {
+        queued.push((name, timed(vec!["WAIT", "5000"]).1));
+        wait_queued(&mut c, "RATE.INFO", "api", n as i64 + 1);
+    }
+    let (e, e_at) = timed(vec!["WAIT", "500"]).1.join().unwrap();
+    let e = decision(e.unwrap());
+    println!("E {e_at:>6} ms  {e:?}");
+    assert_eq!(e[0], 1, "E cannot conform before its deadline: limited");
+    assert!(e[3] > 500, "{e:?}");
+    let (f_id, f) = timed(vec!["WAIT", "5000"]);
+    wait_queued(&mut c, "RATE.INFO", "api", 4);
+    let (_, g) = timed(vec!["WAIT", "5000"]);
+    wait_queued(&mut c, "RATE.INFO", "api", 5);
+    run(&mut c, &["CLIENT", "KILL", "ID", &f_id.to_string()]).unwrap();
+    let killed_at = t0.elapsed().as_millis();
+    assert!(f.join().unwrap().0.is_err());
+    println!("F {killed_at:>6} ms  killed while it waited");
+    queued.push(("G", g));
+    let mut last = 0;
+    for (name, h) in queued {
+        let (reply, at) = h.join().unwrap();
+        let d = decision(reply.unwrap());
+        println!("{name} {at:>6} ms  {d:?}");
+        assert_eq!(d[0], 0, "{name} is granted");
+        assert!(at >= last, "{name} answered before the one ahead of it");
+        last = at;
+    }
+    // Five tokens in all (A, B, C, D, G): F took nothing. The bucket is
+    // full again five intervals (1000 ms) after A, on the server's clock;
+    // a sixth token would make it 1200.
+    let reset = field_int(&map(&mut c, &["RATE.INFO", "api"]), "reset_after");
+    let owed = server_ms(&mut c) + reset - before_a;
+    assert!(
+        (1000..1100).contains(&owed),
+        "full {owed} ms after A: F took a token"
+    );
+}
