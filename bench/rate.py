@@ -493,6 +493,20 @@ def main() -> None:
                 f"| {fmt(r['cpu_ms_per_1000'], 1)} ({r['cpu_vs_warden_wait']:.2f}×) "
                 f"| {fmt(r['wait_p50'], 1)} / {fmt(r['wait_p99'], 1)} | {fmt(r['max_min'])} | {err} |"
             )
+        anchor = next(r for r in mine if r["client"] == "warden-wait")
+        text.append("")
+        text.append(
+            "Against warden `WAIT` (each ÷ warden's): "
+            + "; ".join(
+                f"{r['label']}: commands sent {r['sent_vs_warden_wait']:.1f}×, server commands "
+                f"{r['server_commands_per'] / anchor['server_commands_per']:.1f}×, server CPU "
+                f"{r['cpu_vs_warden_wait']:.2f}×, p99 wait {r['wait_p99'] / anchor['wait_p99']:.1f}×, "
+                f"most in 100 ms {r['most_100ms'] / anchor['most_100ms']:.1f}×"
+                for r in mine
+                if r is not anchor
+            )
+            + "."
+        )
         text.append("")
     waits = [r for r in rows if r["client"] == "warden-wait"]
     refused = sum(x["refused"] for r in waits for x in r["per_run"])
