@@ -890,3 +890,33 @@ fn the_queue_on_a_timeline() {
         "full {owed} ms after A: F took a token"
     );
 }
+
+/// A limiter `RESTORE`d with no ttl, or copied from one a `PERSIST`
+/// stripped, gets its expiry (when its bucket is full again) put back right
+/// after the command: an idle limiter never stays for ever.
+#[test]
+fn restored_and_copied_limiters_get_their_expiry_back() {
+    let s = Server::start(&[]);
+    let mut c = s.conn();
+    acquire(&mut c, &["k", "1", "600000", "BURST", "2"]);
+    let dump: Vec<u8> = redis::cmd("DUMP").arg("k").query(&mut c).unwrap();
+    redis::cmd("RESTORE")
+        .arg("restored")
+        .arg(0)
+        .arg(dump)
+        .query::<()>(&mut c)
+        .unwrap();
+    assert_eq!(int(&mut c, &["PERSIST", "k"]), 1);
+    assert_eq!(int(&mut c, &["COPY", "k", "copied"]), 1);
+    for key in ["restored", "copied"] {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let pttl = int(&mut c, &["PTTL", key]);
+            if (1..=600_000).contains(&pttl) {
+                break;
+            }
+            assert!(Instant::now() < deadline, "{key}: PTTL {pttl}");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+}

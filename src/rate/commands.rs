@@ -42,7 +42,7 @@ fn err(text: &'static str) -> RedisError {
 
 /// The limiter in `key`. Its key expires when the bucket is full again;
 /// an expiry removed (`PERSIST`) or moved past that is put back.
-fn limiter_in(key: &Key) -> Result<Option<&mut Limiter>, RedisError> {
+pub fn limiter_in(key: &Key) -> Result<Option<&mut Limiter>, RedisError> {
     let l = key.value::<Limiter>(&RATE_TYPE).map_err(err)?;
     if let Some(l) = l.as_ref() {
         let full = l.full_at_ms();
