@@ -470,6 +470,10 @@ public abstract class RateLimiterSuite extends TransportSuite {
                 () -> ok.acquire(11, second),
                 "ERR invalid COST: expected an integer from 1 to the burst"),
             new Refusal(
+                "refund above 10^9",
+                () -> ok.refund(2_000_000_000L),
+                "ERR invalid cost: expected an integer from 1 to 1000000000"),
+            new Refusal(
                 "setRate count above 10^6 per ms",
                 () -> ok.setRate(2_000_000, Duration.ofMillis(1)),
                 "ERR invalid count: expected an integer from 1 to 1000000 per ms of the period"));
