@@ -626,8 +626,8 @@ fn gcra_answers_as_the_core_proposal_does() {
 fn an_evicted_limiter_resumes_where_it_was() {
     let s = Server::start(&[]);
     let mut c = s.conn();
-    // One of two tokens taken: the key would be full again in 600 s.
-    acquire(&mut c, &["r", "1", "600000", "BURST", "2"]);
+    // Both tokens taken: the key would be full again in 1200 s.
+    acquire(&mut c, &["r", "1", "600000", "BURST", "2", "COST", "2"]);
     run(
         &mut c,
         &["CONFIG", "SET", "maxmemory-policy", "volatile-ttl"],
@@ -656,12 +656,15 @@ fn an_evicted_limiter_resumes_where_it_was() {
         0,
         "the limiter was not evicted"
     );
-    // Not a full bucket again: it resumes where it was, one token left.
-    let d = acquire(&mut c, &["r", "1", "600000", "BURST", "2"]);
-    assert_eq!(d[..4], [0, 2, 0, -1]);
+    // Not a full bucket again: it resumes where it was, empty.
     let d = acquire(&mut c, &["r", "1", "600000", "BURST", "2"]);
     assert_eq!(d[0], 1, "{d:?}");
     assert!(d[3] > 500_000, "{d:?}");
+    // And that limiter is stored, though the request was limited.
+    assert_eq!(field_int(&map(&mut c, &["RATE.INFO", "r"]), "remaining"), 0);
+    assert_eq!(int(&mut c, &["RATE.REFUND", "r", "1"]), 1);
+    let d = acquire(&mut c, &["r", "1", "600000", "BURST", "2"]);
+    assert_eq!(d[..4], [0, 2, 0, -1]);
     let info: String = redis::cmd("INFO").arg("warden").query(&mut c).unwrap();
     assert!(
         info.contains("evicted_locks:0"),
@@ -918,5 +921,34 @@ fn restored_and_copied_limiters_get_their_expiry_back() {
             assert!(Instant::now() < deadline, "{key}: PTTL {pttl}");
             std::thread::sleep(Duration::from_millis(5));
         }
+    }
+}
+
+/// A wait whose tokens conform at (or just before) its deadline is answered
+/// at once, limited with its retry-after, or granted: never held to its
+/// deadline and answered nil (the timer serving it fires a few ms late,
+/// the deadline's timeout on time).
+#[test]
+fn a_wait_ending_as_its_tokens_conform_is_never_answered_nil() {
+    let s = Server::start(&[]);
+    let mut c = s.conn();
+    for extra in 0..=12i64 {
+        let key = format!("edge:{extra}");
+        let words = [key.as_str(), "5", "1000", "BURST", "1"];
+        assert_eq!(acquire(&mut c, &words)[0], 0);
+        let limited = acquire(&mut c, &words);
+        assert_eq!(limited[0], 1);
+        let wait = (limited[3] + extra).to_string();
+        let mut waiting = words.to_vec();
+        waiting.extend(["WAIT", wait.as_str()]);
+        let mut all = vec!["RATE.ACQUIRE"];
+        all.extend_from_slice(&waiting);
+        let reply = run(&mut c, &all).unwrap();
+        assert!(
+            !matches!(reply, Value::Nil),
+            "WAIT retry_after + {extra} ms was held and answered nil"
+        );
+        let d = decision(reply);
+        assert!(d[0] == 0 || d[3] > 0, "+{extra}: {d:?}");
     }
 }

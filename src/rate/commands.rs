@@ -9,7 +9,7 @@
 //!   the key; waiters are served from the head only, each at the first ms
 //!   its tokens conform, and a later one never goes first, whatever its cost;
 //! - no grant after a deadline: a waiter whose tokens cannot conform by its
-//!   deadline is answered limited (with its retry-after) as soon as that is
+//!   deadline (less `SERVE_MARGIN_MS`) is answered limited (with its retry-after) as soon as that is
 //!   known — when it arrives, or when it reaches the head — never granted;
 //! - one reply per request: a waiter is answered only through
 //!   `waiters::answer`, after it was taken off its queue; a grant that never
@@ -147,7 +147,7 @@ fn serve_open(ctx: &Context, name: &Arg, key: &Key) -> Served {
     }) {
         let Some((rate, cost)) = request else { break };
         let conform = l.conform_at(now, floor, 0, cost);
-        let wait_more = rate == l.rate && conform > now && conform <= deadline;
+        let wait_more = rate == l.rate && conform > now && in_time(conform, deadline);
         if wait_more {
             next = Some(conform - 1);
             break;
@@ -179,6 +179,19 @@ fn serve_open(ctx: &Context, name: &Arg, key: &Key) -> Served {
         waiters::answer(ctx, w, answer);
     }
     Served::Wait(next)
+}
+
+/// How long before its deadline a waiter's tokens must conform for it to
+/// wait: the timer that serves it at that ms fires, and the event loop gets
+/// to it, a few ms late (1–4 ms measured on an idle server), while the
+/// deadline's own timeout answers nil on time. A request whose tokens come
+/// later than this is answered limited at once instead of being held to
+/// its deadline for nothing.
+pub const SERVE_MARGIN_MS: i64 = 10;
+
+/// Whether tokens that conform at `conform` can be served before `deadline`.
+fn in_time(conform: i64, deadline: i64) -> bool {
+    conform.saturating_add(SERVE_MARGIN_MS) <= deadline
 }
 
 /// The rate limiter as a kind of waiter.
@@ -259,6 +272,7 @@ fn decide_now(
     }
     let floor = grace::lost_until();
     let mut made = None;
+    let existing_was_none = existing.is_none();
     let l: &mut Limiter = match existing {
         Some(l) => {
             if l.rate != rate {
@@ -299,8 +313,15 @@ fn decide_now(
     }
     let conform = l.conform_at(now, floor, ahead, cost);
     let limited = l.limited_until(now, floor, conform);
-    if changed {
+    // A limiter resumed from an evicted one's tombstone is stored even when
+    // this request is limited: `RATE.INFO`, `REFUND` and `CONFIG` see it,
+    // and replicas get its state.
+    let resumed = l.full_at_ms() > now && existing_was_none;
+    if changed || resumed {
         let snapshot = l.clone();
+        if let Some(l) = made {
+            store(&key, &RATE_TYPE, l);
+        }
         publish(ctx, name, &key, &snapshot, now);
     }
     Ok(Now::Later {
@@ -345,7 +366,7 @@ pub fn acquire(ctx: &Context, args: &[Arg]) -> RedisResult {
             } else {
                 now_ms().saturating_add(timeout_ms)
             };
-            conform <= deadline
+            in_time(conform, deadline)
                 && waiters::can_block(ctx)
                 && !waiters::shed(ctx, name, &KIND, req.queue)
         }

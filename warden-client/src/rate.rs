@@ -2,6 +2,8 @@
 //! at once (GCRA, computed exactly by the server).
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::oneshot;
@@ -222,20 +224,31 @@ impl RateLimiter {
         // follows only a grant read from the server (never a guess).
         let (tx, rx) = oneshot::channel();
         let (task_warden, key) = (warden.clone(), self.key.clone());
+        // Who owns the link's fate: the task once it read the reply, or the
+        // cancel once it took the request out of the queue. Invariant: the
+        // cancel's `CLIENT UNBLOCK`/`KILL` only ever names a link that is
+        // not back in the pool (another request may own it by then).
+        let state = Arc::new(AtomicU8::new(WAITING));
+        let task_state = state.clone();
         tokio::spawn(async move {
             let reply = link.query::<Option<Vec<i64>>>(&cmd, limit).await;
             let taken = matches!(&reply, Ok(Some(words)) if words.first() == Some(&0));
             let answered = matches!(reply, Ok(_) | Err(Error::Server { .. }));
+            let ours = task_state
+                .compare_exchange(WAITING, READ, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok();
             if tx.send(reply).is_err() && taken {
                 refund_in_background(&task_warden, &key, cost).await;
             }
-            if answered {
+            // A link a cancel named is dropped (closed), never reused.
+            if answered && ours {
                 task_warden.recycle(link);
             }
         });
         let mut leave = Leave {
             warden: warden.clone(),
             id,
+            state,
             armed: true,
         };
         let reply = rx.await;
@@ -333,12 +346,28 @@ async fn refund_in_background(warden: &Warden, key: &str, cost: u64) {
 struct Leave {
     warden: Warden,
     id: Option<i64>,
+    state: Arc<AtomicU8>,
     armed: bool,
 }
+
+/// The waiting request's link: still waiting, its reply read (the task
+/// may recycle it), or cancelled (the task drops it).
+const WAITING: u8 = 0;
+const READ: u8 = 1;
+const CANCELLED: u8 = 2;
 
 impl Drop for Leave {
     fn drop(&mut self) {
         if !self.armed {
+            return;
+        }
+        // The reply was read: the task gives back a grant nobody received,
+        // and the link may already serve another request: leave it alone.
+        if self
+            .state
+            .compare_exchange(WAITING, CANCELLED, Ordering::AcqRel, Ordering::Acquire)
+            .is_err()
+        {
             return;
         }
         let (Some(id), Ok(runtime)) = (self.id, tokio::runtime::Handle::try_current()) else {

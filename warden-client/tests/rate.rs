@@ -200,3 +200,51 @@ async fn bad_requests_are_refused_and_change_nothing() {
     }
     assert_eq!(rate_field(&mut c, "bad", "count"), None);
 }
+
+/// Cancelled waits never touch a connection another request owns: callers
+/// give up at random instants on one limiter while others wait on another,
+/// through the same pool; no request that was not cancelled fails (a
+/// cancel's `CLIENT UNBLOCK`/`KILL` used to name a link recycled meanwhile).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancels_never_reach_a_recycled_connection() {
+    let s = Server::start(&[]);
+    let w = warden(&s);
+    let run_for = Duration::from_secs(5);
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for n in 0..6u64 {
+        let lim = w
+            .rate_limiter("cancelled", 10, SECOND)
+            .burst(1)
+            .wait(SECOND);
+        tasks.push(tokio::spawn(async move {
+            let mut i = n;
+            while started.elapsed() < run_for {
+                i += 7;
+                let give_up = Duration::from_millis(1 + i % 60);
+                let _ = tokio::time::timeout(give_up, lim.acquire(1)).await;
+            }
+            Ok::<u64, Error>(0)
+        }));
+    }
+    for _ in 0..3 {
+        let lim = w
+            .rate_limiter("victim", 200, SECOND)
+            .burst(1)
+            .wait(Duration::from_secs(10));
+        tasks.push(tokio::spawn(async move {
+            let mut granted = 0;
+            while started.elapsed() < run_for {
+                if lim.acquire(1).await?.allowed {
+                    granted += 1;
+                }
+            }
+            Ok(granted)
+        }));
+    }
+    let mut victims = 0;
+    for t in tasks {
+        victims += t.await.unwrap().expect("a request nobody cancelled failed");
+    }
+    assert!(victims > 0);
+}
