@@ -1487,12 +1487,16 @@ fn drive(
             group.isolate(master);
         }
         let cut = unix_ms();
-        let loss = if staged.is_some() {
-            Loss::Grant(300)
-        } else {
-            loss
-        };
         match loss {
+            // A lock (the first kind) held under a grant that only the
+            // other replica acknowledged, well after the cut.
+            _ if staged.is_some() => {
+                wait_for(
+                    "a grant the promoted replica lacks",
+                    Duration::from_secs(30),
+                    || kinds[0].holding_since.load(Ordering::Relaxed) > cut + 300,
+                );
+            }
             // Kill the master while a client holds a grant made well after
             // the cut: it is lost, and its lease outlives the key's older ones.
             Loss::Grant(after_ms) => {
