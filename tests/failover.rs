@@ -2364,12 +2364,13 @@ fn sync_replicas_history_through_failovers_and_restarts_has_no_overlap() {
     assert_sync_history_holds(&sync_history(1, sync_failovers(), restarts(), false));
 }
 
-/// WARDEN_FULL_SYNC_FAILOVERS, else 7 (6 rounds through a full sync).
+/// WARDEN_FULL_SYNC_FAILOVERS, else 3: a round through a full sync in a
+/// rollout and one under a write pause (`make failover-history`: 21).
 fn full_sync_failovers() -> usize {
     std::env::var("WARDEN_FULL_SYNC_FAILOVERS")
         .ok()
         .and_then(|n| n.parse().ok())
-        .unwrap_or(7)
+        .unwrap_or(3)
 }
 
 /// A rollout of `grace auto` that reached the replicas first (the master on
@@ -2379,7 +2380,6 @@ fn full_sync_failovers() -> usize {
 /// acknowledged is held. A module whose replica keeps its marker from before
 /// the sync (d6a5208) skips the window and gives the key to two holders.
 #[test]
-#[ignore = "long: make failover-history"]
 fn sync_history_through_full_syncs_in_a_rollout_and_under_write_pauses_has_no_overlap() {
     let report = sync_history(1, full_sync_failovers(), 0, true);
     assert!(
