@@ -2376,7 +2376,7 @@ fn full_sync_failovers() -> usize {
 /// A rollout of `grace auto` that reached the replicas first (the master on
 /// a fixed grace), and writes paused as a full sync's fork ends: each
 /// failover after the first promotes a replica that missed a roster change
-/// and came back through a full sync, while a grant its twin alone
+/// and came back through a full sync, while a grant the other replica alone
 /// acknowledged is held. A module whose replica keeps its marker from before
 /// the sync (d6a5208) skips the window and gives the key to two holders.
 #[test]
