@@ -477,6 +477,23 @@ else ifeq ($(SECTION),durability)
 bench: venv $(SERVER_DEPS) $(if $(WARDEN_MODULE),,build)
 	WARDEN_SERVER=$(SERVER_BIN) WARDEN_MODULE=$(or $(WARDEN_MODULE),$(CURDIR)/$(MODULE)) $(PYTHON) bench/durability.py \
 		$(if $(QUICK),--quick,) --out $(CURDIR)/bench/results/durability
+else ifeq ($(SECTION),rate)
+# SECTION=rate: warden's rate limiter (RATE.ACQUIRE with WAIT, and as a
+# retry loop without it) against Python limits (its Redis moving and fixed
+# windows), Node rate-limiter-flexible (RateLimiterRedis on ioredis, and its
+# RateLimiterQueue) and Go go-redis/redis_rate v10 (GCRA in Lua): 16 callers
+# on a limiter of 200/s, burst 10, for 10 s (3 s with QUICK=1), 3 rounds, on
+# one server (bench/rate.py documents the runs and its drivers), into
+# bench/results/rate.md and .json. Their pins: python/constraints.txt,
+# node/package-lock.json, go/bench/go.mod. WARDEN_MODULE=<.so> loads that
+# module instead of building this checkout's; BENCH_PORT=<port> puts its
+# server there (default: a free port from 7600).
+bench: venv node-deps go-deps $(SERVER_DEPS) $(if $(WARDEN_MODULE),,build)
+	@$(call pinned,bench-rate,limits)
+	cd go/bench && $(GO) build -o $(CURDIR)/target/go-bench .
+	WARDEN_SERVER=$(SERVER_BIN) WARDEN_MODULE=$(or $(WARDEN_MODULE),$(CURDIR)/$(MODULE)) \
+		$(if $(BENCH_PORT),WARDEN_RATE_PORT=$(BENCH_PORT),) $(PYTHON) bench/rate.py \
+		$(if $(QUICK),--quick,) --out $(CURDIR)/bench/results/rate
 else ifeq ($(SECTION),overload)
 bench: venv node-deps java-deps $(if $(WARDEN_MODULE),,build)
 	cargo build --release --example overload -p warden-client

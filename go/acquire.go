@@ -404,9 +404,26 @@ func (w *Warden) cancelWait(n node, c *conn, ch chan result, giveBack func(reply
 			pause = min(2*pause, 50*time.Millisecond)
 		}
 	}
-	w.kill(n, c)
-	r := <-ch // ch was not read above: the reply, or the error of the closed connection
-	giveBack(r.reply)
+	giveBack(w.killReading(n, c, ch).reply)
+}
+
+// killReading ends a waiter connection whose reply is still unread (ch):
+// CLIENT KILL, then the reply the server wrote before the kill, read up to
+// the server's close, then the local close. Closing first would drop a grant
+// already on its way (tokens a rate limiter took and nobody gives back).
+func (w *Warden) killReading(n node, c *conn, ch chan result) result {
+	bg, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := n.client.Do(bg, "CLIENT", "KILL", "ID", c.id).Err(); err == nil {
+		// The server has closed it: the read ends at once with the reply
+		// or EOF. A second bounds it should the close be slow to arrive.
+		_ = c.nc.SetReadDeadline(time.Now().Add(time.Second))
+	} else {
+		c.close()
+	}
+	r := <-ch
+	n.pool.discard(c)
+	return r
 }
 
 // kill ends a waiter connection on the server before closing it here: once
@@ -419,7 +436,8 @@ func (w *Warden) kill(n node, c *conn) {
 	n.pool.discard(c)
 }
 
-// grantOf tells whether a reply granted something: a fence, or a cache lease token.
+// grantOf tells whether a reply granted something: a fence, a cache lease
+// token, or a rate limiter's tokens (RATE.ACQUIRE's five integers, limited 0).
 func grantOf(reply any) (any, bool) {
 	switch r := reply.(type) {
 	case int64:
@@ -427,6 +445,9 @@ func grantOf(reply any) (any, bool) {
 	case []any:
 		if len(r) == 2 && r[1] != nil {
 			return r[1], true
+		}
+		if len(r) == 5 && r[0] == int64(0) {
+			return r, true
 		}
 	}
 	return nil, false

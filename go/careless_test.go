@@ -177,7 +177,8 @@ func TestWithoutModule(t *testing.T) {
 	_, err2 := w.Semaphore("s", 2).Acquire(ctx, 1)
 	_, err3 := w.RLock(ctx, "k")
 	_, err4 := warden.Load(ctx, w, "c", time.Minute, func(context.Context) (string, error) { return "v", nil })
-	for i, err := range []error{err1, err2, err3, err4} {
+	err5 := w.RateLimiter("r", 10, time.Second).Wait(ctx)
+	for i, err := range []error{err1, err2, err3, err4, err5} {
 		if !errors.Is(err, warden.ErrNotLoaded) {
 			t.Errorf("call %d without the module: %v", i, err)
 		}

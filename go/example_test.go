@@ -88,6 +88,53 @@ func ExampleSemaphore_Acquire() {
 	// Output: permits: 1
 }
 
+func ExampleRateLimiter_Wait() {
+	opt, _ := redis.ParseURL(os.Getenv("REDIS_URL"))
+	rdb := redis.NewClient(opt)
+	defer rdb.Close()
+	w := warden.New(rdb)
+	defer w.Close()
+
+	// 10 calls a second to the partner's API from every process together,
+	// 20 at once after a quiet spell.
+	partner := w.RateLimiter("partner:api", 10, time.Second, warden.Burst(20))
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	err := partner.Wait(ctx) // queued on the server until the token conforms; the deadline is its WAIT
+	var limited *warden.RateLimitError
+	if errors.As(err, &limited) {
+		fmt.Println("not within 2 s; the token comes in", limited.RetryAfter) // answered at once
+		return
+	}
+	if err != nil {
+		fmt.Println(err) // ctx.Err() after a cancel (nothing taken), or the server's error
+		return
+	}
+	fmt.Println("calling the partner")
+	// Output: calling the partner
+}
+
+func ExampleRateLimiter_AllowN() {
+	opt, _ := redis.ParseURL(os.Getenv("REDIS_URL"))
+	rdb := redis.NewClient(opt)
+	defer rdb.Close()
+	w := warden.New(rdb)
+	defer w.Close()
+
+	logins := w.RateLimiter("login:ada", 5, time.Minute) // 5 a minute, 5 at once
+	for attempt := 1; attempt <= 6; attempt++ {
+		d, err := logins.AllowN(context.Background(), 1) // never waits
+		if err != nil {
+			fmt.Println(err)
+			return
+		}
+		if !d.Allowed { // 429 Too Many Requests, with Retry-After
+			fmt.Println("attempt", attempt, "refused; retry in", d.RetryAfter.Round(time.Second))
+		}
+	}
+	// Output: attempt 6 refused; retry in 12s
+}
+
 func ExampleLoad() {
 	opt, _ := redis.ParseURL(os.Getenv("REDIS_URL"))
 	rdb := redis.NewClient(opt)

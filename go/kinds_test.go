@@ -332,6 +332,14 @@ func TestIntegrationCluster(t *testing.T) {
 		if err != nil || v != key {
 			t.Fatal(v, err)
 		}
+		// A rate limiter's wait, on a waiter connection to the key's node.
+		l := w.RateLimiter("rate:"+key, 10, time.Second, warden.Burst(1))
+		dctx, cancel = context.WithTimeout(ctx, 10*time.Second)
+		err = errors.Join(l.Wait(dctx), l.Wait(dctx))
+		cancel()
+		if i, ierr := l.Info(ctx); err != nil || ierr != nil || i != nil && i.Waiters != 0 {
+			t.Fatal(key, err, ierr, i)
+		}
 	}
 	if len(seen) != 3 {
 		t.Fatalf("keys on %d nodes", len(seen))

@@ -1,7 +1,7 @@
 // Package warden is the Go client of warden, a Redis module with server-side
-// locks, read-write locks, semaphores and cache leases. It works on a go-redis
-// v9 client: standalone (*redis.Client), Sentinel (redis.NewFailoverClient)
-// or Cluster (*redis.ClusterClient).
+// locks, read-write locks, semaphores, rate limiters and cache leases. It
+// works on a go-redis v9 client: standalone (*redis.Client), Sentinel
+// (redis.NewFailoverClient) or Cluster (*redis.ClusterClient).
 //
 // Every call that may wait takes a context: its deadline becomes the
 // server's WAIT, and cancelling it takes the waiter out of the server's
@@ -316,7 +316,7 @@ func serverErr(err error) error {
 	}
 	msg := err.Error()
 	if strings.HasPrefix(msg, "ERR unknown command") {
-		for _, prefix := range []string{"'lock.", "'rwlock.", "'sem.", "'cache."} {
+		for _, prefix := range []string{"'lock.", "'rwlock.", "'sem.", "'rate.", "'cache."} {
 			if strings.Contains(strings.ToLower(msg), prefix) {
 				return fmt.Errorf("%w: %w", ErrNotLoaded, err)
 			}

@@ -55,6 +55,7 @@ pub const RATE_INVALID_PERIOD: &str =
     "ERR invalid period: expected an integer from 1 to 86400000 (ms)";
 pub const RATE_INVALID_BURST: &str = "ERR invalid BURST: expected an integer from 1 to 1000000000";
 pub const RATE_INVALID_COST: &str = "ERR invalid COST: expected an integer from 1 to the burst";
+pub const RATE_INVALID_REFUND: &str = "ERR invalid cost: expected an integer from 1 to 1000000000";
 /// A waiter whose limiter's rate changed (`RATE.CONFIG`, `RESTORE`) while it waited.
 pub const RATE_CHANGED: &str = "ERR the limiter's rate was changed while this request waited";
 // `GCRA`: the core proposal's texts, and warden's own narrower ranges.

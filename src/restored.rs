@@ -160,6 +160,7 @@ unsafe fn put_back(ctx: *mut raw::RedisModuleCtx, db: c_int, name: &[u8]) {
         let _ = crate::lock::commands::lock_in(&key);
         let _ = crate::rwlock::commands::rw_in(&key);
         let _ = crate::semaphore::commands::sem_in(&key);
+        let _ = crate::rate::commands::limiter_in(&key);
     }
     raw::RedisModule_FreeString.unwrap()(std::ptr::null_mut(), string);
 }

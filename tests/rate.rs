@@ -94,12 +94,17 @@ fn bad_input_is_refused_and_changes_nothing() {
             &["RATE.ACQUIRE", "k", "10"],
             "ERR wrong number of arguments",
         ),
-        (&["RATE.REFUND", "k", "0"], "ERR invalid COST"),
+        (&["RATE.REFUND", "k", "0"], "ERR invalid cost"),
+        (&["RATE.REFUND", "k", "1000000001"], "ERR invalid cost"),
         (&["RATE.REFUND", "k"], "ERR wrong number of arguments"),
         (&["RATE.CONFIG", "k", "10", "0"], "ERR invalid period"),
         (
             &["RATE.CONFIG", "k", "10", "1000", "BURST"],
-            "ERR wrong number of arguments",
+            "ERR syntax error",
+        ),
+        (
+            &["RATE.CONFIG", "k", "10", "1000", "BURST", "3", "BURST"],
+            "ERR syntax error",
         ),
         (
             &["RATE.CONFIG", "k", "10", "1000", "NOPE", "3"],
@@ -663,4 +668,255 @@ fn an_evicted_limiter_resumes_where_it_was() {
         "a limiter is no lock:\n{info}"
     );
     assert!(s.log().contains("a rate limiter was evicted"));
+}
+
+/// Changing the rate back and forth refills nothing: neither `RATE.CONFIG`
+/// alternating a burst of 1000 and 1, nor `GCRA` calls stating the two
+/// (each call sets the rate it states). 1000 per second: over the run at
+/// most the first burst plus what the elapsed time refills is admitted
+/// (d6a5208 admitted about 99,900 in 40 ms).
+#[test]
+fn flipping_the_rate_refills_nothing() {
+    let s = Server::start(&[]);
+    let mut c = s.conn();
+    type Flip = (
+        &'static str,
+        [&'static [&'static str]; 2],
+        &'static [&'static str],
+    );
+    let table: [Flip; 2] = [
+        (
+            "rate.config",
+            [
+                &["RATE.CONFIG", "r", "1000", "1000", "BURST", "1"],
+                &["RATE.CONFIG", "r", "1000", "1000", "BURST", "1000"],
+            ],
+            &[
+                "RATE.ACQUIRE",
+                "r",
+                "1000",
+                "1000",
+                "BURST",
+                "1000",
+                "COST",
+                "1000",
+            ],
+        ),
+        (
+            "gcra",
+            [
+                &["GCRA", "g", "0", "1000", "1"],
+                &["GCRA", "g", "999", "1000", "1"],
+            ],
+            &["GCRA", "g", "999", "1000", "1", "TOKENS", "1000"],
+        ),
+    ];
+    for (name, flips, take) in table {
+        let started = Instant::now();
+        let mut admitted = 0i64;
+        for _ in 0..300 {
+            for f in flips {
+                let v = run(&mut c, f).unwrap();
+                // A GCRA flip takes a token when it can: count it.
+                if name == "gcra" && decision(v)[0] == 0 {
+                    admitted += 1;
+                }
+            }
+            if decision(run(&mut c, take).unwrap())[0] == 0 {
+                admitted += 1000;
+            }
+        }
+        let elapsed = started.elapsed().as_millis() as i64;
+        let bound = 1000 + elapsed + 1;
+        assert!(
+            admitted <= bound,
+            "{name}: {admitted} admitted in {elapsed} ms, bound {bound}"
+        );
+    }
+}
+
+/// A RESTOREd limiter whose state is out of range (a `tat` far in the
+/// future, whose arithmetic would overflow) is refused, never admitted from.
+#[test]
+fn a_restored_state_out_of_range_is_refused() {
+    let s = Server::start(&[]);
+    let mut c = s.conn();
+    acquire(&mut c, &["k", "1", "86400000", "BURST", "2"]);
+    let dump: Vec<u8> = redis::cmd("DUMP").arg("k").query(&mut c).unwrap();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64;
+    // tat_ms: saved as a 64-bit length (0x81 and 8 bytes, big-endian).
+    let body = &dump[..dump.len() - 10];
+    let at = (0..body.len().saturating_sub(9))
+        .find(|&i| {
+            body[i] == 0x81 && {
+                let v = u64::from_be_bytes(body[i + 1..i + 9].try_into().unwrap()) as i64;
+                (now - 600_000..now + 86_400_000 + 600_000).contains(&v)
+            }
+        })
+        .expect("the tat in the payload");
+    for tat in [i64::MAX, 100_000_000_000_000_001, -1] {
+        let mut forged = body.to_vec();
+        forged[at + 1..at + 9].copy_from_slice(&(tat as u64).to_be_bytes());
+        let payload = resign(&dump, forged);
+        let r = redis::cmd("RESTORE")
+            .arg("forged")
+            .arg(0)
+            .arg(payload)
+            .query::<()>(&mut c);
+        assert!(r.is_err(), "tat {tat} restored");
+        assert!(is_nil(&mut c, &["RATE.INFO", "forged"]));
+    }
+    // The real payload still restores (the search found the right field).
+    let mut ok = body.to_vec();
+    ok[at + 1..at + 9].copy_from_slice(&((now + 1000) as u64).to_be_bytes());
+    redis::cmd("RESTORE")
+        .arg("fine")
+        .arg(0)
+        .arg(resign(&dump, ok))
+        .query::<()>(&mut c)
+        .unwrap();
+    assert_eq!(field_int(&map(&mut c, &["RATE.INFO", "fine"]), "count"), 1);
+}
+
+/// With `warden.sync-replicas`, a queued waiter whose grant the replicas do
+/// not acknowledge in time is answered busy as the command's own grant is
+/// (`[1, burst, 0, 0, 0]`), not nil, and takes nothing.
+#[test]
+fn with_sync_replicas_an_unacknowledged_waiter_is_answered_busy() {
+    let master = Server::start_tcp(&[
+        "--warden.sync-replicas",
+        "1",
+        "--warden.sync-timeout",
+        "200",
+    ]);
+    let mut m = master.conn();
+    let replica = Server::start_tcp(&[]);
+    replicate(&master, &replica);
+    run(&mut m, &["SET", "streaming", "1"]).unwrap();
+    sync_replicas(&mut m, 1);
+    // 10 per second, burst 1: taken now, the next token in 100 ms.
+    assert_eq!(acquire(&mut m, &["k", "10", "1000", "BURST", "1"])[0], 0);
+    replica.signal("STOP");
+    let d = acquire(&mut m, &["k", "10", "1000", "BURST", "1", "WAIT", "60000"]);
+    replica.signal("CONT");
+    assert_eq!(d, [1, 1, 0, 0, 0]);
+    assert_eq!(waiters(&mut m, "k"), 0);
+}
+
+/// `GCRA` asking for more than the burst never conforms; its reply shows
+/// the limiter as it is (what it owes, at the stated rate), and it changes
+/// nothing.
+#[test]
+fn gcra_over_the_burst_reports_the_limiter_as_it_is() {
+    let s = Server::start(&[]);
+    let mut c = s.conn();
+    acquire(&mut c, &["g", "10", "1000", "BURST", "10", "COST", "10"]);
+    let before: Vec<u8> = redis::cmd("DUMP").arg("g").query(&mut c).unwrap();
+    // max_burst 4: a burst of 5 at 10 per second, asking for 6.
+    let d = decision(run(&mut c, &["GCRA", "g", "4", "10", "1", "TOKENS", "6"]).unwrap());
+    assert_eq!(d[..4], [1, 5, 0, -1]);
+    assert!(d[4] >= 1, "owes 10 tokens: full in about a second, {d:?}");
+    let after: Vec<u8> = redis::cmd("DUMP").arg("g").query(&mut c).unwrap();
+    assert_eq!(before, after);
+}
+
+/// The queue on a timeline (docs/ratelimits.md): 5 per second, burst 1.
+/// A takes the token; B, C and D queue and are answered one interval apart,
+/// in order; E cannot conform before its 500 ms deadline and is answered at
+/// once; F queues and is killed, and G, queued behind it, takes the slot F
+/// left. `--nocapture` prints the times the page shows.
+#[test]
+fn the_queue_on_a_timeline() {
+    let s = Server::start(&[]);
+    let mut c = s.conn();
+    let t0 = Instant::now();
+    let rate = ["api", "5", "1000", "BURST", "1"];
+    let timed = |words: Vec<&'static str>| {
+        let mut conn = s.conn();
+        let id = int(&mut conn, &["CLIENT", "ID"]);
+        let handle = std::thread::spawn(move || {
+            let mut all = vec!["RATE.ACQUIRE", "api", "5", "1000", "BURST", "1"];
+            all.extend(words);
+            let reply = run(&mut conn, &all);
+            (reply, t0.elapsed().as_millis())
+        });
+        (id, handle)
+    };
+    let server_ms = |c: &mut Connection| -> i64 {
+        let (secs, micros): (i64, i64) = redis::cmd("TIME").query(c).unwrap();
+        secs * 1000 + micros / 1000
+    };
+    let before_a = server_ms(&mut c);
+    let a = acquire(&mut c, &rate);
+    println!("A      0 ms  {a:?}");
+    let mut queued = Vec::new();
+    for (n, name) in ["B", "C", "D"].into_iter().enumerate() {
+        queued.push((name, timed(vec!["WAIT", "5000"]).1));
+        wait_queued(&mut c, "RATE.INFO", "api", n as i64 + 1);
+    }
+    let (e, e_at) = timed(vec!["WAIT", "500"]).1.join().unwrap();
+    let e = decision(e.unwrap());
+    println!("E {e_at:>6} ms  {e:?}");
+    assert_eq!(e[0], 1, "E cannot conform before its deadline: limited");
+    assert!(e[3] > 500, "{e:?}");
+    let (f_id, f) = timed(vec!["WAIT", "5000"]);
+    wait_queued(&mut c, "RATE.INFO", "api", 4);
+    let (_, g) = timed(vec!["WAIT", "5000"]);
+    wait_queued(&mut c, "RATE.INFO", "api", 5);
+    run(&mut c, &["CLIENT", "KILL", "ID", &f_id.to_string()]).unwrap();
+    let killed_at = t0.elapsed().as_millis();
+    assert!(f.join().unwrap().0.is_err());
+    println!("F {killed_at:>6} ms  killed while it waited");
+    queued.push(("G", g));
+    let mut last = 0;
+    for (name, h) in queued {
+        let (reply, at) = h.join().unwrap();
+        let d = decision(reply.unwrap());
+        println!("{name} {at:>6} ms  {d:?}");
+        assert_eq!(d[0], 0, "{name} is granted");
+        assert!(at >= last, "{name} answered before the one ahead of it");
+        last = at;
+    }
+    // Five tokens in all (A, B, C, D, G): F took nothing. The bucket is
+    // full again five intervals (1000 ms) after A, on the server's clock;
+    // a sixth token would make it 1200.
+    let reset = field_int(&map(&mut c, &["RATE.INFO", "api"]), "reset_after");
+    let owed = server_ms(&mut c) + reset - before_a;
+    assert!(
+        (1000..1100).contains(&owed),
+        "full {owed} ms after A: F took a token"
+    );
+}
+
+/// A limiter `RESTORE`d with no ttl, or copied from one a `PERSIST`
+/// stripped, gets its expiry (when its bucket is full again) put back right
+/// after the command: an idle limiter never stays for ever.
+#[test]
+fn restored_and_copied_limiters_get_their_expiry_back() {
+    let s = Server::start(&[]);
+    let mut c = s.conn();
+    acquire(&mut c, &["k", "1", "600000", "BURST", "2"]);
+    let dump: Vec<u8> = redis::cmd("DUMP").arg("k").query(&mut c).unwrap();
+    redis::cmd("RESTORE")
+        .arg("restored")
+        .arg(0)
+        .arg(dump)
+        .query::<()>(&mut c)
+        .unwrap();
+    assert_eq!(int(&mut c, &["PERSIST", "k"]), 1);
+    assert_eq!(int(&mut c, &["COPY", "k", "copied"]), 1);
+    for key in ["restored", "copied"] {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let pttl = int(&mut c, &["PTTL", key]);
+            if (1..=600_000).contains(&pttl) {
+                break;
+            }
+            assert!(Instant::now() < deadline, "{key}: PTTL {pttl}");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
 }

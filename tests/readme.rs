@@ -713,12 +713,12 @@ fn bloom_page_examples_run() {
 
 #[test]
 fn python_page_examples_run() {
-    ran_at_least("docs/clients/python.md", &[("python", 5)]);
+    ran_at_least("docs/clients/python.md", &[("python", 6)]);
 }
 
 #[test]
 fn node_page_examples_run() {
-    ran_at_least("docs/clients/node.md", &[("node", 5)]);
+    ran_at_least("docs/clients/node.md", &[("node", 6)]);
 }
 
 #[test]

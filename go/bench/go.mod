@@ -4,6 +4,7 @@ go 1.26.0
 
 require (
 	github.com/bsm/redislock v0.10.0
+	github.com/go-redis/redis_rate/v10 v10.0.1
 	github.com/go-redsync/redsync/v4 v4.17.0
 	github.com/redis/go-redis/v9 v9.23.0
 	github.com/warden-redis/warden/go v0.0.0

@@ -6,7 +6,8 @@
 //
 // WARDEN_MODULE: the module (required); WARDEN_SERVER: the server (default redis-server). Workers
 // are child processes of this binary, started with "worker" or "uncontended" as the first
-// argument.
+// argument. "rate" as the first argument: make bench SECTION=rate's Go driver (rate.go), run by
+// bench/rate.py.
 package main
 
 import (
@@ -41,6 +42,8 @@ func main() {
 			err = runWorker(os.Args[2:])
 		case "uncontended":
 			err = runUncontended(os.Args[2:])
+		case "rate":
+			err = runRate(os.Args[2:])
 		default:
 			err = harness(os.Args[1:])
 		}

@@ -60,6 +60,47 @@ export class SemaphoreLimitError extends ReplyError {
   }
 }
 
+/** A limiter's rate: tokens every `period` ms, at most `burst` at once. */
+export interface StatedRate {
+  count: number;
+  period: number;
+  burst: number;
+}
+
+/** A rate limiter request stated another rate than the limiter's
+ * (`ERR limiter rate is 10 per 1000 ms burst 10, not 5 per 1000 ms burst
+ * 5`): nothing was taken. `RateLimiter.setRate()` changes the rate on
+ * purpose. */
+export class RateMismatchError extends ReplyError {
+  override name = "RateMismatchError";
+  constructor(
+    message: string,
+    /** The limiter's rate on the server. */
+    readonly rate: StatedRate,
+    /** The rate the request stated. */
+    readonly requested: StatedRate,
+  ) {
+    super(message);
+  }
+
+  /** The server's refusal of another rate as a `RateMismatchError`; any
+   * other error as it was. */
+  static from(error: unknown): unknown {
+    if (!(error instanceof ReplyError)) return error;
+    const m =
+      /^ERR limiter rate is (\d+) per (\d+) ms burst (\d+), not (\d+) per (\d+) ms burst (\d+)/.exec(
+        error.message,
+      );
+    if (m === null) return error;
+    const [count, period, burst, askedCount, askedPeriod, askedBurst] = m.slice(1).map(Number);
+    return new RateMismatchError(
+      error.message,
+      { count: count as number, period: period as number, burst: burst as number },
+      { count: askedCount as number, period: askedPeriod as number, burst: askedBurst as number },
+    );
+  }
+}
+
 /** The connection a command was on failed or timed out before its reply. */
 export class ConnectionError extends WardenError {
   override name = "ConnectionError";

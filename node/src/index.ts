@@ -7,6 +7,14 @@ export {
   type SemaphoreInfo,
 } from "./semaphore.js";
 export {
+  RateLimiter,
+  type Rate,
+  type RateAcquireOptions,
+  type RateDecision,
+  type RateInfo,
+  type RateLimiterOptions,
+} from "./rate.js";
+export {
   Cache,
   jsonSerializer,
   type Cached,
@@ -20,8 +28,10 @@ export {
   ConnectionError,
   LockBusyError,
   LockLostError,
+  RateMismatchError,
   ReplyError,
   SemaphoreLimitError,
   WardenError,
+  type StatedRate,
 } from "./errors.js";
 export type { Client } from "./transport.js";

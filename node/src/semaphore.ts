@@ -18,6 +18,7 @@ import {
   handOver,
   runHolding,
 } from "./lock.js";
+import { replyFields } from "./transport.js";
 
 const SEMAPHORE: LockKind = {
   acquire: "SEM.ACQUIRE",
@@ -133,17 +134,8 @@ export class Semaphore {
 
   /** The semaphore's state (`SEM.INFO`), or null if it does not exist. */
   async info(): Promise<SemaphoreInfo | null> {
-    const reply = await this.connections.run(this.key, ["SEM.INFO", this.key]);
-    if (reply === null || reply === undefined) return null;
-    const fields = new Map<string, number>();
-    if (Array.isArray(reply)) {
-      for (let i = 0; i + 1 < reply.length; i += 2) {
-        fields.set(String(reply[i]), Number(reply[i + 1]));
-      }
-    } else {
-      const entries = reply instanceof Map ? reply.entries() : Object.entries(reply as object);
-      for (const [name, value] of entries) fields.set(String(name), Number(value));
-    }
+    const fields = replyFields(await this.connections.run(this.key, ["SEM.INFO", this.key]));
+    if (fields === null) return null;
     const field = (name: string) => fields.get(name) ?? 0;
     return {
       limit: field("limit"),

@@ -57,7 +57,7 @@ function fail(error: unknown): never {
   // ioredis: ReplyError; node-redis: ErrorReply (and its subclasses).
   if (e?.name === "ReplyError" || e?.name === "ErrorReply" || isReplyText(message)) {
     // The first command of a server without the module: say what to check.
-    if (/^ERR unknown command '(LOCK|RWLOCK|SEM|CACHE|BF)\./i.test(message)) {
+    if (/^ERR unknown command '(LOCK|RWLOCK|SEM|CACHE|RATE|BF)\./i.test(message)) {
       throw new ReplyError(`${message} (is the warden module loaded? MODULE LIST shows it)`);
     }
     throw new ReplyError(message);
@@ -69,6 +69,22 @@ function isReplyText(message: string): boolean {
   return /^(ERR|WRONGTYPE|READONLY|OOM|MOVED|ASK|NOSCRIPT|NOPERM|UNBLOCKED|CLUSTERDOWN|TRYAGAIN|LOADING|BUSY|NOAUTH) /.test(
     message,
   );
+}
+
+/** The fields of an `*.INFO` reply (a flat array under RESP2, a map under
+ * RESP3) as numbers by name; null for a nil reply (no such key). */
+export function replyFields(reply: unknown): Map<string, number> | null {
+  if (reply === null || reply === undefined) return null;
+  const fields = new Map<string, number>();
+  if (Array.isArray(reply)) {
+    for (let i = 0; i + 1 < reply.length; i += 2) {
+      fields.set(String(reply[i]), Number(reply[i + 1]));
+    }
+  } else {
+    const entries = reply instanceof Map ? reply.entries() : Object.entries(reply as object);
+    for (const [name, value] of entries) fields.set(String(name), Number(value));
+  }
+  return fields;
 }
 
 export function isRedirect(error: unknown): boolean {

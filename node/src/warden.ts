@@ -12,6 +12,7 @@ import {
   acquireOrThrow,
   runHolding,
 } from "./lock.js";
+import { RateLimiter, type RateLimiterOptions } from "./rate.js";
 import { Semaphore } from "./semaphore.js";
 import { type Client, transportFor } from "./transport.js";
 
@@ -88,6 +89,14 @@ export class Warden implements AsyncDisposable {
    * semaphore exists (`SemaphoreLimitError`): `setLimit()` changes it. */
   semaphore(key: string, limit: number): Semaphore {
     return new Semaphore(this.connections, key, limit, this.defaults);
+  }
+
+  /** The rate limiter `key` (`RATE.*`): `count` tokens every `period` ms, at
+   * most `burst` (default `count`) at once. Every request states the rate;
+   * the server refuses another one while the limiter exists
+   * (`RateMismatchError`): `setRate()` changes it. */
+  rateLimiter(key: string, options: RateLimiterOptions): RateLimiter {
+    return new RateLimiter(this.connections, key, options);
   }
 
   /** A cache on warden's leases (`CACHE.*`). */

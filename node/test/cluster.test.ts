@@ -119,5 +119,25 @@ for (const kind of KINDS) {
         await app.close();
       }
     });
+
+    test("rate limiters wait in the queue of each key's master", async () => {
+      const app = await kind.open();
+      const warden = new Warden(app.client);
+      try {
+        const keys = ["a", "b", "c", "d", "e", "f"].map((k) => `${kind.name}:rate:${k}`);
+        await Promise.all(
+          keys.map(async (key) => {
+            const limiter = warden.rateLimiter(key, { count: 10, period: 1000, burst: 1 });
+            assert.ok((await limiter.acquire()).allowed);
+            assert.ok((await limiter.acquire(1, { wait: 5000 })).allowed, "waited ~100 ms");
+            assert.notEqual(await (await owner(key)).call("RATE.INFO", key), null);
+            assert.equal(await limiter.refund(1), true);
+          }),
+        );
+      } finally {
+        await warden.close();
+        await app.close();
+      }
+    });
   });
 }

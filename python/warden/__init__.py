@@ -1,11 +1,12 @@
-"""warden for redis-py: server-side locks, read-write locks, semaphores and
-cache leases.
+"""warden for redis-py: server-side locks, read-write locks, semaphores,
+cache leases and rate limiters.
 
 ``warden.Lock`` is a drop-in for ``redis.lock.Lock``
 (``r.lock(name, lock_class=warden.Lock)``); ``warden.Semaphore`` lets at
 most N holders in at once; ``warden.Cache`` loads each missing value once
-however many callers ask. ``warden.asyncio`` has the same names for
-``redis.asyncio`` clients.
+however many callers ask; ``warden.RateLimiter`` admits ``count`` per
+``period``, its waiters queued in the server. ``warden.asyncio`` has the same
+names for ``redis.asyncio`` clients.
 """
 
 from importlib.metadata import PackageNotFoundError, version
@@ -13,8 +14,10 @@ from importlib.metadata import PackageNotFoundError, version
 from redis.exceptions import LockError, LockNotOwnedError
 
 from ._core import BytesSerializer, CacheWaitTimeout, JsonSerializer, Serializer, TextSerializer
+from ._rate import RateDecision, RateInfo
 from .cache import Cache
 from .lock import Lock, ReadLock, ReadWriteLock, WriteLock
+from .rate import RateLimiter
 from .semaphore import Semaphore
 
 try:
@@ -31,6 +34,9 @@ __all__ = [
     "Lock",
     "LockError",
     "LockNotOwnedError",
+    "RateDecision",
+    "RateInfo",
+    "RateLimiter",
     "ReadLock",
     "ReadWriteLock",
     "Semaphore",

@@ -52,6 +52,11 @@ from ._core import (
     reply_due,
 )
 
+#: What a request that gave up hands a reply it will not deliver: the reply
+#: (an acquire's grant, or a refusal, to give back or not), or None when the
+#: connection was closed unanswered (a grant may have crossed the close).
+Lost = Callable[[Any], None]
+
 
 class Slots:
     """At most ``max_connections`` of warden's requests at once on one pool,
@@ -256,7 +261,7 @@ def try_call(
     key: str,
     args: list[Any],
     deadline: Optional[Deadline],
-    late: Callable[[Optional[int]], None],
+    late: Lost,
     got: list[Any],
 ) -> None:
     """Send ``args`` (an acquire that does not wait) and read its reply into
@@ -311,13 +316,13 @@ def try_call(
 LATE_REPLY_SECONDS = 30.0
 
 
-def _read_late(pinned: Pinned, late: Callable[[Optional[int]], None]) -> None:
+def _read_late(pinned: Pinned, late: Lost) -> None:
     connection = pinned.connection
     try:
         if connection.can_read(timeout=LATE_REPLY_SECONDS):
             reply = connection.read_response()
             if reply is not None:
-                late(int(reply))
+                late(reply)
             return
         pinned.broken = True
     except ResponseError:
@@ -335,7 +340,7 @@ def blocking_call(
     args: list[Any],
     deadline: Deadline,
     extra: list[Any],
-    lost: Callable[[Optional[int]], None],
+    lost: Lost,
     got: list[Any],
 ) -> None:
     """Send ``args`` with ``WAIT`` (what is left of ``deadline`` less a margin,
@@ -452,7 +457,7 @@ def _abort(
     key: str,
     pinned: Pinned,
     client_id: Optional[int],
-    lost: Callable[[Optional[int]], None],
+    lost: Lost,
 ) -> bool:
     """Take a parked waiter out of the server's queue: True once its reply was
     read (a grant given back, the connection kept); False: it is still
@@ -477,6 +482,6 @@ def _abort(
         except Exception:
             return False
         if reply is not None:
-            lost(int(reply))
+            lost(reply)
         return True
     return False

@@ -338,8 +338,9 @@ def hinted(error: ResponseError) -> ResponseError:
     """``error``, told that warden is not loaded when the server does not
     know a warden command."""
     message = str(error)
+    prefixes = ("LOCK.", "RWLOCK.", "SEM.", "CACHE.", "RATE.")
     if message.startswith("unknown command") and any(
-        f"'{prefix}" in message.upper() for prefix in ("LOCK.", "RWLOCK.", "SEM.", "CACHE.")
+        f"'{prefix}" in message.upper() for prefix in prefixes
     ):
         return type(error)(
             f"{message} (is the warden module loaded? loadmodule /path/to/libwarden.so)"

@@ -32,7 +32,7 @@ from typing import Any, Callable, Literal, Optional, TypeVar
 from redis.exceptions import LockError, LockNotOwnedError, ResponseError
 
 from . import _core
-from ._connection import DeadlinePassed, blocking_call, call, try_call
+from ._connection import DeadlinePassed, Lost, blocking_call, call, try_call
 from ._core import LockCommands, Number, lock_error
 
 logger = logging.getLogger(__name__)
@@ -271,7 +271,7 @@ class Holder:
             self.blocking_timeout if blocking_timeout is None else blocking_timeout,
         )
 
-        def lost(reply: Optional[int]) -> None:
+        def lost(reply: Any) -> None:
             if reply is not None or may_hold(True):
                 self._give_back(owner)
 
@@ -356,7 +356,7 @@ class Holder:
         owner: bytes,
         may_hold: Callable[[bool], bool],
         deadline: Optional[_core.Deadline],
-        lost: Callable[[Optional[int]], None],
+        lost: Lost,
         got: list[Any],
     ) -> None:
         """Send an acquire that does not wait and read its reply (a fencing

@@ -42,7 +42,7 @@ fn err(text: &'static str) -> RedisError {
 
 /// The limiter in `key`. Its key expires when the bucket is full again;
 /// an expiry removed (`PERSIST`) or moved past that is put back.
-fn limiter_in(key: &Key) -> Result<Option<&mut Limiter>, RedisError> {
+pub fn limiter_in(key: &Key) -> Result<Option<&mut Limiter>, RedisError> {
     let l = key.value::<Limiter>(&RATE_TYPE).map_err(err)?;
     if let Some(l) = l.as_ref() {
         let full = l.full_at_ms();
@@ -396,10 +396,19 @@ pub fn gcra(ctx: &Context, args: &[Arg]) -> RedisResult {
     if tokens > rate.burst {
         // Never conforms: the proposal answers a retry-after of -1.
         let now = now_ms();
-        let (remaining, reset) = match limiter_in(&key)? {
-            Some(l) if l.rate == rate => l.peek(now, grace::lost_until()),
-            _ => Limiter::new(rate).peek(now, grace::lost_until()),
+        // What the limiter would hold at the stated rate (it keeps what it
+        // owes), without changing it: this request takes nothing.
+        let stated = match limiter_in(&key)? {
+            Some(l) => {
+                let mut l = l.clone();
+                if l.rate != rate {
+                    l.reconfigure(now, rate);
+                }
+                l
+            }
+            None => fresh(ctx, name, rate),
         };
+        let (remaining, reset) = stated.peek(now, grace::lost_until());
         stats::RATE_LIMITED.add(1);
         return Ok(integers(in_seconds([
             1,
@@ -432,6 +441,10 @@ pub fn gcra_wanted(ctx: &Context, requested: bool) -> bool {
     };
     if served {
         ctx.log_notice("GCRA not registered: the server has its own");
+    } else {
+        ctx.log_notice(
+            "GCRA registered (the server has none; module argument gcra-command no leaves it out)",
+        );
     }
     !served
 }
@@ -451,7 +464,7 @@ pub fn refund(ctx: &Context, args: &[Arg]) -> RedisResult {
     if args.len() != 3 {
         return Err(RedisError::WrongArity);
     }
-    let cost = args::burst(&args[2]).map_err(|_| err(error::RATE_INVALID_COST))?;
+    let cost = args::burst(&args[2]).map_err(|_| err(error::RATE_INVALID_REFUND))?;
     refuse_on_replica(ctx)?;
     let name = &args[1];
     let key = Key::write(ctx, name);
@@ -473,10 +486,11 @@ pub fn refund(ctx: &Context, args: &[Arg]) -> RedisResult {
 /// `RATE.CONFIG key count period [BURST burst]`
 pub fn config(ctx: &Context, args: &[Arg]) -> RedisResult {
     let burst = match args.len() {
+        0..=3 => return Err(RedisError::WrongArity),
         4 => None,
         6 if args::is_keyword(&args[4], "BURST") => Some(args::burst(&args[5]).map_err(err)?),
-        6 => return Err(err(error::SYNTAX)),
-        _ => return Err(RedisError::WrongArity),
+        // An option without its value, twice, or unknown.
+        _ => return Err(err(error::SYNTAX)),
     };
     let (count, period_ms) = args::rate_numbers(&args[2], &args[3]).map_err(err)?;
     let rate = Rate {

@@ -11,6 +11,7 @@ use redis_module::raw;
 use crate::datatypes::{boxed, emit_aof, note_unlink_of, release_value, Tracked};
 use crate::guard;
 use crate::rate::state::{Limiter, Rate};
+use crate::restored;
 use crate::stats;
 
 impl Tracked for Limiter {
@@ -84,7 +85,14 @@ unsafe fn load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> Option<Limiter> {
 
 unsafe extern "C" fn rate_rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *mut c_void {
     guard::callback(std::ptr::null_mut(), || match load(rdb, encver) {
-        Some(l) => boxed(l),
+        Some(l) => {
+            // A `RESTORE` sets the ttl it was given (0: none), not the time
+            // the bucket is full again: put back right after the command.
+            if !restored::loading() {
+                restored::note_loaded(rdb);
+            }
+            boxed(l)
+        }
         None => std::ptr::null_mut(),
     })
 }
@@ -124,8 +132,10 @@ unsafe extern "C" fn rate_unlink(ctx: *mut raw::RedisModuleKeyOptCtx, value: *co
 }
 
 unsafe extern "C" fn rate_copy(
-    _ctx: *mut raw::RedisModuleKeyOptCtx,
+    ctx: *mut raw::RedisModuleKeyOptCtx,
     value: *const c_void,
 ) -> *mut c_void {
+    // The copy's expiry is its source's, which a `PERSIST` may have removed.
+    restored::note_copied(ctx);
     boxed((*value.cast::<Limiter>()).clone())
 }

@@ -17,6 +17,13 @@
 
 use crate::args::{RateRequest, MAX_BURST, MAX_PERIOD_MS, MAX_PER_MS};
 
+/// The latest `tat` a limiter can have, in unix ms (about the year
+/// 5,000,000): now plus the most a limiter can owe (`MAX_BURST` tokens of a
+/// rate of 1 per day is about 8.6 × 10^16 ms) fits well below it. A state
+/// from outside (`RESTORE`, an RDB, a replicated effect) beyond it is
+/// refused, so that no arithmetic on it overflows.
+pub const MAX_TAT_MS: i64 = 100_000_000_000_000_000;
+
 /// A rate: `count` tokens per `period_ms`, at most `burst` at once.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Rate {
@@ -200,16 +207,23 @@ impl Limiter {
         true
     }
 
-    /// Moves to a new rate, keeping the tokens owed (rounded so that the
-    /// new state is never more permissive), at most a whole new burst.
+    /// Moves to a new rate, keeping the tokens owed, all of them (rounded
+    /// up, so that the new state is never more permissive).
+    ///
+    /// Invariant: no sequence of rate changes refills anything. The debt is
+    /// not capped at the new burst: a limiter that owed 1000 tokens and
+    /// moves to a burst of 1 still owes 1000, so that moving back to a
+    /// burst of 1000 (or `GCRA` calls that alternate two bursts) admits
+    /// nothing early. At most `MAX_BURST` tokens can be owed (a request
+    /// takes at most a burst), which bounds the arithmetic.
     pub fn reconfigure(&mut self, now_ms: i64, rate: Rate) {
         let old = self.rate;
-        let owed = (self.tat - old.units(now_ms)).max(0);
+        let most = i128::from(MAX_BURST) * old.interval();
+        let owed = (self.tat - old.units(now_ms)).clamp(0, most);
         // owed / old.period tokens, each new.period new units: rounded up.
         let num = owed * rate.interval();
         let den = old.interval();
-        let mut debt = (num + den - 1) / den;
-        debt = debt.min(rate.tolerance());
+        let debt = (num + den - 1) / den;
         self.rate = rate;
         self.tat = rate.units(now_ms) + debt;
     }
@@ -230,7 +244,7 @@ impl Limiter {
 
     /// A limiter from its rate and `tat` parts, if they are in range.
     pub fn from_parts(rate: Rate, tat_ms: i64, tat_rem: u64) -> Option<Self> {
-        if !rate.valid() || tat_rem >= rate.count || tat_ms < 0 {
+        if !rate.valid() || tat_rem >= rate.count || !(0..=MAX_TAT_MS).contains(&tat_ms) {
             return None;
         }
         Some(Self {
@@ -385,7 +399,47 @@ mod tests {
         assert_eq!(l.peek(T0, None).0, 10);
         l.reconfigure(T0, rate(1, 1000, 4));
         assert_eq!(l.peek(T0, None).0, 0);
-        assert_eq!(l.peek(T0, None).1, 4000);
+        // All 10 still owed, at the new rate: 10 s until full.
+        assert_eq!(l.peek(T0, None).1, 10_000);
+    }
+
+    /// Alternating bursts (RATE.CONFIG back and forth, or GCRA calls that
+    /// state two rates) refills nothing: over a second of flips at a
+    /// thousand per second, burst 1000, no more than 1000 + 1000 admitted.
+    #[test]
+    fn flipping_the_burst_admits_nothing_extra() {
+        let big = rate(1000, 1000, 1000);
+        let small = rate(1000, 1000, 1);
+        let mut l = Limiter::new(big);
+        let mut admitted = 0u64;
+        for ms in 0..1000 {
+            for r in [big, small, big] {
+                if l.rate != r {
+                    l.reconfigure(T0 + ms, r);
+                }
+                let cost = if r.burst > 1 { 1000 } else { 1 };
+                if !l.decide(T0 + ms, None, cost).limited {
+                    admitted += cost;
+                }
+            }
+        }
+        assert!(admitted <= 2000, "{admitted} admitted in 1 s");
+    }
+
+    /// A state from outside at the extremes: no overflow, never looser.
+    #[test]
+    fn extreme_states_stay_in_range() {
+        let slow = rate(1, MAX_PERIOD_MS, MAX_BURST);
+        let fast = rate(MAX_PER_MS * MAX_PERIOD_MS, MAX_PERIOD_MS, MAX_BURST);
+        assert_eq!(Limiter::from_parts(slow, MAX_TAT_MS + 1, 0), None);
+        assert_eq!(Limiter::from_parts(slow, -1, 0), None);
+        for (from, to) in [(slow, fast), (fast, slow), (slow, slow), (fast, fast)] {
+            let mut l = Limiter::from_parts(from, MAX_TAT_MS, 0).unwrap();
+            l.reconfigure(T0, to);
+            assert!(l.decide(T0, None, 1).limited);
+            assert_eq!(l.peek(T0, None).0, 0);
+            assert!(l.full_at_ms() > T0);
+        }
     }
 
     #[test]

@@ -711,13 +711,25 @@ fn deliver(ctx: Ctx, waiter: Waiter, answer: Answer) {
     let waits = grant.is_some()
         && matches!(answer, Answer::Integer(_) | Answer::Decision { .. })
         && acks::required();
-    let in_flight = Box::into_raw(Box::new(InFlight { answer, grant }));
     if waits {
-        let otherwise = waiter.kind.timed_out();
+        // Not acknowledged in time: a limiter's grant is answered busy
+        // (limited, nothing taken), as the command's own grant is; the
+        // other kinds' busy answer is their nil.
+        let otherwise = match &answer {
+            Answer::Decision { words, .. } => Answer::Decision {
+                grant: None,
+                words: [1, words[1], 0, 0, 0],
+            },
+            _ => waiter.kind.timed_out(),
+        };
+        let in_flight = Box::into_raw(Box::new(InFlight { answer, grant }));
         held::hold(ctx, waiter.handle, in_flight, otherwise, waiter.deadline_ms);
         return;
     }
-    unblock(waiter.handle, in_flight);
+    unblock(
+        waiter.handle,
+        Box::into_raw(Box::new(InFlight { answer, grant })),
+    );
 }
 
 /// Hands a decided answer to Redis, which writes it in this turn's beforeSleep.

@@ -50,7 +50,7 @@ fn names_warden_command(message: &str) -> bool {
         .strip_prefix("unknown command '")
         .map(str::to_ascii_uppercase)
         .is_some_and(|name| {
-            ["LOCK.", "RWLOCK.", "SEM.", "CACHE.", "BF."]
+            ["LOCK.", "RWLOCK.", "SEM.", "RATE.", "CACHE.", "BF."]
                 .iter()
                 .any(|prefix| name.starts_with(prefix))
         })

@@ -98,6 +98,7 @@ mod hold;
 mod lease;
 mod lock;
 mod owner;
+mod rate;
 mod redlock;
 mod semaphore;
 
@@ -109,6 +110,7 @@ use redis::{Cmd, FromRedisValue};
 pub use cache::Cache;
 pub use error::{Error, LoaderError, Result};
 pub use lock::{LockGuard, LockKind, LockRequest, Release};
+pub use rate::{RateDecision, RateInfo, RateLimiter};
 pub use redlock::{Redlock, RedlockGuard};
 pub use semaphore::{Semaphore, SemaphoreGuard, SemaphoreInfo};
 
@@ -293,6 +295,16 @@ impl Warden {
     /// A semaphore on `key` with room for `limit` permits at once (`SEM.*`).
     pub fn semaphore(&self, key: impl Into<String>, limit: u32) -> Semaphore {
         Semaphore::new(self.clone(), key.into(), limit)
+    }
+
+    /// A rate limiter on `key`: `count` tokens every `period` (`RATE.*`).
+    pub fn rate_limiter(
+        &self,
+        key: impl Into<String>,
+        count: u64,
+        period: Duration,
+    ) -> RateLimiter {
+        RateLimiter::new(self.clone(), key.into(), count, period)
     }
 
     /// Cache reads through `CACHE.GET` leases, with default options.

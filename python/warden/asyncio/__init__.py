@@ -9,8 +9,10 @@ from .._core import (
     Serializer,
     TextSerializer,
 )
+from .._rate import RateDecision, RateInfo
 from .cache import Cache
 from .lock import Lock, ReadLock, ReadWriteLock, WriteLock
+from .rate import RateLimiter
 from .semaphore import Semaphore
 
 __all__ = [
@@ -21,6 +23,9 @@ __all__ = [
     "Lock",
     "LockError",
     "LockNotOwnedError",
+    "RateDecision",
+    "RateInfo",
+    "RateLimiter",
     "ReadLock",
     "ReadWriteLock",
     "Semaphore",

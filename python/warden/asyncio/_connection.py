@@ -293,7 +293,8 @@ async def call(
     raise AssertionError("unreachable")
 
 
-Lost = Callable[[Optional[int]], Awaitable[None]]
+# As ``warden._connection.Lost``: a reply the caller will not get, or None.
+Lost = Callable[[Any], Awaitable[None]]
 
 
 async def try_call(client: Any, key: str, args: list[Any], deadline: Deadline, late: Lost) -> Any:
@@ -356,7 +357,7 @@ async def _read_late(pinned: Pinned, reading: asyncio.Future[Any], late: Lost) -
             if error is None:
                 reply = reading.result()
                 if reply is not None:
-                    await late(int(reply))
+                    await late(reply)
                 return
             if isinstance(error, ResponseError):
                 return  # refused: nothing held
@@ -441,7 +442,7 @@ async def blocking_call(
                     pass
             raise
         if reply is not None and deadline.passed():
-            await lost(int(reply))  # the caller has given up: never a late grant
+            await lost(reply)  # the caller has given up: never a late grant
             reply = None
         return reply
     finally:
@@ -455,7 +456,7 @@ async def blocking_call(
             except BaseException:
                 # Cancelled after the reply was read: the caller never sees it.
                 if not unanswered and reply is not None:
-                    in_background(lost(int(reply)))
+                    in_background(lost(reply))
                 raise
 
 
@@ -491,7 +492,7 @@ async def _abort(
                 answered = True
                 reply = reading.result()
                 if reply is not None:
-                    await lost(int(reply))
+                    await lost(reply)
             else:
                 answered = isinstance(error, ResponseError)  # refused: nothing held
     finally:

@@ -255,7 +255,7 @@ class Holder:
             self.blocking_timeout if blocking_timeout is None else blocking_timeout,
         )
 
-        async def lost(reply: Optional[int]) -> None:
+        async def lost(reply: Any) -> None:
             if reply is not None or may_hold(True):
                 await self._give_back(owner)
 
