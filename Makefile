@@ -544,17 +544,22 @@ failover-demo: build $(SERVER_DEPS)
 # The history checkers through FAILOVERS Sentinel failovers (make test runs 2);
 # the one with warden.sync-replicas 1 (locks, a read-write lock and a semaphore)
 # through SYNC_FAILOVERS failovers and RESTARTS kill -9 restarts of the master
-# from its AOF (make test: 2 and 2); and lock unavailability after a failover
-# against grace (0, 2, 4, 8 s). HISTORY: the tests to run (cargo test filters),
-# e.g. HISTORY=sync for the two sync-replicas histories alone.
+# from its AOF (make test: 2 and 2), and through FULL_SYNC_FAILOVERS failovers
+# that each but the first promote a replica back through a full sync, in a
+# half-done grace auto rollout or under a write pause (make test: 3); and lock
+# unavailability after a failover against grace (0, 2, 4, 8 s). HISTORY: the
+# tests to run (cargo test filters), e.g. HISTORY=sync for the sync-replicas
+# histories alone.
 FAILOVERS ?= 8
 SYNC_FAILOVERS ?= 50
+FULL_SYNC_FAILOVERS ?= 21
 RESTARTS ?= 20
 HISTORY ?= history unavailability
 failover-history: deps venv $(SERVER_DEPS)
 	cargo test --release --test failover --no-run
 	WARDEN_SERVER=$(SERVER_BIN) WARDEN_MODULE=$(CURDIR)/$(TEST_MODULE) WARDEN_HISTORY_FAILOVERS=$(FAILOVERS) \
 		WARDEN_SYNC_HISTORY_FAILOVERS=$(SYNC_FAILOVERS) WARDEN_HISTORY_RESTARTS=$(RESTARTS) \
+		WARDEN_FULL_SYNC_FAILOVERS=$(FULL_SYNC_FAILOVERS) \
 		cargo test --release --test failover -- --include-ignored --nocapture --test-threads=1 $(HISTORY)
 
 # Coverage-guided fuzzing of the Bloom codecs (warden's and RedisBloom's) and the argument parsers

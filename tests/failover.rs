@@ -715,6 +715,7 @@ struct Group {
     servers: Vec<Server>,
     sentinels: Vec<Sentinel>,
     config: Vec<String>,
+    max_lease_ms: i64,
 }
 
 const NAME: &str = "locks";
@@ -772,6 +773,7 @@ impl Group {
             servers,
             sentinels,
             config,
+            max_lease_ms,
         }
     }
 
@@ -900,9 +902,15 @@ impl Group {
 
     /// Brings the old master back as a replica of the new one.
     fn rejoin(&mut self, old: usize, new: usize) {
+        self.rejoin_with(old, new, &[]);
+    }
+
+    /// [`Self::rejoin`] with `more` arguments (kept for its later restarts).
+    fn rejoin_with(&mut self, old: usize, new: usize, more: &[&str]) {
         let port = self.servers[new].port.unwrap().to_string();
         let mut extra: Vec<&str> = vec!["--replicaof", "127.0.0.1", &port];
         extra.extend(self.config.iter().map(String::as_str));
+        extra.extend_from_slice(more);
         self.servers[old].start_again_with(&extra);
         let mut c = self.servers[old].conn();
         wait_for(
@@ -913,6 +921,122 @@ impl Group {
                 info.contains("master_link_status:up")
             },
         );
+    }
+}
+
+/// Stops `replica` and cuts its link on `master` alone: the master's next
+/// writes never reach it, and its other replica goes on acknowledging grants.
+fn cut_replica(master: &Server, replica: &Server) {
+    let list: String = redis::cmd("CLIENT")
+        .arg("LIST")
+        .arg("TYPE")
+        .arg("master")
+        .query(&mut replica.conn())
+        .unwrap();
+    let addr = list
+        .split_whitespace()
+        .find_map(|f| f.strip_prefix("laddr="))
+        .expect("a link to the master")
+        .to_string();
+    replica.signal("STOP");
+    let killed = int(&mut master.conn(), &["CLIENT", "KILL", "ADDR", &addr]);
+    assert_eq!(killed, 1, "the replica's link");
+}
+
+fn link_up(s: &Server) -> bool {
+    let info: String = redis::cmd("INFO")
+        .arg("replication")
+        .query(&mut s.conn())
+        .unwrap();
+    info.contains("master_link_status:up")
+}
+
+impl Group {
+    /// Readies a round in which the replica to be promoted missed a roster
+    /// change and came back through a full sync (docs/replication.md): the
+    /// just promoted `master` granted with its other replica alone; that
+    /// one stops, the old master `old` rejoins (a second member, whose
+    /// marker the stopped one never reads), the master writes past its
+    /// backlog, and the stopped one comes back through a full sync while
+    /// the master is on a fixed grace (`rollout`: a rollout that reached the
+    /// replicas first) or has writes paused as the sync's fork ends.
+    /// `replica-priority` (100 against the rejoined `old`'s 200) steers
+    /// Sentinel to promote it next. Returns it.
+    fn stage_full_sync(&mut self, master: usize, old: usize, rollout: bool) -> usize {
+        let other = (0..3).find(|&i| i != master && i != old).unwrap();
+        let mut m = self.servers[master].conn();
+        cut_replica(&self.servers[master], &self.servers[other]);
+        let cut_at = info_int(&mut m, "replication", "master_repl_offset");
+        self.rejoin_with(old, master, &["--replica-priority", "200"]);
+        // A grant asked for once the old master is online, taken back: the
+        // roster grew to two under a marker the stopped replica must
+        // acknowledge first (past `sync-timeout`: none asked before).
+        std::thread::sleep(Duration::from_millis(300));
+        let taken_back = warden_stat(&mut m, "sync_timeouts");
+        wait_for(
+            "a grant waiting for the new roster",
+            Duration::from_secs(30),
+            || warden_stat(&mut m, "sync_timeouts") > taken_back,
+        );
+        let filler = "x".repeat(64 << 10);
+        let mut i = 0;
+        // Redis 7 trims a shared backlog a little at a time.
+        wait_for(
+            "the backlog past the stopped replica",
+            Duration::from_secs(30),
+            || {
+                i += 1;
+                run(&mut m, &["SET", &format!("filler{}", i % 8), &filler]).unwrap();
+                info_int(&mut m, "replication", "repl_backlog_first_byte_offset") > cut_at + 1
+            },
+        );
+        if rollout {
+            let grace = (self.max_lease_ms + 2000).to_string();
+            run(&mut m, &["CONFIG", "SET", "warden.grace", &grace]).unwrap();
+        } else {
+            run(&mut m, &["CLIENT", "PAUSE", "20000", "WRITE"]).unwrap();
+        }
+        let full_syncs = info_int(&mut m, "stats", "sync_full");
+        self.servers[other].signal("CONT");
+        wait_for("a full sync", Duration::from_secs(30), || {
+            info_int(&mut m, "stats", "sync_full") > full_syncs && link_up(&self.servers[other])
+        });
+        wait_for("the sync's fork ended", Duration::from_secs(30), || {
+            info_int(&mut m, "persistence", "rdb_bgsave_in_progress") == 0
+        });
+        if !rollout {
+            run(&mut m, &["CLIENT", "UNPAUSE"]).unwrap();
+        }
+        other
+    }
+
+    /// Waits (up to 20 s) until every Sentinel saw `replica-priority`
+    /// `priority` on `server`: false if one did not.
+    fn sentinels_see_priority(&self, server: usize, priority: &str) -> bool {
+        let port = self.servers[server].port.unwrap().to_string();
+        let seen = |s: &Sentinel| {
+            let Ok(mut c) = try_tcp_conn(s.port) else {
+                return false;
+            };
+            let replicas: Vec<Vec<String>> = redis::cmd("SENTINEL")
+                .arg("REPLICAS")
+                .arg(NAME)
+                .query(&mut c)
+                .unwrap_or_default();
+            replicas.iter().any(|r| {
+                let field = |k: &str| r.chunks(2).find(|kv| kv[0] == k).map(|kv| &kv[1]);
+                field("port") == Some(&port)
+                    && field("slave-priority").map(String::as_str) == Some(priority)
+            })
+        };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !self.sentinels.iter().all(seen) {
+            if Instant::now() > deadline {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        true
     }
 }
 
@@ -1167,7 +1291,15 @@ fn history(ttl_ms: i64, grace_ms: i64, failovers: usize) -> Report {
             std::thread::spawn(move || client(id, ports, ttl_ms, shared, false))
         })
         .collect();
-    let unavailable_ms = drive(&mut group, &[&shared], failovers, 0, Loss::Grant(300)).promotions;
+    let unavailable_ms = drive(
+        &mut group,
+        &[&shared],
+        failovers,
+        0,
+        Loss::Grant(300),
+        false,
+    )
+    .promotions;
     shared.stop.store(true, Ordering::Relaxed);
     for c in clients {
         c.join().unwrap();
@@ -1229,6 +1361,10 @@ struct Downtime {
     cuts: Vec<(u16, i64, i64)>,
     /// Failovers the Sentinels made on their own (of a live master).
     extra_failovers: usize,
+    /// Rounds that promoted (or meant to) a replica back through a full sync
+    /// ([`Group::stage_full_sync`]), and of those, the ones Sentinel promoted it in.
+    full_sync_rounds: usize,
+    full_sync_promoted: usize,
 }
 
 impl Downtime {
@@ -1263,12 +1399,17 @@ fn p50_max(ms: &[i64]) -> String {
 /// the first `restarts` of them a kill -9 of the master and its restart in
 /// place from its AOF (well within Sentinel's down-after: no failover),
 /// waiting for a grant on it. `kinds`: the grants of every client kind.
+/// `full_syncs`: every failover after the first promotes a replica back
+/// through a full sync ([`Group::stage_full_sync`], a rollout and a write
+/// pause in turn), cut off alone while the other replica acknowledges
+/// grants, killing the master while a client holds one of them.
 fn drive(
     group: &mut Group,
     kinds: &[&Shared],
     failovers: usize,
     restarts: usize,
     loss: Loss,
+    full_syncs: bool,
 ) -> Downtime {
     let grants_on = |port: u16, after: i64| {
         kinds
@@ -1305,6 +1446,7 @@ fn drive(
     let mut downtime = Downtime::default();
     let mut master = group.master();
     let mut since = 0;
+    let mut staged: Option<usize> = None;
     for round in 0..failovers.max(restarts) {
         let port = group.servers[master].port.unwrap();
         wait_for("grants on the master", Duration::from_secs(30), || {
@@ -1333,9 +1475,28 @@ fn drive(
         if round >= failovers {
             continue;
         }
-        group.isolate(master);
+        if let Some(other) = staged {
+            let old = (0..3).find(|&i| i != master && i != other).unwrap();
+            if !(group.sentinels_see_priority(other, "100")
+                && group.sentinels_see_priority(old, "200"))
+            {
+                eprintln!("  the Sentinels have not seen the replicas' priorities");
+            }
+            cut_replica(&group.servers[master], &group.servers[other]);
+        } else {
+            group.isolate(master);
+        }
         let cut = unix_ms();
         match loss {
+            // A lock (the first kind) held under a grant that only the
+            // other replica acknowledged, well after the cut.
+            _ if staged.is_some() => {
+                wait_for(
+                    "a grant the promoted replica lacks",
+                    Duration::from_secs(30),
+                    || kinds[0].holding_since.load(Ordering::Relaxed) > cut + 300,
+                );
+            }
             // Kill the master while a client holds a grant made well after
             // the cut: it is lost, and its lease outlives the key's older ones.
             Loss::Grant(after_ms) => {
@@ -1362,10 +1523,27 @@ fn drive(
             }
         }
         let killed = unix_ms();
-        downtime.cuts.push((port, cut, killed));
+        if staged.is_none() {
+            downtime.cuts.push((port, cut, killed));
+        }
         eprintln!("cut {port} at {cut}, killed at {killed}");
         let (promoted, role_at, at) = group.kill_master_timed(master);
         let new_port = group.servers[promoted].port.unwrap();
+        if let Some(other) = staged.take() {
+            downtime.full_sync_rounds += 1;
+            downtime.full_sync_promoted += usize::from(promoted == other);
+        }
+        let stage = full_syncs && round + 1 < failovers;
+        if stage {
+            // The replica to promote next: its priority from before, when
+            // it was the rejoined one, goes now, for Sentinel to see it.
+            let other = (0..3).find(|&i| i != master && i != promoted).unwrap();
+            run(
+                &mut group.servers[other].conn(),
+                &["CONFIG", "SET", "replica-priority", "100"],
+            )
+            .unwrap();
+        }
         wait_for("a grant on the new master", Duration::from_secs(60), || {
             grants_on(new_port, at).is_some()
         });
@@ -1376,7 +1554,21 @@ fn drive(
         );
         downtime.promotions.push(first - at);
         downtime.from_role.push(first - role_at);
-        group.rejoin(master, promoted);
+        if stage {
+            let rollout = downtime.full_sync_rounds % 2 == 0;
+            staged = Some(group.stage_full_sync(promoted, master, rollout));
+            eprintln!(
+                "  {} back through a full sync, the master {}",
+                group.servers[staged.unwrap()].port.unwrap(),
+                if rollout {
+                    "on a fixed grace"
+                } else {
+                    "with writes paused"
+                }
+            );
+        } else {
+            group.rejoin(master, promoted);
+        }
         master = promoted;
         // Sentinel promotes only a replica that follows the master: the next
         // round starts once every replica does (a reconfiguration still
@@ -1394,6 +1586,7 @@ fn drive(
             );
             downtime.extra_failovers += 1;
             master = named;
+            staged = None;
             group.wait_replicas_follow(master);
         }
         since = unix_ms();
@@ -1769,7 +1962,15 @@ fn pool_history(max_lease_ms: i64, grace_ms: i64, failovers: usize) -> PoolRepor
     // The lost hold is granted 1.5 s after the cut, for at least 3/4 of
     // max-lease: holds the new master still counts (their releases were
     // lost) end well before it does.
-    let unavailable_ms = drive(&mut group, &[&shared], failovers, 0, Loss::Grant(1500)).promotions;
+    let unavailable_ms = drive(
+        &mut group,
+        &[&shared],
+        failovers,
+        0,
+        Loss::Grant(1500),
+        false,
+    )
+    .promotions;
     shared.stop.store(true, Ordering::Relaxed);
     for c in clients {
         c.join().unwrap();
@@ -2000,8 +2201,9 @@ impl SyncReport {
 /// (`grace auto`; with `n` = 0, grace 0), through `restarts` kill -9
 /// restarts of the master from its AOF and `failovers` failovers. With `n`
 /// ≥ 1 a failover's cut-off master answers no grant: each round waits for
-/// one taken back; with 0, for a grant that is lost.
-fn sync_history(n: i64, failovers: usize, restarts: usize) -> SyncReport {
+/// one taken back; with 0, for a grant that is lost. `full_syncs`: see
+/// [`drive`].
+fn sync_history(n: i64, failovers: usize, restarts: usize, full_syncs: bool) -> SyncReport {
     const MAX_LEASE: i64 = 4000;
     let mut group = Group::start_sync(MAX_LEASE, n);
     let (locks, rws, pool) = (
@@ -2038,6 +2240,7 @@ fn sync_history(n: i64, failovers: usize, restarts: usize) -> SyncReport {
         failovers,
         restarts,
         loss,
+        full_syncs,
     );
     for shared in [&locks, &rws, &pool] {
         shared.stop.store(true, Ordering::Relaxed);
@@ -2114,6 +2317,12 @@ fn sync_history(n: i64, failovers: usize, restarts: usize) -> SyncReport {
         report.answered_after_cut.len(),
         d.extra_failovers
     );
+    if full_syncs {
+        eprintln!(
+            "  rounds promoting a replica back through a full sync: {}, promoted as steered: {}",
+            d.full_sync_rounds, d.full_sync_promoted
+        );
+    }
     if report.overlaps() > 0 || !report.answered_after_cut.is_empty() {
         print_failover_logs(&group);
     }
@@ -2152,7 +2361,43 @@ fn restarts() -> usize {
 
 #[test]
 fn sync_replicas_history_through_failovers_and_restarts_has_no_overlap() {
-    let report = sync_history(1, sync_failovers(), restarts());
+    assert_sync_history_holds(&sync_history(1, sync_failovers(), restarts(), false));
+}
+
+/// WARDEN_FULL_SYNC_FAILOVERS, else 3: a round through a full sync in a
+/// rollout and one under a write pause (`make failover-history`: 21).
+fn full_sync_failovers() -> usize {
+    std::env::var("WARDEN_FULL_SYNC_FAILOVERS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(3)
+}
+
+/// A rollout of `grace auto` that reached the replicas first (the master on
+/// a fixed grace), and writes paused as a full sync's fork ends: each
+/// failover after the first promotes a replica that missed a roster change
+/// and came back through a full sync, while a grant the other replica alone
+/// acknowledged is held. A module whose replica keeps its marker from before
+/// the sync (d6a5208) skips the window and gives the key to two holders.
+#[test]
+fn sync_history_through_full_syncs_in_a_rollout_and_under_write_pauses_has_no_overlap() {
+    let report = sync_history(1, full_sync_failovers(), 0, true);
+    assert!(
+        report.downtime.full_sync_promoted > 0,
+        "Sentinel promoted no replica back through a full sync"
+    );
+    assert_sync_history_holds(&report);
+}
+
+fn assert_sync_history_holds(report: &SyncReport) {
+    assert_eq!(
+        report.overlaps(),
+        0,
+        "two holders at once: lock {}, read-write lock {}, semaphore {}",
+        report.lock.overlaps,
+        report.rwlock.overlaps,
+        report.semaphore.overlaps
+    );
     for (kind, c) in [
         ("lock", &report.lock),
         ("read-write lock", &report.rwlock),
@@ -2176,7 +2421,7 @@ fn sync_history_checker_catches_the_overlap_without_sync_replicas_or_grace() {
     // its lease still runs depends on how long the failover takes here.
     let mut overlaps = 0;
     for _ in 0..3 {
-        let report = sync_history(0, failovers(), restarts());
+        let report = sync_history(0, failovers(), restarts(), false);
         for c in [&report.lock, &report.rwlock, &report.semaphore] {
             assert_eq!(c.token_regressions, 0, "tokens still rise");
             assert!(c.misreplies.is_empty(), "{:?}", c.misreplies);
