@@ -71,12 +71,16 @@ type RateOption func(*rateConfig)
 // Burst sets the most tokens taken at once, the bucket's size (default
 // count, at most 10^9). A limiter that was idle admits up to Burst at once,
 // then count per period.
-func Burst(n int64) RateOption { return func(c *rateConfig) { c.burst = n } }
+func Burst(n int64) RateOption {
+	return func(c *rateConfig) { c.burst, c.burstSet = n, true }
+}
 
 // RateMaxQueue sheds a wait when n or more requests already wait on the key
 // (the server's QUEUE n): WaitN returns a *RateLimitError at once instead
 // of queueing.
-func RateMaxQueue(n int64) RateOption { return func(c *rateConfig) { c.maxQueue = n } }
+func RateMaxQueue(n int64) RateOption {
+	return func(c *rateConfig) { c.maxQueue, c.maxQueueSet = n, true }
+}
 
 // maxBurst is the server's largest burst, and the default burst's cap.
 const maxBurst = 1_000_000_000
@@ -87,6 +91,9 @@ type rateConfig struct {
 	period   time.Duration
 	burst    int64 // 0: the server's default, count (at most maxBurst)
 	maxQueue int64 // -1: no QUEUE
+	// Whether Burst / RateMaxQueue were given: a value given must be in
+	// range (Burst(0) or RateMaxQueue(-5) is an error, not the default).
+	burstSet, maxQueueSet bool
 }
 
 func newRateConfig(count int64, period time.Duration, opts []RateOption) *rateConfig {
@@ -114,8 +121,10 @@ func (c *rateConfig) check() error {
 		return fmt.Errorf("%w: rate count %d: at least 1 token per period", ErrInvalid, c.count)
 	case c.period < time.Millisecond || c.period%time.Millisecond != 0:
 		return fmt.Errorf("%w: rate period %v: whole milliseconds, at least 1 ms", ErrInvalid, c.period)
-	case c.burst < 0:
+	case c.burst < 0 || c.burstSet && c.burst < 1:
 		return fmt.Errorf("%w: burst %d: at least 1", ErrInvalid, c.burst)
+	case c.maxQueueSet && c.maxQueue < 0:
+		return fmt.Errorf("%w: max queue %d: at least 0", ErrInvalid, c.maxQueue)
 	}
 	return nil
 }
@@ -303,14 +312,33 @@ func (l *RateLimiter) WaitN(ctx context.Context, n int64) error {
 	return w.noGrant(ctx, -1)
 }
 
-// refundTaken gives back the tokens of a grant its caller did not get, on
-// rdb (which Close leaves open), once: a refund that may have run is not
-// sent again.
+// refundTaken gives back the tokens of a grant its caller did not get, once:
+// a refund that may have run is not sent again (after Close, or with no
+// waiter connection to be had within 5 s, the tokens stay taken: fewer
+// admitted, never more).
 func (l *RateLimiter) refundTaken(n int64) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if err := l.w.rdb.Do(ctx, "RATE.REFUND", l.key, n).Err(); err != nil {
-		l.w.log.Warn("warden: giving back a rate grant failed (fewer admitted)", "key", l.key, "tokens", n, "err", err)
+	// On a waiter connection of warden's own, never through rdb: go-redis
+	// resends a command whose connection dropped before its reply (its
+	// MaxRetries), and a refund that ran and was resent gives back twice.
+	node, err := l.w.node(ctx, l.key)
+	if err == nil {
+		var c *conn
+		if c, err = node.pool.get(ctx); err == nil {
+			var r any
+			if r, err = c.do(5*time.Second, "RATE.REFUND", l.key, n); err != nil {
+				node.pool.discard(c)
+			} else {
+				node.pool.put(c)
+				if e, ok := r.(serverError); ok {
+					err = e
+				}
+			}
+		}
+	}
+	if err != nil {
+		l.w.log.Warn("warden: giving back a rate grant failed or its reply was lost (fewer admitted)", "key", l.key, "tokens", n, "err", err)
 	}
 }
 

@@ -479,6 +479,8 @@ func TestIntegrationRateInvalidArguments(t *testing.T) {
 		{"period 0", w.RateLimiter("k", 1, 0), 1, ""},
 		{"a period of part of a ms", w.RateLimiter("k", 1, 1500*time.Microsecond), 1, ""},
 		{"negative burst", w.RateLimiter("k", 1, time.Second, warden.Burst(-1)), 1, ""},
+		{"burst 0", w.RateLimiter("k", 1, time.Second, warden.Burst(0)), 1, ""},
+		{"a negative max queue", w.RateLimiter("k", 1, time.Second, warden.RateMaxQueue(-5)), 1, ""},
 		{"0 tokens", w.RateLimiter("k", 1, time.Second), 0, ""},
 		{"more tokens than the burst", w.RateLimiter("k", 5, time.Second), 6, ""},
 		{"more than 10^6 per ms", w.RateLimiter("k", 2_000_001, 2*time.Millisecond), 1, "ERR invalid count"},
