@@ -238,9 +238,9 @@ public final class JedisTransport implements Transport {
       CompletableFuture<Waiter> f = new CompletableFuture<>();
       readers.execute(
           () -> {
-            Connection c = null;
+            WaitSocket c = null;
             try {
-              c = new Connection(address, config);
+              c = new WaitSocket(address, config);
               c.connect();
               long id;
               try {
@@ -266,16 +266,39 @@ public final class JedisTransport implements Transport {
     }
   }
 
+  /**
+   * A waiter's Jedis {@link Connection}, whose buffered request can be written to the socket
+   * without reading a reply ({@link Connection#getOne()} does both, the write outside any lock of
+   * ours).
+   */
+  private static final class WaitSocket extends Connection {
+    WaitSocket(HostAndPort address, JedisClientConfig config) {
+      super(address, config);
+    }
+
+    /** Writes the buffered request to the socket. */
+    void write() {
+      flush();
+    }
+  }
+
   private final class Waiter extends WaitPool.Pooled {
-    private final Connection conn;
+    private final WaitSocket conn;
     private final long id;
-    // Jedis reconnects a closed Connection on its next send. Invariant: a request is sent only on
-    // the connection the wait started with (never re-sent on a new one after an abort closed it),
-    // so `closed` is checked and the request written under one lock.
+    // Invariant: a request is written to the socket at most once, and only on the connection the
+    // wait started with. So `closed` is checked and the request both buffered and written (flushed)
+    // under one lock, which a close takes before it disconnects:
+    // - Jedis reconnects a closed Connection on its next send: a request buffered after an abort
+    //   closed it would go out again on a new connection, where its grant is never given back;
+    // - Jedis' disconnect() flushes the output buffer itself, and its RedisOutputStream is not
+    //   thread-safe: a request buffered here and flushed by getOne() on this thread while an
+    //   abort's close flushed it too went out twice, and the server granted the second as a
+    //   re-entry by the same owner (a hold counted twice): the abort's one give-back (release by
+    //   owner) left the other held for its whole lease.
     private final ReentrantLock sending = new ReentrantLock();
     private boolean closed;
 
-    Waiter(Connection conn, long id) {
+    Waiter(WaitSocket conn, long id) {
       this.conn = conn;
       this.id = id;
     }
@@ -300,11 +323,12 @@ public final class JedisTransport implements Transport {
                 }
                 conn.setSoTimeout(
                     (int) Math.min(Integer.MAX_VALUE, Math.max(0, replyTimeoutMillis)));
-                conn.sendCommand(arguments(args)); // buffered: getOne() flushes it
+                conn.sendCommand(arguments(args)); // buffered
+                conn.write(); // on the socket: the buffer is empty when a close takes the lock
               } finally {
                 sending.unlock();
               }
-              f.complete(normalize(conn.getOne()));
+              f.complete(normalize(conn.getOne())); // nothing left to flush: reads the reply
             } catch (JedisDataException e) {
               f.completeExceptionally(map(e));
             } catch (RuntimeException e) {
@@ -323,7 +347,12 @@ public final class JedisTransport implements Transport {
       } finally {
         sending.unlock();
       }
-      conn.disconnect();
+      try {
+        conn.disconnect();
+      } catch (RuntimeException e) {
+        // The socket is closed all the same (Jedis closes it in a finally); a close never throws
+        // into an abort, which still has to wait for the server and give back what it granted.
+      }
     }
   }
 }
