@@ -102,6 +102,9 @@ final class RateLimiter implements WardenRateLimiter {
 
   @Override
   public WardenRateLimiter burst(long burst) {
+    if (burst < 1) { // -1 is the unset default inside, never a value to give
+      throw new IllegalArgumentException("burst must be >= 1, not " + burst);
+    }
     Rate r = rate;
     return new RateLimiter(warden, key, new Rate(r.count, r.periodMs, burst), maxQueue);
   }

@@ -444,6 +444,7 @@ public abstract class RateLimiterSuite extends TransportSuite {
             new Refusal(
                 "period 1.5 ms", () -> warden.rateLimiter(k, 1, Duration.ofNanos(1_500_000)), null),
             new Refusal("burst 0", () -> ok.burst(0), null),
+            new Refusal("burst -1", () -> ok.burst(-1), null),
             new Refusal("maxQueue -1", () -> ok.maxQueue(-1), null),
             new Refusal("cost 0", () -> ok.tryAcquire(0), null),
             new Refusal("acquire cost 0", () -> ok.acquire(0, second), null),
