@@ -584,11 +584,10 @@ valgrind: deps venv $(SERVER_DEPS)
 
 # The documentation site from docs/ (mkdocs.yml says why mkdocs-material),
 # strict: a broken link or anchor fails the build. mkdocs-material from PyPI
-# into .venv; Mermaid's mermaid.min.js from npm's tarball (npm pack, no
+# into .venv, at python/constraints.txt's pins with all it pulls in; Mermaid's mermaid.min.js from npm's tarball (npm pack, no
 # dependencies), copied into the site so that it asks no CDN for it; the
 # comparisons chart drawn from bench/results first. Not part of make test:
 # it downloads a site generator and Mermaid the tests do not need.
-MKDOCS_MATERIAL := mkdocs-material==9.8.2
 MERMAID_VERSION := 11.12.1
 MERMAID_JS := target/docs-deps/mermaid-$(MERMAID_VERSION).min.js
 SITE := target/site
@@ -599,8 +598,7 @@ $(MERMAID_JS):
 	mv target/docs-deps/pack/package/dist/mermaid.min.js $@ && rm -rf target/docs-deps/pack
 
 docs: venv $(MERMAID_JS)
-	@$(VENV)/bin/pip show -q mkdocs-material 2>/dev/null | grep -qx 'Version: $(subst mkdocs-material==,,$(MKDOCS_MATERIAL))' \
-		|| $(VENV)/bin/pip install -q "$(MKDOCS_MATERIAL)"
+	@$(call pinned,docs,mkdocs-material)
 	$(PYTHON) scripts/docs-chart.py
 	rm -rf $(SITE)
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir $(SITE)
