@@ -148,6 +148,7 @@ pub const DOCS: &[Doc] = &[
     Doc { name: "cache.abandon", summary: "Ends a fill lease unfilled; the oldest waiter gets a new lease", complexity: "O(1)", arity: 3, writes: true, args: &[KEY_ARG, arg("lease", INTEGER)] },
     Doc { name: "cache.invalidate", summary: "Deletes a cached value (or keeps it as stale for a while) and revokes its fill lease, even for a missing key", complexity: "O(1)", arity: -2, writes: true, args: &[KEY_ARG, option("STALE", "ms", INTEGER)] },
     Doc { name: "cache.info", summary: "Returns whether the key is a hit, stale or a miss, its ttl, its fill lease and lease ttl, and its waiters", complexity: "O(1)", arity: 2, writes: false, args: &[KEY_ARG] },
+    Doc { name: "cache.peek", summary: "Returns the cached value, its absolute expiry and its stale mark, or nil; grants no lease, so a client-side cache may keep the reply until the key is written", complexity: "O(1)", arity: 2, writes: false, args: &[KEY_ARG] },
     Doc { name: "warden.syncstate", summary: "Records which replicas acknowledge grants and whether the AOF is fsynced before each reply (replication stream and AOF)", complexity: "O(N) where N is the number of replicas", arity: 4, writes: true, args: &[arg("sync-replicas", INTEGER), arg("always", INTEGER), arg("replicas", STRING)] },
     Doc { name: "warden.contended", summary: "Lists the keys with clients waiting right now, most waiters first: key, db, kind, waiters, oldest and total wait in ms", complexity: "O(K * log(n)) where K is the number of keys with waiters and n the count", arity: -1, writes: false, args: &[option("COUNT", "count", INTEGER)] },
     Doc { name: "bf.reserve", summary: "Creates an empty Bloom filter for a capacity and an error rate", complexity: "O(1)", arity: -4, writes: true, args: &[KEY_ARG, arg("error_rate", DOUBLE), arg("capacity", INTEGER), option("EXPANSION", "expansion", INTEGER), flag("NONSCALING")] },
@@ -180,6 +181,7 @@ const SINCE: &[(&str, &str)] = &[
     ("rate.info", "1.1.0"),
     ("warden.rateset", "1.1.0"),
     ("gcra", "1.1.0"),
+    ("cache.peek", "1.1.0"),
 ];
 
 /// The reply can differ for the same arguments and the same value of the

@@ -378,6 +378,13 @@ pub fn replicate_key_bytes_3(
 }
 
 /// Publishes a keyspace event of the module class (`notify-keyspace-events` with `d`).
+/// Tells the server that `key` changed though no command wrote it: clients
+/// tracking it (`CLIENT TRACKING`) are sent an invalidation and a `WATCH` on
+/// it fails.
+pub fn signal_modified(ctx: &Context, key: &Arg) {
+    unsafe { raw::RedisModule_SignalModifiedKey.unwrap()(ctx.ctx, key.raw()) };
+}
+
 pub fn notify(ctx: &Context, event: &CStr, key: &Arg) {
     unsafe {
         raw::RedisModule_NotifyKeyspaceEvent.unwrap()(

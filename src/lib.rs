@@ -105,6 +105,7 @@ const CORE_COMMANDS: &[Command] = &[
     command!("cache.abandon", cache::commands::abandon, "write fast"),
     command!("cache.invalidate", cache::commands::invalidate, "write"),
     command!("cache.info", cache::commands::info, "readonly fast"),
+    command!("cache.peek", cache::commands::peek, "readonly fast"),
     command!("warden.syncstate", roster::syncstate, "write", keyless),
     command!(
         "warden.contended",

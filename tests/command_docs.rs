@@ -477,6 +477,7 @@ const FLAGS_AND_TIPS: &[(&str, &[&str], &[&str])] = &[
     ("cache.abandon", &["write", "fast"], NONE),
     ("cache.invalidate", &["write"], NONE),
     ("cache.info", &["readonly", "fast"], VARIES_DONT_CACHE),
+    ("cache.peek", &["readonly", "fast"], NONE),
     ("warden.syncstate", &["write"], NONE),
     ("warden.contended", &["readonly"], VARIES_DONT_CACHE),
     ("bf.reserve", &["write", "denyoom"], NONE),
@@ -493,7 +494,7 @@ const FLAGS_AND_TIPS: &[(&str, &[&str], &[&str])] = &[
 ];
 
 /// The reads client-side caches may keep: answered from the key's value alone.
-const CACHEABLE_READS: &[&str] = &["bf.exists", "bf.mexists", "bf.card"];
+const CACHEABLE_READS: &[&str] = &["bf.exists", "bf.mexists", "bf.card", "cache.peek"];
 
 fn set(words: &[&str]) -> BTreeSet<String> {
     words.iter().map(|w| w.to_string()).collect()

@@ -42,7 +42,7 @@ use crate::fence::FENCES;
 use crate::guard;
 use crate::memory;
 // A replica has no lease table: every `CACHE.*` command is the master's.
-use crate::keyspace::{self, notify, now_ms, refuse_on_replica, Key};
+use crate::keyspace::{self, notify, now_ms, refuse_on_replica, signal_modified, Key};
 use crate::reply::{self, Field};
 use crate::stats;
 use crate::waiters::{self, Answer, Kind, Mode, QueueKey, Served, Waiter};
@@ -706,6 +706,10 @@ pub fn invalidate(ctx: &Context, args: &[Arg]) -> RedisResult {
             if !Key::read(ctx, name).is_empty() {
                 let end = expires.map_or(until, |at| at.min(until));
                 with(|t| t.set_stale(&q, Some(end)));
+                // A value turned stale is a change of the key's state
+                // (`CACHE.PEEK` shows it) even when its expiry stays: tracking
+                // clients and `WATCH` hear it.
+                signal_modified(ctx, name);
                 listen();
                 arm_reaper(ctx.ctx, end.saturating_add(1));
             }
@@ -722,6 +726,30 @@ pub fn invalidate(ctx: &Context, args: &[Arg]) -> RedisResult {
         waiters::serve(ctx, name);
     }
     Ok(RedisValue::Integer(i64::from(changed)))
+}
+
+/// `CACHE.PEEK key`: `[value, expires_at, stale]` of a string value, nil
+/// without one. A read that grants, queues and counts nothing, whose reply
+/// follows from the key alone — its value, its absolute expiry and the stale
+/// mark `CACHE.INVALIDATE … STALE` gives it (which always comes with a
+/// signal that the key changed) — so `CLIENT TRACKING` tracks it and a
+/// client may keep the reply until the key is written.
+pub fn peek(ctx: &Context, args: &[Arg]) -> RedisResult {
+    if args.len() != 2 {
+        return Err(RedisError::WrongArity);
+    }
+    let name = &args[1];
+    let key = Key::read(ctx, name);
+    let Some(v) = key.string().map_err(err)? else {
+        return Ok(RedisValue::Null);
+    };
+    // A replica has no lease table: nothing it holds is marked stale.
+    let stale = names(name) && entry(&waiters::queue_key(ctx.ctx, name)).is_stale(now_ms());
+    raw::reply_with_array(ctx.ctx, 3);
+    raw::reply_with_string_buffer(ctx.ctx, v.as_ptr().cast(), v.len());
+    raw::reply_with_long_long(ctx.ctx, key.expire_at().unwrap_or(-1));
+    raw::reply_with_long_long(ctx.ctx, i64::from(stale));
+    Ok(RedisValue::NoReply)
 }
 
 /// `CACHE.INFO key`

@@ -103,6 +103,7 @@ const OWN: &[&[u8]] = &[
     b"cache.abandon",
     b"cache.invalidate",
     b"cache.info",
+    b"cache.peek",
 ];
 
 /// What the catalogue knows of one command.

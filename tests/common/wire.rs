@@ -102,10 +102,14 @@ impl Wire {
                 data.truncate(data.len() - 2);
                 Reply::Bulk(data)
             }
-            b'*' if len()? < 0 => Reply::Nil,
-            b'*' => {
+            b'*' | b'>' if len()? < 0 => Reply::Nil,
+            // RESP3: null; a push (an invalidation) reads as an array, a map as
+            // the flat array of its keys and values.
+            b'_' => Reply::Nil,
+            b'*' | b'>' | b'%' => {
+                let n = len()? * if line[0] == b'%' { 2 } else { 1 };
                 let mut items = Vec::new();
-                for _ in 0..len()? {
+                for _ in 0..n {
                     items.push(self.read_raw()?);
                 }
                 Reply::Array(items)
