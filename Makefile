@@ -494,6 +494,28 @@ bench: venv node-deps go-deps $(SERVER_DEPS) $(if $(WARDEN_MODULE),,build)
 	WARDEN_SERVER=$(SERVER_BIN) WARDEN_MODULE=$(or $(WARDEN_MODULE),$(CURDIR)/$(MODULE)) \
 		$(if $(BENCH_PORT),WARDEN_RATE_PORT=$(BENCH_PORT),) $(PYTHON) bench/rate.py \
 		$(if $(QUICK),--quick,) --out $(CURDIR)/bench/results/rate
+else ifeq ($(SECTION),near-cache)
+# SECTION=near-cache (issue #51): near caches on one race, stale reads and hit
+# latency side by side: redis-py's client-side cache (protocol=3,
+# CacheConfig()), node-redis' clientSideCache (RESP3), Redisson 4.7.0's
+# RLocalCachedMap (java/warden-bench, on Temurin 25) and a plain GET per read,
+# with warden's near caches as their drivers land (bench/near_cache.py
+# documents the race, the counting and the hooks), for 10 s each (3 s with
+# QUICK=1), into bench/results/near-cache.md and .json. Their pins:
+# python/constraints.txt (redis), node/package-lock.json (redis),
+# java/warden-bench/pom.xml (redisson). redis-py's client-side cache refuses
+# servers older than 7.4: on SERVER=redis (7.0) its row says so, SERVER=redis8
+# runs it. WARDEN_MODULE=<.so> loads that module instead of building this
+# checkout's; BENCH_PORT=<port> puts its server there (default: a free port
+# from 7400).
+bench: venv node-deps java-deps $(SERVER_DEPS) $(if $(WARDEN_MODULE),,build)
+	@test -x $(JDK25)/bin/java || { echo "SECTION=near-cache runs Redisson on a JDK 21 or newer: JDK25=<its home> (not found: $(JDK25))"; exit 1; }
+	JAVA_HOME=$(JDK25) MAVEN_OPTS=--sun-misc-unsafe-memory-access=allow \
+		$(MVN) -q -f java/pom.xml -Pbench -pl warden-bench -am package -DskipTests
+	WARDEN_SERVER=$(SERVER_BIN) WARDEN_MODULE=$(or $(WARDEN_MODULE),$(CURDIR)/$(MODULE)) \
+		WARDEN_NEAR_JAVA="$(JDK25)/bin/java -cp $(CURDIR)/$(BENCH_JAR):$$(cat java/warden-bench/target/classpath.txt) io.warden.bench.NearCache" \
+		$(if $(BENCH_PORT),WARDEN_NEAR_PORT=$(BENCH_PORT),) $(PYTHON) bench/near_cache.py \
+		$(if $(QUICK),--quick,) --out $(CURDIR)/bench/results/near-cache$(if $(filter redis,$(SERVER)),,-$(SERVER_NAME))
 else ifeq ($(SECTION),overload)
 bench: venv node-deps java-deps $(if $(WARDEN_MODULE),,build)
 	cargo build --release --example overload -p warden-client

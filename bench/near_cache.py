@@ -96,7 +96,14 @@ DRIVERS: dict[str, list[str]] = {
 }
 # (language, client, label, how, writer: plain | warden | own, hook)
 CONTENDERS = [
-    ("python", "get", "plain `GET` (no near cache)", "redis-py 8, one `GET` per read", "plain", False),
+    (
+        "python",
+        "get",
+        "plain `GET` (no near cache)",
+        "redis-py 8, one `GET` per read",
+        "plain",
+        False,
+    ),
     (
         "python",
         "redis-py-csc",
@@ -106,7 +113,14 @@ CONTENDERS = [
         False,
     ),
     ("python", "warden", "warden near cache", "warden-redis near cache (near-py)", "warden", True),
-    ("node", "get", "plain `GET` (no near cache)", "node-redis 5, `await client.get(k)`", "plain", False),
+    (
+        "node",
+        "get",
+        "plain `GET` (no near cache)",
+        "node-redis 5, `await client.get(k)`",
+        "plain",
+        False,
+    ),
     (
         "node",
         "node-redis-csc",
@@ -127,7 +141,14 @@ CONTENDERS = [
         False,
     ),
     ("java", "warden", "warden near cache", "warden Java near cache (near-java)", "warden", True),
-    ("rust", "warden", "warden near cache", "warden-client `Cache::near(NearConfig)`", "warden", True),
+    (
+        "rust",
+        "warden",
+        "warden near cache",
+        "warden-client `Cache::near(NearConfig)`",
+        "warden",
+        True,
+    ),
     ("go", "warden", "warden near cache", "warden Go near cache (near-go)", "warden", True),
 ]
 
@@ -265,7 +286,16 @@ def run(server: Server, lang: str, client: str, writer_mode: str, prefix: str) -
         else:
             r.set(f"{prefix}:{i}", 0)
     r.set(f"{prefix}:db:hit" if writer_mode == "warden" else f"{prefix}:hit", 0)
-    common = ["--port", str(server.port), "--prefix", prefix, "--keys", str(KEYS), "--seconds", str(SECONDS)]
+    common = [
+        "--port",
+        str(server.port),
+        "--prefix",
+        prefix,
+        "--keys",
+        str(KEYS),
+        "--seconds",
+        str(SECONDS),
+    ]
     argv = DRIVERS[lang] + ["--client", client, *common, "--hits", str(HITS)]
     if writer_mode == "own":
         argv += ["--rate", str(WRITE_RATE)]
@@ -273,7 +303,9 @@ def run(server: Server, lang: str, client: str, writer_mode: str, prefix: str) -
     try:
         d = start(argv)
         if writer_mode != "own":
-            w = start(DRIVERS["python"] + ["--writer", writer_mode, *common, "--rate", str(WRITE_RATE)])
+            w = start(
+                DRIVERS["python"] + ["--writer", writer_mode, *common, "--rate", str(WRITE_RATE)]
+            )
         rtt = server.rtt_ns()
         cpu0, cmds0 = server.sample()
         load0 = os.getloadavg()[0]
@@ -328,7 +360,9 @@ def versions(server: Server) -> dict[str, str]:
     for lang in DRIVERS:
         if not available(lang):
             continue
-        got = subprocess.run(DRIVERS[lang] + ["--version"], capture_output=True, text=True, cwd=ROOT)
+        got = subprocess.run(
+            DRIVERS[lang] + ["--version"], capture_output=True, text=True, cwd=ROOT
+        )
         try:
             out.update(json.loads(got.stdout.strip().splitlines()[-1]))
         except (ValueError, IndexError):
@@ -363,7 +397,11 @@ def main() -> None:
 
     for r in rows:
         base = next(
-            (x for x in rows if x["language"] == r["language"] and x["client"] == "get" and "crashed" not in x),
+            (
+                x
+                for x in rows
+                if x["language"] == r["language"] and x["client"] == "get" and "crashed" not in x
+            ),
             None,
         )
         if base and "crashed" not in r:
@@ -422,7 +460,13 @@ def main() -> None:
         "server": SERVER,
         "module": MODULE,
         "quick": QUICK,
-        "params": {"keys": KEYS, "write_rate": WRITE_RATE, "seconds": SECONDS, "hits": HITS, "rtt_pings": RTT_PINGS},
+        "params": {
+            "keys": KEYS,
+            "write_rate": WRITE_RATE,
+            "seconds": SECONDS,
+            "hits": HITS,
+            "rtt_pings": RTT_PINGS,
+        },
         "machine": {"cores": os.cpu_count(), "before": before, "after": after},
         "rows": rows,
     }

@@ -32,16 +32,16 @@ const YIELD_EVERY = 100;
 
 const args = {};
 for (let i = 2; i < process.argv.length; i++) {
-	const a = process.argv[i];
-	if (a === "--version") args.version = true;
-	else if (a.startsWith("--")) args[a.slice(2)] = process.argv[++i];
+  const a = process.argv[i];
+  if (a === "--version") args.version = true;
+  else if (a.startsWith("--")) args[a.slice(2)] = process.argv[++i];
 }
 
 if (args.version) {
-	const require = createRequire(import.meta.url);
-	const pkg = JSON.parse(readFileSync(require.resolve("@redis/client/package.json"), "utf8"));
-	console.log(JSON.stringify({ "node-redis": pkg.version, node: process.versions.node }));
-	process.exit(0);
+  const require = createRequire(import.meta.url);
+  const pkg = JSON.parse(readFileSync(require.resolve("@redis/client/package.json"), "utf8"));
+  console.log(JSON.stringify({ "node-redis": pkg.version, node: process.versions.node }));
+  process.exit(0);
 }
 
 const port = Number(args.port);
@@ -51,39 +51,39 @@ const seconds = Number(args.seconds ?? 5);
 const hits = Number(args.hits ?? 200000);
 
 function pct(xs, p) {
-	const s = Float64Array.from(xs).sort();
-	return s.length ? s[Math.min(s.length - 1, Math.floor((s.length * p) / 100))] : Number.NaN;
+  const s = Float64Array.from(xs).sort();
+  return s.length ? s[Math.min(s.length - 1, Math.floor((s.length * p) / 100))] : Number.NaN;
 }
 
 async function makeClient() {
-	if (args.client === "get") return createClient({ socket: { port } }).connect();
-	if (args.client === "node-redis-csc")
-		return createClient({
-			socket: { port },
-			RESP: 3,
-			clientSideCache: { ttl: 0, maxEntries: 0, evictPolicy: "LRU" },
-		}).connect();
-	if (args.client === "warden") {
-		console.error("warden's Node near cache is not in this checkout yet (near-node not merged)");
-		process.exit(2);
-	}
-	console.error(`unknown client ${args.client}`);
-	process.exit(2);
+  if (args.client === "get") return createClient({ socket: { port } }).connect();
+  if (args.client === "node-redis-csc")
+    return createClient({
+      socket: { port },
+      RESP: 3,
+      clientSideCache: { ttl: 0, maxEntries: 0, evictPolicy: "LRU" },
+    }).connect();
+  if (args.client === "warden") {
+    console.error("warden's Node near cache is not in this checkout yet (near-node not merged)");
+    process.exit(2);
+  }
+  console.error(`unknown client ${args.client}`);
+  process.exit(2);
 }
 
 const client = await makeClient();
 const keys = Array.from({ length: nKeys }, (_, i) => `${prefix}:${i}`);
 const hit = `${prefix}:hit`;
 for (let i = 0; i < 1000; i++) {
-	await client.get(hit);
-	for (const k of keys) await client.get(k);
+  await client.get(hit);
+  for (const k of keys) await client.get(k);
 }
 const lat = new Array(hits);
 for (let i = 0; i < hits; i++) {
-	const t0 = process.hrtime.bigint();
-	await client.get(hit);
-	lat[i] = Number(process.hrtime.bigint() - t0);
-	if (i % YIELD_EVERY === 0) await yieldLoop();
+  const t0 = process.hrtime.bigint();
+  await client.get(hit);
+  lat[i] = Number(process.hrtime.bigint() - t0);
+  if (i % YIELD_EVERY === 0) await yieldLoop();
 }
 console.log("READY");
 
@@ -98,41 +98,41 @@ const tStart = process.hrtime.bigint();
 const end = tStart + BigInt(Math.round(seconds * 1e9));
 let i = 0;
 for (;;) {
-	const t = process.hrtime.bigint();
-	if (t >= end) break;
-	const v = Number(await client.get(keys[i]));
-	const e = cur[i];
-	if (e !== null && e[1] === v && t - e[2] <= BUCKET_NS) {
-		e[3] = t;
-		e[4]++;
-	} else {
-		const n = [i, v, t, t, 1];
-		entries.push(n);
-		cur[i] = n;
-	}
-	reads++;
-	i = (i + 1) % nKeys;
-	if (reads % YIELD_EVERY === 0) await yieldLoop();
+  const t = process.hrtime.bigint();
+  if (t >= end) break;
+  const v = Number(await client.get(keys[i]));
+  const e = cur[i];
+  if (e !== null && e[1] === v && t - e[2] <= BUCKET_NS) {
+    e[3] = t;
+    e[4]++;
+  } else {
+    const n = [i, v, t, t, 1];
+    entries.push(n);
+    cur[i] = n;
+  }
+  reads++;
+  i = (i + 1) % nKeys;
+  if (reads % YIELD_EVERY === 0) await yieldLoop();
 }
 const tEnd = process.hrtime.bigint();
 const info = {};
 if (client.clientSideCache?.stats) {
-	const s = client.clientSideCache.stats();
-	info.info_hits = s.hitCount;
-	info.info_misses = s.missCount;
+  const s = client.clientSideCache.stats();
+  info.info_hits = s.hitCount;
+  info.info_misses = s.missCount;
 }
 await client.close();
 // console.log on a pipe is asynchronous: exit once the line is written.
 process.stdout.write(
-	`RESULT ${JSON.stringify({
-		reads,
-		seconds: Number(tEnd - tStart) / 1e9,
-		entries: entries.map((e) => [e[0], e[1], Number(e[2]), Number(e[3]), e[4]]),
-		hit_ns_p50: pct(lat, 50),
-		hit_ns_p99: pct(lat, 99),
-		hits,
-		timer: "process.hrtime.bigint() around each awaited read",
-		...info,
-	})}\n`,
-	() => process.exit(0),
+  `RESULT ${JSON.stringify({
+    reads,
+    seconds: Number(tEnd - tStart) / 1e9,
+    entries: entries.map((e) => [e[0], e[1], Number(e[2]), Number(e[3]), e[4]]),
+    hit_ns_p50: pct(lat, 50),
+    hit_ns_p99: pct(lat, 99),
+    hits,
+    timer: "process.hrtime.bigint() around each awaited read",
+    ...info,
+  })}\n`,
+  () => process.exit(0),
 );
