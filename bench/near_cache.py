@@ -234,7 +234,8 @@ def start(argv: list[str]) -> subprocess.Popen[str]:
     if line.strip() != "READY":
         proc.kill()
         err = (proc.stderr.read() if proc.stderr else "").strip().splitlines()
-        raise RuntimeError(f"no READY: {line.strip()!r}; {err[-1] if err else ''}"[:300])
+        last = err[-1].split(": ", 1)[-1] if err else line.strip()
+        raise RuntimeError(f"did not start: {last}"[:300])
     return proc
 
 
@@ -435,7 +436,7 @@ def main() -> None:
     ]
     for r in rows:
         if "crashed" in r:
-            text.append(f"| {r['language']} | {r['label']} | {r['crashed'][:120]} | | | | | | |")
+            text.append(f"| {r['language']} | {r['label']} | {r['crashed'][:200]} | | | | | | |")
             continue
         hr = max(0.0, 1 - r["server_cmds_per_read"])
         text.append(
