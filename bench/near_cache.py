@@ -22,9 +22,9 @@ One server for the whole run; every contender in turn, on its own keys.
   JVM, writing through its own `RLocalCachedMap.fastPut`, since the map is a
   hash and its invalidations are its own pub/sub) writes n+1 to KEYS keys
   in turn, WRITE_RATE writes per second in all, for SECONDS; after each
-  acknowledgement it notes (key, n, ack time). For warden's near caches the
-  write is the cache-aside one (`SET db-key n+1`, then `CACHE.INVALIDATE
-  key`). One reader thread in the contender's process reads the keys in
+  acknowledgement it notes (key, n, ack time). warden's near caches read
+  the same plain string keys (`CACHE.PEEK` answers a string key; a `SET`
+  invalidates it). One reader thread in the contender's process reads the keys in
   turn through the contender's near cache in a tight loop, noting (key,
   value, read start). All use CLOCK_MONOTONIC, shared by every process on
   the machine.
@@ -94,7 +94,7 @@ DRIVERS: dict[str, list[str]] = {
     "rust": shlex.split(os.environ.get("WARDEN_NEAR_RUST", "")),
     "go": shlex.split(os.environ.get("WARDEN_NEAR_GO", "")),
 }
-# (language, client, label, how, writer: plain | warden | own, hook)
+# (language, client, label, how, writer: plain (a SET per write) | own (the driver's), hook)
 CONTENDERS = [
     (
         "python",
@@ -112,7 +112,7 @@ CONTENDERS = [
         "plain",
         False,
     ),
-    ("python", "warden", "warden near cache", "warden-redis near cache (near-py)", "warden", True),
+    ("python", "warden", "warden near cache", "warden-redis near cache (near-py)", "plain", True),
     (
         "node",
         "get",
@@ -130,7 +130,7 @@ CONTENDERS = [
         "plain",
         False,
     ),
-    ("node", "warden", "warden near cache", "warden-redis near cache (near-node)", "warden", True),
+    ("node", "warden", "warden near cache", "warden-redis near cache (near-node)", "plain", True),
     (
         "java",
         "redisson",
@@ -140,16 +140,16 @@ CONTENDERS = [
         "own",
         False,
     ),
-    ("java", "warden", "warden near cache", "warden Java near cache (near-java)", "warden", True),
+    ("java", "warden", "warden near cache", "warden Java near cache (near-java)", "plain", True),
     (
         "rust",
         "warden",
         "warden near cache",
         "warden-client `Cache::near(NearConfig)`",
-        "warden",
+        "plain",
         True,
     ),
-    ("go", "warden", "warden near cache", "warden Go near cache (near-go)", "warden", True),
+    ("go", "warden", "warden near cache", "warden Go near cache (near-go)", "plain", True),
 ]
 
 
@@ -282,11 +282,8 @@ def stale(entries: list[list[int]], acks: list[list[int]], rtt: float) -> dict[s
 def run(server: Server, lang: str, client: str, writer_mode: str, prefix: str) -> dict[str, Any]:
     r = server.r
     for i in range(KEYS):
-        if writer_mode == "warden":
-            r.set(f"{prefix}:db:{i}", 0)
-        else:
-            r.set(f"{prefix}:{i}", 0)
-    r.set(f"{prefix}:db:hit" if writer_mode == "warden" else f"{prefix}:hit", 0)
+        r.set(f"{prefix}:{i}", 0)
+    r.set(f"{prefix}:hit", 0)
     common = [
         "--port",
         str(server.port),

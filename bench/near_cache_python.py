@@ -4,7 +4,7 @@ a server with the module.
 
     python bench/near_cache_python.py --client C --port P --prefix K
         [--keys 4] [--seconds 5] [--hits 200000]
-    python bench/near_cache_python.py --writer plain|warden --port P
+    python bench/near_cache_python.py --writer plain --port P
         --prefix K [--keys 4] [--rate 400] [--seconds 5]
     python bench/near_cache_python.py --version
 
@@ -31,9 +31,8 @@ same value within BUCKET_NS of the run's first is one entry [key, value,
 first start, last start, count] (bench/near_cache.py documents the
 counting).
 
-The writer: `SET PREFIX:i n` (plain) or, for warden's near caches, the
-cache-aside write `SET PREFIX:db:i n` then `CACHE.INVALIDATE PREFIX:i`
-(warden), at RATE writes per second over the keys in turn; after each
+The writer: `SET PREFIX:i n` (for every contender but Redisson, whose
+driver writes its own map), at RATE writes per second over the keys in turn; after each
 acknowledgement it notes (key, n, time.monotonic_ns) and at the end prints
 `RESULT {json}` with them.
 """
@@ -72,8 +71,8 @@ def make_reader(client: str, port: int, prefix: str) -> tuple[Callable[[str], An
 
 def warden_reader(port: int, prefix: str) -> tuple[Callable[[str], Any], Any]:
     """warden's Python near cache (the hook: its API per docs/clients/python.md
-    "Near cache" once near-py is merged): a read goes through the near cache,
-    loading PREFIX:db:i on a miss."""
+    "Near cache" once near-py is merged): a read goes through the near cache
+    (the keys are plain strings: a miss reads them through CACHE.GET)."""
     try:
         from warden import near  # type: ignore[attr-defined]  # noqa: F401
     except ImportError as e:
@@ -158,13 +157,8 @@ def writer(args: argparse.Namespace) -> None:
             time.sleep((due - t) / 1e9)
         i = j % args.keys
         n[i] += 1
-        if args.writer == "warden":
-            r.set(f"{args.prefix}:db:{i}", n[i])
-            r.execute_command("CACHE.INVALIDATE", f"{args.prefix}:{i}")
-            sent += 2
-        else:
-            r.set(f"{args.prefix}:{i}", n[i])
-            sent += 1
+        r.set(f"{args.prefix}:{i}", n[i])
+        sent += 1
         acks.append([i, n[i], now()])
         j += 1
     print("RESULT " + json.dumps({"acks": acks, "sent": sent}), flush=True)
@@ -173,7 +167,7 @@ def writer(args: argparse.Namespace) -> None:
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--client")
-    p.add_argument("--writer", choices=["plain", "warden"])
+    p.add_argument("--writer", choices=["plain"])
     p.add_argument("--port", type=int)
     p.add_argument("--prefix")
     p.add_argument("--keys", type=int, default=4)
