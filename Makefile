@@ -520,7 +520,7 @@ bench: venv node-deps java-deps $(SERVER_DEPS) $(if $(WARDEN_MODULE),,build)
 	WARDEN_SERVER=$(SERVER_BIN) WARDEN_MODULE=$(or $(WARDEN_MODULE),$(CURDIR)/$(MODULE)) \
 		$(if $(NEAR_RUST),WARDEN_NEAR_RUST=$(CURDIR)/target/release/examples/near_cache,) \
 		WARDEN_NEAR_JAVA="$(JDK25)/bin/java -cp $(CURDIR)/$(BENCH_JAR):$$(cat java/warden-bench/target/classpath.txt) io.warden.bench.NearCache" \
-		$(if $(BENCH_PORT),WARDEN_NEAR_PORT=$(BENCH_PORT),) $(PYTHON) bench/near_cache.py \
+		$(if $(BENCH_PORT),WARDEN_NEAR_PORT=$(BENCH_PORT),) PYTHONPATH=$(CURDIR)/python $(PYTHON) bench/near_cache.py \
 		$(if $(QUICK),--quick,) --out $(CURDIR)/bench/results/near-cache$(if $(filter redis,$(SERVER)),,-$(SERVER_NAME))
 else ifeq ($(SECTION),overload)
 bench: venv node-deps java-deps $(if $(WARDEN_MODULE),,build)
