@@ -13,7 +13,8 @@ one from 7400); WARDEN_NEAR_ONLY: languages to run, comma-separated
 (python, node, java, rust, go); WARDEN_NEAR_JAVA: `java -cp … class` for
 the Java driver (set by `make bench SECTION=near-cache`; its rows are left
 out when absent); WARDEN_NEAR_RUST, WARDEN_NEAR_GO: the Rust and Go
-drivers (rows left out when absent: see "Hooks" below).
+drivers (rows left out when absent: see "Hooks" below); WARDEN_NEAR_NOTE_<LANG>
+(e.g. WARDEN_NEAR_NOTE_RUST): a note on that driver's build, printed with it.
 
 One server for the whole run; every contender in turn, on its own keys.
 
@@ -151,6 +152,13 @@ CONTENDERS = [
     ),
     ("go", "warden", "warden near cache", "warden Go near cache (near-go)", "plain", True),
 ]
+
+
+# WARDEN_NEAR_NOTE_<LANG>: a note on a driver's build, appended to its row's "how".
+for i, c in enumerate(CONTENDERS):
+    note = os.environ.get(f"WARDEN_NEAR_NOTE_{c[0].upper()}")
+    if note and c[1] == "warden":
+        CONTENDERS[i] = (*c[:3], f"{c[3]} ({note})", *c[4:])
 
 
 def available(lang: str) -> bool:
