@@ -401,3 +401,40 @@ def test_race_no_read_after_sync_returns_an_older_value(own_server: Server) -> N
     assert stats.hits > 0
     assert stats.flushes >= len(race.chaos)
     assert len(race.chaos) == 4
+
+
+# The near cache's memory alone (no server): the generation per read.
+
+FRESH = [b"v1", -1, 0]
+
+
+@pytest.mark.parametrize(
+    ("between", "kept"),
+    [
+        (lambda store: None, True),
+        (lambda store: store.drop([KEY]), False),
+        (lambda store: store.drop(["other"]), True),
+        (lambda store: store.flush(), False),
+    ],
+    ids=["nothing", "its-invalidation", "another-key", "a-flush"],
+)
+def test_a_reply_is_kept_only_if_nothing_moved_its_generation(
+    between: Callable[[Any], None], kept: bool
+) -> None:
+    store = warden._near.NearStore(warden.NearCacheConfig())
+    ticket = store.begin(KEY)
+    between(store)
+    assert store.finish(KEY, ticket, FRESH) == (b"v1", -1)  # served either way
+    assert (store.get(KEY) == b"v1") is kept
+    assert store.reading == {} and store.moved == {}
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [None, [b"v1", -1, 1], [b"v1", 1, 0]],
+    ids=["nil", "stale", "expired"],
+)
+def test_only_fresh_replies_are_kept(reply: Any) -> None:
+    store = warden._near.NearStore(warden.NearCacheConfig())
+    assert store.finish(KEY, store.begin(KEY), reply) is None
+    assert store.get(KEY) is None
