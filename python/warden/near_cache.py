@@ -19,7 +19,7 @@ import threading
 from typing import Any, Optional
 
 from redis.cluster import RedisCluster
-from redis.exceptions import ResponseError
+from redis.exceptions import ConnectionError, ResponseError
 
 from ._near import NearCacheConfig, NearCacheStats, NearStore, Ticket, invalidated_keys
 
@@ -33,6 +33,10 @@ _PUSH = object()
 # socket_timeout: past it the connection is taken as dead (and made again).
 REPLY_SECONDS = 10.0
 RECONNECT_PAUSES = (0.05, 0.1, 0.2, 0.5, 1.0)
+
+
+def _gone(*args: Any, **kwargs: Any) -> None:
+    raise ConnectionError("the tracking connection was closed")
 
 
 class _Request:
@@ -156,12 +160,15 @@ class NearCache:
                     self._pending.pop()
                     connection = None
                     self._lost(self._connection)
+                    # Before sync() returns: the reader may not have seen it yet.
+                    self.store.flush()
         if connection is None:
             if request.key is not None:
                 self.store.abandon(request.key)
             return None
         if not request.done.wait(self.reply_seconds):
             self._lost(connection)
+            self.store.flush()
             return None
         return request
 
@@ -194,6 +201,9 @@ class NearCache:
         except BaseException:
             connection.disconnect()
             raise
+        # redis-py connects a closed connection again on its next send: this
+        # one would then track nothing while the reader read on. Never again.
+        connection.connect = connection.connect_check_health = _gone
         return connection
 
     def _run(self) -> None:
@@ -221,10 +231,11 @@ class NearCache:
                 if not self._closed.is_set():
                     logger.info("near cache: tracking connection lost (%s)", error)
             finally:
+                # Flushed first: a caller that finds no connection finds nothing kept.
+                self.store.flush()
                 with self._send_lock:
                     self._connection = None
                     pending, self._pending = self._pending, collections.deque()
-                self.store.flush()
                 for request in pending:
                     if request.key is not None:
                         self.store.abandon(request.key)

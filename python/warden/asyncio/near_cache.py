@@ -10,7 +10,7 @@ import logging
 from typing import Any, Optional
 
 from redis.asyncio.cluster import RedisCluster
-from redis.exceptions import ResponseError
+from redis.exceptions import ConnectionError, ResponseError
 
 from .._near import NearCacheConfig, NearCacheStats, NearStore, Ticket, invalidated_keys
 from ..near_cache import RECONNECT_PAUSES, REPLY_SECONDS, tracking_kwargs
@@ -18,6 +18,10 @@ from ..near_cache import RECONNECT_PAUSES, REPLY_SECONDS, tracking_kwargs
 logger = logging.getLogger(__name__)
 
 _PUSH = object()
+
+
+async def _gone(*args: Any, **kwargs: Any) -> None:
+    raise ConnectionError("the tracking connection was closed")
 
 
 class _Request:
@@ -114,6 +118,7 @@ class NearCache:
                     await connection.send_command(*args, check_health=False)
                 except Exception:
                     # Left in the queue: the reader fails it with the connection.
+                    self.store.flush()  # before sync() returns
                     await self._lost(connection)
                     return None
         if connection is None:
@@ -123,6 +128,7 @@ class NearCache:
         try:
             reply, failed = await asyncio.wait_for(asyncio.shield(request.done), self.reply_seconds)
         except asyncio.TimeoutError:
+            self.store.flush()
             await self._lost(connection)
             return None
         return None if failed else reply
@@ -156,6 +162,8 @@ class NearCache:
         except BaseException:
             await connection.disconnect(nowait=True)
             raise
+        # As in warden.near_cache: never connected again behind the reader's back.
+        connection.connect = connection.connect_check_health = _gone
         return connection
 
     async def _run(self) -> None:
