@@ -438,3 +438,75 @@ def test_only_fresh_replies_are_kept(reply: Any) -> None:
     store = warden._near.NearStore(warden.NearCacheConfig())
     assert store.finish(KEY, store.begin(KEY), reply) is None
     assert store.get(KEY) is None
+
+
+async def test_race_asyncio_no_read_after_sync_returns_an_older_value(own_server: Server) -> None:
+    """The race checker for warden.asyncio: tasks instead of threads (a fifth
+    of the pairs), the tracking connection killed and the server restarted."""
+    own_server.args[own_server.args.index("--appendonly") + 1] = "yes"
+    await asyncio.to_thread(own_server.restart)
+    client = own_server.async_client()
+    admin = own_server.async_client()
+    total = max(PAIRS // 5 // THREADS, 1) * THREADS
+    done = errors = 0
+    stale: list[tuple[str, int, int]] = []
+    chaos: list[str] = []
+
+    async def again(action: Callable[[], Any]) -> Any:
+        deadline = time.monotonic() + DEADLINE
+        while True:
+            try:
+                return await action()
+            except (redis.ConnectionError, redis.TimeoutError):
+                if time.monotonic() > deadline:
+                    raise
+                await asyncio.sleep(0.01)
+
+    async with warden.asyncio.Cache(client, near_cache=warden.NearCacheConfig()) as cache:
+        near = cache.near_cache
+        assert near is not None
+
+        async def pairs(worker: int) -> None:
+            nonlocal done, errors
+            plain = own_server.async_client()
+            keys = [f"race:{worker}:{i}" for i in range(KEYS_PER_THREAD)]
+            for n in range(total // THREADS):
+                key = keys[n % len(keys)]
+                try:
+                    await again(lambda: plain.set(key, n))  # noqa: B023
+                    y = int(await again(lambda: plain.get(key)))  # noqa: B023
+                    await cache.sync()
+                    reads = [int(await cache.get_or_load(key, refuse_async)) for _ in range(3)]
+                    if min(reads) < y:
+                        stale.append((key, min(reads), y))
+                except (redis.ConnectionError, redis.TimeoutError, AssertionError, ValueError):
+                    errors += 1
+                done += 1
+            await plain.aclose()
+
+        async def disturb() -> None:
+            events = ["kill", "restart", "kill"]
+            for i, event in enumerate(events):
+                deadline = time.monotonic() + DEADLINE
+                while done < total * (i + 1) // (len(events) + 1):
+                    assert time.monotonic() < deadline, "no progress"
+                    await asyncio.sleep(0.001)
+                if event == "kill" and near.client_id is not None:
+                    if await again(lambda: admin.client_kill_filter(_id=near.client_id)):
+                        chaos.append(event)
+                elif event == "restart":
+                    await asyncio.to_thread(own_server.restart)
+                    chaos.append(event)
+
+        await asyncio.gather(disturb(), *[pairs(w) for w in range(THREADS)])
+        stats = near.stats()
+    await client.aclose()
+    await admin.aclose()
+    print(
+        f"\nnear-cache race asyncio: pairs={done} stale={len(stale)} errors={errors}"
+        f" hits={stats.hits} flushes={stats.flushes} chaos={','.join(chaos)}"
+    )
+    assert stale == []
+    assert done == total
+    assert stats.hits > 0
+    assert stats.flushes >= len(chaos) == 3
