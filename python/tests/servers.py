@@ -52,7 +52,13 @@ class Server:
         ]
         if port:
             args += ["--bind", "127.0.0.1"]
-        self.process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.args = args
+        self.start()
+
+    def start(self) -> None:
+        self.process = subprocess.Popen(
+            self.args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
         deadline = time.monotonic() + 10
         while True:
             try:
@@ -77,6 +83,14 @@ class Server:
         import redis.asyncio
 
         return redis.asyncio.Redis(unix_socket_path=self.socket, **options)
+
+    def restart(self) -> None:
+        """Shut down (SIGTERM: the AOF, if on, is written out) and start again
+        with the same settings and socket."""
+        self.resume()
+        self.process.terminate()
+        self.process.wait()
+        self.start()
 
     def pause(self) -> None:
         self.process.send_signal(signal.SIGSTOP)

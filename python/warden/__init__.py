@@ -14,9 +14,11 @@ from importlib.metadata import PackageNotFoundError, version
 from redis.exceptions import LockError, LockNotOwnedError
 
 from ._core import BytesSerializer, CacheWaitTimeout, JsonSerializer, Serializer, TextSerializer
+from ._near import NearCacheConfig, NearCacheStats
 from ._rate import RateDecision, RateInfo
 from .cache import Cache
 from .lock import Lock, ReadLock, ReadWriteLock, WriteLock
+from .near_cache import NearCache
 from .rate import RateLimiter
 from .semaphore import Semaphore
 
@@ -34,6 +36,9 @@ __all__ = [
     "Lock",
     "LockError",
     "LockNotOwnedError",
+    "NearCache",
+    "NearCacheConfig",
+    "NearCacheStats",
     "RateDecision",
     "RateInfo",
     "RateLimiter",

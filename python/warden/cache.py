@@ -5,7 +5,9 @@ answered with the value by the fill itself. The loop is the library's: lease
 and fill on one pinned connection (a lease ends with the connection that took
 it), ``CACHE.ABANDON`` on any failure of the load (``KeyboardInterrupt``
 included), a bounded retry when a wait times out, refresh-ahead in a
-background thread, negative entries for loaders that return None.
+background thread, negative entries for loaders that return None. With
+``near_cache=NearCacheConfig()`` values are also kept in-process
+(``warden.near_cache``).
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ from typing import Any, Callable, Optional, TypeVar, Union, cast
 from . import _core
 from ._connection import Pinned, call
 from ._core import CacheRequest, CacheWaitTimeout, Number, Serializer
+from ._near import NearCacheConfig, now_ms
+from .near_cache import NearCache
 
 logger = logging.getLogger(__name__)
 
@@ -39,6 +43,10 @@ class Cache:
     back as a negative entry (every other value is stored as it is).
     Requests that wait (``CACHE.GET`` and the fill after it) run on a pool of
     their own beside the client's (see ``warden._connection``).
+
+    ``near_cache`` (a ``NearCacheConfig``) keeps fresh values in this process
+    too, served with no round trip until the server says they changed (see
+    ``warden.NearCache``); ``sync()`` and ``close()`` are then for it.
     """
 
     def __init__(
@@ -51,6 +59,7 @@ class Cache:
         retries: int = 3,
         serializer: Optional[Serializer] = None,
         negative_ttl: Optional[Number] = 30,
+        near_cache: Optional[NearCacheConfig] = None,
     ) -> None:
         self.redis = redis
         self.prefix = prefix
@@ -59,6 +68,40 @@ class Cache:
         self.retries = retries
         self.serializer: Serializer = serializer or _core.BytesSerializer()
         self.negative_ttl = negative_ttl
+        self.near_cache = None if near_cache is None else NearCache(redis, near_cache)
+
+    def sync(self) -> None:
+        """With a near cache: one round trip of its connection. After a write
+        is acknowledged to its writer, a read after ``sync()`` never returns
+        the older value. Without one: nothing to do."""
+        if self.near_cache is not None:
+            self.near_cache.sync()
+
+    def close(self) -> None:
+        """Close the near cache's connection and reader (the client stays open)."""
+        if self.near_cache is not None:
+            self.near_cache.close()
+
+    def __enter__(self) -> Cache:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _near_get(self, key: str, refresh: Optional[Number]) -> Optional[bytes]:
+        """``key``'s fresh value from the near cache (kept, or peeked), or None:
+        ask ``CACHE.GET``. A value due for ``refresh`` goes to the server, which
+        hands one caller the reload."""
+        near = self.near_cache
+        assert near is not None
+        margin = 0 if refresh is None else _core.to_ms(refresh)
+        data = near.get(key, margin)
+        if data is not None:
+            return data
+        fresh = near.peek(key)
+        if fresh is None or (margin and 0 <= fresh[1] <= now_ms() + margin):
+            return None
+        return fresh[0]
 
     def _decode(self, data: Any) -> Any:
         value = _core.unstored(data)
@@ -75,6 +118,10 @@ class Cache:
         """The cached value of ``key``, or ``loader()``'s, stored for ``ttl``
         seconds plus a random ``0..jitter``. With ``refresh``, a read less than
         that many seconds before expiry reloads it in the background."""
+        if self.near_cache is not None:
+            data = self._near_get(self.prefix + key, refresh)
+            if data is not None:
+                return self._decode(data)
         request = CacheRequest(
             self.prefix + key,
             self.lease_ms,
@@ -157,7 +204,11 @@ class Cache:
         args: list[Any] = ["CACHE.INVALIDATE", full]
         if stale is not None:
             args += ["STALE", _core.to_ms(stale)]
-        return bool(call(self.redis, full, *args))
+        try:
+            return bool(call(self.redis, full, *args))
+        finally:
+            if self.near_cache is not None:  # read-your-writes in this process
+                self.near_cache.invalidated(full)
 
     def cached(
         self,

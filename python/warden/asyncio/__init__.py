@@ -9,9 +9,11 @@ from .._core import (
     Serializer,
     TextSerializer,
 )
+from .._near import NearCacheConfig, NearCacheStats
 from .._rate import RateDecision, RateInfo
 from .cache import Cache
 from .lock import Lock, ReadLock, ReadWriteLock, WriteLock
+from .near_cache import NearCache
 from .rate import RateLimiter
 from .semaphore import Semaphore
 
@@ -23,6 +25,9 @@ __all__ = [
     "Lock",
     "LockError",
     "LockNotOwnedError",
+    "NearCache",
+    "NearCacheConfig",
+    "NearCacheStats",
     "RateDecision",
     "RateInfo",
     "RateLimiter",

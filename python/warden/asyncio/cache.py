@@ -12,7 +12,9 @@ from typing import Any, Callable, Optional, TypeVar, Union, cast
 
 from .. import _core
 from .._core import CacheRequest, CacheWaitTimeout, Number, Serializer
+from .._near import NearCacheConfig, now_ms
 from ._connection import Pinned, call, in_background
+from .near_cache import NearCache
 
 logger = logging.getLogger(__name__)
 
@@ -20,7 +22,8 @@ F = TypeVar("F", bound=Callable[..., Awaitable[Any]])
 
 
 class Cache:
-    """As ``warden.Cache``; loaders are coroutine functions."""
+    """As ``warden.Cache``; loaders are coroutine functions. With
+    ``near_cache``: ``await sync()``, ``await aclose()`` (or ``async with``)."""
 
     def __init__(
         self,
@@ -32,6 +35,7 @@ class Cache:
         retries: int = 3,
         serializer: Optional[Serializer] = None,
         negative_ttl: Optional[Number] = 30,
+        near_cache: Optional[NearCacheConfig] = None,
     ) -> None:
         self.redis = redis
         self.prefix = prefix
@@ -40,6 +44,36 @@ class Cache:
         self.retries = retries
         self.serializer: Serializer = serializer or _core.BytesSerializer()
         self.negative_ttl = negative_ttl
+        self.near_cache = None if near_cache is None else NearCache(redis, near_cache)
+
+    async def sync(self) -> None:
+        """As ``warden.Cache.sync``."""
+        if self.near_cache is not None:
+            await self.near_cache.sync()
+
+    async def aclose(self) -> None:
+        """As ``warden.Cache.close``."""
+        if self.near_cache is not None:
+            await self.near_cache.aclose()
+
+    async def __aenter__(self) -> Cache:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def _near_get(self, key: str, refresh: Optional[Number]) -> Optional[bytes]:
+        """As ``warden.Cache._near_get``."""
+        near = self.near_cache
+        assert near is not None
+        margin = 0 if refresh is None else _core.to_ms(refresh)
+        data = near.get(key, margin)
+        if data is not None:
+            return data
+        fresh = await near.peek(key)
+        if fresh is None or (margin and 0 <= fresh[1] <= now_ms() + margin):
+            return None
+        return fresh[0]
 
     def _decode(self, data: Any) -> Any:
         value = _core.unstored(data)
@@ -54,6 +88,10 @@ class Cache:
         refresh: Optional[Number] = None,
     ) -> Any:
         """The cached value of ``key``, or ``await loader()``'s (see ``warden.Cache``)."""
+        if self.near_cache is not None:
+            data = await self._near_get(self.prefix + key, refresh)
+            if data is not None:
+                return self._decode(data)
         request = CacheRequest(
             self.prefix + key,
             self.lease_ms,
@@ -132,7 +170,11 @@ class Cache:
         args: list[Any] = ["CACHE.INVALIDATE", full]
         if stale is not None:
             args += ["STALE", _core.to_ms(stale)]
-        return bool(await call(self.redis, full, *args))
+        try:
+            return bool(await call(self.redis, full, *args))
+        finally:
+            if self.near_cache is not None:  # read-your-writes in this process
+                self.near_cache.invalidated(full)
 
     def cached(
         self,

@@ -1,0 +1,512 @@
+"""The near cache of warden.Cache and warden.asyncio.Cache against a real
+server (docs/cache.md, "Near cache"), and the race checker:
+WARDEN_NEAR_RACE_PAIRS sets its size (10,000 by default)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any, Callable
+
+import pytest
+import redis
+from servers import Server
+
+import warden
+import warden.asyncio
+
+KEY = "product:1"
+DEADLINE = 10.0
+
+
+def until(condition: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + DEADLINE
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.005)
+
+
+def calls(r: redis.Redis, command: str) -> int:
+    stats = r.info("commandstats").get(f"cmdstat_{command}")
+    return int(stats["calls"]) if stats else 0
+
+
+def tracking_ids(r: redis.Redis) -> list[int]:
+    return [int(c["id"]) for c in r.client_list() if "t" in c["flags"]]
+
+
+def loader(value: bytes) -> Callable[[], bytes]:
+    return lambda: value
+
+
+def refuse() -> bytes:
+    raise AssertionError("loaded although the server holds the value")
+
+
+def keep(cache: warden.Cache, key: str) -> Any:
+    """Read ``key`` until the near cache answers it from memory."""
+    near = cache.near_cache
+    assert near is not None
+
+    def hit() -> bool:
+        hits = near.stats().hits
+        cache.get_or_load(key, refuse)
+        return near.stats().hits > hits
+
+    until(hit, f"a near-cache hit on {key}")
+    return cache.get_or_load(key, refuse)
+
+
+@pytest.fixture
+def near(r: redis.Redis) -> Iterator[warden.Cache]:
+    with warden.Cache(r, near_cache=warden.NearCacheConfig()) as cache:
+        yield cache
+
+
+def test_a_hit_makes_no_round_trip(r: redis.Redis, near: warden.Cache) -> None:
+    r.set(KEY, "v1")
+    assert keep(near, KEY) == b"v1"
+    peeks, gets = calls(r, "cache.peek"), calls(r, "cache.get")
+    hits = near.near_cache.stats().hits  # type: ignore[union-attr]
+    for _ in range(100):
+        assert near.get_or_load(KEY, refuse) == b"v1"
+    assert near.near_cache.stats().hits == hits + 100  # type: ignore[union-attr]
+    assert (calls(r, "cache.peek"), calls(r, "cache.get")) == (peeks, gets)
+
+
+# A write, and what a read after it answers (b"loaded": the loader ran).
+WRITES: dict[str, tuple[Callable[[redis.Redis], Any], bytes]] = {
+    "SET": (lambda r: r.set(KEY, "v2"), b"v2"),
+    "DEL": (lambda r: r.delete(KEY), b"loaded"),
+    "CACHE.INVALIDATE": (lambda r: r.execute_command("CACHE.INVALIDATE", KEY), b"loaded"),
+    "FLUSHALL": (lambda r: r.flushall(), b"loaded"),
+    "expiry": (lambda r: until(lambda: not r.exists(KEY), "the key to expire"), b"loaded"),
+}
+
+
+@pytest.mark.parametrize("write", WRITES, ids=list(WRITES))
+def test_a_write_drops_the_kept_value(r: redis.Redis, near: warden.Cache, write: str) -> None:
+    r.set(KEY, "v1", px=300 if write == "expiry" else None)
+    assert keep(near, KEY) == b"v1"
+    action, expected = WRITES[write]
+    action(r)
+    near.sync()
+    assert near.get_or_load(KEY, loader(b"loaded"), ttl=60) == expected
+
+
+def test_invalidation_and_flush_pushes_are_counted(r: redis.Redis, near: warden.Cache) -> None:
+    stats = near.near_cache.stats  # type: ignore[union-attr]
+    r.set(KEY, "v1")
+    keep(near, KEY)
+    before = stats()
+    r.set(KEY, "v2")
+    near.sync()
+    assert stats().invalidations == before.invalidations + 1
+    assert stats().entries == before.entries - 1
+    keep(near, KEY)
+    r.flushall()
+    near.sync()
+    assert stats().flushes == before.flushes + 1
+    assert stats().entries == 0
+
+
+def test_invalidate_drops_the_key_at_once(r: redis.Redis, near: warden.Cache) -> None:
+    r.set(KEY, "v1")
+    keep(near, KEY)
+    assert near.invalidate(KEY)
+    # No sync: this process's own invalidation is read back at once.
+    assert near.get_or_load(KEY, loader(b"v2"), ttl=60) == b"v2"
+
+
+def test_a_stale_value_is_not_kept_and_goes_through_cache_get(
+    r: redis.Redis, near: warden.Cache
+) -> None:
+    r.set(KEY, "v1")
+    keep(near, KEY)
+    r.execute_command("CACHE.INVALIDATE", KEY, "STALE", 10_000)
+    near.sync()
+    gets = calls(r, "cache.get")
+    loads = []
+    assert near.get_or_load(KEY, lambda: loads.append(1) or b"v2", ttl=60) == b"v1"
+    assert calls(r, "cache.get") == gets + 1  # CACHE.GET served it, and granted the reload
+    assert near.near_cache.stats().entries == 0  # type: ignore[union-attr]
+    until(lambda: r.get(KEY) == b"v2", "the reload")
+    assert keep(near, KEY) == b"v2"
+    assert loads == [1]
+
+
+def test_concurrent_misses_load_once(r: redis.Redis, near: warden.Cache) -> None:
+    loads = 0
+    barrier = threading.Barrier(20)
+    results: list[Any] = []
+
+    def load() -> bytes:
+        nonlocal loads
+        loads += 1
+        time.sleep(0.1)
+        return b"v1"
+
+    def read() -> None:
+        barrier.wait()
+        results.append(near.get_or_load(KEY, load, ttl=60))
+
+    threads = [threading.Thread(target=read) for _ in range(20)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert loads == 1
+    assert results == [b"v1"] * 20
+
+
+@pytest.mark.parametrize(
+    ("config", "left"),
+    [
+        (warden.NearCacheConfig(max_entries=3), ["k2", "k3", "k4"]),
+        (warden.NearCacheConfig(max_bytes=10), ["k3", "k4"]),  # 4 bytes each
+    ],
+    ids=["entries", "bytes"],
+)
+def test_bounds_drop_the_least_recently_used(
+    r: redis.Redis, config: warden.NearCacheConfig, left: list[str]
+) -> None:
+    with warden.Cache(r, near_cache=config) as cache:
+        for i in range(5):
+            r.set(f"k{i}", f"v{i}:{i}")
+            keep(cache, f"k{i}")
+        near = cache.near_cache
+        assert near is not None
+        assert list(near.store.entries) == left
+        assert near.stats().bytes == 4 * len(left)
+        hits = near.stats().hits
+        cache.get_or_load("k0", refuse)
+        assert near.stats().hits == hits  # dropped: asked again
+
+
+def test_a_value_over_max_bytes_is_not_kept(r: redis.Redis) -> None:
+    with warden.Cache(r, near_cache=warden.NearCacheConfig(max_bytes=3)) as cache:
+        r.set(KEY, "four")
+        for _ in range(3):
+            assert cache.get_or_load(KEY, refuse) == b"four"
+        assert cache.near_cache.stats().hits == 0  # type: ignore[union-attr]
+
+
+def test_killing_the_tracking_connection_flushes(r: redis.Redis, near: warden.Cache) -> None:
+    cache = near.near_cache
+    assert cache is not None
+    r.set(KEY, "v1")
+    keep(near, KEY)
+    (tracking,) = tracking_ids(r)
+    assert tracking == cache.client_id
+    flushes = cache.stats().flushes
+    r.client_kill_filter(_id=tracking)
+    until(lambda: cache.stats().flushes > flushes, "the flush")
+    r.set(KEY, "v2")  # while it may still be down: no invalidation reaches it
+    near.sync()
+    assert near.get_or_load(KEY, refuse) == b"v2"
+    until(lambda: cache.connected and tracking_ids(r) not in ([], [tracking]), "a new connection")
+    assert keep(near, KEY) == b"v2"
+
+
+def test_a_server_restart_flushes(own_server: Server) -> None:
+    r = own_server.client()
+    with warden.Cache(r, near_cache=warden.NearCacheConfig()) as near:
+        cache = near.near_cache
+        assert cache is not None
+        r.set(KEY, "v1")
+        keep(near, KEY)
+        flushes = cache.stats().flushes
+        own_server.restart()
+        r.set(KEY, "v2")
+        until(lambda: cache.stats().flushes > flushes, "the flush")
+        assert near.get_or_load(KEY, refuse) == b"v2"
+        until(lambda: cache.connected, "the connection made again")
+        assert keep(near, KEY) == b"v2"
+    r.close()
+
+
+def test_close_releases_the_connection_and_the_reader(r: redis.Redis) -> None:
+    cache = warden.Cache(r, near_cache=warden.NearCacheConfig())
+    r.set(KEY, "v1")
+    keep(cache, KEY)
+    assert len(tracking_ids(r)) == 1
+    cache.close()
+    assert not [t for t in threading.enumerate() if t.name == "warden-near-cache"]
+    until(lambda: tracking_ids(r) == [], "the tracking connection to close")
+    assert cache.near_cache.stats().entries == 0  # type: ignore[union-attr]
+    assert cache.get_or_load(KEY, refuse) == b"v1"  # from the server
+
+
+def test_refresh_ahead_goes_to_the_server_when_due(r: redis.Redis, near: warden.Cache) -> None:
+    r.set(KEY, "v1", ex=60)
+    keep(near, KEY)
+    gets = calls(r, "cache.get")
+    reloaded = threading.Event()
+
+    def reload() -> bytes:
+        reloaded.set()
+        return b"v2"
+
+    # Due: 60 s left is less than refresh=120 s.
+    assert near.get_or_load(KEY, reload, ttl=60, refresh=120) == b"v1"
+    assert calls(r, "cache.get") == gets + 1
+    assert reloaded.wait(DEADLINE)
+
+
+async def test_asyncio_hit_invalidation_and_aclose(ar: Any) -> None:
+    async with warden.asyncio.Cache(ar, near_cache=warden.NearCacheConfig()) as cache:
+        near = cache.near_cache
+        assert near is not None
+        await ar.set(KEY, "v1")
+
+        async def keep_async() -> Any:
+            deadline = time.monotonic() + DEADLINE
+            while True:
+                hits = near.stats().hits
+                value = await cache.get_or_load(KEY, refuse_async)
+                if near.stats().hits > hits:
+                    return value
+                assert time.monotonic() < deadline, "no near-cache hit"
+
+        assert await keep_async() == b"v1"
+        peeks = (await ar.info("commandstats")).get("cmdstat_cache.peek", {}).get("calls")
+        for _ in range(50):
+            assert await cache.get_or_load(KEY, refuse_async) == b"v1"
+        assert (await ar.info("commandstats"))["cmdstat_cache.peek"]["calls"] == peeks
+        await ar.set(KEY, "v2")
+        await cache.sync()
+        assert await cache.get_or_load(KEY, refuse_async) == b"v2"
+        assert await cache.invalidate(KEY)
+        assert await cache.get_or_load(KEY, loaded_async, ttl=60) == b"loaded"
+        flushes = near.stats().flushes
+        await ar.client_kill_filter(_id=near.client_id)
+        deadline = time.monotonic() + DEADLINE
+        while near.stats().flushes == flushes:
+            assert time.monotonic() < deadline, "no flush"
+            await asyncio.sleep(0.005)
+        await ar.flushall()
+    assert not [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+    assert not near.connected
+
+
+async def refuse_async() -> bytes:
+    return refuse()
+
+
+async def loaded_async() -> bytes:
+    return b"loaded"
+
+
+# The race checker.
+
+PAIRS = int(os.environ.get("WARDEN_NEAR_RACE_PAIRS", "10000"))
+THREADS = 4
+KEYS_PER_THREAD = 3
+
+
+class Race:
+    def __init__(self, server: Server, near: warden.Cache) -> None:
+        self.server = server
+        self.near = near
+        self.done = 0
+        self.stale: list[tuple[str, int, int]] = []
+        self.errors = 0
+        self.chaos: list[str] = []
+        self.lock = threading.Lock()
+
+    def pairs(self, worker: int, count: int) -> None:
+        plain = self.server.client()
+        keys = [f"race:{worker}:{i}" for i in range(KEYS_PER_THREAD)]
+        values = dict.fromkeys(keys, 0)
+        for n in range(count):
+            key = keys[n % len(keys)]
+            values[key] += 1
+            try:
+                retried(lambda: plain.set(key, values[key]))  # noqa: B023
+                y = int(retried(lambda: plain.get(key)))  # noqa: B023
+                self.near.sync()
+                reads = [int(self.near.get_or_load(key, refuse)) for _ in range(3)]
+                if min(reads) < y:
+                    with self.lock:
+                        self.stale.append((key, min(reads), y))
+            except (redis.ConnectionError, redis.TimeoutError, AssertionError, ValueError):
+                with self.lock:
+                    self.errors += 1
+            with self.lock:
+                self.done += 1
+        plain.close()
+
+    def disturb(self, total: int, running: threading.Event) -> None:
+        admin = self.server.client()
+        events = ["kill", "restart", "kill", "restart"]
+        for i, event in enumerate(events):
+            until(lambda: self.done >= total * (i + 1) // (len(events) + 1), "progress")  # noqa: B023
+            if not running.is_set():
+                break
+            if event == "kill":
+                client_id = self.near.near_cache.client_id  # type: ignore[union-attr]
+                if client_id is not None and retried(
+                    lambda: admin.client_kill_filter(_id=client_id)  # noqa: B023
+                ):
+                    self.chaos.append(event)
+            else:
+                self.server.restart()
+                self.chaos.append(event)
+        admin.close()
+
+
+def retried(action: Callable[[], Any]) -> Any:
+    deadline = time.monotonic() + DEADLINE
+    while True:
+        try:
+            return action()
+        except (redis.ConnectionError, redis.TimeoutError):
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.01)
+
+
+def test_race_no_read_after_sync_returns_an_older_value(own_server: Server) -> None:
+    own_server.args[own_server.args.index("--appendonly") + 1] = "yes"
+    own_server.restart()  # now with appendonly: values survive the restarts
+    client = own_server.client()
+    with warden.Cache(client, near_cache=warden.NearCacheConfig()) as near:
+        race = Race(own_server, near)
+        running = threading.Event()
+        running.set()
+        per_thread = PAIRS // THREADS
+        workers = [
+            threading.Thread(target=race.pairs, args=(w, per_thread)) for w in range(THREADS)
+        ]
+        chaos = threading.Thread(target=race.disturb, args=(per_thread * THREADS, running))
+        for t in [*workers, chaos]:
+            t.start()
+        for t in workers:
+            t.join()
+        running.clear()
+        chaos.join()
+        stats = near.near_cache.stats()  # type: ignore[union-attr]
+    client.close()
+    print(
+        f"\nnear-cache race ({os.path.basename(os.environ.get('WARDEN_SERVER', 'redis-server'))}):"
+        f" pairs={race.done} stale={len(race.stale)} errors={race.errors}"
+        f" hits={stats.hits} flushes={stats.flushes} chaos={','.join(race.chaos)}"
+    )
+    assert race.stale == []
+    assert race.done == per_thread * THREADS
+    assert stats.hits > 0
+    assert stats.flushes >= len(race.chaos)
+    assert len(race.chaos) == 4
+
+
+# The near cache's memory alone (no server): the generation per read.
+
+FRESH = [b"v1", -1, 0]
+
+
+@pytest.mark.parametrize(
+    ("between", "kept"),
+    [
+        (lambda store: None, True),
+        (lambda store: store.drop([KEY]), False),
+        (lambda store: store.drop(["other"]), True),
+        (lambda store: store.flush(), False),
+    ],
+    ids=["nothing", "its-invalidation", "another-key", "a-flush"],
+)
+def test_a_reply_is_kept_only_if_nothing_moved_its_generation(
+    between: Callable[[Any], None], kept: bool
+) -> None:
+    store = warden._near.NearStore(warden.NearCacheConfig())
+    ticket = store.begin(KEY)
+    between(store)
+    assert store.finish(KEY, ticket, FRESH) == (b"v1", -1)  # served either way
+    assert (store.get(KEY) == b"v1") is kept
+    assert store.reading == {} and store.moved == {}
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [None, [b"v1", -1, 1], [b"v1", 1, 0]],
+    ids=["nil", "stale", "expired"],
+)
+def test_only_fresh_replies_are_kept(reply: Any) -> None:
+    store = warden._near.NearStore(warden.NearCacheConfig())
+    assert store.finish(KEY, store.begin(KEY), reply) is None
+    assert store.get(KEY) is None
+
+
+async def test_race_asyncio_no_read_after_sync_returns_an_older_value(own_server: Server) -> None:
+    """The race checker for warden.asyncio: tasks instead of threads (a fifth
+    of the pairs), the tracking connection killed and the server restarted."""
+    own_server.args[own_server.args.index("--appendonly") + 1] = "yes"
+    await asyncio.to_thread(own_server.restart)
+    client = own_server.async_client()
+    admin = own_server.async_client()
+    total = max(PAIRS // 5 // THREADS, 1) * THREADS
+    done = errors = 0
+    stale: list[tuple[str, int, int]] = []
+    chaos: list[str] = []
+
+    async def again(action: Callable[[], Any]) -> Any:
+        deadline = time.monotonic() + DEADLINE
+        while True:
+            try:
+                return await action()
+            except (redis.ConnectionError, redis.TimeoutError):
+                if time.monotonic() > deadline:
+                    raise
+                await asyncio.sleep(0.01)
+
+    async with warden.asyncio.Cache(client, near_cache=warden.NearCacheConfig()) as cache:
+        near = cache.near_cache
+        assert near is not None
+
+        async def pairs(worker: int) -> None:
+            nonlocal done, errors
+            plain = own_server.async_client()
+            keys = [f"race:{worker}:{i}" for i in range(KEYS_PER_THREAD)]
+            for n in range(total // THREADS):
+                key = keys[n % len(keys)]
+                try:
+                    await again(lambda: plain.set(key, n))  # noqa: B023
+                    y = int(await again(lambda: plain.get(key)))  # noqa: B023
+                    await cache.sync()
+                    reads = [int(await cache.get_or_load(key, refuse_async)) for _ in range(3)]
+                    if min(reads) < y:
+                        stale.append((key, min(reads), y))
+                except (redis.ConnectionError, redis.TimeoutError, AssertionError, ValueError):
+                    errors += 1
+                done += 1
+            await plain.aclose()
+
+        async def disturb() -> None:
+            events = ["kill", "restart", "kill"]
+            for i, event in enumerate(events):
+                deadline = time.monotonic() + DEADLINE
+                while done < total * (i + 1) // (len(events) + 1):
+                    assert time.monotonic() < deadline, "no progress"
+                    await asyncio.sleep(0.001)
+                if event == "kill" and near.client_id is not None:
+                    if await again(lambda: admin.client_kill_filter(_id=near.client_id)):
+                        chaos.append(event)
+                elif event == "restart":
+                    await asyncio.to_thread(own_server.restart)
+                    chaos.append(event)
+
+        await asyncio.gather(disturb(), *[pairs(w) for w in range(THREADS)])
+        stats = near.stats()
+    await client.aclose()
+    await admin.aclose()
+    print(
+        f"\nnear-cache race asyncio: pairs={done} stale={len(stale)} errors={errors}"
+        f" hits={stats.hits} flushes={stats.flushes} chaos={','.join(chaos)}"
+    )
+    assert stale == []
+    assert done == total
+    assert stats.hits > 0
+    assert stats.flushes >= len(chaos) == 3

@@ -1,0 +1,258 @@
+"""``warden.NearCache``: the values of a ``warden.Cache`` kept in-process,
+dropped when the server says they changed (docs/cache.md, "Near cache").
+
+One RESP3 connection of its own with ``CLIENT TRACKING on``, made from the
+client's connection settings (its class: Sentinel's follows the master), read
+by one daemon thread: ``CACHE.PEEK`` replies and invalidation pushes in the
+order the server sent them. Callers of any thread pipeline their peeks on it
+and wait for their own reply. redis-py's RESP3 parser reads the pushes (its
+invalidation handler); redis-py's own client-side cache is not used: it keeps
+replies of commands it knows, while a ``CACHE.PEEK`` reply carries an expiry
+and a stale mark that decide whether it may be kept at all.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import threading
+from typing import Any, Optional
+
+from redis.cluster import RedisCluster
+from redis.exceptions import ConnectionError, ResponseError
+
+from ._near import NearCacheConfig, NearCacheStats, NearStore, Ticket, invalidated_keys
+
+logger = logging.getLogger(__name__)
+
+# What the push handler returns: read_response(push_request=True) hands it
+# back, and no reply is this object.
+_PUSH = object()
+
+# How long a peek or sync waits for its reply when the client has no
+# socket_timeout: past it the connection is taken as dead (and made again).
+REPLY_SECONDS = 10.0
+RECONNECT_PAUSES = (0.05, 0.1, 0.2, 0.5, 1.0)
+
+
+def _gone(*args: Any, **kwargs: Any) -> None:
+    raise ConnectionError("the tracking connection was closed")
+
+
+class _Request:
+    """One command sent on the tracking connection; for a peek, its key and
+    the generation noted before the send."""
+
+    __slots__ = ("done", "reply", "failed", "key", "ticket")
+
+    def __init__(self, key: Optional[str] = None, ticket: Optional[Ticket] = None) -> None:
+        self.done = threading.Event()
+        self.reply: Any = None
+        self.failed = False
+        self.key = key
+        self.ticket = ticket
+
+    def settle(self, reply: Any, failed: bool = False) -> None:
+        self.reply, self.failed = reply, failed
+        self.done.set()
+
+
+def tracking_kwargs(pool: Any) -> dict[str, Any]:
+    """The client's connection settings for a RESP3 tracking connection."""
+    kwargs = dict(pool.connection_kwargs)
+    for client_side_cache in ("cache", "cache_config"):
+        kwargs.pop(client_side_cache, None)
+    timeout = kwargs.get("socket_timeout")
+    kwargs.update(
+        protocol=3,
+        decode_responses=False,
+        # The reader waits for pushes forever; replies have their own deadline.
+        socket_timeout=None,
+        socket_connect_timeout=kwargs.get("socket_connect_timeout") or timeout or REPLY_SECONDS,
+        health_check_interval=0,
+    )
+    return kwargs
+
+
+class NearCache:
+    """The near cache of one ``warden.Cache`` (``Cache(r,
+    near_cache=NearCacheConfig())``): ``get`` answers from memory or with one
+    ``CACHE.PEEK`` on the tracking connection; ``sync()`` waits one round trip
+    of it; ``stats()``; ``close()``."""
+
+    def __init__(self, redis: Any, config: NearCacheConfig) -> None:
+        if isinstance(redis, RedisCluster):
+            raise TypeError("the near cache needs a single server (or Sentinel), not a cluster")
+        pool = redis.connection_pool
+        self._connection_class = pool.connection_class
+        self._kwargs = tracking_kwargs(pool)
+        timeout = pool.connection_kwargs.get("socket_timeout")
+        self.reply_seconds: float = timeout or REPLY_SECONDS
+        self.store = NearStore(config)
+        # Held to send, so that requests are queued in the order they are sent.
+        self._send_lock = threading.Lock()
+        self._connection: Any = None  # None while down
+        self._pending: collections.deque[_Request] = collections.deque()
+        self.client_id: Optional[int] = None
+        self._closed = threading.Event()
+        self._first_attempt = threading.Event()
+        self._reader = threading.Thread(target=self._run, name="warden-near-cache", daemon=True)
+        self._reader.start()
+        # The first reads find the connection made (or known to be down).
+        self._first_attempt.wait(self.reply_seconds)
+
+    @property
+    def connected(self) -> bool:
+        return self._connection is not None
+
+    def get(self, key: str, margin_ms: int = 0) -> Optional[bytes]:
+        """The kept value (0 round trips), or None (a miss, or due within
+        ``margin_ms``)."""
+        return self.store.get(key, margin_ms)
+
+    def peek(self, key: str) -> Optional[tuple[bytes, int]]:
+        """``CACHE.PEEK key`` on the tracking connection: a fresh ``(value,
+        expires_at)``, kept when nothing moved the key meanwhile; None when
+        the key holds no fresh value or the connection is down (ask
+        ``CACHE.GET``)."""
+        # The reader keeps the reply (or not) in stream order, then settles it.
+        request = self._send(_Request(key, self.store.begin(key)), "CACHE.PEEK", key)
+        if request is None or request.failed:
+            return None
+        fresh: Optional[tuple[bytes, int]] = request.reply
+        return fresh
+
+    def sync(self) -> None:
+        """One round trip on the tracking connection: every invalidation the
+        server queued before it has been applied when it returns (at once
+        while the connection is down: nothing is kept then)."""
+        self._send(_Request(), "PING")
+
+    def invalidated(self, key: str) -> None:
+        """This process invalidated ``key``: drop it at once."""
+        self.store.drop([key])
+
+    def stats(self) -> NearCacheStats:
+        return self.store.stats()
+
+    def close(self) -> None:
+        """Close the tracking connection and stop its reader (dropping everything)."""
+        self._closed.set()
+        with self._send_lock:
+            connection = self._connection
+        if connection is not None:
+            connection.disconnect()
+        if self._reader is not threading.current_thread():
+            self._reader.join()
+
+    # The caller's side.
+
+    def _send(self, request: _Request, *args: Any) -> Optional[_Request]:
+        """Send one command and wait for its reply (settled by the reader);
+        None when the connection is down or the reply did not come in time."""
+        with self._send_lock:
+            connection = self._connection
+            if connection is not None:
+                self._pending.append(request)
+                try:
+                    connection.send_command(*args, check_health=False)
+                except Exception:
+                    self._pending.pop()
+                    connection = None
+                    self._lost(self._connection)
+                    # Before sync() returns: the reader may not have seen it yet.
+                    self.store.flush()
+        if connection is None:
+            if request.key is not None:
+                self.store.abandon(request.key)
+            return None
+        if not request.done.wait(self.reply_seconds):
+            self._lost(connection)
+            self.store.flush()
+            return None
+        return request
+
+    def _lost(self, connection: Any) -> None:
+        """Close ``connection``: the reader sees it, flushes and connects again."""
+        try:
+            connection.disconnect()
+        except Exception:
+            logger.debug("closing the tracking connection failed", exc_info=True)
+
+    # The reader's side.
+
+    def _on_push(self, push: Any) -> Any:
+        keys = invalidated_keys(push)
+        if keys is None:
+            self.store.flush()
+        else:
+            self.store.drop(keys)
+        return _PUSH
+
+    def _open(self) -> Any:
+        connection = self._connection_class(**self._kwargs)
+        try:
+            connection.connect()
+            connection._parser.set_invalidation_push_handler(self._on_push)
+            connection.send_command("CLIENT", "TRACKING", "ON", check_health=False)
+            connection.read_response()
+            connection.send_command("CLIENT", "ID", check_health=False)
+            self.client_id = int(connection.read_response())
+        except BaseException:
+            connection.disconnect()
+            raise
+        # redis-py connects a closed connection again on its next send: this
+        # one would then track nothing while the reader read on. Never again.
+        connection.connect = connection.connect_check_health = _gone
+        return connection
+
+    def _run(self) -> None:
+        failures = 0
+        while not self._closed.is_set():
+            try:
+                connection = self._open()
+            except Exception as error:
+                self._first_attempt.set()
+                pause = RECONNECT_PAUSES[min(failures, len(RECONNECT_PAUSES) - 1)]
+                failures += 1
+                logger.debug("near cache: cannot connect (%s), again in %.2f s", error, pause)
+                self._closed.wait(pause)
+                continue
+            failures = 0
+            self.store.flush()  # what was kept before this connection may be old
+            with self._send_lock:
+                self._connection = connection
+            self._first_attempt.set()
+            if self._closed.is_set():  # closed while connecting: close() saw no connection
+                connection.disconnect()
+            try:
+                self._read(connection)
+            except Exception as error:
+                if not self._closed.is_set():
+                    logger.info("near cache: tracking connection lost (%s)", error)
+            finally:
+                # Flushed first: a caller that finds no connection finds nothing kept.
+                self.store.flush()
+                with self._send_lock:
+                    self._connection = None
+                    pending, self._pending = self._pending, collections.deque()
+                for request in pending:
+                    if request.key is not None:
+                        self.store.abandon(request.key)
+                    request.settle(None, failed=True)
+                connection.disconnect()
+        self.store.flush()
+
+    def _read(self, connection: Any) -> None:
+        while True:
+            try:
+                reply: Any = connection.read_response(push_request=True)
+            except ResponseError as error:  # an answer: the connection is fine
+                reply = error
+            if reply is _PUSH:
+                continue
+            with self._send_lock:
+                request = self._pending.popleft()
+            if request.key is not None and request.ticket is not None:
+                reply = self.store.finish(request.key, request.ticket, reply)
+            request.settle(reply)
