@@ -113,7 +113,24 @@ CONTENDERS = [
         "plain",
         False,
     ),
-    ("python", "warden", "warden near cache", "warden-redis near cache (near-py)", "plain", True),
+    (
+        "python",
+        "warden",
+        "warden near cache",
+        "`warden.Cache(r, near_cache=warden.NearCacheConfig())`, `get_or_load(k, loader, ttl=300)`: "
+        "its tracking connection read by a daemon thread",
+        "plain",
+        False,
+    ),
+    (
+        "python",
+        "warden-yield",
+        "warden near cache, reader yields",
+        "the same; the reader calls `time.sleep(0)` every 100 reads (the GIL goes to the tracking "
+        "thread, as it would in a reader doing any I/O)",
+        "plain",
+        False,
+    ),
     (
         "node",
         "get",

@@ -14,8 +14,12 @@ Clients (the reader, one thread, one client object):
 - redis-py-csc: redis-py's client-side caching, `Redis(protocol=3,
   cache_config=CacheConfig())` (CLIENT TRACKING on its connection; a hit
   first drains the invalidation pushes already on the socket).
-- warden: warden's Python near cache, once it is in warden-redis (hook:
-  `WARDEN_NEAR_PY`; see `warden_reader`).
+- warden: warden's Python near cache, `warden.Cache(r,
+  near_cache=warden.NearCacheConfig())` (`warden_reader`).
+- warden-yield: the same, the reader calling `time.sleep(0)` every
+  YIELD_EVERY reads of the race (it lets go of the GIL, so the near
+  cache's tracking thread can apply what arrived, as a reader doing any I/O
+  would; the Node driver yields as often).
 
 Keys: PREFIX:0 … PREFIX:KEYS-1, each holding an integer (the writer's n);
 PREFIX:hit holds one that nothing writes.
@@ -50,6 +54,7 @@ import redis
 from redis.cache import CacheConfig
 
 BUCKET_NS = 2_000
+YIELD_EVERY = 100
 
 
 def pct(xs: list[int], p: float) -> float:
@@ -64,20 +69,29 @@ def make_reader(client: str, port: int, prefix: str) -> tuple[Callable[[str], An
     if client == "redis-py-csc":
         r = redis.Redis(port=port, protocol=3, cache_config=CacheConfig())
         return r.get, r
-    if client == "warden":
+    if client in ("warden", "warden-yield"):
         return warden_reader(port, prefix)
     raise SystemExit(f"unknown client {client}")
 
 
 def warden_reader(port: int, prefix: str) -> tuple[Callable[[str], Any], Any]:
-    """warden's Python near cache (the hook: its API per docs/clients/python.md
-    "Near cache" once near-py is merged): a read goes through the near cache
-    (the keys are plain strings: a miss reads them through CACHE.GET)."""
-    try:
-        from warden import near  # type: ignore[attr-defined]  # noqa: F401
-    except ImportError as e:
-        raise SystemExit(f"warden's Python near cache is not in this checkout yet: {e}") from e
-    raise SystemExit("warden's Python near cache: driver not written yet (near-py not merged)")
+    """warden's Python near cache (docs/clients/python.md "Near cache"):
+    `warden.Cache(r, near_cache=warden.NearCacheConfig())`, its default
+    serializer (bytes); a read is `get_or_load(key, loader, ttl=300)`. The
+    keys are plain strings the writer SETs, so the loader (which fails) never
+    runs."""
+    import warden
+
+    def load() -> bytes:
+        raise RuntimeError("the loader ran: the key is missing")
+
+    r = redis.Redis(port=port)
+    cache = warden.Cache(r, near_cache=warden.NearCacheConfig())
+
+    def get(key: str) -> Any:
+        return cache.get_or_load(key, load, ttl=300)
+
+    return get, cache
 
 
 def reader(args: argparse.Namespace) -> None:
@@ -97,6 +111,8 @@ def reader(args: argparse.Namespace) -> None:
     print("READY", flush=True)
     if sys.stdin.readline().strip() != "GO":
         return
+    near = getattr(conn, "near_cache", None)
+    s0 = near.stats() if near else None
     now = time.monotonic_ns
     n_keys = args.keys
     entries: list[list[int]] = []
@@ -105,6 +121,7 @@ def reader(args: argparse.Namespace) -> None:
     t_start = now()
     end = t_start + int(args.seconds * 1e9)
     i = 0
+    every = YIELD_EVERY if args.client == "warden-yield" else 0
     while True:
         t = now()
         if t >= end:
@@ -120,9 +137,17 @@ def reader(args: argparse.Namespace) -> None:
             cur[i] = e
         reads += 1
         i = (i + 1) % n_keys
+        if every and reads % every == 0:
+            time.sleep(0)
     t_end = now()
+    info = {}
+    if near and s0:
+        s1 = near.stats()
+        for k in ("hits", "misses", "invalidations", "flushes"):
+            info[f"info_{k}"] = getattr(s1, k) - getattr(s0, k)
     conn.close()
     out = {
+        **info,
         "reads": reads,
         "seconds": (t_end - t_start) / 1e9,
         "entries": entries,
@@ -177,7 +202,11 @@ def main() -> None:
     p.add_argument("--version", action="store_true")
     args = p.parse_args()
     if args.version:
-        print(json.dumps({"redis-py": redis.__version__, "python": sys.version.split()[0]}))
+        import warden
+
+        out = {"redis-py": redis.__version__, "python": sys.version.split()[0]}
+        out["warden-redis"] = getattr(warden, "__version__", "?")
+        print(json.dumps(out))
         return
     os.environ.setdefault("PYTHONHASHSEED", "0")
     (writer if args.writer else reader)(args)
