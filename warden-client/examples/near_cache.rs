@@ -71,7 +71,9 @@ fn main() {
 
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
-        .enable_all().build().expect("runtime");
+        .enable_all()
+        .build()
+        .expect("runtime");
     rt.block_on(async move {
         let warden = Warden::open(&format!("redis://127.0.0.1:{port}")).expect("url");
         let near = warden.cache().near(NearConfig::default()).expect("a plain server");
