@@ -100,7 +100,7 @@ fn main() {
             let t0 = now();
             read(hit.clone()).await;
             lat.push(now() - t0);
-            if i as u64 % YIELD_EVERY == 0 {
+            if (i as u64).is_multiple_of(YIELD_EVERY) {
                 tokio::task::yield_now().await;
             }
         }
@@ -137,7 +137,7 @@ fn main() {
             }
             reads += 1;
             i = (i + 1) % n_keys;
-            if reads % YIELD_EVERY == 0 {
+            if reads.is_multiple_of(YIELD_EVERY) {
                 tokio::task::yield_now().await;
             }
         }
