@@ -401,6 +401,11 @@ def fmt(x: float, digits: int = 2) -> str:
     return f"{x:.{digits}f}" if abs(x) < 10 else f"{x:.1f}"
 
 
+def ratio(r: dict[str, Any], name: str, digits: int) -> str:
+    """A ratio to the language's plain GET row; "no GET row" when it has none."""
+    return f"{r[name]:.{digits}f}×" if name in r else "no `GET` row"
+
+
 def main() -> None:
     began = time.monotonic()
     before = busy_elsewhere()
@@ -464,9 +469,9 @@ def main() -> None:
         text.append(
             f"| {r['language']} | {r['label']} | {r['stale']:,} ({r['stale'] / r['reads']:.2%}) "
             f"| {fmt(r['stale_longest_ms']) if r['stale'] else '—'} | {r['rtt_us']:.0f} "
-            f"| {r['reads_per_s']:,.0f} ({r.get('reads_vs_get', math.nan):.1f}×) "
+            f"| {r['reads_per_s']:,.0f} ({ratio(r, 'reads_vs_get', 1)}) "
             f"| {r['server_cmds_per_read']:.3f} ({hr:.1%}) "
-            f"| {fmt(r['hit_us_p50'])} / {fmt(r['hit_us_p99'])} ({r.get('hit_vs_get', math.nan):.3f}×) "
+            f"| {fmt(r['hit_us_p50'])} / {fmt(r['hit_us_p99'])} ({ratio(r, 'hit_vs_get', 3)}) "
             f"| {r['writes']:,} |"
         )
     text += ["", "How each is configured:", ""]
