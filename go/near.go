@@ -123,6 +123,10 @@ func NewNearCache(w *Warden, opts ...NearOption) (*NearCache, error) {
 	nc.ctx, nc.cancel = context.WithCancel(context.Background())
 	nc.wg.Add(1)
 	go nc.run()
+	if nc.opt.Dialer != nil {
+		nc.wg.Add(1)
+		go nc.watch()
+	}
 	return nc, nil
 }
 
@@ -147,7 +151,9 @@ func (nc *NearCache) Len() int {
 // for it to connect within ctx. When it returns nil, every invalidation
 // the server queued before it has been applied: after a write is
 // acknowledged to its writer, a read that starts after Sync never returns
-// the older value.
+// the older value. On a client with a Dialer (a failover client's asks
+// Sentinel for the master) it first dials once to check that the
+// connection still reaches the master, and reconnects if not.
 func (nc *NearCache) Sync(ctx context.Context) error {
 	for {
 		nc.mu.Lock()
@@ -162,6 +168,9 @@ func (nc *NearCache) Sync(ctx context.Context) error {
 			return ctx.Err()
 		case <-nc.ctx.Done():
 			return ErrClosed
+		}
+		if err := nc.checkMaster(ctx); err != nil {
+			return err
 		}
 		r, err := nc.call(ctx, &nearCall{}, "PING")
 		if errors.Is(err, errNearDown) {
@@ -475,9 +484,18 @@ func (nc *NearCache) apply(p push) {
 	}
 }
 
-// drop ends a link: everything kept goes, the calls owed a reply fail.
+// drop ends a link (once): everything kept goes, the calls owed a reply fail.
 func (nc *NearCache) drop(l *nearLink) {
 	l.c.close()
+	l.qmu.Lock()
+	if l.dead {
+		l.qmu.Unlock()
+		return
+	}
+	l.dead = true
+	queue := l.queue
+	l.queue = nil
+	l.qmu.Unlock()
 	nc.mu.Lock()
 	if nc.link == l {
 		nc.link = nil
@@ -485,13 +503,55 @@ func (nc *NearCache) drop(l *nearLink) {
 	}
 	nc.flush()
 	nc.mu.Unlock()
-	l.qmu.Lock()
-	l.dead = true
-	queue := l.queue
-	l.queue = nil
-	l.qmu.Unlock()
 	for _, call := range queue {
 		nc.settle(call, nil, errNearDown)
+	}
+}
+
+// checkMaster drops the link when the client's dialer (a failover client's:
+// the master Sentinel names now) reaches another server than the link does.
+// A failed-over master keeps its connections until Sentinel reconfigures it,
+// and writers have moved on: its invalidations would never come.
+func (nc *NearCache) checkMaster(ctx context.Context) error {
+	if nc.opt.Dialer == nil {
+		return nil
+	}
+	nc.mu.Lock()
+	l := nc.link
+	nc.mu.Unlock()
+	if l == nil {
+		return nil
+	}
+	network := nc.opt.Network
+	if network == "" {
+		network = "tcp"
+	}
+	c, err := nc.opt.Dialer(ctx, network, nc.opt.Addr)
+	if err != nil {
+		return err
+	}
+	now := c.RemoteAddr().String()
+	_ = c.Close()
+	if now != l.c.nc.RemoteAddr().String() {
+		nc.drop(l)
+	}
+	return nil
+}
+
+// watch checks every second that the link reaches the current master.
+func (nc *NearCache) watch() {
+	defer nc.wg.Done()
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		select {
+		case <-tick.C:
+			ctx, cancel := context.WithTimeout(nc.ctx, 5*time.Second)
+			_ = nc.checkMaster(ctx)
+			cancel()
+		case <-nc.ctx.Done():
+			return
+		}
 	}
 }
 

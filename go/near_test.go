@@ -65,27 +65,14 @@ func cmdCalls(t *testing.T, rdb *redis.Client, cmd string) int {
 	return 0
 }
 
-// trackingID is the CLIENT ID of the connection with tracking on (flag t).
+// trackingID is the CLIENT ID of the tracking connection, once it is up.
 func trackingID(t *testing.T, rdb *redis.Client) string {
 	t.Helper()
 	var id string
 	waitFor(t, "a tracking connection", func() bool {
-		list, err := rdb.ClientList(context.Background()).Result()
-		if err != nil {
-			return false
-		}
-		for _, line := range strings.Split(list, "\n") {
-			f := map[string]string{}
-			for _, kv := range strings.Fields(line) {
-				k, v, _ := strings.Cut(kv, "=")
-				f[k] = v
-			}
-			if strings.Contains(f["flags"], "t") {
-				id = f["id"]
-				return true
-			}
-		}
-		return false
+		var ok bool
+		id, ok = trackingConn(rdb)
+		return ok
 	})
 	return id
 }
