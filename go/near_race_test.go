@@ -41,7 +41,7 @@ type chaos struct {
 // a few keys: SET k v+1 and GET k (the server's truth, y) on plain, then
 // nc.Sync, then reads through the near cache (x). A read is stale when
 // x < y. The chaos events run spread over the pairs.
-func raceCheck(t *testing.T, plain *redis.Client, w *warden.Warden, nc *warden.NearCache, pairs int, events []chaos) {
+func raceCheck(t *testing.T, plain *redis.Client, replicated *atomic.Bool, w *warden.Warden, nc *warden.NearCache, pairs int, events []chaos) {
 	const workers, keysEach = 4, 3
 	var next, finished, stale, errs atomic.Int64
 	var wg sync.WaitGroup
@@ -58,7 +58,7 @@ func raceCheck(t *testing.T, plain *redis.Client, w *warden.Warden, nc *warden.N
 				}
 				key := fmt.Sprintf("race:%d:%d", g, i%keysEach)
 				values[key]++
-				if !racePair(plain, w, nc, key, values[key], &stale) {
+				if !racePair(plain, replicated, w, nc, key, values[key], &stale) {
 					errs.Add(1)
 				}
 				finished.Add(1)
@@ -71,7 +71,9 @@ func raceCheck(t *testing.T, plain *redis.Client, w *warden.Warden, nc *warden.N
 		for finished.Load() < at && next.Load() <= int64(pairs) {
 			time.Sleep(time.Millisecond)
 		}
+		start := time.Now()
 		did, err := ev.do()
+		t.Logf("%s: %v in %v", ev.name, did, time.Since(start).Round(time.Millisecond))
 		if err != nil {
 			t.Errorf("%s: %v", ev.name, err)
 		}
@@ -99,16 +101,17 @@ func raceCheck(t *testing.T, plain *redis.Client, w *warden.Warden, nc *warden.N
 }
 
 // racePair runs one pair; ok false counts it as an error (chaos).
-func racePair(plain *redis.Client, w *warden.Warden, nc *warden.NearCache, key string, v int, stale *atomic.Int64) bool {
+func racePair(plain *redis.Client, replicated *atomic.Bool, w *warden.Warden, nc *warden.NearCache, key string, v int, stale *atomic.Int64) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
 	if !retry(ctx, func() error {
 		if err := plain.Set(ctx, key, v, 0).Err(); err != nil {
 			return err
 		}
-		// Acknowledged by a replica too, when there is one: a failover
-		// must not take the write back (that would be lost, not stale).
-		if n, err := plain.Info(ctx, "replication").Result(); err == nil && strings.Contains(n, "connected_slaves:1") {
+		// Acknowledged by the replica too, until the failover: it must not
+		// take the write back (that would be lost, not stale). After it
+		// the old master rejoins as a replica only when Sentinel gets to it.
+		if replicated.Load() {
 			if acks, err := plain.Do(ctx, "WAIT", 1, 1000).Int(); err != nil || acks < 1 {
 				return fmt.Errorf("WAIT: %d %v", acks, err)
 			}
@@ -197,5 +200,62 @@ func TestIntegrationNearRace(t *testing.T) {
 		_, up := trackingConn(plain)
 		return up, srv.Restart()
 	}}
-	raceCheck(t, plain, w, nc, racePairs(t), []chaos{kill, restart, kill, restart, kill})
+	raceCheck(t, plain, new(atomic.Bool), w, nc, racePairs(t), []chaos{kill, restart, kill, restart, kill})
+}
+
+// The same through Sentinel (1 master, 1 replica, 1 sentinel), with a
+// failover between kills of the tracking connection.
+func TestIntegrationNearRaceSentinel(t *testing.T) {
+	master := testserver.Start(t)
+	replica := master.Replica(t)
+	sentinel := testserver.Sentinel(t, master, "m")
+	failoverClient := func() *redis.Client {
+		rdb := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: "m", SentinelAddrs: []string{sentinel.Addr()}})
+		t.Cleanup(func() { _ = rdb.Close() })
+		return rdb
+	}
+	plain := failoverClient()
+	replicated := new(atomic.Bool)
+	replicated.Store(true)
+	w := warden.New(failoverClient())
+	t.Cleanup(func() { _ = w.Close() })
+	nc := nearOn(t, w)
+	srdb := sentinel.Client(t)
+	waitFor(t, "sentinel to see the replica", func() bool {
+		reps, _ := srdb.Do(context.Background(), "SENTINEL", "REPLICAS", "m").Slice()
+		return len(reps) == 1
+	})
+	kill := chaos{"kill the tracking connection", func() (bool, error) { return killTracking(plain) }}
+	failover := chaos{"Sentinel failover", func() (bool, error) {
+		ctx := context.Background()
+		_, up := trackingConn(plain)
+		// Sentinel lists a replica before it counts it as promotable
+		// (fresh INFO, link up): NOGOODSLAVE until then.
+		for end := time.Now().Add(20 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+			err := srdb.Do(ctx, "SENTINEL", "FAILOVER", "m").Err()
+			if err == nil {
+				break
+			}
+			if !strings.Contains(err.Error(), "NOGOODSLAVE") || time.Now().After(end) {
+				return up, err
+			}
+		}
+		for end := time.Now().Add(30 * time.Second); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
+			addr, _ := srdb.Do(ctx, "SENTINEL", "GET-MASTER-ADDR-BY-NAME", "m").StringSlice()
+			if len(addr) == 2 && addr[1] == strconv.Itoa(replica.Port) {
+				replicated.Store(false)
+				return up, nil
+			}
+		}
+		return up, fmt.Errorf("no failover")
+	}}
+	// Each pair waits for the replica (WAIT 1) until the failover: the
+	// short run is a tenth.
+	pairs := racePairs(t)
+	if os.Getenv("WARDEN_NEAR_RACE_PAIRS") == "" {
+		pairs /= 10
+	}
+	start := time.Now()
+	raceCheck(t, plain, replicated, w, nc, pairs, []chaos{kill, failover, kill})
+	t.Logf("pairs in %v", time.Since(start).Round(time.Millisecond))
 }
