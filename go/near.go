@@ -30,6 +30,7 @@ type NearCache struct {
 	opt        *redis.Options
 	maxEntries int
 	maxBytes   int64
+	failover   bool
 
 	mu       sync.Mutex
 	items    map[string]*list.Element // of *nearEntry, most recently used first
@@ -109,8 +110,11 @@ func NewNearCache(w *Warden, opts ...NearOption) (*NearCache, error) {
 		return nil, fmt.Errorf("warden: a near cache needs a *redis.Client, not %T", w.rdb)
 	}
 	nc := &NearCache{
-		w:          w,
-		opt:        client.Options(),
+		w:   w,
+		opt: client.Options(),
+		// go-redis names a failover client's address so; its Dialer asks
+		// Sentinel for the master.
+		failover:   client.Options().Addr == "FailoverClient",
 		maxEntries: 10_000,
 		maxBytes:   64 << 20,
 		items:      map[string]*list.Element{},
@@ -123,7 +127,7 @@ func NewNearCache(w *Warden, opts ...NearOption) (*NearCache, error) {
 	nc.ctx, nc.cancel = context.WithCancel(context.Background())
 	nc.wg.Add(1)
 	go nc.run()
-	if nc.opt.Dialer != nil {
+	if nc.failover {
 		nc.wg.Add(1)
 		go nc.watch()
 	}
@@ -151,9 +155,9 @@ func (nc *NearCache) Len() int {
 // for it to connect within ctx. When it returns nil, every invalidation
 // the server queued before it has been applied: after a write is
 // acknowledged to its writer, a read that starts after Sync never returns
-// the older value. On a client with a Dialer (a failover client's asks
-// Sentinel for the master) it first dials once to check that the
-// connection still reaches the master, and reconnects if not.
+// the older value. On a failover client it first dials once (its dialer
+// asks Sentinel for the master) to check that the connection still reaches
+// the master, and reconnects if not.
 func (nc *NearCache) Sync(ctx context.Context) error {
 	for {
 		nc.mu.Lock()
@@ -508,12 +512,12 @@ func (nc *NearCache) drop(l *nearLink) {
 	}
 }
 
-// checkMaster drops the link when the client's dialer (a failover client's:
-// the master Sentinel names now) reaches another server than the link does.
+// checkMaster drops the link when a failover client's dialer (the master
+// Sentinel names now) reaches another server than the link does.
 // A failed-over master keeps its connections until Sentinel reconfigures it,
 // and writers have moved on: its invalidations would never come.
 func (nc *NearCache) checkMaster(ctx context.Context) error {
-	if nc.opt.Dialer == nil {
+	if !nc.failover {
 		return nil
 	}
 	nc.mu.Lock()
