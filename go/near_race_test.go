@@ -180,8 +180,12 @@ func trackingConn(rdb *redis.Client) (string, bool) {
 	return "", false
 }
 
-// killTracking kills the tracking connection, if there is one now.
-func killTracking(rdb *redis.Client) (bool, error) {
+// killTracking kills nc's tracking connection, once it is up (false: it
+// did not come up).
+func killTracking(rdb *redis.Client, nc *warden.NearCache) (bool, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = nc.Sync(ctx)
 	id, ok := trackingConn(rdb)
 	if !ok {
 		return false, nil
@@ -195,7 +199,7 @@ func TestIntegrationNearRace(t *testing.T) {
 	w := warden.New(srv.Client(t))
 	t.Cleanup(func() { _ = w.Close() })
 	nc := nearOn(t, w)
-	kill := chaos{"kill the tracking connection", func() (bool, error) { return killTracking(plain) }}
+	kill := chaos{"kill the tracking connection", func() (bool, error) { return killTracking(plain, nc) }}
 	restart := chaos{"restart the server", func() (bool, error) {
 		_, up := trackingConn(plain)
 		return up, srv.Restart()
@@ -225,7 +229,7 @@ func TestIntegrationNearRaceSentinel(t *testing.T) {
 		reps, _ := srdb.Do(context.Background(), "SENTINEL", "REPLICAS", "m").Slice()
 		return len(reps) == 1
 	})
-	kill := chaos{"kill the tracking connection", func() (bool, error) { return killTracking(plain) }}
+	kill := chaos{"kill the tracking connection", func() (bool, error) { return killTracking(plain, nc) }}
 	failover := chaos{"Sentinel failover", func() (bool, error) {
 		ctx := context.Background()
 		_, up := trackingConn(plain)
