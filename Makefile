@@ -148,10 +148,11 @@ $(VALKEY): | venv
 
 # The Bloom tests compare BF.DEBUG with RedisBloom's and run beside it.
 # WARDEN_SOAK_SECONDS (default 300) shortens tests/soak.rs.
-# The tests load the module their own build made (target/release/deps, one
+# The tests load the module their own build made (target/$(TEST_PROFILE)/deps, one
 # feature set with the dev-dependencies): a separate cargo build would make
 # each later cargo test rebuild the module and relink every test binary.
-TEST_MODULE := target/release/deps/libwarden.so
+TEST_PROFILE := test-release
+TEST_MODULE := target/$(TEST_PROFILE)/deps/libwarden.so
 # tests/upgrade.rs runs against the previous release's module (make
 # prev-release, below), built once when this clone has its commit; a shallow
 # clone without it runs those tests as skipped, and says so.
@@ -160,7 +161,7 @@ TEST_SUITES := python-test node-test java-test go-test dist-test
 test: deps venv python-venv node-deps $(REDISBLOOM) $(SERVER_DEPS)
 	@if git cat-file -e $(PREV_RELEASE)^{commit} 2>/dev/null; then $(MAKE) --no-print-directory prev-release; \
 		else echo "the previous release ($(PREV_RELEASE)) is not in this clone: tests/upgrade.rs will skip"; fi
-	cargo test --release --workspace --no-run
+	cargo test --profile $(TEST_PROFILE) --workspace --no-run
 	@echo "open files: $$(ulimit -n) (hard limit $$(ulimit -Hn)); the tests open up to 11,000 at once"
 	@# Every suite runs even when an earlier one failed (a failure must not
 	@# hide the rest); make test fails at the end if any did.
@@ -168,7 +169,7 @@ test: deps venv python-venv node-deps $(REDISBLOOM) $(SERVER_DEPS)
 	WARDEN_SERVER=$(SERVER_BIN) WARDEN_MODULE=$(CURDIR)/$(TEST_MODULE) WARDEN_PYTHON=$(CURDIR)/$(PYTHON) \
 		REDISBLOOM_MODULE=$(CURDIR)/$(REDISBLOOM) \
 		WARDEN_PREV_MODULE=$$([ -f $(PREV_MODULE) ] && echo $(PREV_MODULE)) \
-		cargo test --release --workspace --no-fail-fast $(TEST_TARGETS) -- --test-threads=4 --show-output || status=1; \
+		cargo test --profile $(TEST_PROFILE) --workspace --no-fail-fast $(TEST_TARGETS) -- --test-threads=4 --show-output || status=1; \
 	echo "time: cargo test $$(( $$(date +%s) - t )) s"; \
 	for suite in $(TEST_SUITES); do t=$$(date +%s); \
 		$(MAKE) --no-print-directory $$suite || { echo "make $$suite failed"; status=1; }; \
@@ -191,9 +192,9 @@ prev-release: deps
 	cd $(PREV_DIR) && cargo build --release
 
 upgrade-test: prev-release $(SERVER_DEPS)
-	cargo test --release --test upgrade --no-run
+	cargo test --profile $(TEST_PROFILE) --test upgrade --no-run
 	WARDEN_SERVER=$(SERVER_BIN) WARDEN_MODULE=$(CURDIR)/$(TEST_MODULE) WARDEN_PREV_MODULE=$(PREV_MODULE) \
-		cargo test --release --test upgrade -- --test-threads=2 --show-output
+		cargo test --profile $(TEST_PROFILE) --test upgrade -- --test-threads=2 --show-output
 
 # The release artefacts, into dist/: the module as a tarball named for its
 # target and the oldest glibc it needs (libwarden.so, redis.conf.example,
@@ -286,7 +287,7 @@ node-bench: build node-deps
 # not depend on the server), then its tests (node --test) on both clients
 # against $(SERVER_BIN) with the module.
 node-test: node-deps $(SERVER_DEPS)
-	cargo test --release --workspace --no-run
+	cargo test --profile $(TEST_PROFILE) --workspace --no-run
 	$(if $(filter redis,$(SERVER)),cd node && npm run --silent check,@echo "node: tsc and biome ran on SERVER=redis")
 	cd node && WARDEN_SERVER=$(SERVER_BIN) WARDEN_MODULE=$(CURDIR)/$(TEST_MODULE) npm test --silent
 
@@ -321,7 +322,7 @@ go-deps:
 # count in neither.
 GO_RUN := $(if $(filter redis,$(SERVER)),,-run '^TestIntegration|^Example')
 go-test: go-deps $(SERVER_DEPS)
-	cargo test --release --workspace --no-run
+	cargo test --profile $(TEST_PROFILE) --workspace --no-run
 	set -o pipefail; cd go && WARDEN_SERVER=$(SERVER_BIN) WARDEN_MODULE=$(CURDIR)/$(TEST_MODULE) \
 		$(GO) test -race -json -count=1 -timeout 15m $(GO_RUN) ./... | python3 ../scripts/go-test-summary.py
 
@@ -360,7 +361,7 @@ java-build: java-deps
 	cd java && $(MVN) -q -DskipTests package
 
 java-test: java-deps $(SERVER_DEPS)
-	cargo test --release --workspace --no-run
+	cargo test --profile $(TEST_PROFILE) --workspace --no-run
 	cd java && WARDEN_SERVER=$(SERVER_BIN) WARDEN_MODULE=$(CURDIR)/$(TEST_MODULE) \
 		$(MVN) verify $(JAVA_GROUPS) $(JAVA_PROFILE)
 
@@ -369,7 +370,7 @@ java-test: java-deps $(SERVER_DEPS)
 # 10 min and lockAtLeastFor 1 min runs once while every JVM ticks every 5 s
 # (about 3 minutes; make java-test runs it scaled down: max-lease 1 s, job 3 s).
 java-shedlock-10m: java-deps $(SERVER_DEPS)
-	cargo test --release --workspace --no-run
+	cargo test --profile $(TEST_PROFILE) --workspace --no-run
 	cd java && WARDEN_SERVER=$(SERVER_BIN) WARDEN_MODULE=$(CURDIR)/$(TEST_MODULE) \
 		$(MVN) verify -pl warden-shedlock -am -Dtest=ShedLockAcrossJvmsTest \
 		-Dsurefire.failIfNoSpecifiedTests=false -Dwarden.shedlock.literal=true
@@ -401,7 +402,7 @@ java-dist: java-deps
 # fail by design).
 PY_ENV = WARDEN_SERVER=$(SERVER_BIN) WARDEN_MODULE=$(CURDIR)/$(TEST_MODULE)
 python-test: python-venv $(SERVER_DEPS)
-	cargo test --release --workspace --no-run
+	cargo test --profile $(TEST_PROFILE) --workspace --no-run
 	cd python && ../$(VENV)/bin/ruff check warden tests && ../$(VENV)/bin/mypy --strict warden
 	cd python && $(PY_ENV) ../$(PYTHON) -m pytest -q -p no:cacheprovider tests
 	$(PYTHON) python/tests/redis_py/fetch.py target/redis-py-lock-tests
@@ -584,11 +585,11 @@ FULL_SYNC_FAILOVERS ?= 21
 RESTARTS ?= 20
 HISTORY ?= history unavailability
 failover-history: deps venv $(SERVER_DEPS)
-	cargo test --release --test failover --no-run
+	cargo test --profile $(TEST_PROFILE) --test failover --no-run
 	WARDEN_SERVER=$(SERVER_BIN) WARDEN_MODULE=$(CURDIR)/$(TEST_MODULE) WARDEN_HISTORY_FAILOVERS=$(FAILOVERS) \
 		WARDEN_SYNC_HISTORY_FAILOVERS=$(SYNC_FAILOVERS) WARDEN_HISTORY_RESTARTS=$(RESTARTS) \
 		WARDEN_FULL_SYNC_FAILOVERS=$(FULL_SYNC_FAILOVERS) \
-		cargo test --release --test failover -- --include-ignored --nocapture --test-threads=1 $(HISTORY)
+		cargo test --profile $(TEST_PROFILE) --test failover -- --include-ignored --nocapture --test-threads=1 $(HISTORY)
 
 # Coverage-guided fuzzing of the Bloom codecs (warden's and RedisBloom's) and the argument parsers
 # (FUZZ_SECONDS each). Crashes land in fuzz/artifacts; keep them in

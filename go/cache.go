@@ -28,6 +28,7 @@ type cacheOptions struct {
 	codec    Codec
 	lease    time.Duration
 	maxQueue int64
+	near     *NearCache
 }
 
 // WithCodec sets how values are encoded (default encoding/json; []byte and
@@ -56,11 +57,24 @@ func Load[T any](ctx context.Context, w *Warden, key string, ttl time.Duration, 
 	if err := ctx.Err(); err != nil {
 		return zero, err
 	}
+	c := cacheCall[T]{w: w, key: key, ttl: ttl, loader: loader, o: o}
+	if nc := o.near; nc != nil && !w.closing() {
+		if v, ok := nearHit(nc, c); ok {
+			return v, nil
+		}
+		nc.misses.Add(1)
+		// A fresh value in one round trip on the tracking connection; a
+		// miss, a stale value or a dropped connection goes the usual way.
+		if raw, ok := nc.peek(ctx, key); ok {
+			if v, err := c.decode(raw); err == nil {
+				return v, nil
+			}
+		}
+	}
 	if err := w.begin(); err != nil {
 		return zero, err
 	}
 	defer w.calls.Done()
-	c := cacheCall[T]{w: w, key: key, ttl: ttl, loader: loader, o: o}
 	q := queueKey{"CACHE", key}
 	// Fast path: a hit, or the lease, in one round trip on the shared client.
 	// Skipped while a call of this Warden waits on the key: a load is under

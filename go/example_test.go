@@ -153,6 +153,36 @@ func ExampleLoad() {
 	// Output: Ada <nil>
 }
 
+func ExampleNewNearCache() {
+	opt, _ := redis.ParseURL(os.Getenv("REDIS_URL"))
+	rdb := redis.NewClient(opt)
+	defer rdb.Close()
+	w := warden.New(rdb)
+	defer w.Close()
+	// One tracking connection of its own; values stay in this process's
+	// memory until the server says they changed.
+	near, err := warden.NewNearCache(w, warden.NearMaxEntries(10_000), warden.NearMaxBytes(64<<20))
+	if err != nil {
+		panic(err)
+	}
+	defer near.Close()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	load := func(ctx context.Context) (string, error) { return "Ada", nil } // from the database
+	for range 3 {
+		name, err := warden.Load(ctx, w, "user:7", time.Minute, load, warden.WithNear(near))
+		fmt.Println(name, err)
+	}
+	// After your own write: gone here at once, and on the server.
+	fmt.Println(near.Invalidate(ctx, "user:7"))
+	// Output:
+	// Ada <nil>
+	// Ada <nil>
+	// Ada <nil>
+	// <nil>
+}
+
 func ExampleWarden_Lock_fromRedsync() {
 	opt, _ := redis.ParseURL(os.Getenv("REDIS_URL"))
 	rdb := redis.NewClient(opt)

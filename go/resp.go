@@ -147,7 +147,12 @@ func (c *conn) send(args ...any) error {
 	return c.bw.Flush()
 }
 
-// read reads one reply: int64, string, nil, []any, or serverError.
+// push is a RESP3 push message (the near cache's invalidations).
+type push []any
+
+// read reads one reply: int64, string, nil, []any, or serverError; on a
+// RESP3 connection (the near cache's) also push, bool and float64, with maps
+// and sets read as []any.
 func (c *conn) read() (any, error) {
 	line, err := c.br.ReadString('\n')
 	if err != nil {
@@ -177,7 +182,7 @@ func (c *conn) read() (any, error) {
 			return nil, err
 		}
 		return string(buf[:n]), nil
-	case '*':
+	case '*', '~', '>', '%':
 		n, err := strconv.Atoi(body)
 		if err != nil {
 			return nil, err
@@ -185,13 +190,56 @@ func (c *conn) read() (any, error) {
 		if n < 0 {
 			return nil, nil
 		}
+		if line[0] == '%' {
+			n *= 2
+		}
 		out := make([]any, n)
 		for i := range out {
 			if out[i], err = c.read(); err != nil {
 				return nil, err
 			}
 		}
+		if line[0] == '>' {
+			return push(out), nil
+		}
 		return out, nil
+	case '_':
+		return nil, nil
+	case '#':
+		return body == "t", nil
+	case ',':
+		return strconv.ParseFloat(body, 64)
+	case '(':
+		return body, nil
+	case '=', '!':
+		n, err := strconv.Atoi(body)
+		if err != nil || n < 0 {
+			return nil, fmt.Errorf("warden: bad reply line %q", line)
+		}
+		buf := make([]byte, n+2)
+		if _, err := io.ReadFull(c.br, buf); err != nil {
+			return nil, err
+		}
+		if line[0] == '!' {
+			return serverError(buf[:n]), nil
+		}
+		// A verbatim string starts with its format: "txt:".
+		if n >= 4 {
+			return string(buf[4:n]), nil
+		}
+		return string(buf[:n]), nil
+	case '|':
+		// Attributes describe the reply that follows: skip them.
+		n, err := strconv.Atoi(body)
+		if err != nil {
+			return nil, err
+		}
+		for range 2 * n {
+			if _, err := c.read(); err != nil {
+				return nil, err
+			}
+		}
+		return c.read()
 	}
 	return nil, fmt.Errorf("warden: unexpected reply %q", line)
 }

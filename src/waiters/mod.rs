@@ -291,7 +291,11 @@ fn shrink<K, V>(map: &mut FxHashMap<K, V>)
 where
     K: std::hash::Hash + Eq,
 {
-    if map.capacity() > 64 && map.len() * 4 < map.capacity() {
+    // Emptied, the table goes, whatever the last shrink left of it (up to
+    // 64 slots of waiters: tens of KB after a burst).
+    if map.is_empty() && map.capacity() > 16 {
+        map.shrink_to_fit();
+    } else if map.capacity() > 64 && map.len() * 4 < map.capacity() {
         map.shrink_to_fit();
     }
 }

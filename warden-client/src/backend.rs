@@ -66,6 +66,14 @@ impl Backend {
         }
     }
 
+    /// The plain server's client (`None` for a Cluster client).
+    pub(crate) fn plain_client(&self) -> Option<&redis::Client> {
+        match self {
+            Backend::Client { client, .. } | Backend::Manager { client, .. } => Some(client),
+            Backend::Cluster { .. } => None,
+        }
+    }
+
     /// The same servers, with no connection open yet.
     pub(crate) fn fresh(&self) -> Self {
         match self {

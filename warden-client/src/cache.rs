@@ -99,6 +99,15 @@ impl Cache {
         self
     }
 
+    pub(crate) fn warden(&self) -> &Warden {
+        &self.warden
+    }
+
+    /// The refresh-ahead margin, if any.
+    pub(crate) fn refresh_before(&self) -> Option<Duration> {
+        self.refresh
+    }
+
     /// The value of `key`, loading it with `loader` if this caller gets the
     /// lease (valid for `lease`). The loader's result is filled on the
     /// connection that got the lease; if the loader fails the lease is

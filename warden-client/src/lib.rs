@@ -97,6 +97,7 @@ mod error;
 mod hold;
 mod lease;
 mod lock;
+mod near;
 mod owner;
 mod rate;
 mod redlock;
@@ -110,6 +111,7 @@ use redis::{Cmd, FromRedisValue};
 pub use cache::Cache;
 pub use error::{Error, LoaderError, Result};
 pub use lock::{LockGuard, LockKind, LockRequest, Release};
+pub use near::{NearCache, NearConfig, NearStats};
 pub use rate::{RateDecision, RateInfo, RateLimiter};
 pub use redlock::{Redlock, RedlockGuard};
 pub use semaphore::{Semaphore, SemaphoreGuard, SemaphoreInfo};
@@ -310,6 +312,11 @@ impl Warden {
     /// Cache reads through `CACHE.GET` leases, with default options.
     pub fn cache(&self) -> Cache {
         Cache::new(self.clone())
+    }
+
+    /// The plain server's client (`None` for a Cluster client).
+    pub(crate) fn plain_client(&self) -> Option<&redis::Client> {
+        self.inner.backend.plain_client()
     }
 
     /// `ttl`, or the server's lease cap when one was learnt and is shorter.
