@@ -509,14 +509,16 @@ else ifeq ($(SECTION),near-cache)
 # runs it. WARDEN_MODULE=<.so> loads that module instead of building this
 # checkout's; BENCH_PORT=<port> puts its server there (default: a free port
 # from 7400).
-# warden's Rust near cache (warden-client/examples/near_cache.rs, built with
-# --features near-bench) runs when warden-client has it; the Python, Node,
-# Java and Go ones are hooks until their branches land (bench/near_cache.py).
+# warden's near caches: Python (bench/near_cache_python.py), Go (go/bench
+# near.go, in target/go-bench) and Rust (warden-client/examples/near_cache.rs,
+# built with --features near-bench when warden-client has src/near.rs); Node
+# and Java are hooks until their branches land (bench/near_cache.py).
 NEAR_RUST := $(wildcard warden-client/src/near.rs)
-bench: venv node-deps java-deps $(SERVER_DEPS) $(if $(WARDEN_MODULE),,build)
+bench: venv node-deps java-deps go-deps $(SERVER_DEPS) $(if $(WARDEN_MODULE),,build)
 	@test -x $(JDK25)/bin/java || { echo "SECTION=near-cache runs Redisson on a JDK 21 or newer: JDK25=<its home> (not found: $(JDK25))"; exit 1; }
 	JAVA_HOME=$(JDK25) MAVEN_OPTS=--sun-misc-unsafe-memory-access=allow \
 		$(MVN) -q -f java/pom.xml -Pbench -pl warden-bench -am package -DskipTests
+	cd go/bench && $(GO) build -o $(CURDIR)/target/go-bench .
 	$(if $(NEAR_RUST),cargo build --release --example near_cache -p warden-client --features near-bench,@echo "near-cache: no warden-client/src/near.rs in this checkout: the Rust near cache's row is left out")
 	WARDEN_SERVER=$(SERVER_BIN) WARDEN_MODULE=$(or $(WARDEN_MODULE),$(CURDIR)/$(MODULE)) \
 		$(if $(NEAR_RUST),WARDEN_NEAR_RUST=$(CURDIR)/target/release/examples/near_cache,) \

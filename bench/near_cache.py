@@ -13,7 +13,8 @@ one from 7400); WARDEN_NEAR_ONLY: languages to run, comma-separated
 (python, node, java, rust, go); WARDEN_NEAR_JAVA: `java -cp … class` for
 the Java driver (set by `make bench SECTION=near-cache`; its rows are left
 out when absent); WARDEN_NEAR_RUST, WARDEN_NEAR_GO: the Rust and Go
-drivers (rows left out when absent: see "Hooks" below); WARDEN_NEAR_NOTE_<LANG>
+drivers (rows left out when absent; Go's default: target/go-bench near, built
+by the make target); WARDEN_NEAR_NOTE_<LANG>
 (e.g. WARDEN_NEAR_NOTE_RUST): a note on that driver's build, printed with it.
 
 One server for the whole run; every contender in turn, on its own keys.
@@ -48,10 +49,10 @@ One server for the whole run; every contender in turn, on its own keys.
   each timed alone in-process (the timer's own cost included), before the
   race: median and p99.
 
-Hooks for warden's Python, Node, Java and Go near caches (branches
-near-py, near-node, near-java, near-go): the contenders marked `hook`
-below; each driver has a `warden` client that exits with a message until
-the API is in its package, and their rows then read "not run".
+Hooks for warden's Node and Java near caches (branches near-node,
+near-java, not merged yet): the contenders marked `hook` below; their
+drivers have a `warden` client that exits with a message until the API is
+in their package, and their rows then say so.
 """
 
 from __future__ import annotations
@@ -93,7 +94,8 @@ DRIVERS: dict[str, list[str]] = {
     "node": [shutil.which("node") or "node", str(ROOT / "node/bench/near_cache.mjs")],
     "java": shlex.split(os.environ.get("WARDEN_NEAR_JAVA", "")),
     "rust": shlex.split(os.environ.get("WARDEN_NEAR_RUST", "")),
-    "go": shlex.split(os.environ.get("WARDEN_NEAR_GO", "")),
+    "go": shlex.split(os.environ.get("WARDEN_NEAR_GO", ""))
+    or ([str(ROOT / "target/go-bench"), "near"] if (ROOT / "target/go-bench").exists() else []),
 }
 # (language, client, label, how, writer: plain (a SET per write) | own (the driver's), hook)
 CONTENDERS = [
@@ -167,7 +169,14 @@ CONTENDERS = [
         "plain",
         True,
     ),
-    ("go", "warden", "warden near cache", "warden Go near cache (near-go)", "plain", True),
+    (
+        "go",
+        "warden",
+        "warden near cache",
+        "`NewNearCache(w)` defaults; `Load[int64](ctx, w, k, ttl, loader, WithNear(near))`",
+        "plain",
+        False,
+    ),
 ]
 
 

@@ -7,7 +7,8 @@
 // WARDEN_MODULE: the module (required); WARDEN_SERVER: the server (default redis-server). Workers
 // are child processes of this binary, started with "worker" or "uncontended" as the first
 // argument. "rate" as the first argument: make bench SECTION=rate's Go driver (rate.go), run by
-// bench/rate.py.
+// bench/rate.py. "near" as the first argument: make bench SECTION=near-cache's Go driver
+// (near.go), run by bench/near_cache.py.
 package main
 
 import (
@@ -44,6 +45,8 @@ func main() {
 			err = runUncontended(os.Args[2:])
 		case "rate":
 			err = runRate(os.Args[2:])
+		case "near":
+			err = runNear(os.Args[2:])
 		default:
 			err = harness(os.Args[1:])
 		}
