@@ -511,7 +511,8 @@ else ifeq ($(SECTION),near-cache)
 # from 7400).
 # warden's near caches: Python (bench/near_cache_python.py), Go (go/bench
 # near.go, in target/go-bench) and Rust (warden-client/examples/near_cache.rs,
-# built with --features near-bench when warden-client has src/near.rs); Node
+# built with --features near-bench when warden-client has src/near.rs and it
+# builds; WARDEN_NEAR_RUST=<binary> runs another build instead); Node
 # and Java are hooks until their branches land (bench/near_cache.py).
 NEAR_RUST := $(wildcard warden-client/src/near.rs)
 bench: venv node-deps java-deps go-deps $(SERVER_DEPS) $(if $(WARDEN_MODULE),,build)
@@ -519,9 +520,12 @@ bench: venv node-deps java-deps go-deps $(SERVER_DEPS) $(if $(WARDEN_MODULE),,bu
 	JAVA_HOME=$(JDK25) MAVEN_OPTS=--sun-misc-unsafe-memory-access=allow \
 		$(MVN) -q -f java/pom.xml -Pbench -pl warden-bench -am package -DskipTests
 	cd go/bench && $(GO) build -o $(CURDIR)/target/go-bench .
-	$(if $(NEAR_RUST),cargo build --release --example near_cache -p warden-client --features near-bench,@echo "near-cache: no warden-client/src/near.rs in this checkout: the Rust near cache's row is left out")
+	@rm -f target/near-rust; $(if $(NEAR_RUST),if cargo build --release --example near_cache -p warden-client --features near-bench; \
+		then echo $(CURDIR)/target/release/examples/near_cache > target/near-rust; \
+		else echo "near-cache: warden-client's near cache did not build: its row is left out"; fi,\
+		echo "near-cache: no warden-client/src/near.rs in this checkout: the Rust near cache's row is left out")
 	WARDEN_SERVER=$(SERVER_BIN) WARDEN_MODULE=$(or $(WARDEN_MODULE),$(CURDIR)/$(MODULE)) \
-		$(if $(NEAR_RUST),WARDEN_NEAR_RUST=$(CURDIR)/target/release/examples/near_cache,) \
+		WARDEN_NEAR_RUST="$${WARDEN_NEAR_RUST:-$$(cat target/near-rust 2>/dev/null)}" \
 		WARDEN_NEAR_JAVA="$(JDK25)/bin/java -cp $(CURDIR)/$(BENCH_JAR):$$(cat java/warden-bench/target/classpath.txt) io.warden.bench.NearCache" \
 		$(if $(BENCH_PORT),WARDEN_NEAR_PORT=$(BENCH_PORT),) PYTHONPATH=$(CURDIR)/python $(PYTHON) bench/near_cache.py \
 		$(if $(QUICK),--quick,) --out $(CURDIR)/bench/results/near-cache$(if $(filter redis,$(SERVER)),,-$(SERVER_NAME))
