@@ -9,7 +9,9 @@
 //     node-redis-csc   createClient({ RESP: 3, clientSideCache: { ttl: 0,
 //                      maxEntries: 0, evictPolicy: "LRU" } }): node-redis'
 //                      client-side cache on CLIENT TRACKING
-//     warden           warden-redis' near cache (hook: near-node, not merged)
+//     warden           warden-redis' near cache, warden.cache({ near: true }) on a
+//                      node-redis client, getOrLoad(key, loader); exits with a
+//                      message while the package has no near cache (near-node)
 //   --version prints the packages' versions.
 //
 // Protocol as bench/near_cache_python.py: a warm-up, the hit latency (hits
@@ -64,8 +66,29 @@ async function makeClient() {
       clientSideCache: { ttl: 0, maxEntries: 0, evictPolicy: "LRU" },
     }).connect();
   if (args.client === "warden") {
-    console.error("warden's Node near cache is not in this checkout yet (near-node not merged)");
-    process.exit(2);
+    // warden-redis' near cache (docs/clients/node.md "Near cache"): warden.cache({ near: true })
+    // on a node-redis client; a read is getOrLoad(key, loader) (values JSON: the writer's
+    // integers parse as numbers; the loader, never expected to run, throws).
+    const { Warden } = await import("../dist/esm/index.js");
+    const redis = await createClient({ socket: { port } }).connect();
+    const warden = new Warden(redis);
+    const cache = warden.cache({ ttl: 300000, near: true });
+    if (!cache.near) {
+      console.error("warden's Node near cache is not in this checkout yet (near-node not merged)");
+      process.exit(2);
+    }
+    await cache.near.ready();
+    const loader = async () => {
+      throw new Error("the loader ran: the key is missing");
+    };
+    return {
+      get: (k) => cache.getOrLoad(k, loader),
+      wardenStats: () => cache.near.stats(),
+      close: async () => {
+        await warden.close();
+        await redis.close();
+      },
+    };
   }
   console.error(`unknown client ${args.client}`);
   process.exit(2);
@@ -116,7 +139,12 @@ for (;;) {
 }
 const tEnd = process.hrtime.bigint();
 const info = {};
-if (client.clientSideCache?.stats) {
+if (client.wardenStats) {
+  const s = client.wardenStats();
+  info.info_hits = s.hits;
+  info.info_misses = s.misses;
+  info.info_invalidations = s.invalidations;
+} else if (client.clientSideCache?.stats) {
   const s = client.clientSideCache.stats();
   info.info_hits = s.hitCount;
   info.info_misses = s.missCount;
