@@ -160,7 +160,7 @@ CONTENDERS = [
         "own",
         False,
     ),
-    ("java", "warden", "warden near cache", "warden Java near cache (near-java)", "plain", True),
+    ("java", "warden", "warden near cache", "`NearCache.builder(warden).build()` on Lettuce, `getOrLoadString` (near-java)", "plain", True),
     (
         "rust",
         "warden",

@@ -25,8 +25,8 @@ import org.redisson.config.Config;
  * write it: the writer is a second RedissonClient (its own connections) in this JVM, on a
  * thread of its own, writing n+1 with {@code fastPut} on its own RLocalCachedMap of the same
  * name, RATE writes per second over the fields in turn, noting (field, n, System.nanoTime())
- * after each acknowledgement. {@code --client warden}: warden's Java near cache (hook: branch
- * near-java, not merged).
+ * after each acknowledgement. {@code --client warden}: warden's Java near cache ({@link
+ * WardenNear}), keys PREFIX:0 … and PREFIX:hit that the bench's writer SETs.
  *
  * <p>Protocol as bench/near_cache_python.py: warm-up, hit latency (HITS reads of "hit", each
  * timed alone with System.nanoTime, the timer included), READY; on GO the race (one reader
@@ -36,7 +36,7 @@ import org.redisson.config.Config;
 public final class NearCache {
   static final long BUCKET_NS = 2_000;
 
-  public static void main(String[] argv) throws Exception {
+  public static void main(String[] argv) throws Throwable {
     Map<String, String> a = new HashMap<>();
     for (int i = 0; i < argv.length; i++) {
       if (argv[i].equals("--version")) {
@@ -56,8 +56,12 @@ public final class NearCache {
     double seconds = Double.parseDouble(a.getOrDefault("seconds", "5"));
     int hits = Integer.parseInt(a.getOrDefault("hits", "200000"));
     double rate = Double.parseDouble(a.getOrDefault("rate", "400"));
+    if ("warden".equals(a.get("client"))) {
+      WardenNear.run(port, prefix, nKeys, seconds, hits);
+      return;
+    }
     if (!"redisson".equals(a.get("client"))) {
-      System.err.println("warden's Java near cache is not in this checkout yet (near-java not merged)");
+      System.err.println("--client: redisson or warden");
       System.exit(2);
     }
 
@@ -151,6 +155,71 @@ public final class NearCache {
     System.out.flush();
     readerClient.shutdown();
     writerClient.shutdown();
+    System.exit(0);
+  }
+
+  /** The race's reader and its RESULT line, for any read function (acks: the writer's, or none). */
+  interface Read {
+    long get(String key) throws Throwable;
+  }
+
+  static void hitsAndRace(
+      Read read, String prefix, int nKeys, double seconds, int hits, String timer, Runnable close)
+      throws Throwable {
+    String[] keys = new String[nKeys];
+    for (int i = 0; i < nKeys; i++) keys[i] = prefix + ":" + i;
+    String hit = prefix + ":hit";
+    for (int i = 0; i < 20_000; i++) {
+      read.get(hit);
+      for (String k : keys) read.get(k);
+    }
+    long[] lat = new long[hits];
+    for (int i = 0; i < hits; i++) {
+      long t0 = System.nanoTime();
+      read.get(hit);
+      lat[i] = System.nanoTime() - t0;
+    }
+    Arrays.sort(lat);
+    System.out.println("READY");
+    System.out.flush();
+    BufferedReader in = new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8));
+    String line = in.readLine();
+    if (line == null || !line.trim().equals("GO")) return;
+    List<long[]> entries = new ArrayList<>();
+    long[][] cur = new long[nKeys][];
+    long reads = 0;
+    long tStart = System.nanoTime();
+    long end = tStart + (long) (seconds * 1e9);
+    int i = 0;
+    for (; ; ) {
+      long t = System.nanoTime();
+      if (t >= end) break;
+      long v = read.get(keys[i]);
+      long[] e = cur[i];
+      if (e != null && e[1] == v && t - e[2] <= BUCKET_NS) {
+        e[3] = t;
+        e[4]++;
+      } else {
+        e = new long[] {i, v, t, t, 1};
+        entries.add(e);
+        cur[i] = e;
+      }
+      reads++;
+      i = (i + 1) % nKeys;
+    }
+    long tEnd = System.nanoTime();
+    StringBuilder out = new StringBuilder("RESULT {\"reads\": ").append(reads);
+    out.append(", \"seconds\": ").append((tEnd - tStart) / 1e9);
+    out.append(", \"hit_ns_p50\": ").append(lat[hits / 2]);
+    out.append(", \"hit_ns_p99\": ").append(lat[Math.min(hits - 1, (int) (hits * 0.99))]);
+    out.append(", \"hits\": ").append(hits);
+    out.append(", \"timer\": \"").append(timer).append('"');
+    out.append(", \"entries\": ");
+    list(out, entries);
+    out.append("}");
+    System.out.println(out);
+    System.out.flush();
+    close.run();
     System.exit(0);
   }
 
