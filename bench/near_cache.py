@@ -160,7 +160,14 @@ CONTENDERS = [
         "own",
         False,
     ),
-    ("java", "warden", "warden near cache", "`NearCache.builder(warden).build()` on Lettuce, `getOrLoadString` (near-java)", "plain", True),
+    (
+        "java",
+        "warden",
+        "warden near cache",
+        "`NearCache.builder(warden).build()` on Lettuce, `getOrLoadString` (near-java)",
+        "plain",
+        True,
+    ),
     (
         "rust",
         "warden",
