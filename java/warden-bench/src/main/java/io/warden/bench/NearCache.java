@@ -19,19 +19,19 @@ import org.redisson.config.Config;
  * The near-cache bench's Java driver (bench/near_cache.py runs it; {@code make bench
  * SECTION=near-cache}). One run of one client against a server with the module.
  *
- * <p>{@code --client redisson}: Redisson's {@code RLocalCachedMap} with its defaults
- * ({@code LocalCachedMapOptions.name(…)}, sync strategy INVALIDATE over its pub/sub), the map
- * named PREFIX, fields 0 … keys-1 and "hit". It stores a hash, so a plain {@code SET} cannot
- * write it: the writer is a second RedissonClient (its own connections) in this JVM, on a
- * thread of its own, writing n+1 with {@code fastPut} on its own RLocalCachedMap of the same
- * name, RATE writes per second over the fields in turn, noting (field, n, System.nanoTime())
- * after each acknowledgement. {@code --client warden}: warden's Java near cache ({@link
- * WardenNear}), keys PREFIX:0 … and PREFIX:hit that the bench's writer SETs.
+ * <p>{@code --client redisson}: Redisson's {@code RLocalCachedMap} with its defaults ({@code
+ * LocalCachedMapOptions.name(…)}, sync strategy INVALIDATE over its pub/sub), the map named PREFIX,
+ * fields 0 … keys-1 and "hit". It stores a hash, so a plain {@code SET} cannot write it: the writer
+ * is a second RedissonClient (its own connections) in this JVM, on a thread of its own, writing n+1
+ * with {@code fastPut} on its own RLocalCachedMap of the same name, RATE writes per second over the
+ * fields in turn, noting (field, n, System.nanoTime()) after each acknowledgement. {@code --client
+ * warden}: warden's Java near cache ({@link WardenNear}), keys PREFIX:0 … and PREFIX:hit that the
+ * bench's writer SETs.
  *
- * <p>Protocol as bench/near_cache_python.py: warm-up, hit latency (HITS reads of "hit", each
- * timed alone with System.nanoTime, the timer included), READY; on GO the race (one reader
- * thread, System.nanoTime: CLOCK_MONOTONIC on Linux, as the other drivers'), then {@code RESULT
- * {json}} with the reads run-length coded and the writer's acks.
+ * <p>Protocol as bench/near_cache_python.py: warm-up, hit latency (HITS reads of "hit", each timed
+ * alone with System.nanoTime, the timer included), READY; on GO the race (one reader thread,
+ * System.nanoTime: CLOCK_MONOTONIC on Linux, as the other drivers'), then {@code RESULT {json}}
+ * with the reads run-length coded and the writer's acks.
  */
 public final class NearCache {
   static final long BUCKET_NS = 2_000;
@@ -88,7 +88,8 @@ public final class NearCache {
     Arrays.sort(lat);
     System.out.println("READY");
     System.out.flush();
-    BufferedReader in = new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8));
+    BufferedReader in =
+        new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8));
     String line = in.readLine();
     if (line == null || !line.trim().equals("GO")) return;
 
@@ -182,7 +183,8 @@ public final class NearCache {
     Arrays.sort(lat);
     System.out.println("READY");
     System.out.flush();
-    BufferedReader in = new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8));
+    BufferedReader in =
+        new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8));
     String line = in.readLine();
     if (line == null || !line.trim().equals("GO")) return;
     List<long[]> entries = new ArrayList<>();

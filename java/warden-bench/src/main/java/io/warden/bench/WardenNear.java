@@ -12,10 +12,10 @@ import java.util.concurrent.Callable;
 /**
  * The near-cache bench's warden contender in Java: {@code NearCache.builder(warden).build()} (its
  * defaults) on the Lettuce transport, a read being {@code getOrLoadString(key, ttl, loader)} (the
- * loader, never expected to run, throws). Bound through a {@code static final MethodHandle} so
- * that this module builds before warden-core has {@code io.warden.NearCache} (branch near-java):
- * until then it exits with a message. Once it has, calls straight to it can replace the handles
- * (a constant handle's invokeExact is inlined by the JIT, so the hit latency barely differs).
+ * loader, never expected to run, throws). Bound through a {@code static final MethodHandle} so that
+ * this module builds before warden-core has {@code io.warden.NearCache} (branch near-java): until
+ * then it exits with a message. Once it has, calls straight to it can replace the handles (a
+ * constant handle's invokeExact is inlined by the JIT, so the hit latency barely differs).
  */
 final class WardenNear {
   private static final MethodHandle BUILDER;
@@ -32,8 +32,9 @@ final class WardenNear {
       builder =
           l.findStatic(near, "builder", MethodType.methodType(b, Warden.class))
               .asType(MethodType.methodType(Object.class, Warden.class));
-      build = l.findVirtual(b, "build", MethodType.methodType(near))
-          .asType(MethodType.methodType(Object.class, Object.class));
+      build =
+          l.findVirtual(b, "build", MethodType.methodType(near))
+              .asType(MethodType.methodType(Object.class, Object.class));
       get =
           l.findVirtual(
                   near,
@@ -42,8 +43,9 @@ final class WardenNear {
               .asType(
                   MethodType.methodType(
                       String.class, Object.class, String.class, Duration.class, Callable.class));
-      close = l.findVirtual(near, "close", MethodType.methodType(void.class))
-          .asType(MethodType.methodType(void.class, Object.class));
+      close =
+          l.findVirtual(near, "close", MethodType.methodType(void.class))
+              .asType(MethodType.methodType(void.class, Object.class));
     } catch (ReflectiveOperationException e) {
       // not in this checkout's warden-core yet
     }
