@@ -28,6 +28,7 @@ const read = (cache: Cache, key: string) => cache.getOrLoad(key, async () => "lo
 /** Reads `key` until it is held here (a peek after a load keeps it). */
 async function hold(cache: Cache, key: string): Promise<unknown> {
   const near = cache.near as NearCache;
+  await cache.sync(); // the setup's write, applied
   await read(cache, key);
   await read(cache, key);
   const hits = near.stats().hits;
@@ -331,6 +332,7 @@ describe("near cache race checker", () => {
       for (let event = 1; event <= 4; event++) {
         await until(() => done >= (PAIRS * event) / 5, "progress", 60000);
         await until(() => near.connected, "the near cache to connect", 10000);
+        const { flushes } = near.stats();
         if (event % 2 === 1) {
           await must(() => admin2.call("CLIENT", "KILL", "ID", near.clientId));
           kills++;
@@ -338,6 +340,8 @@ describe("near cache race checker", () => {
           await racing.restart();
           restarts++;
         }
+        // Seen before the next event (one drop is one flush).
+        await until(() => near.stats().flushes > flushes, "the flush", 10000);
       }
     };
     await Promise.all([...Array.from({ length: TASKS }, (_, t) => task(t)), chaos()]);
