@@ -264,7 +264,7 @@ describe("near cache across a server restart", () => {
 
 describe("near cache race checker", () => {
   const PAIRS = Number(process.env.WARDEN_NEAR_RACE_PAIRS ?? 10000);
-  const TASKS = 4;
+  const TASKS = 8;
   const KEYS = 3;
   let racing: Server;
   let plain: Redis;
