@@ -1,8 +1,13 @@
 import assert from "node:assert/strict";
+import { type ChildProcess, spawn } from "node:child_process";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { type AddressInfo, createServer } from "node:net";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
-import type { Redis } from "ioredis";
+import { Redis } from "ioredis";
 import { type Cache, type NearCache, Warden } from "warden-redis";
-import { type AppClient, CLIENTS, Server, sleep, until } from "./servers.js";
+import { type AppClient, CLIENTS, SERVER, Server, sleep, until } from "./servers.js";
 
 /** `calls` of each command in `INFO commandstats`. */
 async function calls(admin: Redis, ...commands: string[]): Promise<number[]> {
@@ -262,10 +267,103 @@ describe("near cache across a server restart", () => {
   });
 });
 
-describe("near cache race checker", () => {
-  const PAIRS = Number(process.env.WARDEN_NEAR_RACE_PAIRS ?? 10000);
+const PAIRS = Number(process.env.WARDEN_NEAR_RACE_PAIRS ?? 10000);
+
+/** Retried until the server answers (it may be restarting or failing over). */
+async function must<T>(fn: () => Promise<T>): Promise<T> {
+  for (;;) {
+    try {
+      return await fn();
+    } catch {
+      await sleep(5);
+    }
+  }
+}
+
+/** The race checker: tasks each own a few keys; a pair is `SET k v+1` and
+ * `GET k` (the server's truth, y) on a plain connection, then `sync()` and
+ * near reads (x): stale when x < y. `events` run at even steps of progress,
+ * each while the writers go on (or, with `quiet`, while they wait). */
+async function race(
+  name: string,
+  cache: Cache,
+  plain: Redis,
+  pairs: number,
+  events: { name: string; quiet?: boolean; run(): Promise<void> }[],
+): Promise<void> {
   const TASKS = 8;
   const KEYS = 3;
+  const near = cache.near as NearCache;
+  await near.ready();
+  let done = 0;
+  let stale = 0;
+  let errors = 0;
+  let gate: Promise<void> | undefined;
+  let idle = 0;
+  let finished = 0;
+  const perTask = Math.ceil(pairs / TASKS);
+  const task = async (t: number) => {
+    const versions = new Array(KEYS).fill(0);
+    for (let i = 0; i < perTask; i++) {
+      while (gate !== undefined) {
+        idle++;
+        await gate;
+        idle--;
+      }
+      const k = i % KEYS;
+      const key = `t${t}k${k}`;
+      versions[k] += 1;
+      const v = versions[k];
+      await must(() => plain.set(`race:${key}`, String(v)));
+      const y = Number(await must(() => plain.get(`race:${key}`)));
+      try {
+        await near.sync();
+        const load = async () => Number(await plain.get(`race:${key}`));
+        for (let r = 0; r < 3; r++) {
+          const x = Number(await cache.getOrLoad(key, load));
+          if (x < y) stale++;
+        }
+      } catch {
+        errors++;
+      }
+      done++;
+    }
+    finished++;
+  };
+  const seen: string[] = [];
+  const chaos = async () => {
+    for (const [n, event] of events.entries()) {
+      await until(() => done >= (pairs * (n + 1)) / (events.length + 1), "progress", 60000);
+      await until(() => near.connected, "the near cache to connect", 10000);
+      const { flushes } = near.stats();
+      let open = () => {};
+      if (event.quiet) {
+        gate = new Promise((resolve) => {
+          open = resolve;
+        });
+        await until(() => idle + finished === TASKS, "the writers to wait");
+      }
+      await event.run();
+      // Seen before the next event (one drop is one flush).
+      await until(() => near.stats().flushes > flushes, `the flush after ${event.name}`, 10000);
+      seen.push(event.name);
+      gate = undefined;
+      open();
+    }
+  };
+  await Promise.all([...Array.from({ length: TASKS }, (_, t) => task(t)), chaos()]);
+  const { hits, flushes } = near.stats();
+  console.log(
+    `near race (${name}, ${kind()}): pairs ${done}, stale ${stale}, errors ${errors}, hits ${hits}, flushes ${flushes}, events ${seen.join(" ")}`,
+  );
+  assert.equal(done, TASKS * perTask);
+  assert.equal(stale, 0);
+  assert.ok(hits > 0);
+  assert.equal(seen.length, events.length);
+  assert.ok(flushes >= events.length);
+}
+
+describe("near cache race checker", () => {
   let racing: Server;
   let plain: Redis;
   let admin2: Redis;
@@ -288,74 +386,119 @@ describe("near cache race checker", () => {
 
   test(`no read after sync() returns an older value (${PAIRS} pairs, kills and restarts)`, async () => {
     const cache = warden.cache({ prefix: "race:", near: true });
-    const near = cache.near as NearCache;
-    await near.ready();
-    /** Retried until the server answers (it may be restarting). */
-    const must = async <T>(fn: () => Promise<T>): Promise<T> => {
-      for (;;) {
-        try {
-          return await fn();
-        } catch {
-          await sleep(5);
-        }
-      }
+    const kill = {
+      name: "kill",
+      run: async () => {
+        await must(() => admin2.call("CLIENT", "KILL", "ID", (cache.near as NearCache).clientId));
+      },
     };
-    let done = 0;
-    let stale = 0;
-    let errors = 0;
-    const perTask = Math.ceil(PAIRS / TASKS);
-    const task = async (t: number) => {
-      const versions = new Array(KEYS).fill(0);
-      for (let i = 0; i < perTask; i++) {
-        const k = i % KEYS;
-        const key = `t${t}k${k}`;
-        versions[k] += 1;
-        const v = versions[k];
-        await must(() => plain.set(`race:${key}`, String(v)));
-        const y = Number(await must(() => plain.get(`race:${key}`)));
-        try {
-          await near.sync();
-          const load = async () => Number(await plain.get(`race:${key}`));
-          for (let r = 0; r < 3; r++) {
-            const x = Number(await cache.getOrLoad(key, load));
-            if (x < y) stale++;
-          }
-        } catch {
-          errors++;
-        }
-        done++;
-      }
-    };
-    let kills = 0;
-    let restarts = 0;
-    const chaos = async () => {
-      for (let event = 1; event <= 4; event++) {
-        await until(() => done >= (PAIRS * event) / 5, "progress", 60000);
-        await until(() => near.connected, "the near cache to connect", 10000);
-        const { flushes } = near.stats();
-        if (event % 2 === 1) {
-          await must(() => admin2.call("CLIENT", "KILL", "ID", near.clientId));
-          kills++;
-        } else {
-          await racing.restart();
-          restarts++;
-        }
-        // Seen before the next event (one drop is one flush).
-        await until(() => near.stats().flushes > flushes, "the flush", 10000);
-      }
-    };
-    await Promise.all([...Array.from({ length: TASKS }, (_, t) => task(t)), chaos()]);
-    const { hits, flushes } = near.stats();
-    console.log(
-      `near race (${kind()}): pairs ${done}, stale ${stale}, errors ${errors}, hits ${hits}, flushes ${flushes}, kills ${kills}, restarts ${restarts}`,
-    );
-    assert.equal(done, TASKS * perTask);
-    assert.equal(stale, 0);
-    assert.ok(hits > 0);
-    assert.ok(flushes >= kills + restarts);
-    assert.equal(kills + restarts, 4);
+    const restart = { name: "restart", run: () => racing.restart() };
+    await race("kills, restarts", cache, plain, PAIRS, [kill, restart, kill, restart]);
   });
 });
+
+describe("near cache race checker through Sentinel", () => {
+  let master: Server;
+  let replica: Server;
+  let sentinel: ChildProcess;
+  let sentinelPort: number;
+  let sentinelDir = "";
+  let plain: Redis;
+  let app: Redis;
+  let warden: Warden;
+  before(async () => {
+    const [p1, p2, p3] = [await freePort(), await freePort(), await freePort()];
+    const durable = ["--appendonly", "yes", "--appendfsync", "always"];
+    master = await Server.start(durable, p1);
+    replica = await Server.start([...durable, "--replicaof", "127.0.0.1", String(p1)], p2);
+    sentinelPort = p3;
+    sentinelDir = mkdtempSync(join(tmpdir(), "warden-node-sentinel-"));
+    const conf = join(sentinelDir, "sentinel.conf");
+    writeFileSync(
+      conf,
+      [
+        `port ${p3}`,
+        "bind 127.0.0.1",
+        `dir ${sentinelDir}`,
+        `sentinel monitor m 127.0.0.1 ${p1} 1`,
+        "sentinel down-after-milliseconds m 1000",
+        "sentinel failover-timeout m 10000",
+        "",
+      ].join("\n"),
+    );
+    sentinel = spawn(SERVER, [conf, "--sentinel"], { stdio: "ignore" });
+    const sentinels = [{ host: "127.0.0.1", port: p3 }];
+    const options = { sentinels, name: "m", reconnectOnError: () => true };
+    plain = new Redis(options);
+    plain.on("error", () => {});
+    app = new Redis(options);
+    app.on("error", () => {});
+    warden = new Warden(app);
+  });
+  after(async () => {
+    await warden?.close();
+    app?.disconnect();
+    plain?.disconnect();
+    sentinel?.kill("SIGKILL");
+    await replica?.stop();
+    await master?.stop(); // again: a no-op once stopped
+    if (sentinelDir) rmSync(sentinelDir, { recursive: true, force: true });
+  });
+
+  test("a failover (SENTINEL FAILOVER, the old master stopped): it follows the new master", async () => {
+    const cache = warden.cache({ prefix: "race:", near: true });
+    const ask = new Redis({ host: "127.0.0.1", port: sentinelPort, lazyConnect: true });
+    ask.on("error", () => {});
+    try {
+      const failover = {
+        name: "failover",
+        quiet: true, // no write is lost: the replica has every acknowledged one
+        run: async () => {
+          const old = (await ask.call("SENTINEL", "get-master-addr-by-name", "m")) as string[];
+          await until(
+            async () => (await ask.call("SENTINEL", "FAILOVER", "m").catch(() => "")) === "OK",
+            "Sentinel to fail over",
+            15000,
+          );
+          await until(
+            async () =>
+              ((await ask.call("SENTINEL", "get-master-addr-by-name", "m")) as string[])[1] !==
+              old[1],
+            "the new master",
+            15000,
+          );
+          // Sentinel demotes a live old master only seconds later (and then
+          // closes its clients); here it goes away at once.
+          await master.stop();
+        },
+      };
+      await until(
+        async () => {
+          const replicas = (await ask
+            .call("SENTINEL", "replicas", "m")
+            .catch(() => [])) as unknown[];
+          return replicas.length > 0;
+        },
+        "Sentinel to see the replica",
+        10000,
+      );
+      await race("Sentinel failover", cache, plain, Math.ceil(PAIRS / 5), [failover]);
+    } finally {
+      ask.disconnect();
+    }
+  });
+});
+
+function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const probe = createServer();
+    probe.once("error", reject);
+    probe.listen(0, "127.0.0.1", () => {
+      const { port } = probe.address() as AddressInfo;
+      probe.close(() => resolve(port));
+    });
+  });
+}
 
 function kind(): string {
   return (process.env.WARDEN_SERVER ?? "redis-server").split("/").pop() as string;
