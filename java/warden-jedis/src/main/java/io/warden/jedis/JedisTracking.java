@@ -150,7 +150,11 @@ final class JedisTracking extends Connection implements TrackingConnection {
     if (!dropped.compareAndSet(false, true)) {
       return;
     }
-    super.close();
+    try {
+      super.close();
+    } catch (RuntimeException alreadyBroken) {
+      // closing flushes what is buffered, which fails on a broken socket: it is closed anyway
+    }
     List<CompletableFuture<Object>> failed;
     writing.lock();
     try {
