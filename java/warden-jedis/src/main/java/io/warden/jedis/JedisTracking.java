@@ -38,7 +38,9 @@ final class JedisTracking extends Connection implements TrackingConnection {
   private final AtomicBoolean dropped = new AtomicBoolean();
   private final long id;
 
-  /** Opens it (blocking): connect, {@code HELLO 3}, {@code CLIENT TRACKING on}, {@code CLIENT ID}. */
+  /**
+   * Opens it (blocking): connect, {@code HELLO 3}, {@code CLIENT TRACKING on}, {@code CLIENT ID}.
+   */
   JedisTracking(HostAndPort address, JedisClientConfig config, TrackingConnection.Listener l) {
     super(
         address,
@@ -128,6 +130,7 @@ final class JedisTracking extends Connection implements TrackingConnection {
   public CompletionStage<Object> execute(byte[]... args) {
     CompletableFuture<Object> f = new CompletableFuture<>();
     CommandArguments ca = JedisTransport.arguments(args);
+    RuntimeException failed = null;
     writing.lock();
     try {
       if (dropped.get()) {
@@ -135,14 +138,19 @@ final class JedisTracking extends Connection implements TrackingConnection {
         return f;
       }
       replies.add(f);
-      sendCommand(ca);
-      flush();
-    } catch (RuntimeException e) {
+      try {
+        sendCommand(ca);
+        flush();
+      } catch (RuntimeException e) {
+        failed = e;
+      }
+    } finally {
       writing.unlock();
-      drop(e);
-      return f;
     }
-    writing.unlock();
+    if (failed != null) {
+      // f fails with the drop, as every reply still awaited does.
+      drop(failed);
+    }
     return f;
   }
 

@@ -241,11 +241,7 @@ public final class JedisTransport implements Transport {
           () -> {
             JedisTracking t;
             try {
-              t =
-                  new JedisTracking(
-                      address,
-                      config,
-                      listener);
+              t = new JedisTracking(address, config, listener);
             } catch (RuntimeException e) {
               f.completeExceptionally(map(e));
               return;

@@ -3,8 +3,8 @@ package io.warden.lettuce;
 import io.lettuce.core.ClientOptions;
 import io.lettuce.core.RedisChannelHandler;
 import io.lettuce.core.RedisClient;
-import io.lettuce.core.RedisConnectionStateListener;
 import io.lettuce.core.RedisCommandExecutionException;
+import io.lettuce.core.RedisConnectionStateListener;
 import io.lettuce.core.RedisURI;
 import io.lettuce.core.api.StatefulRedisConnection;
 import io.lettuce.core.codec.ByteArrayCodec;
@@ -354,7 +354,8 @@ public final class LettuceTransport implements Transport {
     }
     List<byte[]> out = new ArrayList<>();
     for (Object k : (List<?>) keys) {
-      out.add(k instanceof byte[] ? (byte[]) k : String.valueOf(k).getBytes(StandardCharsets.UTF_8));
+      out.add(
+          k instanceof byte[] ? (byte[]) k : String.valueOf(k).getBytes(StandardCharsets.UTF_8));
     }
     return out;
   }
@@ -404,7 +405,8 @@ public final class LettuceTransport implements Transport {
   private final class Tracking implements TrackingConnection {
     private final StatefulRedisConnection<byte[], byte[]> conn;
     private final TrackingConnection.Listener listener;
-    private final AtomicReference<Boolean> dropped = new AtomicReference<>(false);
+    private final java.util.concurrent.atomic.AtomicBoolean dropped =
+        new java.util.concurrent.atomic.AtomicBoolean();
     volatile long id = -1;
 
     Tracking(StatefulRedisConnection<byte[], byte[]> conn, TrackingConnection.Listener listener) {

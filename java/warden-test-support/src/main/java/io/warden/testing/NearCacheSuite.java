@@ -97,6 +97,54 @@ public abstract class NearCacheSuite extends TransportSuite {
     }
   }
 
+  /**
+   * Prints a hit's latency in this process (median over batches of 1,000 of 10^6 hits) next to a
+   * {@code CACHE.GET} hit's round trip (median of 2,000); asserts only that the hits were hits.
+   */
+  @Test
+  void hitLatency() throws Exception {
+    try (NearCache near = open()) {
+      String k = key("k");
+      fillAndKeep(near, k, "v1");
+      for (int i = 0; i < 200_000; i++) {
+        near.getIfPresent(k);
+      }
+      long hits = near.stats().hits();
+      long[] batches = new long[1000];
+      for (int b = 0; b < batches.length; b++) {
+        long t0 = System.nanoTime();
+        for (int i = 0; i < 1000; i++) {
+          near.getIfPresent(k);
+        }
+        batches[b] = System.nanoTime() - t0;
+      }
+      assertEquals(hits + 1_000_000, near.stats().hits());
+      byte[][] get = {
+        "CACHE.GET".getBytes(StandardCharsets.UTF_8),
+        k.getBytes(StandardCharsets.UTF_8),
+        "1000".getBytes(StandardCharsets.UTF_8)
+      };
+      long[] trips = new long[2000];
+      for (int i = 0; i < 200; i++) {
+        warden.transport().execute(get).toCompletableFuture().get();
+      }
+      for (int i = 0; i < trips.length; i++) {
+        long t0 = System.nanoTime();
+        warden.transport().execute(get).toCompletableFuture().get();
+        trips[i] = System.nanoTime() - t0;
+      }
+      java.util.Arrays.sort(batches);
+      java.util.Arrays.sort(trips);
+      System.out.printf(
+          "near-cache hit (%s, %s): median %.3f us per hit over 10^6 hits; CACHE.GET hit round"
+              + " trip median %.1f us%n",
+          getClass().getSimpleName(),
+          server.version(),
+          batches[batches.length / 2] / 1000.0 / 1000.0,
+          trips[trips.length / 2] / 1000.0);
+    }
+  }
+
   @Test
   void everyWriteInvalidates() throws Exception {
     String[][] writes = {
@@ -321,8 +369,8 @@ public abstract class NearCacheSuite extends TransportSuite {
   }
 
   /**
-   * The race checker: writers on plain connections, each pair {@code SET k v+1}, {@code GET k}
-   * (the server's truth y), {@code sync()}, then near reads x; stale when x &lt; y. Meanwhile the
+   * The race checker: writers on plain connections, each pair {@code SET k v+1}, {@code GET k} (the
+   * server's truth y), {@code sync()}, then near reads x; stale when x &lt; y. Meanwhile the
    * tracking connection is killed and the server restarted. {@code WARDEN_NEAR_RACE_PAIRS} sets the
    * size (default 10,000).
    */
@@ -341,6 +389,7 @@ public abstract class NearCacheSuite extends TransportSuite {
         Warden w = Warden.create(transport(own));
         NearCache near = NearCache.builder(w).build()) {
       await("the tracking connection", () -> near.trackingClientId() > 0);
+      long started = System.nanoTime();
       ExecutorService pool = Executors.newFixedThreadPool(writers + 1);
       List<Future<?>> running = new ArrayList<>();
       for (int t = 0; t < writers; t++) {
@@ -405,12 +454,21 @@ public abstract class NearCacheSuite extends TransportSuite {
           own.restart();
           restarts.incrementAndGet();
         }
+        long t0 = System.nanoTime();
         await("the reconnect", () -> near.trackingClientId() > 0);
+        System.err.println(
+            "DEBUG event "
+                + e
+                + " reconnect ms "
+                + (System.nanoTime() - t0) / 1e6
+                + " done "
+                + done.get());
       }
       for (Future<?> f : running) {
         f.get(5, TimeUnit.MINUTES);
       }
       pool.shutdownNow();
+      long ms = TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - started);
       NearCache.Stats s = near.stats();
       System.out.println(
           "near-cache race ("
@@ -428,7 +486,9 @@ public abstract class NearCacheSuite extends TransportSuite {
               + " kills="
               + kills.get()
               + " restarts="
-              + restarts.get());
+              + restarts.get()
+              + " ms="
+              + ms);
       assertEquals(pairs, done.get());
       assertEquals(0, stale.get());
       assertTrue(s.hits() > 0);
