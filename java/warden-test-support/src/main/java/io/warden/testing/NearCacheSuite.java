@@ -454,15 +454,7 @@ public abstract class NearCacheSuite extends TransportSuite {
           own.restart();
           restarts.incrementAndGet();
         }
-        long t0 = System.nanoTime();
         await("the reconnect", () -> near.trackingClientId() > 0);
-        System.err.println(
-            "DEBUG event "
-                + e
-                + " reconnect ms "
-                + (System.nanoTime() - t0) / 1e6
-                + " done "
-                + done.get());
       }
       for (Future<?> f : running) {
         f.get(5, TimeUnit.MINUTES);
