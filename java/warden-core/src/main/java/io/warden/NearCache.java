@@ -165,7 +165,10 @@ public final class NearCache implements WardenCache, AutoCloseable {
         .whenComplete(
             (conn, e) -> {
               if (e != null) {
-                retry();
+                // A transport that opens no tracking connection never will: reads go to the server.
+                if (!(Resp.unwrap(e) instanceof UnsupportedOperationException)) {
+                  retry();
+                }
                 return;
               }
               link.conn = conn;
@@ -274,6 +277,9 @@ public final class NearCache implements WardenCache, AutoCloseable {
     Object reply = null;
     try {
       reply = call(link, PEEK, Resp.b(key));
+    } catch (WardenServerException refused) {
+      // WRONGTYPE, or a module without CACHE.PEEK: the server's path says what it says.
+      return DOWN;
     } finally {
       if (reply == null) {
         store.end(key, generation, null, -1, 0);
