@@ -23,6 +23,7 @@ export {
   type Serializer,
   type WrapOptions,
 } from "./cache.js";
+export { NearCache, type NearCacheOptions, type NearCacheStats } from "./near.js";
 export {
   CacheWaitTimeoutError,
   ConnectionError,

@@ -12,6 +12,7 @@ import {
   acquireOrThrow,
   runHolding,
 } from "./lock.js";
+import { NearCache, endpointOf } from "./near.js";
 import { RateLimiter, type RateLimiterOptions } from "./rate.js";
 import { Semaphore } from "./semaphore.js";
 import { type Client, transportFor } from "./transport.js";
@@ -38,8 +39,11 @@ export interface WardenOptions extends Partial<ConnectionOptions> {
 export class Warden implements AsyncDisposable {
   private readonly connections: Connections;
   private readonly defaults: LockDefaults;
+  private readonly client: Client;
+  private readonly nears = new Set<NearCache>();
 
   constructor(client: Client, options: WardenOptions = {}) {
+    this.client = client;
     this.connections = new Connections(transportFor(client), {
       maxWaiters: options.maxWaiters ?? 128,
       maxIdleWaiters: options.maxIdleWaiters ?? 16,
@@ -99,14 +103,22 @@ export class Warden implements AsyncDisposable {
     return new RateLimiter(this.connections, key, options);
   }
 
-  /** A cache on warden's leases (`CACHE.*`). */
+  /** A cache on warden's leases (`CACHE.*`); with `near`, values are also
+   * kept in this process (one connection of its own per near cache). */
   cache(options: CacheOptions = {}): Cache {
-    return new Cache(this.connections, options);
+    if (options.near === undefined || options.near === false) {
+      return new Cache(this.connections, options);
+    }
+    const near = new NearCache(endpointOf(this.client), options.near === true ? {} : options.near);
+    this.nears.add(near);
+    return new Cache(this.connections, options, near);
   }
 
-  /** Closes warden's own connections (waits in progress fail). */
-  close(): Promise<void> {
-    return this.connections.close();
+  /** Closes warden's own connections, near caches' too (waits in progress fail). */
+  async close(): Promise<void> {
+    await Promise.all([...this.nears].map((near) => near.close()));
+    this.nears.clear();
+    await this.connections.close();
   }
 
   async [Symbol.asyncDispose](): Promise<void> {

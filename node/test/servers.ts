@@ -34,7 +34,8 @@ export class Server {
   readonly dir: string;
   readonly socket: string;
   readonly log: string;
-  readonly process: ChildProcess;
+  process: ChildProcess;
+  private readonly args: string[];
 
   constructor(extra: string[] = [], port = 0) {
     this.dir = mkdtempSync(join(tmpdir(), "warden-node-"));
@@ -44,18 +45,34 @@ export class Server {
     args.push("--save", "");
     if (port) args.push("--bind", "127.0.0.1");
     args.push("--appendonly", "no", "--logfile", this.log, "--loadmodule", MODULE, ...extra);
+    this.args = args;
     this.process = spawn(SERVER, args, { stdio: "ignore" });
   }
 
   static async start(extra: string[] = [], port = 0): Promise<Server> {
     const server = new Server(extra, port);
-    const probe = new Redis({ path: server.socket, lazyConnect: true, retryStrategy: () => null });
+    await server.started();
+    return server;
+  }
+
+  /** Stops the server (SIGTERM: it writes its AOF) and starts it again on
+   * the same socket, port and directory; every connection to it closes. */
+  async restart(): Promise<void> {
+    const exited = new Promise((resolve) => this.process.once("exit", resolve));
+    this.process.kill("SIGTERM");
+    if (this.process.exitCode === null && this.process.signalCode === null) await exited;
+    this.process = spawn(SERVER, this.args, { stdio: "ignore" });
+    await this.started();
+  }
+
+  private async started(): Promise<void> {
+    const probe = new Redis({ path: this.socket, lazyConnect: true, retryStrategy: () => null });
     probe.on("error", () => {});
     try {
       await until(
         async () => {
-          if (server.process.exitCode !== null) {
-            throw new Error(`${SERVER} did not start:\n${server.logText()}`);
+          if (this.process.exitCode !== null) {
+            throw new Error(`${SERVER} did not start:\n${this.logText()}`);
           }
           try {
             if (probe.status !== "ready") await probe.connect();
@@ -71,7 +88,6 @@ export class Server {
     } finally {
       probe.disconnect();
     }
-    return server;
   }
 
   logText(): string {

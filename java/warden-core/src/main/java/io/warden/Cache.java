@@ -16,7 +16,7 @@ import java.util.concurrent.TimeUnit;
  * the lease, so the next waiter loads at once.
  */
 final class Cache implements WardenCache {
-  private static final Codec<String> UTF8 =
+  static final Codec<String> UTF8 =
       new Codec<String>() {
         @Override
         public byte[] encode(String value) {
@@ -29,7 +29,7 @@ final class Cache implements WardenCache {
         }
       };
 
-  private static final Codec<byte[]> BYTES =
+  static final Codec<byte[]> BYTES =
       new Codec<byte[]>() {
         @Override
         public byte[] encode(byte[] value) {

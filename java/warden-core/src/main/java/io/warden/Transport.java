@@ -1,5 +1,6 @@
 package io.warden;
 
+import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.CompletionStage;
 
 /**
@@ -21,6 +22,20 @@ public interface Transport extends AutoCloseable {
    * {@code deadlineNanos} (a {@link System#nanoTime()} value) passes first.
    */
   CompletionStage<WaitConnection> waitConnection(long deadlineNanos);
+
+  /**
+   * Opens a {@link TrackingConnection} for a {@link NearCache} to the server the transport talks to
+   * (its Sentinel master where it follows one), telling {@code listener} its invalidations and its
+   * drop. A transport that cannot open one completes exceptionally with {@link
+   * UnsupportedOperationException}.
+   */
+  default CompletionStage<TrackingConnection> trackingConnection(
+      TrackingConnection.Listener listener) {
+    CompletableFuture<TrackingConnection> f = new CompletableFuture<>();
+    f.completeExceptionally(
+        new UnsupportedOperationException("this transport opens no tracking connection"));
+    return f;
+  }
 
   @Override
   void close();

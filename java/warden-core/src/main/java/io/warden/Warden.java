@@ -158,6 +158,14 @@ public final class Warden implements AutoCloseable {
     return new Cache(this, cacheLeaseMs);
   }
 
+  /**
+   * A {@link NearCache} with the default bounds (10,000 values, 64 MiB): values kept in this
+   * process, dropped when the server says; {@link NearCache#builder} sets the bounds.
+   */
+  public NearCache nearCache() {
+    return NearCache.builder(this).build();
+  }
+
   public Transport transport() {
     return transport;
   }

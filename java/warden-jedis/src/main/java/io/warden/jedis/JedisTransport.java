@@ -1,5 +1,6 @@
 package io.warden.jedis;
 
+import io.warden.TrackingConnection;
 import io.warden.Transport;
 import io.warden.WaitConnection;
 import io.warden.WardenException;
@@ -43,6 +44,10 @@ public final class JedisTransport implements Transport {
   private final JedisClientConfig config;
   private final ExecutorService readers;
   private final Pool pool;
+  // Near caches' tracking connections, closed with the transport.
+  private final java.util.Set<JedisTracking> tracking =
+      java.util.concurrent.ConcurrentHashMap.newKeySet();
+  private volatile boolean closed;
 
   private JedisTransport(
       UnifiedJedis shared,
@@ -118,7 +123,7 @@ public final class JedisTransport implements Transport {
     }
   }
 
-  private static CommandArguments arguments(byte[]... args) {
+  static CommandArguments arguments(byte[]... args) {
     CommandArguments ca = new CommandArguments(new Command(args[0]));
     for (int i = 1; i < args.length; i++) {
       ca.add(args[i]);
@@ -219,8 +224,51 @@ public final class JedisTransport implements Transport {
     return pool.openConnections();
   }
 
+  /**
+   * A RESP3 {@link Connection} of its own to the transport's address with {@code CLIENT TRACKING
+   * on}, read by a thread of its own; opened on that thread.
+   */
+  @Override
+  public CompletionStage<TrackingConnection> trackingConnection(
+      TrackingConnection.Listener listener) {
+    CompletableFuture<TrackingConnection> f = new CompletableFuture<>();
+    if (closed) {
+      f.completeExceptionally(new WardenException("the transport is closed"));
+      return f;
+    }
+    try {
+      readers.execute(
+          () -> {
+            JedisTracking t;
+            try {
+              t = new JedisTracking(address, config, listener);
+            } catch (RuntimeException e) {
+              f.completeExceptionally(map(e));
+              return;
+            }
+            tracking.add(t);
+            if (closed) {
+              t.close();
+            }
+            f.complete(t);
+            try {
+              t.read();
+            } finally {
+              tracking.remove(t);
+            }
+          });
+    } catch (java.util.concurrent.RejectedExecutionException e) {
+      f.completeExceptionally(new WardenException("the transport is closed", e));
+    }
+    return f;
+  }
+
   @Override
   public void close() {
+    closed = true;
+    for (JedisTracking t : tracking) {
+      t.close();
+    }
     pool.close();
     if (ownsShared) {
       shared.close();

@@ -1,13 +1,17 @@
 package io.warden.lettuce;
 
 import io.lettuce.core.ClientOptions;
+import io.lettuce.core.RedisChannelHandler;
 import io.lettuce.core.RedisClient;
 import io.lettuce.core.RedisCommandExecutionException;
+import io.lettuce.core.RedisConnectionStateListener;
 import io.lettuce.core.RedisURI;
 import io.lettuce.core.api.StatefulRedisConnection;
 import io.lettuce.core.codec.ByteArrayCodec;
 import io.lettuce.core.protocol.CommandArgs;
 import io.lettuce.core.protocol.ProtocolKeyword;
+import io.lettuce.core.protocol.ProtocolVersion;
+import io.warden.TrackingConnection;
 import io.warden.Transport;
 import io.warden.WaitConnection;
 import io.warden.WardenException;
@@ -16,6 +20,9 @@ import io.warden.spi.WaitPool;
 import java.lang.reflect.Field;
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.Map;
 import java.util.Set;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.CompletionException;
@@ -78,6 +85,10 @@ public final class LettuceTransport implements Transport {
   private volatile boolean closed;
   // Connections being closed: the client is shut down once they are (closing one twice logs).
   private final Set<CompletableFuture<Void>> closing = ConcurrentHashMap.newKeySet();
+  // Near caches' tracking connections (RESP3, never reconnected), by connection; their client is
+  // opened with the first.
+  private final Map<Object, Tracking> tracking = new ConcurrentHashMap<>();
+  private volatile RedisClient trackingClient;
 
   private LettuceTransport(
       RedisClient client,
@@ -263,6 +274,13 @@ public final class LettuceTransport implements Transport {
   public void close() {
     closed = true;
     pool.close();
+    for (Tracking t : tracking.values()) {
+      t.close();
+    }
+    RedisClient tc = trackingClient;
+    if (tc != null) {
+      tc.shutdownAsync(0, 2, TimeUnit.SECONDS);
+    }
     CompletableFuture<StatefulRedisConnection<byte[], byte[]>> f = shared.getAndSet(null);
     CompletableFuture<?> sharedClosed =
         f == null
@@ -272,6 +290,152 @@ public final class LettuceTransport implements Transport {
         .thenCombine(sharedClosed, (a, b) -> null)
         // The resources are the application's: shutting this client down leaves them running.
         .whenComplete((r, e) -> own.shutdownAsync(0, 2, TimeUnit.SECONDS));
+  }
+
+  /**
+   * A RESP3 connection of its own with {@code CLIENT TRACKING on}, to the transport's {@link
+   * RedisURI} (a Sentinel URI: the current master). Lettuce calls push listeners on its I/O thread
+   * as it decodes each push, before it completes any reply decoded after it: the order the near
+   * cache needs. The connection is never reconnected: a drop is told to the listener.
+   */
+  @Override
+  public CompletionStage<TrackingConnection> trackingConnection(
+      TrackingConnection.Listener listener) {
+    CompletableFuture<TrackingConnection> f = new CompletableFuture<>();
+    if (closed) {
+      f.completeExceptionally(new WardenException("the transport is closed"));
+      return f;
+    }
+    RedisClient tc = trackingClient();
+    tc.connectAsync(ByteArrayCodec.INSTANCE, uri)
+        .whenComplete(
+            (c, e) -> {
+              if (e != null) {
+                f.completeExceptionally(map(e));
+                return;
+              }
+              Tracking t = new Tracking(c, listener);
+              tracking.put(c, t);
+              c.addListener(
+                  push -> {
+                    if ("invalidate".equals(push.getType())) {
+                      List<Object> content = push.getContent(LettuceTransport::bytes);
+                      listener.invalidated(keys(content.size() > 1 ? content.get(1) : null));
+                    }
+                  });
+              if (!c.isOpen()) {
+                t.drop(new WardenException("the tracking connection closed"));
+              }
+              dispatch(c, args("CLIENT", "TRACKING", "on"))
+                  .thenCompose(ok -> dispatch(c, args("CLIENT", "ID")))
+                  .whenComplete(
+                      (id, e2) -> {
+                        if (e2 != null) {
+                          t.close();
+                          f.completeExceptionally(e2);
+                          return;
+                        }
+                        t.id = id instanceof Long ? (Long) id : -1;
+                        f.complete(t);
+                      });
+            });
+    return f;
+  }
+
+  private static Object bytes(java.nio.ByteBuffer b) {
+    byte[] out = new byte[b.remaining()];
+    b.duplicate().get(out);
+    return out;
+  }
+
+  private static List<byte[]> keys(Object keys) {
+    if (!(keys instanceof List)) {
+      return null;
+    }
+    List<byte[]> out = new ArrayList<>();
+    for (Object k : (List<?>) keys) {
+      out.add(
+          k instanceof byte[] ? (byte[]) k : String.valueOf(k).getBytes(StandardCharsets.UTF_8));
+    }
+    return out;
+  }
+
+  private static byte[][] args(String... parts) {
+    byte[][] out = new byte[parts.length][];
+    for (int i = 0; i < parts.length; i++) {
+      out[i] = parts[i].getBytes(StandardCharsets.UTF_8);
+    }
+    return out;
+  }
+
+  private synchronized RedisClient trackingClient() {
+    RedisClient tc = trackingClient;
+    if (tc == null) {
+      tc = RedisClient.create(own.getResources(), uri);
+      tc.setOptions(
+          own.getOptions()
+              .mutate()
+              .protocolVersion(ProtocolVersion.RESP3)
+              .autoReconnect(false)
+              .disconnectedBehavior(ClientOptions.DisconnectedBehavior.REJECT_COMMANDS)
+              .build());
+      tc.addListener(
+          new RedisConnectionStateListener() {
+            @Override
+            public void onRedisDisconnected(RedisChannelHandler<?, ?> connection) {
+              Tracking t = tracking.get(connection);
+              if (t != null) {
+                t.drop(new WardenException("the tracking connection closed"));
+              }
+            }
+
+            @Override
+            public void onRedisExceptionCaught(RedisChannelHandler<?, ?> connection, Throwable e) {
+              Tracking t = tracking.get(connection);
+              if (t != null) {
+                t.drop(e);
+              }
+            }
+          });
+      trackingClient = tc;
+    }
+    return tc;
+  }
+
+  private final class Tracking implements TrackingConnection {
+    private final StatefulRedisConnection<byte[], byte[]> conn;
+    private final TrackingConnection.Listener listener;
+    private final java.util.concurrent.atomic.AtomicBoolean dropped =
+        new java.util.concurrent.atomic.AtomicBoolean();
+    volatile long id = -1;
+
+    Tracking(StatefulRedisConnection<byte[], byte[]> conn, TrackingConnection.Listener listener) {
+      this.conn = conn;
+      this.listener = listener;
+    }
+
+    void drop(Throwable cause) {
+      if (dropped.compareAndSet(false, true)) {
+        tracking.remove(conn);
+        conn.closeAsync();
+        listener.dropped(cause);
+      }
+    }
+
+    @Override
+    public long clientId() {
+      return id;
+    }
+
+    @Override
+    public CompletionStage<Object> execute(byte[]... args) {
+      return dispatch(conn, args);
+    }
+
+    @Override
+    public void close() {
+      drop(new WardenException("the tracking connection was closed"));
+    }
   }
 
   private final class Pool extends WaitPool {

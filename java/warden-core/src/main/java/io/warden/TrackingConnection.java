@@ -1,0 +1,33 @@
+package io.warden;
+
+import java.util.List;
+import java.util.concurrent.CompletionStage;
+
+/**
+ * A dedicated RESP3 connection with {@code CLIENT TRACKING on} (default mode: no {@code BCAST}, no
+ * {@code OPTIN}, no {@code REDIRECT}), read continuously in the background: what a {@link
+ * NearCache} reads on. Its replies and the server's invalidation pushes reach the {@link Listener}
+ * in the order the server sent them: a push is applied before any reply read after it completes.
+ */
+public interface TrackingConnection extends AutoCloseable {
+  /** What the connection tells its near cache; called on the connection's reader thread. */
+  interface Listener {
+    /** The server invalidated {@code keys}; {@code null}: every key (a flush). */
+    void invalidated(List<byte[]> keys);
+
+    /** The connection closed, failed a read, or was closed: called at most once. */
+    void dropped(Throwable cause);
+  }
+
+  /** {@code CLIENT ID} of the connection. */
+  long clientId();
+
+  /**
+   * Sends one command (pipelined behind any in flight, from any thread) and completes with its
+   * reply, mapped as {@link Transport#execute}.
+   */
+  CompletionStage<Object> execute(byte[]... args);
+
+  @Override
+  void close();
+}
