@@ -526,7 +526,7 @@ bench: venv node-deps java-deps go-deps $(SERVER_DEPS) $(if $(WARDEN_MODULE),,bu
 		echo "near-cache: no warden-client/src/near.rs in this checkout: the Rust near cache's row is left out")
 	WARDEN_SERVER=$(SERVER_BIN) WARDEN_MODULE=$(or $(WARDEN_MODULE),$(CURDIR)/$(MODULE)) \
 		WARDEN_NEAR_RUST="$${WARDEN_NEAR_RUST:-$$(cat target/near-rust 2>/dev/null)}" \
-		WARDEN_NEAR_JAVA="$(JDK25)/bin/java -cp $(CURDIR)/$(BENCH_JAR):$$(cat java/warden-bench/target/classpath.txt) io.warden.bench.NearCache" \
+		WARDEN_NEAR_JAVA="$(JDK25)/bin/java -cp $(CURDIR)/$(BENCH_JAR):$$(cat java/warden-bench/target/classpath.txt) io.warden.bench.NearCacheBench" \
 		$(if $(BENCH_PORT),WARDEN_NEAR_PORT=$(BENCH_PORT),) PYTHONPATH=$(CURDIR)/python $(PYTHON) bench/near_cache.py \
 		$(if $(QUICK),--quick,) --out $(CURDIR)/bench/results/near-cache$(if $(filter redis,$(SERVER)),,-$(SERVER_NAME))
 else ifeq ($(SECTION),overload)

@@ -33,7 +33,7 @@ import org.redisson.config.Config;
  * System.nanoTime: CLOCK_MONOTONIC on Linux, as the other drivers'), then {@code RESULT {json}}
  * with the reads run-length coded and the writer's acks.
  */
-public final class NearCache {
+public final class NearCacheBench {
   static final long BUCKET_NS = 2_000;
 
   public static void main(String[] argv) throws Throwable {
