@@ -580,7 +580,7 @@ fuzz: deps
 NEAR_RACE_PAIRS ?= 100000
 near-cache-race: deps venv python-venv node-deps go-deps java-deps $(SERVER_DEPS)
 	cargo test --profile $(TEST_PROFILE) --workspace --no-run
-	@export WARDEN_NEAR_RACE_PAIRS=$(NEAR_RACE_PAIRS) WARDEN_SERVER=$(SERVER_BIN) WARDEN_MODULE=$(CURDIR)/$(TEST_MODULE); status=0; \
+	@set -o pipefail; export WARDEN_NEAR_RACE_PAIRS=$(NEAR_RACE_PAIRS) WARDEN_SERVER=$(SERVER_BIN) WARDEN_MODULE=$(CURDIR)/$(TEST_MODULE); status=0; \
 	cargo test --profile $(TEST_PROFILE) -p warden-client --test near no_stale -- --nocapture || status=1; \
 	(cd python && ../$(PYTHON) -m pytest -q -s -p no:cacheprovider tests/test_near_cache.py -k race) || status=1; \
 	(cd node && npx tsc -p tsconfig.test.json && node --test --test-name-pattern "race" build/test/near.test.js) || status=1; \
