@@ -12,7 +12,7 @@ MODULE := target/release/libwarden.so
 APT_PACKAGES := redis-server redis-tools libclang1-14 libclang-common-14-dev python3-venv \
 	prometheus-redis-exporter prometheus binutils
 
-.PHONY: go-deps go-test go-lint go-dist java-deps java-build java-test java-lint java-dist java-shedlock-10m lint docs docs-screenshots run exporter test build deps venv check bench valgrind-bin cluster cluster-stop fuzz valgrind clean python-venv python-test failover-demo failover-history node-deps node-test node-bench dist dist-test prev-release upgrade-test
+.PHONY: go-deps go-test go-lint go-dist java-deps java-build java-test java-lint java-dist java-shedlock-10m lint docs docs-screenshots run exporter test build deps venv check bench valgrind-bin cluster cluster-stop fuzz valgrind clean python-venv python-test failover-demo failover-history node-deps node-test node-bench dist dist-test prev-release upgrade-test near-cache-race
 
 FUZZ_SECONDS ?= 600
 
@@ -606,6 +606,22 @@ fuzz: deps
 		mkdir -p fuzz/corpus/$$t && cp -n fuzz/regressions/$$t/* fuzz/corpus/$$t/ 2>/dev/null; \
 		RUSTC_BOOTSTRAP=1 cargo fuzz run $$t fuzz/corpus/$$t -- -max_total_time=$(FUZZ_SECONDS) || exit 1; \
 	done
+
+# Each client's near-cache race checker at full size (docs/cache.md "Near
+# cache"): NEAR_RACE_PAIRS write/read pairs (default 100,000) while the
+# tracking connection is killed and the server restarted (Node and Go also
+# through a Sentinel failover). make test runs them at 10,000.
+NEAR_RACE_PAIRS ?= 100000
+near-cache-race: deps venv python-venv node-deps go-deps java-deps $(SERVER_DEPS)
+	cargo test --profile $(TEST_PROFILE) --workspace --no-run
+	@set -o pipefail; export WARDEN_NEAR_RACE_PAIRS=$(NEAR_RACE_PAIRS) WARDEN_SERVER=$(SERVER_BIN) WARDEN_MODULE=$(CURDIR)/$(TEST_MODULE); status=0; \
+	cargo test --profile $(TEST_PROFILE) -p warden-client --test near no_stale -- --nocapture || status=1; \
+	(cd python && ../$(PYTHON) -m pytest -q -s -p no:cacheprovider tests/test_near_cache.py -k race) || status=1; \
+	(cd node && npx tsc -p tsconfig.test.json && node --test --test-name-pattern "race" build/test/near.test.js) || status=1; \
+	(cd go && $(GO) test -count=1 -v -run 'TestIntegrationNearRace' . | grep -E "near|^(--- |ok|FAIL)") || status=1; \
+	(cd java && $(MVN) -q verify -pl warden-core,warden-test-support,warden-lettuce,warden-jedis -Dtest='*NearCacheTest#raceChecker' \
+		-Dsurefire.failIfNoSpecifiedTests=false) || status=1; \
+	exit $$status
 
 # The integration tests with every redis-server under valgrind memcheck; fails
 # on any invalid access or definite leak in the module.

@@ -539,9 +539,8 @@ fn first_of(holders: &BTreeSet<(u64, Vec<u8>)>, client: u64) -> Option<&[u8]> {
 }
 
 fn shrink<K: std::hash::Hash + Eq, V>(map: &mut HashMap<K, V>) {
-    if map.is_empty() && map.capacity() > 16 {
-        map.shrink_to_fit();
-    } else if map.capacity() > 64 && map.len() * 4 < map.capacity() {
+    let emptied = map.is_empty() && map.capacity() > 16;
+    if emptied || (map.capacity() > 64 && map.len() * 4 < map.capacity()) {
         map.shrink_to_fit();
     }
 }

@@ -293,9 +293,8 @@ where
 {
     // Emptied, the table goes, whatever the last shrink left of it (up to
     // 64 slots of waiters: tens of KB after a burst).
-    if map.is_empty() && map.capacity() > 16 {
-        map.shrink_to_fit();
-    } else if map.capacity() > 64 && map.len() * 4 < map.capacity() {
+    let emptied = map.is_empty() && map.capacity() > 16;
+    if emptied || (map.capacity() > 64 && map.len() * 4 < map.capacity()) {
         map.shrink_to_fit();
     }
 }

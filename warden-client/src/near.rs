@@ -23,7 +23,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use lru::LruCache;
 use redis::aio::MultiplexedConnection;
-use redis::{AsyncConnectionConfig, FromRedisValue, ProtocolVersion, PushInfo, PushKind, ToRedisArgs, Value};
+use redis::{
+    AsyncConnectionConfig, FromRedisValue, ProtocolVersion, PushInfo, PushKind, ToRedisArgs, Value,
+};
 
 use crate::cache::Cache;
 use crate::error::{Error, LoaderError, Result};
@@ -219,8 +221,12 @@ impl Cache {
             ));
         };
         let info = client.get_connection_info().clone();
-        let redis = info.redis_settings().clone().set_protocol(ProtocolVersion::RESP3);
-        let client = redis::Client::open(info.set_redis_settings(redis)).map_err(Error::from_redis)?;
+        let redis = info
+            .redis_settings()
+            .clone()
+            .set_protocol(ProtocolVersion::RESP3);
+        let client =
+            redis::Client::open(info.set_redis_settings(redis)).map_err(Error::from_redis)?;
         let cap = NonZeroUsize::new(config.max_entries.max(1)).expect("at least 1");
         Ok(NearCache {
             cache: self.clone(),
@@ -281,7 +287,10 @@ impl NearCache {
     /// A fresh copy of `key` held here.
     fn hit(&self, key: &str) -> Option<Vec<u8>> {
         let now = unix_ms();
-        let margin = self.cache.refresh_before().map_or(0, |d| d.as_millis() as i64);
+        let margin = self
+            .cache
+            .refresh_before()
+            .map_or(0, |d| d.as_millis() as i64);
         let mut state = self.shared.lock();
         let expired = match state.entries.get(key) {
             None => return None,
@@ -312,7 +321,9 @@ impl NearCache {
         };
         let reply = tokio::time::timeout(
             self.cache.warden().config().command_timeout,
-            redis::cmd("CACHE.PEEK").arg(key).query_async::<Value>(&mut conn),
+            redis::cmd("CACHE.PEEK")
+                .arg(key)
+                .query_async::<Value>(&mut conn),
         )
         .await;
         let mut state = self.shared.lock();
@@ -327,7 +338,11 @@ impl NearCache {
         };
         let reply = match reply {
             Ok(Ok(v)) => v,
-            Ok(Err(e)) if !e.is_unrecoverable_error() && e.kind() != redis::ErrorKind::IoError => {
+            Ok(Err(e))
+                if !e.is_unrecoverable_error()
+                    && !e.is_io_error()
+                    && !e.is_connection_dropped() =>
+            {
                 return None; // WRONGTYPE and the like: the server path says it
             }
             _ => {
@@ -351,7 +366,10 @@ impl NearCache {
             return None;
         };
         let expires_at = (at >= 0).then_some(at);
-        let margin = self.cache.refresh_before().map_or(0, |d| d.as_millis() as i64);
+        let margin = self
+            .cache
+            .refresh_before()
+            .map_or(0, |d| d.as_millis() as i64);
         if stale != 0 || expires_at.is_some_and(|at| at - margin <= unix_ms()) {
             return None; // stale or due: the server path serves and refreshes it
         }
@@ -396,7 +414,10 @@ impl NearCache {
             if let Some(conn) = &state.conn {
                 return Some((conn.clone(), state.epoch, state.conn_id));
             }
-            if state.retry_at.is_some_and(|at| std::time::Instant::now() < at) {
+            if state
+                .retry_at
+                .is_some_and(|at| std::time::Instant::now() < at)
+            {
                 return None;
             }
             state.conn_id
@@ -432,14 +453,18 @@ impl NearCache {
         let limit = self.cache.warden().config().connect_timeout;
         let mut conn = tokio::time::timeout(
             limit,
-            self.client.get_multiplexed_async_connection_with_config(&config),
+            self.client
+                .get_multiplexed_async_connection_with_config(&config),
         )
         .await
         .ok()?
         .ok()?;
         let tracking = tokio::time::timeout(
             limit,
-            redis::cmd("CLIENT").arg("TRACKING").arg("on").query_async::<()>(&mut conn),
+            redis::cmd("CLIENT")
+                .arg("TRACKING")
+                .arg("on")
+                .query_async::<()>(&mut conn),
         )
         .await;
         matches!(tracking, Ok(Ok(()))).then_some(conn)

@@ -33,9 +33,12 @@ fn tracking_id(c: &mut redis::Connection) -> Option<String> {
     let list: String = redis::cmd("CLIENT").arg("LIST").query(c).unwrap();
     list.lines().find_map(|l| {
         let flags = l.split(' ').find_map(|f| f.strip_prefix("flags="))?;
-        flags
-            .contains('t')
-            .then(|| l.split(' ').find_map(|f| f.strip_prefix("id=")).unwrap().to_string())
+        flags.contains('t').then(|| {
+            l.split(' ')
+                .find_map(|f| f.strip_prefix("id="))
+                .unwrap()
+                .to_string()
+        })
     })
 }
 
@@ -50,7 +53,11 @@ async fn a_hit_costs_no_round_trip() {
     for _ in 0..100 {
         assert_eq!(read(&near, "k").await, "v");
     }
-    assert_eq!(calls(&mut c, "cache.peek"), peeks, "no CACHE.PEEK for a hit");
+    assert_eq!(
+        calls(&mut c, "cache.peek"),
+        peeks,
+        "no CACHE.PEEK for a hit"
+    );
     assert_eq!(calls(&mut c, "cache.get"), gets, "no CACHE.GET for a hit");
     assert_eq!(near.stats().hits, 100);
 }
@@ -100,11 +107,17 @@ async fn every_change_of_a_key_drops_it() {
         let now = change(&mut c, &key);
         near.sync().await.unwrap();
         let got = near
-            .get_or_load(&key, LEASE, || async { Ok::<_, std::io::Error>("loaded".to_string()) })
+            .get_or_load(&key, LEASE, || async {
+                Ok::<_, std::io::Error>("loaded".to_string())
+            })
             .await
             .unwrap();
         assert_eq!(got, now.unwrap_or("loaded"), "{name}");
-        assert_eq!(near.stats().hits, hits, "{name}: not served from the near cache");
+        assert_eq!(
+            near.stats().hits,
+            hits,
+            "{name}: not served from the near cache"
+        );
     }
     assert!(near.stats().invalidations >= 4, "{:?}", near.stats());
 }
@@ -167,7 +180,11 @@ async fn concurrent_misses_load_once_and_then_hit() {
         assert_eq!(r.await.unwrap(), "loaded");
     }
     assert_eq!(loads.load(Ordering::SeqCst), 1, "one load per miss");
-    assert_eq!(read(&near, "hot").await, "loaded"); // a peek keeps it
+    // The fill's own invalidation (the readers' peeks tracked the key) may
+    // still be on its way: a peek it crosses keeps nothing. After a sync it
+    // has been applied, and a peek keeps the value.
+    near.sync().await.unwrap();
+    assert_eq!(read(&near, "hot").await, "loaded");
     let hits = near.stats().hits;
     assert_eq!(read(&near, "hot").await, "loaded");
     assert_eq!(near.stats().hits, hits + 1);
@@ -292,8 +309,10 @@ async fn no_stale_read_after_sync_through_kills_and_restarts() {
                         Ok::<_, redis::RedisError>((n, truth))
                     };
                     let Ok((_, truth)) = step.await else {
+                        // The server is restarting: pairs are for when it runs.
                         conn = None;
                         errors.fetch_add(1, Ordering::Relaxed);
+                        tokio::time::sleep(Duration::from_millis(5)).await;
                         continue;
                     };
                     if near.sync().await.is_err() {
@@ -312,8 +331,10 @@ async fn no_stale_read_after_sync_through_kills_and_restarts() {
                                 stale.fetch_add(1, Ordering::Relaxed);
                             }
                             Ok(_) => {}
-                            Err(_) => {
-                                errors.fetch_add(1, Ordering::Relaxed);
+                            Err(e) => {
+                                if errors.fetch_add(1, Ordering::Relaxed) < 5 {
+                                    eprintln!("read error: {key}: {e}");
+                                }
                             }
                         }
                     }
