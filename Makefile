@@ -496,12 +496,12 @@ bench: venv node-deps go-deps $(SERVER_DEPS) $(if $(WARDEN_MODULE),,build)
 		$(if $(BENCH_PORT),WARDEN_RATE_PORT=$(BENCH_PORT),) $(PYTHON) bench/rate.py \
 		$(if $(QUICK),--quick,) --out $(CURDIR)/bench/results/rate
 else ifeq ($(SECTION),near-cache)
-# SECTION=near-cache (issue #51): near caches on one race, stale reads and hit
+# SECTION=near-cache: near caches on one race, stale reads and hit
 # latency side by side: redis-py's client-side cache (protocol=3,
 # CacheConfig()), node-redis' clientSideCache (RESP3), Redisson 4.7.0's
 # RLocalCachedMap (java/warden-bench, on Temurin 25) and a plain GET per read,
-# with warden's near caches as their drivers land (bench/near_cache.py
-# documents the race, the counting and the hooks), for 10 s each (3 s with
+# beside warden's (bench/near_cache.py documents the race and the
+# counting), for 10 s each (3 s with
 # QUICK=1), into bench/results/near-cache.md and .json. Their pins:
 # python/constraints.txt (redis), node/package-lock.json (redis),
 # java/warden-bench/pom.xml (redisson). redis-py's client-side cache refuses
@@ -509,11 +509,11 @@ else ifeq ($(SECTION),near-cache)
 # runs it. WARDEN_MODULE=<.so> loads that module instead of building this
 # checkout's; BENCH_PORT=<port> puts its server there (default: a free port
 # from 7400).
-# warden's near caches: Python (bench/near_cache_python.py), Go (go/bench
+# warden's near caches: Python (bench/near_cache_python.py), Node
+# (node/bench/near_cache.mjs), Java (java/warden-bench), Go (go/bench
 # near.go, in target/go-bench) and Rust (warden-client/examples/near_cache.rs,
-# built with --features near-bench when warden-client has src/near.rs and it
-# builds; WARDEN_NEAR_RUST=<binary> runs another build instead); Node
-# and Java are hooks until their branches land (bench/near_cache.py).
+# built with --features near-bench; WARDEN_NEAR_RUST=<binary> runs another
+# build instead).
 NEAR_RUST := $(wildcard warden-client/src/near.rs)
 bench: venv node-deps java-deps go-deps $(SERVER_DEPS) $(if $(WARDEN_MODULE),,build)
 	@test -x $(JDK25)/bin/java || { echo "SECTION=near-cache runs Redisson on a JDK 21 or newer: JDK25=<its home> (not found: $(JDK25))"; exit 1; }

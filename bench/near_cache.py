@@ -1,4 +1,4 @@
-"""Near caches, side by side (issue #51): each ecosystem's own client-side
+"""Near caches, side by side: each ecosystem's own client-side
 cache — redis-py's (`protocol=3, cache_config=CacheConfig()`), node-redis'
 `clientSideCache` (RESP3), Redisson's `RLocalCachedMap` — and a plain `GET`
 per read, on the same race, with warden's near caches beside them as they
