@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import collections
 import logging
+import select
 import threading
 from typing import Any, Optional
 
@@ -57,6 +58,31 @@ class _Request:
         self.done.set()
 
 
+def socket_of(sock: Any) -> Optional[list[int]]:
+    """``[fd]`` of a connected socket, for ``unread``."""
+    try:
+        return [sock.fileno()]
+    except (AttributeError, OSError):
+        return None
+
+
+_NONE: list[int] = []
+
+
+def unread(fd: Optional[list[int]]) -> bool:
+    """Whether the tracking connection has bytes its reader has not taken
+    yet: invalidations may be among them, so no hit is served until the
+    reader has applied them (a spinning reader thread holds the GIL the
+    tracking thread needs; a coroutine that never awaits keeps the loop from
+    reading at all). One ``select`` with no wait: about 0.7 µs."""
+    if fd is None:
+        return False
+    try:
+        return bool(select.select(fd, _NONE, _NONE, 0)[0])
+    except (OSError, ValueError):
+        return False  # closed under us: the reader flushes
+
+
 def tracking_kwargs(pool: Any) -> dict[str, Any]:
     """The client's connection settings for a RESP3 tracking connection."""
     kwargs = dict(pool.connection_kwargs)
@@ -92,6 +118,7 @@ class NearCache:
         # Held to send, so that requests are queued in the order they are sent.
         self._send_lock = threading.Lock()
         self._connection: Any = None  # None while down
+        self._fd: Optional[list[int]] = None  # the connection's socket, for unread()
         self._pending: collections.deque[_Request] = collections.deque()
         self.client_id: Optional[int] = None
         self._closed = threading.Event()
@@ -107,7 +134,9 @@ class NearCache:
 
     def get(self, key: str, margin_ms: int = 0) -> Optional[bytes]:
         """The kept value (0 round trips), or None (a miss, or due within
-        ``margin_ms``)."""
+        ``margin_ms``, or pushes wait unread on the tracking connection)."""
+        if unread(self._fd):
+            return None
         return self.store.get(key, margin_ms)
 
     def peek(self, key: str) -> Optional[tuple[bytes, int]]:
@@ -222,6 +251,7 @@ class NearCache:
             self.store.flush()  # what was kept before this connection may be old
             with self._send_lock:
                 self._connection = connection
+                self._fd = socket_of(connection._sock)
             self._first_attempt.set()
             if self._closed.is_set():  # closed while connecting: close() saw no connection
                 connection.disconnect()
@@ -235,6 +265,7 @@ class NearCache:
                 self.store.flush()
                 with self._send_lock:
                     self._connection = None
+                    self._fd = None
                     pending, self._pending = self._pending, collections.deque()
                 for request in pending:
                     if request.key is not None:

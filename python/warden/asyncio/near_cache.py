@@ -13,7 +13,7 @@ from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import ConnectionError, ResponseError
 
 from .._near import NearCacheConfig, NearCacheStats, NearStore, Ticket, invalidated_keys
-from ..near_cache import RECONNECT_PAUSES, REPLY_SECONDS, tracking_kwargs
+from ..near_cache import RECONNECT_PAUSES, REPLY_SECONDS, socket_of, tracking_kwargs, unread
 
 logger = logging.getLogger(__name__)
 
@@ -52,6 +52,7 @@ class NearCache:
         self.store = NearStore(config)
         self._send_lock: Optional[asyncio.Lock] = None
         self._connection: Any = None
+        self._fd: Optional[list[int]] = None  # the connection's socket, for unread()
         self._pending: collections.deque[_Request] = collections.deque()
         self.client_id: Optional[int] = None
         self._closed = False
@@ -63,7 +64,17 @@ class NearCache:
         return self._connection is not None
 
     def get(self, key: str, margin_ms: int = 0) -> Optional[bytes]:
+        """As ``warden.NearCache.get``: no hit while the tracking connection
+        has bytes its reader task has not taken (a coroutine that never awaits
+        keeps the loop from reading them)."""
+        if unread(self._fd) or self._buffered():
+            return None
         return self.store.get(key, margin_ms)
+
+    def _buffered(self) -> bool:
+        """Whether the loop read bytes the reader task has not parsed yet."""
+        stream = getattr(self._connection, "_reader", None)
+        return bool(getattr(stream, "_buffer", None))
 
     async def start(self) -> None:
         """Start the reader (once) and wait for its first connection attempt."""
@@ -183,6 +194,8 @@ class NearCache:
                 failures = 0
                 self.store.flush()
                 self._connection = connection
+                writer = getattr(connection, "_writer", None)
+                self._fd = socket_of(writer.get_extra_info("socket") if writer else None)
                 self._first_attempt.set()
                 try:
                     await self._read(connection)
@@ -191,6 +204,7 @@ class NearCache:
                 finally:
                     # No await before the queue is swapped: no send slips in.
                     self._connection = None
+                    self._fd = None
                     pending, self._pending = self._pending, collections.deque()
                     self.store.flush()
                     for request in pending:
