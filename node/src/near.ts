@@ -322,7 +322,10 @@ export class NearCache {
    * through `CACHE.GET`. @internal */
   async peek(key: string, refresh?: number): Promise<string | undefined> {
     const conn = this.conn;
-    if (conn === undefined) return undefined;
+    // A key with a lone surrogate is sent as U+FFFD (UTF-8 has no other way):
+    // its invalidation would name another string. Never kept: the server
+    // answers it.
+    if (conn === undefined || !wellFormed(key)) return undefined;
     let reading = this.reading.get(key);
     if (reading === undefined) {
       reading = { generation: 0, readers: 0 };
@@ -474,4 +477,11 @@ export class NearCache {
     }, this.backoff);
     this.retry.unref();
   }
+}
+
+/** Whether `key` is well-formed UTF-16 (no lone surrogate), so that UTF-8
+ * and back give the same string. */
+function wellFormed(key: string): boolean {
+  const check = (key as { isWellFormed?: () => boolean }).isWellFormed;
+  return check !== undefined ? check.call(key) : Buffer.from(key, "utf8").toString("utf8") === key;
 }

@@ -105,6 +105,16 @@ for (const kind of KINDS) {
       });
     }
 
+    test("a key with a lone surrogate is never kept (its invalidation would name U+FFFD)", async () => {
+      const key = "lone\uD800";
+      await admin.set(`${p}${key}`, '"v1"');
+      assert.equal(await read(cache, key), "v1");
+      assert.equal(await read(cache, key), "v1");
+      await admin.set(`${p}${key}`, '"v2"');
+      await cache.sync();
+      assert.equal(await read(cache, key), "v2");
+    });
+
     test("an expired value is not served", async () => {
       await admin.set(`${p}exp`, '"short"', "PX", 300);
       assert.equal(await hold(cache, "exp"), "short");

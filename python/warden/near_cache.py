@@ -19,8 +19,10 @@ import select
 import threading
 from typing import Any, Optional
 
+from redis.backoff import NoBackoff
 from redis.cluster import RedisCluster
 from redis.exceptions import ConnectionError, ResponseError
+from redis.retry import Retry
 
 from ._near import NearCacheConfig, NearCacheStats, NearStore, Ticket, invalidated_keys
 
@@ -89,6 +91,10 @@ def tracking_kwargs(pool: Any) -> dict[str, Any]:
     for client_side_cache in ("cache", "cache_config"):
         kwargs.pop(client_side_cache, None)
     timeout = kwargs.get("socket_timeout")
+    # One try per attempt: the reader's own pauses space them out, and a
+    # server that is down does not hold the constructor for redis-py's
+    # retries (about 4 s).
+    kwargs["retry"] = Retry(NoBackoff(), 0)
     kwargs.update(
         protocol=3,
         decode_responses=False,
@@ -244,7 +250,10 @@ class NearCache:
                 self._first_attempt.set()
                 pause = RECONNECT_PAUSES[min(failures, len(RECONNECT_PAUSES) - 1)]
                 failures += 1
-                logger.debug("near cache: cannot connect (%s), again in %.2f s", error, pause)
+                # Said once per outage: a near cache that cannot connect
+                # serves no hit, which must not go unnoticed.
+                log = logger.warning if failures == 1 else logger.debug
+                log("near cache: cannot connect (%s), again in %.2f s", error, pause)
                 self._closed.wait(pause)
                 continue
             failures = 0

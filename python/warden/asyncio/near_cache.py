@@ -10,6 +10,8 @@ import logging
 from typing import Any, Optional
 
 from redis.asyncio.cluster import RedisCluster
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
 from redis.exceptions import ConnectionError, ResponseError
 
 from .._near import NearCacheConfig, NearCacheStats, NearStore, Ticket, invalidated_keys
@@ -48,6 +50,7 @@ class NearCache:
         pool = redis.connection_pool
         self._connection_class = pool.connection_class
         self._kwargs = tracking_kwargs(pool)
+        self._kwargs["retry"] = Retry(NoBackoff(), 0)  # asyncio's own kind
         self.reply_seconds: float = pool.connection_kwargs.get("socket_timeout") or REPLY_SECONDS
         self.store = NearStore(config)
         self._send_lock: Optional[asyncio.Lock] = None
@@ -188,7 +191,8 @@ class NearCache:
                     self._first_attempt.set()
                     pause = RECONNECT_PAUSES[min(failures, len(RECONNECT_PAUSES) - 1)]
                     failures += 1
-                    logger.debug("near cache: cannot connect (%s), again in %.2f s", error, pause)
+                    log = logger.warning if failures == 1 else logger.debug
+                    log("near cache: cannot connect (%s), again in %.2f s", error, pause)
                     await asyncio.sleep(pause)
                     continue
                 failures = 0

@@ -261,6 +261,22 @@ public final class NearCache implements WardenCache, AutoCloseable {
     }
   }
 
+  /** Whether {@code key} has no lone surrogate, so that UTF-8 and back give the same string. */
+  static boolean wellFormed(String key) {
+    for (int i = 0; i < key.length(); i++) {
+      char c = key.charAt(i);
+      if (Character.isHighSurrogate(c)) {
+        if (i + 1 >= key.length() || !Character.isLowSurrogate(key.charAt(i + 1))) {
+          return false;
+        }
+        i++;
+      } else if (Character.isLowSurrogate(c)) {
+        return false;
+      }
+    }
+    return true;
+  }
+
   private static final Read DOWN = new Read(Found.DOWN, null);
   private static final Read NONE = new Read(Found.NONE, null);
 
@@ -270,7 +286,9 @@ public final class NearCache implements WardenCache, AutoCloseable {
       return new Read(Found.FRESH, held);
     }
     Link link = live.get();
-    if (link == null) {
+    // A key with a lone surrogate goes out as '?' (UTF-8 has no other way):
+    // its invalidation would name another string, so it is never kept.
+    if (link == null || !wellFormed(key)) {
       return DOWN;
     }
     long generation = store.begin(key);

@@ -15,6 +15,16 @@ class NearStoreTest {
   }
 
   @Test
+  void keysWithALoneSurrogateAreNotWellFormed() {
+    // Sent as UTF-8, such a key names another string: a near cache never keeps it.
+    assertTrue(NearCache.wellFormed("product:42"));
+    assertTrue(NearCache.wellFormed("emoji:\uD83D\uDE00"));
+    assertFalse(NearCache.wellFormed("lone\uD800"));
+    assertFalse(NearCache.wellFormed("\uDC00x"));
+    assertFalse(NearCache.wellFormed("end\uD83D"));
+  }
+
+  @Test
   void aReplyIsKeptWhenNothingMovedItsKey() {
     NearStore s = new NearStore(10, 1000);
     long g = s.begin("k");
