@@ -599,9 +599,16 @@ def test_a_deadline_beyond_any_timer_waits_forever(
     # deadline: the acquire waits (WAIT 0) until the lock is free.
     watcher.execute_command("LOCK.ACQUIRE", "forever", "holder", 30_000)
     lines, stop, t = monitored(server)
-    threading.Timer(
-        0.3, lambda: watcher.execute_command("LOCK.RELEASE", "forever", "holder")
-    ).start()
+
+    # Freed once the acquire waits in the queue (not after a fixed time: on a
+    # busy machine the acquire's first try may come later than that).
+    def release_when_queued() -> None:
+        try:
+            wait_for(lambda: lock_waiters(watcher, "forever") == 1, timeout=20)
+        finally:  # never left waiting forever: the asserts below say what went wrong
+            watcher.execute_command("LOCK.RELEASE", "forever", "holder")
+
+    threading.Thread(target=release_when_queued, daemon=True).start()
     if flavour == "sync":
         r = server.client()
         got = warden.Lock(r, "forever", timeout=10).acquire(blocking_timeout=seconds)
