@@ -558,7 +558,7 @@ ifeq ($(SECTION),)
 		printf '\n%s\n' "$$nb" >> bench/results/latest.md
 	@ins=$$($(PYTHON) bench/instructions.py $(CURDIR)/$(MODULE) $(CURDIR)/$(REDISBLOOM) redis-server $(CURDIR)/$(REDIS8) $(CURDIR)/$(VALKEY)) && echo "$$ins" && \
 		printf '\n%s\n' "$$ins" | tee bench/results/instructions.md >> bench/results/latest.md
-	@$(PYTHON) -c "import matplotlib" 2>/dev/null || $(VENV)/bin/pip install -q -c $(CONSTRAINTS) "matplotlib==3.11.2"
+	@$(call pinned,chart,matplotlib)
 	$(PYTHON) bench/chart.py
 endif
 endif
