@@ -292,15 +292,16 @@ impl NearCache {
             .refresh_before()
             .map_or(0, |d| d.as_millis() as i64);
         let mut state = self.shared.lock();
-        let expired = match state.entries.get(key) {
+        // One lookup: a fresh value is copied out, an expired one dropped.
+        let fresh = match state.entries.get(key) {
             None => return None,
-            Some(e) => e.expires_at.is_some_and(|at| at - margin <= now),
+            Some(e) if e.expires_at.is_some_and(|at| at - margin <= now) => None,
+            Some(e) => Some(e.value.clone()),
         };
-        if expired {
+        if fresh.is_none() {
             state.remove(key);
-            return None;
         }
-        state.entries.get(key).map(|e| e.value.clone())
+        fresh
     }
 
     /// `CACHE.PEEK key` on the tracking connection; the value when it is
