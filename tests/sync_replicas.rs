@@ -13,7 +13,12 @@ use redis::{Connection, Value};
 /// A master with `warden.sync-replicas 1` (and `sync-timeout` ms) and one
 /// streaming replica.
 fn pair(timeout_ms: i64) -> (Server, Server) {
-    let master = Server::start_tcp(&[]);
+    pair_with(timeout_ms, &[])
+}
+
+/// [`pair`], the master started with `master_args`.
+fn pair_with(timeout_ms: i64, master_args: &[&str]) -> (Server, Server) {
+    let master = Server::start_tcp(master_args);
     let replica = Server::start_tcp(&[]);
     replicate(&master, &replica);
     let mut m = master.conn();
@@ -152,6 +157,43 @@ fn an_acknowledged_grant_is_on_the_replica_when_it_is_answered() {
             shown(&mut r, info),
             on_master,
             "{name}: the replica has the grant when its client is told"
+        );
+        assert_eq!(warden_stat(&mut m, "sync_acked"), acked + 1, "{name}");
+    }
+}
+
+/// The master reads acknowledgements from `ROLE`, or from `INFO
+/// replication` where `ROLE` is renamed or removed: either way a grant is
+/// answered only once the replica has it.
+#[test]
+fn grants_wait_for_the_replica_whether_role_is_renamed_or_not() {
+    let cases: [(&str, &[&str]); 3] = [
+        ("ROLE", &[]),
+        ("ROLE renamed", &["--rename-command", "ROLE", "ROLE-7f3a"]),
+        ("ROLE removed", &["--rename-command", "ROLE", ""]),
+    ];
+    for (name, args) in cases {
+        let (master, replica) = pair_with(10_000, args);
+        let mut m = master.conn();
+        let acked = warden_stat(&mut m, "sync_acked");
+        replica.signal("STOP");
+        let (_, pending) = spawn_command(&master, &["LOCK.ACQUIRE", "k", "a", "60000"]);
+        wait_held(&mut m, 1);
+        std::thread::sleep(Duration::from_millis(200));
+        assert_eq!(
+            warden_stat(&mut m, "sync_waiting"),
+            1,
+            "{name}: still waiting"
+        );
+        replica.signal("CONT");
+        assert!(granted(pending) > 0, "{name}");
+        let on_master = shown(&mut m, "LOCK.INFO");
+        assert_ne!(on_master, "nil", "{name}");
+        let mut r = replica.conn();
+        assert_eq!(
+            shown(&mut r, "LOCK.INFO"),
+            on_master,
+            "{name}: on the replica"
         );
         assert_eq!(warden_stat(&mut m, "sync_acked"), acked + 1, "{name}");
     }
