@@ -609,8 +609,8 @@ fuzz: deps
 
 # Each client's near-cache race checker at full size (docs/cache.md "Near
 # cache"): NEAR_RACE_PAIRS write/read pairs (default 100,000) while the
-# tracking connection is killed and the server restarted (Node and Go also
-# through a Sentinel failover). make test runs them at 10,000.
+# tracking connection is killed and the server restarted (Node, Go and
+# Python also through a Sentinel failover). make test runs them at 10,000.
 NEAR_RACE_PAIRS ?= 100000
 near-cache-race: deps venv python-venv node-deps go-deps java-deps $(SERVER_DEPS)
 	cargo test --profile $(TEST_PROFILE) --workspace --no-run

@@ -158,3 +158,94 @@ class Cluster:
     def stop(self) -> None:
         for s in self.servers:
             s.stop()
+
+
+# Where a Sentinel setup takes its three ports: "low-high".
+SENTINEL_PORTS = os.environ.get("WARDEN_SENTINEL_PORTS", "7500-7599")
+
+
+class Sentinels:
+    """A master with the module, a replica of it (both on TCP ports, with
+    ``extra`` settings) and one Sentinel (the same binary, ``--sentinel``)
+    monitoring them as ``name``, quorum 1."""
+
+    def __init__(self, name: str = "m", extra: tuple[str, ...] = ()) -> None:
+        low, high = (int(p) for p in SENTINEL_PORTS.split("-"))
+        master_port, replica_port, self.port = free_ports(3, low, high)
+        self.name = name
+        self.servers: list[Server] = []
+        self.dir = tempfile.mkdtemp(prefix="warden-py-sentinel-")
+        self.process: Optional[subprocess.Popen[bytes]] = None
+        try:
+            self.master = Server(master_port, extra)
+            self.servers.append(self.master)
+            self.replica = Server(
+                replica_port, (*extra, "--replicaof", "127.0.0.1", str(master_port))
+            )
+            self.servers.append(self.replica)
+            conf = os.path.join(self.dir, "sentinel.conf")
+            Path(conf).write_text(
+                f"port {self.port}\nbind 127.0.0.1\ndir {self.dir}\n"
+                f"logfile {os.path.join(self.dir, 'sentinel.log')}\n"
+                f"sentinel monitor {name} 127.0.0.1 {master_port} 1\n"
+                f"sentinel down-after-milliseconds {name} 2000\n"
+                f"sentinel failover-timeout {name} 10000\n"
+            )
+            self.process = subprocess.Popen(
+                [SERVER, conf, "--sentinel"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+            )
+            self.until(
+                lambda: len(self.ask("SENTINEL", "REPLICAS", name) or []) == 1, "the replica"
+            )
+        except BaseException:
+            self.stop()
+            raise
+
+    def client(self) -> redis.Redis:
+        return redis.Redis("127.0.0.1", self.port)
+
+    def ask(self, *command: Any) -> Any:
+        """One command to the Sentinel (None when it does not answer yet)."""
+        sentinel = self.client()
+        try:
+            return sentinel.execute_command(*command)
+        except redis.ConnectionError:
+            return None
+        finally:
+            sentinel.close()
+
+    def master_port(self) -> int:
+        address = self.ask("SENTINEL", "GET-MASTER-ADDR-BY-NAME", self.name)
+        return int(address[1]) if address else 0
+
+    def failover(self) -> None:
+        """``SENTINEL FAILOVER``, until Sentinel names the replica as master
+        (the old master stays up: Sentinel demotes it seconds later)."""
+
+        # Sentinel lists a replica before it counts it as promotable (fresh
+        # INFO, link up): NOGOODSLAVE until then.
+        def started() -> bool:
+            try:
+                return bool(self.ask("SENTINEL", "FAILOVER", self.name))
+            except redis.ResponseError as error:
+                if "NOGOODSLAVE" not in str(error):
+                    raise
+                return False
+
+        self.until(started, "SENTINEL FAILOVER to start")
+        self.until(lambda: self.master_port() == self.replica.port, "the new master")
+
+    def until(self, condition: Any, what: str, seconds: float = 30) -> None:
+        deadline = time.monotonic() + seconds
+        while not condition():
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"timed out waiting for {what}")
+            time.sleep(0.05)
+
+    def stop(self) -> None:
+        if self.process is not None:
+            self.process.kill()
+            self.process.wait()
+        for s in self.servers:
+            s.stop()
+        shutil.rmtree(self.dir, ignore_errors=True)

@@ -1,6 +1,7 @@
 """The near cache of warden.Cache and warden.asyncio.Cache against a real
 server (docs/cache.md, "Near cache"), and the race checker:
-WARDEN_NEAR_RACE_PAIRS sets its size (10,000 by default)."""
+WARDEN_NEAR_RACE_PAIRS sets its size (10,000 by default; a fifth through
+Sentinel). WARDEN_SENTINEL_PORTS: where a Sentinel setup takes its ports."""
 
 from __future__ import annotations
 
@@ -13,12 +14,16 @@ from typing import Any, Callable
 
 import pytest
 import redis
-from servers import Server
+import redis.asyncio.sentinel
+import redis.sentinel
+from servers import SERVER, Sentinels, Server
 
 import warden
 import warden.asyncio
+from warden import NearCacheStats
 
 KEY = "product:1"
+SERVER_NAME = os.path.basename(SERVER)
 DEADLINE = 10.0
 
 
@@ -309,24 +314,47 @@ KEYS_PER_THREAD = 3
 
 
 class Race:
-    def __init__(self, server: Server, near: warden.Cache) -> None:
-        self.server = server
+    """Write/read pairs on THREADS threads, each owning a few keys: SET k
+    v+1 and GET k (the server's truth, y) on a writer of its own, then
+    ``sync()``, then three reads through the near cache (x). A read is stale
+    when x < y. ``disturb`` runs its events spread over the pairs."""
+
+    def __init__(self, near: warden.Cache, writer: Callable[[], redis.Redis]) -> None:
         self.near = near
+        self.writer = writer
         self.done = 0
         self.stale: list[tuple[str, int, int]] = []
         self.errors = 0
         self.chaos: list[str] = []
         self.lock = threading.Lock()
+        # Set: every write waits for the replica (WAIT 1) first, so that a
+        # failover takes no acknowledged write back (that would be lost, not
+        # stale). Cleared at the failover: the writers then follow the new
+        # master.
+        self.replicated = threading.Event()
 
     def pairs(self, worker: int, count: int) -> None:
-        plain = self.server.client()
+        plain = self.writer()
+        following = [self.replicated.is_set()]
         keys = [f"race:{worker}:{i}" for i in range(KEYS_PER_THREAD)]
         values = dict.fromkeys(keys, 0)
+
+        def write(key: str) -> None:
+            if following[0] and not self.replicated.is_set():
+                # Failed over: the next command asks Sentinel for the master,
+                # as a writer that follows at once (another process, a
+                # client listening to +switch-master) would.
+                plain.connection_pool.disconnect()
+                following[0] = False
+            plain.set(key, values[key])
+            if following[0] and plain.wait(1, 1000) < 1:
+                raise redis.TimeoutError("the replica did not acknowledge the write")
+
         for n in range(count):
             key = keys[n % len(keys)]
             values[key] += 1
             try:
-                retried(lambda: plain.set(key, values[key]))  # noqa: B023
+                retried(lambda: write(key))  # noqa: B023
                 y = int(retried(lambda: plain.get(key)))  # noqa: B023
                 self.near.sync()
                 reads = [int(self.near.get_or_load(key, refuse)) for _ in range(3)]
@@ -340,23 +368,45 @@ class Race:
                 self.done += 1
         plain.close()
 
-    def disturb(self, total: int, running: threading.Event) -> None:
-        admin = self.server.client()
-        events = ["kill", "restart", "kill", "restart"]
-        for i, event in enumerate(events):
+    def disturb(
+        self, total: int, running: threading.Event, events: list[tuple[str, Callable[[], bool]]]
+    ) -> None:
+        for i, (name, event) in enumerate(events):
             until(lambda: self.done >= total * (i + 1) // (len(events) + 1), "progress")  # noqa: B023
             if not running.is_set():
                 break
-            if event == "kill":
-                client_id = self.near.near_cache.client_id  # type: ignore[union-attr]
-                if client_id is not None and retried(
-                    lambda: admin.client_kill_filter(_id=client_id)  # noqa: B023
-                ):
-                    self.chaos.append(event)
-            else:
-                self.server.restart()
-                self.chaos.append(event)
-        admin.close()
+            if event():
+                self.chaos.append(name)
+
+    def run(self, pairs: int, events: list[tuple[str, Callable[[], bool]]]) -> NearCacheStats:
+        """Run ``pairs`` pairs (rounded down to THREADS) with ``events``; the
+        near cache's counters after."""
+        running = threading.Event()
+        running.set()
+        per_thread = pairs // THREADS
+        workers = [
+            threading.Thread(target=self.pairs, args=(w, per_thread)) for w in range(THREADS)
+        ]
+        chaos = threading.Thread(target=self.disturb, args=(per_thread * THREADS, running, events))
+        for t in [*workers, chaos]:
+            t.start()
+        for t in workers:
+            t.join()
+        running.clear()
+        chaos.join()
+        return self.near.near_cache.stats()  # type: ignore[union-attr]
+
+    def check(self, stats: NearCacheStats, what: str, pairs: int, events: int) -> None:
+        print(
+            f"\nnear-cache race{what and ' ' + what} ({SERVER_NAME}):"
+            f" pairs={self.done} stale={len(self.stale)} errors={self.errors}"
+            f" hits={stats.hits} flushes={stats.flushes} chaos={','.join(self.chaos)}"
+        )
+        assert self.stale == []
+        assert self.done == pairs // THREADS * THREADS
+        assert stats.hits > 0
+        assert stats.flushes >= len(self.chaos)
+        assert len(self.chaos) == events
 
 
 def retried(action: Callable[[], Any]) -> Any:
@@ -374,33 +424,84 @@ def test_race_no_read_after_sync_returns_an_older_value(own_server: Server) -> N
     own_server.args[own_server.args.index("--appendonly") + 1] = "yes"
     own_server.restart()  # now with appendonly: values survive the restarts
     client = own_server.client()
+    admin = own_server.client()
     with warden.Cache(client, near_cache=warden.NearCacheConfig()) as near:
-        race = Race(own_server, near)
-        running = threading.Event()
-        running.set()
-        per_thread = PAIRS // THREADS
-        workers = [
-            threading.Thread(target=race.pairs, args=(w, per_thread)) for w in range(THREADS)
-        ]
-        chaos = threading.Thread(target=race.disturb, args=(per_thread * THREADS, running))
-        for t in [*workers, chaos]:
-            t.start()
-        for t in workers:
-            t.join()
-        running.clear()
-        chaos.join()
-        stats = near.near_cache.stats()  # type: ignore[union-attr]
+        race = Race(near, own_server.client)
+
+        def kill() -> bool:
+            client_id = near.near_cache.client_id  # type: ignore[union-attr]
+            return client_id is not None and bool(
+                retried(lambda: admin.client_kill_filter(_id=client_id))
+            )
+
+        def restart() -> bool:
+            own_server.restart()
+            return True
+
+        events = [("kill", kill), ("restart", restart)] * 2
+        stats = race.run(PAIRS, events)
     client.close()
-    print(
-        f"\nnear-cache race ({os.path.basename(os.environ.get('WARDEN_SERVER', 'redis-server'))}):"
-        f" pairs={race.done} stale={len(race.stale)} errors={race.errors}"
-        f" hits={stats.hits} flushes={stats.flushes} chaos={','.join(race.chaos)}"
-    )
-    assert race.stale == []
-    assert race.done == per_thread * THREADS
-    assert stats.hits > 0
-    assert stats.flushes >= len(race.chaos)
-    assert len(race.chaos) == 4
+    admin.close()
+    race.check(stats, "", PAIRS, len(events))
+
+
+# Through Sentinel: a master, a replica and a Sentinel, the application's
+# client from redis.sentinel.Sentinel(...).master_for(name), and a
+# SENTINEL FAILOVER between kills of the tracking connection, the old master
+# left up (Sentinel demotes it, and closes its connections, only seconds
+# later). A fifth of the pairs: each waits for the replica until the failover.
+
+SENTINEL_PAIRS = max(PAIRS // 5, THREADS)
+
+
+@pytest.fixture
+def sentinels() -> Iterator[Sentinels]:
+    s = Sentinels()
+    yield s
+    s.stop()
+
+
+def kill_tracking_on_master(sentinels: Sentinels, client_id: Callable[[], Any]) -> bool:
+    """Kill the tracking connection ``client_id()`` on the master Sentinel
+    names now, once it is there (a failover moves it: a while to connect)."""
+    deadline = time.monotonic() + DEADLINE
+    while time.monotonic() < deadline:
+        admin = redis.Redis("127.0.0.1", sentinels.master_port())
+        try:
+            tracking = client_id()
+            if tracking is not None and tracking in tracking_ids(admin):
+                return bool(admin.client_kill_filter(_id=tracking))
+        except (redis.ConnectionError, redis.ResponseError):
+            pass  # a connection to the old master, closed meanwhile
+        finally:
+            admin.close()
+        time.sleep(0.01)
+    return False
+
+
+def test_race_through_a_sentinel_failover(sentinels: Sentinels) -> None:
+    manager = redis.sentinel.Sentinel([("127.0.0.1", sentinels.port)])
+    app = manager.master_for(sentinels.name)
+    with warden.Cache(app, near_cache=warden.NearCacheConfig()) as near:
+        cache = near.near_cache
+        assert cache is not None
+        race = Race(near, lambda: manager.master_for(sentinels.name))
+        race.replicated.set()
+
+        def kill() -> bool:
+            near.sync()
+            return kill_tracking_on_master(sentinels, lambda: cache.client_id)
+
+        def failover() -> bool:
+            sentinels.failover()
+            race.replicated.clear()
+            return True
+
+        events = [("kill", kill), ("failover", failover), ("kill", kill)]
+        stats = race.run(SENTINEL_PAIRS, events)
+    app.close()
+    manager.close()
+    race.check(stats, "through Sentinel", SENTINEL_PAIRS, len(events))
 
 
 # The near cache's memory alone (no server): the generation per read.
@@ -505,6 +606,99 @@ async def test_race_asyncio_no_read_after_sync_returns_an_older_value(own_server
     print(
         f"\nnear-cache race asyncio: pairs={done} stale={len(stale)} errors={errors}"
         f" hits={stats.hits} flushes={stats.flushes} chaos={','.join(chaos)}"
+    )
+    assert stale == []
+    assert done == total
+    assert stats.hits > 0
+    assert stats.flushes >= len(chaos) == 3
+
+
+async def test_race_asyncio_through_a_sentinel_failover(sentinels: Sentinels) -> None:
+    """The Sentinel race checker for warden.asyncio: tasks instead of threads,
+    redis.asyncio.sentinel.Sentinel(...).master_for(name) as the client."""
+    manager = redis.asyncio.sentinel.Sentinel([("127.0.0.1", sentinels.port)])
+    app = manager.master_for(sentinels.name)
+    total = max(SENTINEL_PAIRS // THREADS, 1) * THREADS
+    done = errors = 0
+    stale: list[tuple[str, int, int]] = []
+    chaos: list[str] = []
+    replicated = True  # as Race.replicated
+
+    async def again(action: Callable[[], Any]) -> Any:
+        deadline = time.monotonic() + DEADLINE
+        while True:
+            try:
+                return await action()
+            except (redis.ConnectionError, redis.TimeoutError):
+                if time.monotonic() > deadline:
+                    raise
+                await asyncio.sleep(0.01)
+
+    async with warden.asyncio.Cache(app, near_cache=warden.NearCacheConfig()) as cache:
+        near = cache.near_cache
+        assert near is not None
+
+        async def pairs(worker: int) -> None:
+            nonlocal done, errors
+            plain = manager.master_for(sentinels.name)
+            following = replicated
+            keys = [f"race:{worker}:{i}" for i in range(KEYS_PER_THREAD)]
+            values = dict.fromkeys(keys, 0)
+
+            async def write(key: str) -> None:
+                nonlocal following
+                if following and not replicated:
+                    await plain.connection_pool.disconnect()  # as in Race.pairs
+                    following = False
+                await plain.set(key, values[key])
+                if following and await plain.wait(1, 1000) < 1:
+                    raise redis.TimeoutError("the replica did not acknowledge the write")
+
+            for n in range(total // THREADS):
+                key = keys[n % len(keys)]
+                values[key] += 1
+                try:
+                    await again(lambda: write(key))  # noqa: B023
+                    y = int(await again(lambda: plain.get(key)))  # noqa: B023
+                    await cache.sync()
+                    reads = [int(await cache.get_or_load(key, refuse_async)) for _ in range(3)]
+                    if min(reads) < y:
+                        stale.append((key, min(reads), y))
+                except (redis.ConnectionError, redis.TimeoutError, AssertionError, ValueError):
+                    errors += 1
+                done += 1
+            await plain.aclose()
+
+        async def kill() -> bool:
+            await cache.sync()
+            return await asyncio.to_thread(
+                kill_tracking_on_master, sentinels, lambda: near.client_id
+            )
+
+        async def failover() -> bool:
+            nonlocal replicated
+            await asyncio.to_thread(sentinels.failover)
+            replicated = False
+            return True
+
+        async def disturb() -> None:
+            events = [("kill", kill), ("failover", failover), ("kill", kill)]
+            for i, (name, event) in enumerate(events):
+                deadline = time.monotonic() + DEADLINE
+                while done < total * (i + 1) // (len(events) + 1):
+                    assert time.monotonic() < deadline, "no progress"
+                    await asyncio.sleep(0.001)
+                if await event():
+                    chaos.append(name)
+
+        await asyncio.gather(disturb(), *[pairs(w) for w in range(THREADS)])
+        stats = near.stats()
+    await app.aclose()
+    await manager.aclose()
+    print(
+        f"\nnear-cache race asyncio through Sentinel ({SERVER_NAME}): pairs={done}"
+        f" stale={len(stale)} errors={errors} hits={stats.hits} flushes={stats.flushes}"
+        f" chaos={','.join(chaos)}"
     )
     assert stale == []
     assert done == total

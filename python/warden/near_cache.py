@@ -9,6 +9,12 @@ and wait for their own reply. redis-py's RESP3 parser reads the pushes (its
 invalidation handler); redis-py's own client-side cache is not used: it keeps
 replies of commands it knows, while a ``CACHE.PEEK`` reply carries an expiry
 and a stale mark that decide whether it may be kept at all.
+
+Through Sentinel (``Sentinel(...).master_for(name)``) each connection asks
+Sentinel for the master when it is made. A failover with the old master up
+closes nothing on it until Sentinel demotes it, seconds later (docs/cache.md):
+so ``sync()`` and a check every ``MASTER_CHECK_SECONDS`` ask Sentinel again
+and drop the tracking connection (and everything kept) when the master moved.
 """
 
 from __future__ import annotations
@@ -36,6 +42,9 @@ _PUSH = object()
 # socket_timeout: past it the connection is taken as dead (and made again).
 REPLY_SECONDS = 10.0
 RECONNECT_PAUSES = (0.05, 0.1, 0.2, 0.5, 1.0)
+# How often the tracking connection of a Sentinel client is checked to reach
+# the master Sentinel names (besides at every ``sync()``).
+MASTER_CHECK_SECONDS = 1.0
 
 
 def _gone(*args: Any, **kwargs: Any) -> None:
@@ -85,6 +94,22 @@ def unread(fd: Optional[list[int]]) -> bool:
         return False  # closed under us: the reader flushes
 
 
+def sentinel_master(pool: Any) -> Any:
+    """The pool's ``get_master_address`` when it is a Sentinel pool of the
+    master (``master_for``), else None. It asks Sentinel, and when the master
+    moved redis-py also closes the pool's idle connections, so the client's
+    own requests follow as the tracking connection does."""
+    if getattr(pool, "is_master", False) and hasattr(pool, "sentinel_manager"):
+        return getattr(pool, "get_master_address", None)
+    return None
+
+
+def moved(connection: Any, master: Any) -> bool:
+    """Whether ``connection`` reaches another server than ``master``, the
+    ``(host, port)`` Sentinel names."""
+    return master is not None and (connection.host, connection.port) != tuple(master)
+
+
 def tracking_kwargs(pool: Any) -> dict[str, Any]:
     """The client's connection settings for a RESP3 tracking connection."""
     kwargs = dict(pool.connection_kwargs)
@@ -129,8 +154,15 @@ class NearCache:
         self.client_id: Optional[int] = None
         self._closed = threading.Event()
         self._first_attempt = threading.Event()
+        self._master = sentinel_master(pool)
         self._reader = threading.Thread(target=self._run, name="warden-near-cache", daemon=True)
         self._reader.start()
+        self._watcher: Optional[threading.Thread] = None
+        if self._master is not None:
+            self._watcher = threading.Thread(
+                target=self._watch, name="warden-near-cache-master", daemon=True
+            )
+            self._watcher.start()
         # The first reads find the connection made (or known to be down).
         self._first_attempt.wait(self.reply_seconds)
 
@@ -160,8 +192,38 @@ class NearCache:
     def sync(self) -> None:
         """One round trip on the tracking connection: every invalidation the
         server queued before it has been applied when it returns (at once
-        while the connection is down: nothing is kept then)."""
+        while the connection is down: nothing is kept then). Through
+        Sentinel it first asks Sentinel for the master, and drops a tracking
+        connection to a server that no longer is (everything kept goes)."""
+        self.check_master()
         self._send(_Request(), "PING")
+
+    def check_master(self) -> None:
+        """Through Sentinel: drop the tracking connection, and everything
+        kept, when Sentinel names another master than the one it reaches (a
+        failed-over master that is still up keeps its connections until
+        Sentinel demotes it, and hears no write made on the new one). A
+        Sentinel that does not answer changes nothing: the connection is
+        kept, and so is what it tracks."""
+        connection = self._connection
+        if self._master is None or connection is None:
+            return
+        try:
+            master = self._master()
+        except Exception as error:
+            logger.debug("near cache: no master from Sentinel (%s)", error)
+            return
+        if moved(connection, master):
+            logger.info("near cache: the master moved to %s:%s", *master)
+            self._lost(connection)
+            # Before it returns (the reader flushes too, later): sync() then
+            # leaves nothing old kept. After the close: no reply of the old
+            # server is read after it.
+            self.store.flush()
+
+    def _watch(self) -> None:
+        while not self._closed.wait(MASTER_CHECK_SECONDS):
+            self.check_master()
 
     def invalidated(self, key: str) -> None:
         """This process invalidated ``key``: drop it at once."""
@@ -177,8 +239,9 @@ class NearCache:
             connection = self._connection
         if connection is not None:
             connection.disconnect()
-        if self._reader is not threading.current_thread():
-            self._reader.join()
+        for thread in (self._reader, self._watcher):
+            if thread is not None and thread is not threading.current_thread():
+                thread.join()
 
     # The caller's side.
 

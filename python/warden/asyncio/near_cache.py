@@ -1,6 +1,8 @@
 """``warden.asyncio.NearCache``: ``warden.NearCache`` for ``redis.asyncio``
 clients. The tracking connection is read by a task on the event loop (started
-by the first read that misses, or ``sync()``); ``aclose()`` ends it."""
+by the first read that misses, or ``sync()``); ``aclose()`` ends it. Through
+Sentinel a second task checks every ``MASTER_CHECK_SECONDS``, and ``sync()``
+every time, that it reaches the master Sentinel names."""
 
 from __future__ import annotations
 
@@ -15,7 +17,16 @@ from redis.backoff import NoBackoff
 from redis.exceptions import ConnectionError, ResponseError
 
 from .._near import NearCacheConfig, NearCacheStats, NearStore, Ticket, invalidated_keys
-from ..near_cache import RECONNECT_PAUSES, REPLY_SECONDS, socket_of, tracking_kwargs, unread
+from ..near_cache import (
+    MASTER_CHECK_SECONDS,
+    RECONNECT_PAUSES,
+    REPLY_SECONDS,
+    moved,
+    sentinel_master,
+    socket_of,
+    tracking_kwargs,
+    unread,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -60,6 +71,8 @@ class NearCache:
         self.client_id: Optional[int] = None
         self._closed = False
         self._reader: Optional[asyncio.Task[None]] = None
+        self._master = sentinel_master(pool)  # a coroutine function here
+        self._watcher: Optional[asyncio.Task[None]] = None
         self._first_attempt: Optional[asyncio.Event] = None
 
     @property
@@ -85,6 +98,8 @@ class NearCache:
             self._send_lock = asyncio.Lock()
             self._first_attempt = asyncio.Event()
             self._reader = asyncio.get_running_loop().create_task(self._run())
+            if self._master is not None:
+                self._watcher = asyncio.get_running_loop().create_task(self._watch())
         if self._first_attempt is not None:
             await self._first_attempt.wait()
 
@@ -100,7 +115,28 @@ class NearCache:
     async def sync(self) -> None:
         """As ``warden.NearCache.sync``."""
         await self.start()
+        await self.check_master()
         await self._send(_Request(), "PING")
+
+    async def check_master(self) -> None:
+        """As ``warden.NearCache.check_master``."""
+        connection = self._connection
+        if self._master is None or connection is None:
+            return
+        try:
+            master = await self._master()
+        except Exception as error:
+            logger.debug("near cache: no master from Sentinel (%s)", error)
+            return
+        if moved(connection, master) and self._connection is connection:
+            logger.info("near cache: the master moved to %s:%s", *master)
+            await self._lost(connection)
+            self.store.flush()
+
+    async def _watch(self) -> None:
+        while not self._closed:
+            await asyncio.sleep(MASTER_CHECK_SECONDS)
+            await self.check_master()
 
     def invalidated(self, key: str) -> None:
         self.store.drop([key])
@@ -111,13 +147,15 @@ class NearCache:
     async def aclose(self) -> None:
         """Close the tracking connection and end its reader task."""
         self._closed = True
-        reader, self._reader = self._reader, None
-        if reader is not None:
-            reader.cancel()
-            try:
-                await reader
-            except asyncio.CancelledError:
-                pass
+        tasks = (self._watcher, self._reader)
+        self._reader = self._watcher = None
+        for task in tasks:
+            if task is not None:
+                task.cancel()
+                try:
+                    await task
+                except asyncio.CancelledError:
+                    pass
         self.store.flush()
 
     async def _send(self, request: _Request, *args: Any) -> Any:
