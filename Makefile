@@ -610,7 +610,8 @@ fuzz: deps
 # Each client's near-cache race checker at full size (docs/cache.md "Near
 # cache"): NEAR_RACE_PAIRS write/read pairs (default 100,000) while the
 # tracking connection is killed and the server restarted (Node, Go and
-# Python also through a Sentinel failover). make test runs them at 10,000.
+# Python, and Java's Lettuce transport, also through a Sentinel failover).
+# make test runs them at 10,000.
 NEAR_RACE_PAIRS ?= 100000
 near-cache-race: deps venv python-venv node-deps go-deps java-deps $(SERVER_DEPS)
 	cargo test --profile $(TEST_PROFILE) --workspace --no-run
@@ -619,7 +620,7 @@ near-cache-race: deps venv python-venv node-deps go-deps java-deps $(SERVER_DEPS
 	(cd python && ../$(PYTHON) -m pytest -q -s -p no:cacheprovider tests/test_near_cache.py -k race) || status=1; \
 	(cd node && npx tsc -p tsconfig.test.json && node --test --test-name-pattern "race" build/test/near.test.js) || status=1; \
 	(cd go && $(GO) test -count=1 -v -run 'TestIntegrationNearRace' . | grep -E "near|^(--- |ok|FAIL)") || status=1; \
-	(cd java && $(MVN) -q verify -pl warden-core,warden-test-support,warden-lettuce,warden-jedis -Dtest='*NearCacheTest#raceChecker' \
+	(cd java && $(MVN) -q verify -pl warden-core,warden-test-support,warden-lettuce,warden-jedis -Dtest='*NearCacheTest#raceChecker*' \
 		-Dsurefire.failIfNoSpecifiedTests=false) || status=1; \
 	exit $$status
 

@@ -368,14 +368,36 @@ public final class NearCache implements WardenCache, AutoCloseable {
   /**
    * One round trip on the tracking connection: when it returns, every invalidation the server
    * queued for this near cache before it has been applied. After your write is acknowledged, a read
-   * after {@code sync()} never returns the older value. With the connection down it returns at once
-   * (nothing is held then).
+   * after {@code sync()} never returns the older value. Through Sentinel it first asks for the
+   * master, and drops the connection when the master moved. With the connection down it returns at
+   * once (nothing is held then).
    */
   public void sync() {
     Link link = live.get();
-    if (link != null) {
+    if (link != null && reachesMaster(link)) {
       call(link, Resp.b("PING"));
     }
+  }
+
+  /**
+   * Whether {@code link} still reaches the master its transport follows (Sentinel's); if not, or if
+   * that cannot be asked, it is dropped. A failed-over master keeps its connections until Sentinel
+   * demotes it, seconds later, and hears nothing of the writes made on the new one: no invalidation
+   * of them would ever come.
+   */
+  private boolean reachesMaster(Link link) {
+    try {
+      link.conn
+          .checkMaster()
+          .toCompletableFuture()
+          .get(warden.readMarginMillis(), TimeUnit.MILLISECONDS);
+    } catch (InterruptedException e) {
+      Thread.currentThread().interrupt();
+      throw new WardenException("interrupted", e);
+    } catch (TimeoutException | java.util.concurrent.ExecutionException | RuntimeException e) {
+      drop(link);
+    }
+    return !link.dropped.get();
   }
 
   /** The counters and the current size. */

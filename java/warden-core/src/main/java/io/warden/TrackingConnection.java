@@ -1,6 +1,7 @@
 package io.warden;
 
 import java.util.List;
+import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.CompletionStage;
 
 /**
@@ -27,6 +28,15 @@ public interface TrackingConnection extends AutoCloseable {
    * reply, mapped as {@link Transport#execute}.
    */
   CompletionStage<Object> execute(byte[]... args);
+
+  /**
+   * Where the transport follows a master that can move (Sentinel's): asks for the master now and,
+   * when it moved, drops this connection (the listener is told before this completes). Completes at
+   * once where there is no master to follow.
+   */
+  default CompletionStage<Void> checkMaster() {
+    return CompletableFuture.completedFuture(null);
+  }
 
   @Override
   void close();

@@ -8,9 +8,11 @@ import io.lettuce.core.RedisConnectionStateListener;
 import io.lettuce.core.RedisURI;
 import io.lettuce.core.api.StatefulRedisConnection;
 import io.lettuce.core.codec.ByteArrayCodec;
+import io.lettuce.core.codec.StringCodec;
 import io.lettuce.core.protocol.CommandArgs;
 import io.lettuce.core.protocol.ProtocolKeyword;
 import io.lettuce.core.protocol.ProtocolVersion;
+import io.lettuce.core.sentinel.api.StatefulRedisSentinelConnection;
 import io.warden.TrackingConnection;
 import io.warden.Transport;
 import io.warden.WaitConnection;
@@ -18,6 +20,8 @@ import io.warden.WardenException;
 import io.warden.WardenServerException;
 import io.warden.spi.WaitPool;
 import java.lang.reflect.Field;
+import java.net.InetSocketAddress;
+import java.net.SocketAddress;
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 import java.util.ArrayList;
@@ -28,8 +32,12 @@ import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.CompletionException;
 import java.util.concurrent.CompletionStage;
 import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.ExecutionException;
 import java.util.concurrent.Future;
 import java.util.concurrent.TimeUnit;
+import java.util.concurrent.TimeoutException;
+import java.util.concurrent.atomic.AtomicBoolean;
+import java.util.concurrent.atomic.AtomicLong;
 import java.util.concurrent.atomic.AtomicReference;
 
 /**
@@ -45,6 +53,14 @@ import java.util.concurrent.atomic.AtomicReference;
  * reconnect); a command whose connection drops fails, and the next command opens a new one. An
  * application connection given to {@link #create(RedisClient, StatefulRedisConnection)} is used
  * only where it does not reconnect by itself.
+ *
+ * <p>Through Sentinel (a {@link RedisURI} with sentinels and a master id) the transport asks
+ * Sentinel for the master every second and at each near cache's {@code sync()}: when it moved, the
+ * transport's shared connection and the near caches' tracking connections are closed (the next ones
+ * open to the new master). A failed-over master keeps its connections until Sentinel demotes it,
+ * seconds later; writes made on the new one reach none of them. Waiter connections already open,
+ * and an application connection given to {@link #create(RedisClient, StatefulRedisConnection)},
+ * stay until the old master closes them.
  */
 public final class LettuceTransport implements Transport {
   /** A command name as Lettuce sends it. */
@@ -89,6 +105,14 @@ public final class LettuceTransport implements Transport {
   // opened with the first.
   private final Map<Object, Tracking> tracking = new ConcurrentHashMap<>();
   private volatile RedisClient trackingClient;
+  // Through Sentinel: the master's name, the address Sentinel named last, how many times it
+  // changed, a connection to ask on and the check every second; all null without Sentinel.
+  private final String masterId;
+  private volatile String master;
+  private final AtomicLong masterMoves = new AtomicLong();
+  private final AtomicReference<CompletableFuture<StatefulRedisSentinelConnection<String, String>>>
+      sentinel = new AtomicReference<>();
+  private volatile Future<?> watch;
 
   private LettuceTransport(
       RedisClient client,
@@ -107,6 +131,35 @@ public final class LettuceTransport implements Transport {
             .build());
     this.given = given != null && !given.getOptions().isAutoReconnect() ? given : null;
     this.pool = new Pool(maxWaiters, maxIdleWaiters);
+    this.masterId = this.uri.getSentinels().isEmpty() ? null : this.uri.getSentinelMasterId();
+    if (masterId != null) {
+      try {
+        // The master Sentinel names before any connection opens: a move after it closes them.
+        checkMaster().get(this.uri.getTimeout().toMillis(), TimeUnit.MILLISECONDS);
+      } catch (InterruptedException | ExecutionException | TimeoutException e) {
+        if (e instanceof InterruptedException) {
+          Thread.currentThread().interrupt();
+        }
+        own.shutdownAsync(0, 1, TimeUnit.SECONDS);
+        Throwable cause = e.getCause() != null ? map(e.getCause()) : e;
+        throw new WardenException(
+            "Sentinel names no master " + masterId + ": " + cause.getMessage(), cause);
+      }
+      watch =
+          own.getResources()
+              .eventExecutorGroup()
+              .scheduleWithFixedDelay(
+                  () -> {
+                    try {
+                      checkMaster();
+                    } catch (RuntimeException e) {
+                      // the client is shutting down: the next check, if any, asks again
+                    }
+                  },
+                  1,
+                  1,
+                  TimeUnit.SECONDS);
+    }
     if (this.given == null) {
       try {
         // Opened now, as Lettuce's connect does: an unreachable server fails here.
@@ -161,7 +214,8 @@ public final class LettuceTransport implements Transport {
     } catch (ReflectiveOperationException | RuntimeException e) {
       // below
     }
-    if (uri == null || uri.getHost() == null && uri.getSocket() == null) {
+    if (uri == null
+        || uri.getHost() == null && uri.getSocket() == null && uri.getSentinels().isEmpty()) {
       throw new IllegalArgumentException(
           "the RedisClient has no RedisURI of its own: use LettuceTransport.create(client, uri)");
     }
@@ -223,8 +277,11 @@ public final class LettuceTransport implements Transport {
     }
     if (f == null || f.isDone()) {
       // Closed (never reconnected, so nothing is sent twice): a new connection for what follows.
+      long moves = masterMoves.get();
       CompletableFuture<StatefulRedisConnection<byte[], byte[]>> next =
-          own.connectAsync(ByteArrayCodec.INSTANCE, uri).toCompletableFuture();
+          own.connectAsync(ByteArrayCodec.INSTANCE, uri)
+              .toCompletableFuture()
+              .thenApply(conn -> sameMaster(conn, moves));
       if (!shared.compareAndSet(f, next)) {
         next.thenAccept(StatefulRedisConnection::closeAsync);
         return execute(args);
@@ -241,6 +298,87 @@ public final class LettuceTransport implements Transport {
           }
         });
     return out;
+  }
+
+  /**
+   * {@code conn}, opened since the master had moved {@code moves} times; closed (and a failure) if
+   * it moved since: Sentinel may have named the old master to it.
+   */
+  private StatefulRedisConnection<byte[], byte[]> sameMaster(
+      StatefulRedisConnection<byte[], byte[]> conn, long moves) {
+    if (masterMoves.get() != moves) {
+      conn.closeAsync();
+      throw new WardenException("the master moved while connecting");
+    }
+    return conn;
+  }
+
+  /**
+   * Through Sentinel: asks it for the master and, when it moved, closes the shared connection and
+   * every tracking connection (their near caches drop what they hold before this completes).
+   * Completes at once without Sentinel.
+   */
+  CompletableFuture<Void> checkMaster() {
+    if (masterId == null || closed) {
+      return CompletableFuture.completedFuture(null);
+    }
+    CompletableFuture<StatefulRedisSentinelConnection<String, String>> f = sentinel.get();
+    if (f == null || f.isCompletedExceptionally() || f.isDone() && !f.getNow(null).isOpen()) {
+      CompletableFuture<StatefulRedisSentinelConnection<String, String>> next =
+          own.connectSentinelAsync(StringCodec.UTF8, uri);
+      if (!sentinel.compareAndSet(f, next)) {
+        next.thenAccept(StatefulRedisSentinelConnection::closeAsync);
+        return checkMaster();
+      }
+      if (f != null) {
+        f.thenAccept(StatefulRedisSentinelConnection::closeAsync);
+      }
+      f = next;
+    }
+    CompletableFuture<StatefulRedisSentinelConnection<String, String>> asked = f;
+    return f.thenCompose(c -> c.async().getMasterAddrByName(masterId).toCompletableFuture())
+        .thenAccept(this::named)
+        .whenComplete(
+            (r, e) -> {
+              if (e != null && sentinel.compareAndSet(asked, null)) {
+                // Asked anew on the next connection (the next sentinel of the URI if this one is
+                // gone).
+                asked.thenAccept(StatefulRedisSentinelConnection::closeAsync);
+              }
+            });
+  }
+
+  /** Sentinel named {@code addr} as the master. */
+  private synchronized void named(SocketAddress addr) {
+    if (addr == null) {
+      throw new WardenException("Sentinel names no master " + masterId);
+    }
+    String now =
+        addr instanceof InetSocketAddress
+            ? ((InetSocketAddress) addr).getHostString()
+                + ":"
+                + ((InetSocketAddress) addr).getPort()
+            : addr.toString();
+    String before = master;
+    master = now;
+    if (before == null || before.equals(now)) {
+      return;
+    }
+    // Counted first: a connection opened before it and not yet in place below closes itself.
+    masterMoves.incrementAndGet();
+    CompletableFuture<StatefulRedisConnection<byte[], byte[]>> f = shared.getAndSet(null);
+    if (f != null) {
+      f.thenAccept(
+          c -> {
+            CompletableFuture<Void> closed = c.closeAsync();
+            closing.add(closed);
+            closed.whenComplete((r, e) -> closing.remove(closed));
+          });
+    }
+    WardenException moved = new WardenException("Sentinel names another master: " + now);
+    for (Tracking t : tracking.values()) {
+      t.drop(moved);
+    }
   }
 
   private static StatefulRedisConnection<byte[], byte[]> openNow(
@@ -273,6 +411,15 @@ public final class LettuceTransport implements Transport {
   @Override
   public void close() {
     closed = true;
+    Future<?> w = watch;
+    if (w != null) {
+      w.cancel(false);
+    }
+    CompletableFuture<StatefulRedisSentinelConnection<String, String>> sc =
+        sentinel.getAndSet(null);
+    if (sc != null) {
+      sc.thenAccept(StatefulRedisSentinelConnection::closeAsync);
+    }
     pool.close();
     for (Tracking t : tracking.values()) {
       t.close();
@@ -294,9 +441,10 @@ public final class LettuceTransport implements Transport {
 
   /**
    * A RESP3 connection of its own with {@code CLIENT TRACKING on}, to the transport's {@link
-   * RedisURI} (a Sentinel URI: the current master). Lettuce calls push listeners on its I/O thread
-   * as it decodes each push, before it completes any reply decoded after it: the order the near
-   * cache needs. The connection is never reconnected: a drop is told to the listener.
+   * RedisURI} (a Sentinel URI: the current master; closed when Sentinel names another). Lettuce
+   * calls push listeners on its I/O thread as it decodes each push, before it completes any reply
+   * decoded after it: the order the near cache needs. The connection is never reconnected: a drop
+   * is told to the listener.
    */
   @Override
   public CompletionStage<TrackingConnection> trackingConnection(
@@ -307,6 +455,7 @@ public final class LettuceTransport implements Transport {
       return f;
     }
     RedisClient tc = trackingClient();
+    long moves = masterMoves.get();
     tc.connectAsync(ByteArrayCodec.INSTANCE, uri)
         .whenComplete(
             (c, e) -> {
@@ -325,6 +474,10 @@ public final class LettuceTransport implements Transport {
                   });
               if (!c.isOpen()) {
                 t.drop(new WardenException("the tracking connection closed"));
+              }
+              if (masterMoves.get() != moves) {
+                // Sentinel may have named the old master to it.
+                t.drop(new WardenException("the master moved while connecting"));
               }
               dispatch(c, args("CLIENT", "TRACKING", "on"))
                   .thenCompose(ok -> dispatch(c, args("CLIENT", "ID")))
@@ -405,8 +558,7 @@ public final class LettuceTransport implements Transport {
   private final class Tracking implements TrackingConnection {
     private final StatefulRedisConnection<byte[], byte[]> conn;
     private final TrackingConnection.Listener listener;
-    private final java.util.concurrent.atomic.AtomicBoolean dropped =
-        new java.util.concurrent.atomic.AtomicBoolean();
+    private final AtomicBoolean dropped = new AtomicBoolean();
     volatile long id = -1;
 
     Tracking(StatefulRedisConnection<byte[], byte[]> conn, TrackingConnection.Listener listener) {
@@ -430,6 +582,11 @@ public final class LettuceTransport implements Transport {
     @Override
     public CompletionStage<Object> execute(byte[]... args) {
       return dispatch(conn, args);
+    }
+
+    @Override
+    public CompletionStage<Void> checkMaster() {
+      return LettuceTransport.this.checkMaster();
     }
 
     @Override

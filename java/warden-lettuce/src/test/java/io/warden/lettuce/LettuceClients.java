@@ -1,6 +1,7 @@
 package io.warden.lettuce;
 
 import io.lettuce.core.RedisClient;
+import io.lettuce.core.RedisURI;
 import io.warden.Transport;
 import io.warden.testing.RedisServer;
 import java.util.ArrayList;
@@ -13,6 +14,13 @@ final class LettuceClients implements AutoCloseable {
   /** A transport on a new client of {@code server}, with Lettuce's defaults. */
   Transport transport(RedisServer server) {
     RedisClient client = RedisClient.create(server.uri());
+    clients.add(client);
+    return LettuceTransport.create(client);
+  }
+
+  /** A transport on a new client of {@code uri} (a Sentinel URI too), with Lettuce's defaults. */
+  Transport transport(RedisURI uri) {
+    RedisClient client = RedisClient.create(uri);
     clients.add(client);
     return LettuceTransport.create(client);
   }

@@ -1,5 +1,6 @@
 package io.warden.lettuce;
 
+import io.lettuce.core.RedisURI;
 import io.warden.Transport;
 import io.warden.testing.NearCacheSuite;
 import io.warden.testing.RedisServer;
@@ -12,6 +13,12 @@ class LettuceNearCacheTest extends NearCacheSuite {
   @Override
   protected Transport transport(RedisServer server) {
     return clients.transport(server);
+  }
+
+  @Override
+  protected Transport sentinelTransport(RedisServer sentinel, String name) {
+    return clients.transport(
+        RedisURI.Builder.sentinel(sentinel.host(), sentinel.port(), name).build());
   }
 
   @AfterAll

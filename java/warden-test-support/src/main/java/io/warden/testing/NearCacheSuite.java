@@ -6,8 +6,10 @@ import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertNotEquals;
 import static org.junit.jupiter.api.Assertions.assertNull;
 import static org.junit.jupiter.api.Assertions.assertTrue;
+import static org.junit.jupiter.api.Assumptions.assumeTrue;
 
 import io.warden.NearCache;
+import io.warden.Transport;
 import io.warden.Warden;
 import java.io.IOException;
 import java.nio.charset.StandardCharsets;
@@ -20,8 +22,10 @@ import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
 import java.util.concurrent.Future;
 import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.atomic.AtomicInteger;
 import java.util.concurrent.atomic.AtomicLong;
+import java.util.concurrent.atomic.AtomicReference;
 import java.util.function.BooleanSupplier;
 import java.util.regex.Matcher;
 import java.util.regex.Pattern;
@@ -501,5 +505,246 @@ public abstract class NearCacheSuite extends TransportSuite {
     return reply instanceof byte[]
         ? new String((byte[]) reply, StandardCharsets.UTF_8)
         : String.valueOf(reply);
+  }
+
+  /**
+   * A transport to the master {@code sentinel} names {@code name}, as an application reaches a
+   * Sentinel-managed master; null where the transport does not follow Sentinel (the failover
+   * checker is skipped then).
+   */
+  protected Transport sentinelTransport(RedisServer sentinel, String name) {
+    return null;
+  }
+
+  /** The address Sentinel names for the master {@code name}: {@code [host, port]}. */
+  private static List<String> masterOf(RespClient sentinel, String name) throws IOException {
+    List<String> out = new ArrayList<>();
+    for (Object part : (List<?>) sentinel.call("SENTINEL", "GET-MASTER-ADDR-BY-NAME", name)) {
+      out.add(str(part));
+    }
+    return out;
+  }
+
+  /**
+   * The race checker through a Sentinel failover (a master, its replica, one Sentinel, all real
+   * servers): writers follow the master Sentinel names, each pair {@code SET k v+1} (and, until the
+   * failover, {@code WAIT 1}: the replica has it, so the failover loses no acknowledged write),
+   * {@code GET k} (y), {@code sync()}, then near reads x; stale when x &lt; y. Meanwhile the
+   * tracking connection is killed, then {@code SENTINEL FAILOVER} moves the master with the old one
+   * still up (it keeps its connections until Sentinel demotes it), then the tracking connection is
+   * killed again. A fifth of {@code WARDEN_NEAR_RACE_PAIRS} (2,000 by default): each pair waits for
+   * the replica until the failover.
+   */
+  @Test
+  void raceCheckerThroughASentinelFailover() throws Exception {
+    String env = System.getenv("WARDEN_NEAR_RACE_PAIRS");
+    int pairs = Math.max(1, (env == null || env.isEmpty() ? 10_000 : Integer.parseInt(env)) / 5);
+    int writers = 4;
+    int keysEach = 3;
+    String name = "m";
+    AtomicLong done = new AtomicLong();
+    AtomicLong stale = new AtomicLong();
+    AtomicLong errors = new AtomicLong();
+    AtomicInteger kills = new AtomicInteger();
+    AtomicBoolean replicated = new AtomicBoolean(true);
+    try (RedisServer master = RedisServer.start();
+        RedisServer replica = master.startReplica();
+        RedisServer sentinel = RedisServer.startSentinel(master, name)) {
+      Transport t = sentinelTransport(sentinel, name);
+      assumeTrue(t != null, "this transport does not follow Sentinel");
+      try (Warden w = Warden.create(t);
+          NearCache near = NearCache.builder(w).build();
+          RespClient ask = sentinel.client()) {
+        await("the tracking connection", () -> near.trackingClientId() > 0);
+        await("Sentinel to see the replica", () -> replicasSeen(sentinel, name) == 1);
+        long started = System.nanoTime();
+        ExecutorService pool = Executors.newFixedThreadPool(writers);
+        List<Future<?>> running = new ArrayList<>();
+        for (int g = 0; g < writers; g++) {
+          int me = g;
+          running.add(
+              pool.submit(
+                  () -> {
+                    long[] next = new long[keysEach];
+                    try (RespClient s = sentinel.client()) {
+                      RespClient[] c = {null};
+                      List<String> at = null;
+                      for (int i = me; i < pairs; i += writers) {
+                        String k = "race:" + me + ":" + (i % keysEach);
+                        long v = ++next[i % keysEach];
+                        long y = -1;
+                        long end = System.nanoTime() + TimeUnit.SECONDS.toNanos(15);
+                        while (y < 0 && System.nanoTime() < end) {
+                          try {
+                            List<String> now = masterOf(s, name);
+                            if (c[0] == null || !now.equals(at)) {
+                              if (c[0] != null) {
+                                c[0].close();
+                              }
+                              c[0] = null;
+                              c[0] = new RespClient(now.get(0), Integer.parseInt(now.get(1)));
+                              at = now;
+                            }
+                            c[0].call("SET", k, Long.toString(v));
+                            if (replicated.get()) {
+                              Object acks = c[0].call("WAIT", "1", "1000");
+                              if (!(acks instanceof Long) || (Long) acks < 1) {
+                                throw new IOException("WAIT: " + acks);
+                              }
+                            }
+                            y = Long.parseLong(str(c[0].call("GET", k)));
+                          } catch (IOException | RuntimeException e) {
+                            sleep(20);
+                            if (c[0] != null) {
+                              c[0].close();
+                            }
+                            c[0] = null;
+                          }
+                        }
+                        if (y < 0) {
+                          errors.incrementAndGet();
+                        } else {
+                          try {
+                            near.sync();
+                            for (int r = 0; r < 3; r++) {
+                              byte[] x = near.getIfPresent(k);
+                              if (x != null && Long.parseLong(str(x)) < y) {
+                                stale.incrementAndGet();
+                              }
+                            }
+                          } catch (RuntimeException e) {
+                            errors.incrementAndGet();
+                          }
+                        }
+                        done.incrementAndGet();
+                      }
+                      if (c[0] != null) {
+                        c[0].close();
+                      }
+                    }
+                    return null;
+                  }));
+        }
+        // The failover takes a second or two while the pairs go on: the kill after it comes later.
+        String[] events = {"kill", "failover", "kill"};
+        int[] sixths = {1, 2, 3};
+        AtomicReference<String> failedOver = new AtomicReference<>();
+        AtomicBoolean moved = new AtomicBoolean();
+        for (int e = 0; e < events.length; e++) {
+          long at = (long) pairs * sixths[e] / 6;
+          while (done.get() < at && !allDone(running)) {
+            sleep(1);
+          }
+          if (allDone(running)) {
+            break;
+          }
+          if (events[e].equals("kill")) {
+            long id = near.trackingClientId();
+            List<String> m = masterOf(ask, name);
+            try (RespClient c = new RespClient(m.get(0), Integer.parseInt(m.get(1)))) {
+              // Ids are per server: only the tracking connection on this one.
+              Matcher flags =
+                  Pattern.compile(" flags=(\\S*)")
+                      .matcher(str(c.call("CLIENT", "LIST", "ID", Long.toString(id))));
+              if (id > 0 && flags.find() && flags.group(1).contains("t")) {
+                c.call("CLIENT", "KILL", "ID", Long.toString(id));
+                kills.incrementAndGet();
+              }
+            } catch (IOException | RuntimeException gone) {
+              // dropped already
+            }
+          } else {
+            failOver(ask, name, replica.port());
+            replicated.set(false);
+            failedOver.set(masterOf(ask, name).get(1));
+            // The old master is still up and keeps the tracking connection until Sentinel demotes
+            // it: the near cache must move by itself.
+            long end = System.nanoTime() + TimeUnit.SECONDS.toNanos(10);
+            while (!tracks(replica, near) && System.nanoTime() < end) {
+              sleep(2);
+            }
+            moved.set(tracks(replica, near));
+          }
+          await("the reconnect", () -> near.trackingClientId() > 0);
+        }
+        for (Future<?> f : running) {
+          f.get(5, TimeUnit.MINUTES);
+        }
+        pool.shutdownNow();
+        long ms = TimeUnit.NANOSECONDS.toMillis(System.nanoTime() - started);
+        NearCache.Stats st = near.stats();
+        System.out.println(
+            "near-cache race through a Sentinel failover ("
+                + master.version()
+                + "): pairs="
+                + done.get()
+                + " stale="
+                + stale.get()
+                + " errors="
+                + errors.get()
+                + " hits="
+                + st.hits()
+                + " flushes="
+                + st.flushes()
+                + " kills="
+                + kills.get()
+                + " failover="
+                + (failedOver.get() != null)
+                + " moved="
+                + moved.get()
+                + " ms="
+                + ms);
+        assertEquals(pairs, done.get());
+        assertEquals(0, stale.get());
+        assertEquals(String.valueOf(replica.port()), failedOver.get());
+        assertTrue(moved.get(), "the tracking connection on the new master");
+        assertTrue(st.hits() > 0);
+        // Each kill, and the failover, dropped what was held.
+        assertTrue(st.flushes() >= kills.get() + 1);
+      }
+    }
+  }
+
+  /** Whether {@code near}'s tracking connection is one of {@code server}'s clients. */
+  private static boolean tracks(RedisServer server, NearCache near) {
+    long id = near.trackingClientId();
+    if (id <= 0) {
+      return false;
+    }
+    Matcher flags =
+        Pattern.compile(" flags=(\\S*)")
+            .matcher(str(server.call("CLIENT", "LIST", "ID", Long.toString(id))));
+    return flags.find() && flags.group(1).contains("t");
+  }
+
+  private static int replicasSeen(RedisServer sentinel, String name) {
+    return ((List<?>) sentinel.call("SENTINEL", "REPLICAS", name)).size();
+  }
+
+  /**
+   * {@code SENTINEL FAILOVER name}, then waits until Sentinel names the replica on {@code port}.
+   */
+  private static void failOver(RespClient ask, String name, int port) throws IOException {
+    // Sentinel lists a replica before it counts it as promotable (fresh INFO, link up):
+    // NOGOODSLAVE until then.
+    long end = System.nanoTime() + TimeUnit.SECONDS.toNanos(20);
+    while (true) {
+      try {
+        ask.call("SENTINEL", "FAILOVER", name);
+        break;
+      } catch (RespClient.RespError e) {
+        if (!e.getMessage().contains("NOGOODSLAVE") || System.nanoTime() > end) {
+          throw e;
+        }
+        sleep(100);
+      }
+    }
+    end = System.nanoTime() + TimeUnit.SECONDS.toNanos(30);
+    while (!masterOf(ask, name).get(1).equals(String.valueOf(port))) {
+      if (System.nanoTime() > end) {
+        throw new AssertionError("Sentinel never named the replica");
+      }
+      sleep(50);
+    }
   }
 }

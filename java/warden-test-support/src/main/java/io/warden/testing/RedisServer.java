@@ -42,6 +42,65 @@ public final class RedisServer implements AutoCloseable {
     return start(false, extraArgs);
   }
 
+  /**
+   * Starts a Sentinel (the same binary, {@code --sentinel}) monitoring {@code master} as {@code
+   * name} with quorum 1.
+   */
+  public static RedisServer startSentinel(RedisServer master, String name) {
+    try {
+      Path dir = Files.createTempDirectory("warden-java-sentinel-");
+      int port = freePort();
+      Path conf = dir.resolve("sentinel.conf");
+      Files.write(
+          conf,
+          ("sentinel monitor "
+                  + name
+                  + " "
+                  + master.host()
+                  + " "
+                  + master.port()
+                  + " 1\nsentinel down-after-milliseconds "
+                  + name
+                  + " 2000\nsentinel failover-timeout "
+                  + name
+                  + " 10000\n")
+              .getBytes(StandardCharsets.UTF_8));
+      List<String> args =
+          new ArrayList<>(
+              Arrays.asList(
+                  serverBinary(),
+                  conf.toString(),
+                  "--sentinel",
+                  "--port",
+                  String.valueOf(port),
+                  "--bind",
+                  "127.0.0.1",
+                  "--dir",
+                  dir.toString(),
+                  "--logfile",
+                  dir.resolve("redis.log").toString()));
+      RedisServer sentinel = new RedisServer(dir, port, args);
+      sentinel.spawn();
+      return sentinel;
+    } catch (IOException e) {
+      throw new IllegalStateException("cannot start a sentinel", e);
+    }
+  }
+
+  /** Starts a replica of this server (with the module) and waits until it has synced. */
+  public RedisServer startReplica() {
+    RedisServer r = start("--replicaof", host(), String.valueOf(port));
+    long end = System.nanoTime() + TimeUnit.SECONDS.toNanos(15);
+    while (!r.info("replication").contains("master_link_status:up")) {
+      if (System.nanoTime() > end) {
+        r.close();
+        throw new IllegalStateException("the replica never synced");
+      }
+      sleep(20);
+    }
+    return r;
+  }
+
   /** Starts a server without the warden module (for the "is warden loaded?" hint). */
   public static RedisServer startWithoutModule() {
     return start(true);
