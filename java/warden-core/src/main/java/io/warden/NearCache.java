@@ -281,11 +281,17 @@ public final class NearCache implements WardenCache, AutoCloseable {
   private static final Read NONE = new Read(Found.NONE, null);
 
   private Read read(String key) {
-    byte[] held = store.get(key, System.currentTimeMillis());
+    Link link = live.get();
+    // No hit while a delivered invalidation is unapplied: the tracking connection is asked first,
+    // then the entry looked up. Bytes in hand or unread make this read a miss (its peek is
+    // answered after them, and the generations refuse a value they overtook); it never waits.
+    byte[] held =
+        link == null || link.conn.settled()
+            ? store.get(key, System.currentTimeMillis())
+            : store.unsettled();
     if (held != null) {
       return new Read(Found.FRESH, held);
     }
-    Link link = live.get();
     // A key with a lone surrogate goes out as '?' (UTF-8 has no other way):
     // its invalidation would name another string, so it is never kept.
     if (link == null || !wellFormed(key)) {

@@ -71,6 +71,20 @@ final class NearStore {
     }
   }
 
+  /**
+   * A read that could not look here (its tracking connection had something unapplied): a miss.
+   * Null, for the caller's convenience.
+   */
+  byte[] unsettled() {
+    lock.lock();
+    try {
+      misses++;
+      return null;
+    } finally {
+      lock.unlock();
+    }
+  }
+
   /** A read of {@code key} starts: its generation, for {@link #end}. */
   long begin(String key) {
     lock.lock();

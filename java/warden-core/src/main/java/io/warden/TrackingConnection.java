@@ -38,6 +38,17 @@ public interface TrackingConnection extends AutoCloseable {
     return CompletableFuture.completedFuture(null);
   }
 
+  /**
+   * Whether every byte the server has delivered to this connection has been read and applied: no
+   * bytes wait unread in the socket, and none the reader has taken from it wait to be parsed, told
+   * to the {@link Listener} or completed. A near cache serves a hit only while this holds, so that
+   * no hit is served while a delivered invalidation is unapplied. Called on every hit, from any
+   * thread: cheap, never blocking. The default, for a connection that cannot tell: {@code true}.
+   */
+  default boolean settled() {
+    return true;
+  }
+
   @Override
   void close();
 }

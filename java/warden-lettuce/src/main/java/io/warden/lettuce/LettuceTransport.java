@@ -2,6 +2,7 @@ package io.warden.lettuce;
 
 import io.lettuce.core.ClientOptions;
 import io.lettuce.core.RedisChannelHandler;
+import io.lettuce.core.RedisChannelWriter;
 import io.lettuce.core.RedisClient;
 import io.lettuce.core.RedisCommandExecutionException;
 import io.lettuce.core.RedisConnectionStateListener;
@@ -10,18 +11,28 @@ import io.lettuce.core.api.StatefulRedisConnection;
 import io.lettuce.core.codec.ByteArrayCodec;
 import io.lettuce.core.codec.StringCodec;
 import io.lettuce.core.protocol.CommandArgs;
+import io.lettuce.core.protocol.CommandHandler;
 import io.lettuce.core.protocol.ProtocolKeyword;
 import io.lettuce.core.protocol.ProtocolVersion;
 import io.lettuce.core.sentinel.api.StatefulRedisSentinelConnection;
+import io.netty.buffer.ByteBuf;
+import io.netty.channel.Channel;
+import io.netty.channel.ChannelHandlerContext;
+import io.netty.channel.ChannelInboundHandlerAdapter;
+import io.netty.channel.nio.AbstractNioChannel;
 import io.warden.TrackingConnection;
 import io.warden.Transport;
 import io.warden.WaitConnection;
 import io.warden.WardenException;
 import io.warden.WardenServerException;
 import io.warden.spi.WaitPool;
+import java.io.IOException;
+import java.io.InputStream;
 import java.lang.reflect.Field;
+import java.lang.reflect.Method;
 import java.net.InetSocketAddress;
 import java.net.SocketAddress;
+import java.nio.channels.SocketChannel;
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 import java.util.ArrayList;
@@ -465,6 +476,7 @@ public final class LettuceTransport implements Transport {
               }
               Tracking t = new Tracking(c, listener);
               tracking.put(c, t);
+              t.unapplied = Unapplied.install(c);
               c.addListener(
                   push -> {
                     if ("invalidate".equals(push.getType())) {
@@ -555,11 +567,171 @@ public final class LettuceTransport implements Transport {
     return tc;
   }
 
+  /**
+   * What a tracking connection's channel has delivered and not applied. First in the channel's
+   * pipeline, it marks bytes in hand when Netty hands it what a socket read returned, passes them
+   * on to Lettuce's decoder (which tells each push to the listeners and completes each reply as it
+   * decodes it, in the same call) and clears the mark once the decoder holds no partial frame. With
+   * Netty's NIO transport (Lettuce's default without a native one) it also reads the socket's
+   * unread bytes ({@code FIONREAD}, through the channel's socket adaptor on JDK 13 or newer).
+   *
+   * <p>What it cannot see: bytes a read has taken from the kernel in the instants before Netty
+   * hands them here (the event loop descheduled right there); with a native transport (epoll,
+   * kqueue, io_uring) or a Unix socket, bytes still in the kernel (only the mark is read: a hit can
+   * be served while the event loop has yet to read an invalidation); under TLS, a partial TLS
+   * record Netty's {@code SslHandler} holds.
+   */
+  static final class Unapplied extends ChannelInboundHandlerAdapter {
+    private final Channel channel;
+    private final InputStream socket;
+    private final Object decoder;
+    private final Field decoderBuffer;
+    private volatile boolean inHand;
+
+    private Unapplied(Channel channel, InputStream socket, Object decoder, Field decoderBuffer) {
+      this.channel = channel;
+      this.socket = socket;
+      this.decoder = decoder;
+      this.decoderBuffer = decoderBuffer;
+    }
+
+    /**
+     * Put first in {@code c}'s pipeline; null if its channel cannot be found (never
+     * settled-checked).
+     */
+    static Unapplied install(StatefulRedisConnection<?, ?> c) {
+      Channel ch =
+          c instanceof RedisChannelHandler
+              ? channel(((RedisChannelHandler<?, ?>) c).getChannelWriter(), 0)
+              : null;
+      if (ch == null) {
+        return null;
+      }
+      Object decoder = ch.pipeline().get(CommandHandler.class);
+      Field buffer = null;
+      try {
+        buffer = CommandHandler.class.getDeclaredField("readBuffer");
+        buffer.setAccessible(true);
+      } catch (ReflectiveOperationException | RuntimeException e) {
+        buffer = null;
+      }
+      Unapplied u = new Unapplied(ch, socketStream(ch), decoder, buffer);
+      ch.pipeline().addFirst("warden-unapplied", u);
+      return u;
+    }
+
+    /** The channel under a connection's writer (wrapped or not), found by field type. */
+    private static Channel channel(Object writer, int depth) {
+      if (writer == null || depth > 4) {
+        return null;
+      }
+      for (Class<?> k = writer.getClass(); k != null && k != Object.class; k = k.getSuperclass()) {
+        for (Field f : k.getDeclaredFields()) {
+          if (java.lang.reflect.Modifier.isStatic(f.getModifiers())) {
+            continue;
+          }
+          boolean isChannel = Channel.class.isAssignableFrom(f.getType());
+          if (!isChannel && !RedisChannelWriter.class.isAssignableFrom(f.getType())) {
+            continue;
+          }
+          try {
+            f.setAccessible(true);
+            Object v = f.get(writer);
+            Channel ch = isChannel ? (Channel) v : channel(v, depth + 1);
+            if (ch != null) {
+              return ch;
+            }
+          } catch (ReflectiveOperationException | RuntimeException e) {
+            // not this one
+          }
+        }
+      }
+      return null;
+    }
+
+    /** The socket's own stream, whose {@code available()} is its unread bytes; null if none. */
+    private static InputStream socketStream(Channel ch) {
+      if (!(ch instanceof AbstractNioChannel)) {
+        return null;
+      }
+      try {
+        Method m = AbstractNioChannel.class.getDeclaredMethod("javaChannel");
+        m.setAccessible(true);
+        Object sc = m.invoke(ch);
+        if (!(sc instanceof SocketChannel)) {
+          return null;
+        }
+        InputStream in = ((SocketChannel) sc).socket().getInputStream();
+        // Before JDK 13 the adaptor's stream is a ChannelInputStream, which says 0 whatever
+        // waits: it would tell nothing.
+        for (Class<?> k = in.getClass(); k != null; k = k.getSuperclass()) {
+          if (k.getName().equals("sun.nio.ch.ChannelInputStream")) {
+            return null;
+          }
+        }
+        return in;
+      } catch (ReflectiveOperationException | IOException | RuntimeException e) {
+        return null;
+      }
+    }
+
+    @Override
+    public void channelRead(ChannelHandlerContext ctx, Object msg) {
+      inHand = true;
+      try {
+        ctx.fireChannelRead(msg);
+      } finally {
+        inHand = decoding();
+      }
+    }
+
+    /**
+     * The decoder completed a reply (on the event loop, before whoever waits for it is told): the
+     * mark goes if nothing after it is left to decode.
+     */
+    void replied() {
+      if (channel.eventLoop().inEventLoop() && !decoding()) {
+        inHand = false;
+      }
+    }
+
+    /** Whether the decoder holds part of a frame (read on the event loop). */
+    private boolean decoding() {
+      if (decoder == null || decoderBuffer == null) {
+        return false;
+      }
+      try {
+        Object b = decoderBuffer.get(decoder);
+        return b instanceof ByteBuf && ((ByteBuf) b).isReadable();
+      } catch (ReflectiveOperationException | RuntimeException e) {
+        return false;
+      }
+    }
+
+    /**
+     * Nothing unread in the socket, then nothing in hand: in this order, so that bytes a read takes
+     * between the two are seen by one of them (but for the instants before the mark is set).
+     */
+    boolean settled() {
+      if (socket != null) {
+        try {
+          if (socket.available() > 0) {
+            return false;
+          }
+        } catch (IOException closed) {
+          return false;
+        }
+      }
+      return !inHand;
+    }
+  }
+
   private final class Tracking implements TrackingConnection {
     private final StatefulRedisConnection<byte[], byte[]> conn;
     private final TrackingConnection.Listener listener;
     private final AtomicBoolean dropped = new AtomicBoolean();
     volatile long id = -1;
+    volatile Unapplied unapplied;
 
     Tracking(StatefulRedisConnection<byte[], byte[]> conn, TrackingConnection.Listener listener) {
       this.conn = conn;
@@ -579,9 +751,31 @@ public final class LettuceTransport implements Transport {
       return id;
     }
 
+    /** No hit while a delivered invalidation is unapplied: see {@link Unapplied}. */
+    @Override
+    public boolean settled() {
+      Unapplied u = unapplied;
+      return u == null || u.settled();
+    }
+
     @Override
     public CompletionStage<Object> execute(byte[]... args) {
-      return dispatch(conn, args);
+      CompletableFuture<Object> out = new CompletableFuture<>();
+      dispatch(conn, args)
+          .whenComplete(
+              (r, e) -> {
+                Unapplied u = unapplied;
+                if (e == null && u != null) {
+                  // A reply applies no invalidation: whoever waits for it may hit at once.
+                  u.replied();
+                }
+                if (e == null) {
+                  out.complete(r);
+                } else {
+                  out.completeExceptionally(e);
+                }
+              });
+      return out;
     }
 
     @Override

@@ -9,7 +9,9 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 import static org.junit.jupiter.api.Assumptions.assumeTrue;
 
 import io.warden.NearCache;
+import io.warden.TrackingConnection;
 import io.warden.Transport;
+import io.warden.WaitConnection;
 import io.warden.Warden;
 import java.io.IOException;
 import java.nio.charset.StandardCharsets;
@@ -17,10 +19,12 @@ import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.concurrent.Callable;
+import java.util.concurrent.CompletionStage;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
 import java.util.concurrent.Future;
+import java.util.concurrent.ScheduledExecutorService;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.atomic.AtomicInteger;
@@ -745,6 +749,100 @@ public abstract class NearCacheSuite extends TransportSuite {
         throw new AssertionError("Sentinel never named the replica");
       }
       sleep(50);
+    }
+  }
+
+  /**
+   * A transport whose tracking connections' reader, once {@link #pause} is armed, stops inside the
+   * next invalidation of a key before applying it: the push has been read from the socket, not yet
+   * applied.
+   */
+  private static final class PausingTransport implements Transport {
+    private final Transport inner;
+    private volatile String pauseOn;
+    final CountDownLatch paused = new CountDownLatch(1);
+    final CountDownLatch resume = new CountDownLatch(1);
+
+    PausingTransport(Transport inner) {
+      this.inner = inner;
+    }
+
+    void pause(String key) {
+      pauseOn = key;
+    }
+
+    @Override
+    public CompletionStage<Object> execute(byte[]... args) {
+      return inner.execute(args);
+    }
+
+    @Override
+    public CompletionStage<WaitConnection> waitConnection(long deadlineNanos) {
+      return inner.waitConnection(deadlineNanos);
+    }
+
+    @Override
+    public CompletionStage<TrackingConnection> trackingConnection(
+        TrackingConnection.Listener listener) {
+      return inner.trackingConnection(
+          new TrackingConnection.Listener() {
+            @Override
+            public void invalidated(List<byte[]> keys) {
+              String k = pauseOn;
+              if (k != null && keys != null) {
+                for (byte[] key : keys) {
+                  if (k.equals(new String(key, StandardCharsets.UTF_8))) {
+                    pauseOn = null;
+                    paused.countDown();
+                    try {
+                      resume.await(10, TimeUnit.SECONDS);
+                    } catch (InterruptedException e) {
+                      Thread.currentThread().interrupt();
+                    }
+                  }
+                }
+              }
+              listener.invalidated(keys);
+            }
+
+            @Override
+            public void dropped(Throwable cause) {
+              listener.dropped(cause);
+            }
+          });
+    }
+
+    @Override
+    public void close() {
+      resume.countDown();
+      inner.close();
+    }
+  }
+
+  /**
+   * No hit while a delivered invalidation is unapplied: with the tracking reader holding an
+   * invalidation it has read and not applied, a read of its key is not served from memory (it goes
+   * to the server, whose answer comes after the invalidation's).
+   */
+  @Test
+  void noHitWhileADeliveredInvalidationIsUnapplied() throws Exception {
+    PausingTransport pausing = new PausingTransport(transport(server));
+    Warden w = Warden.create(pausing);
+    ScheduledExecutorService later = Executors.newSingleThreadScheduledExecutor();
+    try (NearCache near = open(NearCache.builder(w))) {
+      String k = key("k");
+      fillAndKeep(near, k, "v1");
+      pausing.pause(k);
+      server.call("CACHE.INVALIDATE", k);
+      assertTrue(pausing.paused.await(10, TimeUnit.SECONDS), "the invalidation was read");
+      // Held in memory, the value would be returned at once; the server's answer comes once the
+      // reader goes on.
+      later.schedule(pausing.resume::countDown, 200, TimeUnit.MILLISECONDS);
+      assertNull(near.getIfPresent(k));
+    } finally {
+      pausing.resume.countDown();
+      later.shutdownNow();
+      w.close();
     }
   }
 }
