@@ -25,6 +25,12 @@ import (
 // by this process's clock, an invalidation, or a flush. Everything is
 // dropped when the connection drops, fails or reconnects, and on
 // FLUSHALL/FLUSHDB; while it is down, reads go to the server.
+//
+// A hit is served only when that goroutine has acted on every byte the
+// server has delivered to the connection (none waiting in the kernel, none
+// read and not applied): an invalidation that has arrived is never behind a
+// hit. This holds on a TCP connection on Linux; over a Unix socket, TLS or
+// elsewhere a hit does not wait for it.
 type NearCache struct {
 	w          *Warden
 	opt        *redis.Options
@@ -44,9 +50,15 @@ type NearCache struct {
 
 	hits, misses, invalidations, flushes atomic.Uint64
 
+	live atomic.Pointer[nearLink] // link, read by hits without mu
+
 	ctx    context.Context // cancelled by Close
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
+
+	// beforeApply, when set, sees each frame the reader has read, before
+	// the reader acts on it.
+	beforeApply func(any)
 }
 
 type nearEntry struct {
@@ -216,7 +228,7 @@ func (nc *NearCache) Close() error {
 	nc.mu.Unlock()
 	nc.cancel()
 	if l != nil {
-		l.c.close()
+		l.close()
 	}
 	nc.wg.Wait()
 	nc.mu.Lock()
@@ -226,9 +238,15 @@ func (nc *NearCache) Close() error {
 }
 
 // nearHit serves key from memory: ok false when it is not held (or its
-// value does not decode as T; the server path then says why).
+// value does not decode as T; the server path then says why), or when the
+// server has delivered bytes the reader has not acted on yet.
 func nearHit[T any](nc *NearCache, c cacheCall[T]) (T, bool) {
 	var zero T
+	// No hit while a delivered invalidation is unapplied: checked before
+	// the lookup, so an invalidation applied meanwhile is seen by it.
+	if l := nc.live.Load(); l != nil && !l.settled() {
+		return zero, false
+	}
 	nc.mu.Lock()
 	el := nc.items[c.key]
 	if el == nil {
@@ -305,10 +323,34 @@ type nearReply struct {
 // in the same critical section as the write.
 type nearLink struct {
 	c     *conn
+	un    *unread    // nil: not a TCP connection on Linux, no check
 	wmu   sync.Mutex // one writer at a time, queue order = write order
 	qmu   sync.Mutex
 	queue []*nearCall
 	dead  bool // under qmu: dropped, no more calls
+}
+
+// settled tells whether the reader has acted on every byte the server has
+// delivered on the connection: each push it sent before is applied. With
+// no check (not a TCP connection on Linux: a Unix socket, TLS) it says
+// yes, and a push read or waiting unread does not stop a hit.
+func (l *nearLink) settled() bool {
+	return l.un == nil || l.un.settled()
+}
+
+// acted: the reader has acted on a frame; with none left buffered, it
+// holds nothing.
+func (l *nearLink) acted() {
+	if l.un != nil && l.c.br.Buffered() == 0 {
+		l.un.acted()
+	}
+}
+
+func (l *nearLink) close() {
+	if l.un != nil {
+		l.un.shut()
+	}
+	l.c.close()
 }
 
 // call sends one command on the tracking connection and waits for its reply.
@@ -347,7 +389,7 @@ func (nc *NearCache) call(ctx context.Context, call *nearCall, args ...any) (any
 	l.wmu.Unlock()
 	if err != nil {
 		// The reader fails on the closed connection and answers the queue.
-		l.c.close()
+		l.close()
 	}
 	select {
 	case r := <-call.reply:
@@ -424,31 +466,37 @@ func (nc *NearCache) connect() (*nearLink, error) {
 		c.close()
 		return nil, err
 	}
-	l := &nearLink{c: c}
+	l := &nearLink{c: c, un: newUnread(c)}
 	nc.mu.Lock()
 	defer nc.mu.Unlock()
 	if nc.closed {
-		c.close()
+		l.close()
 		return nil, ErrClosed
 	}
 	// A new connection: whatever was kept before it may have been written
 	// while no connection tracked it.
 	nc.flush()
 	nc.link = l
+	nc.live.Store(l)
 	close(nc.up)
 	return l, nil
 }
 
 // serve reads the connection until it fails: pushes are applied, replies
-// answer the calls in order.
+// answer the calls in order. Bytes it has read count as unapplied until
+// it has acted on every frame they hold (hits wait for that, see settled).
 func (nc *NearCache) serve(l *nearLink) {
 	for {
 		r, err := l.c.read()
 		if err != nil {
 			return
 		}
+		if nc.beforeApply != nil {
+			nc.beforeApply(r)
+		}
 		if p, ok := r.(push); ok {
 			nc.apply(p)
+			l.acted()
 			continue
 		}
 		l.qmu.Lock()
@@ -462,6 +510,7 @@ func (nc *NearCache) serve(l *nearLink) {
 		l.queue = l.queue[1:]
 		l.qmu.Unlock()
 		nc.settle(call, r, nil)
+		l.acted()
 	}
 }
 
@@ -490,7 +539,7 @@ func (nc *NearCache) apply(p push) {
 
 // drop ends a link (once): everything kept goes, the calls owed a reply fail.
 func (nc *NearCache) drop(l *nearLink) {
-	l.c.close()
+	l.close()
 	l.qmu.Lock()
 	if l.dead {
 		l.qmu.Unlock()
@@ -503,6 +552,7 @@ func (nc *NearCache) drop(l *nearLink) {
 	nc.mu.Lock()
 	if nc.link == l {
 		nc.link = nil
+		nc.live.Store(nil)
 		nc.up = make(chan struct{})
 	}
 	nc.flush()

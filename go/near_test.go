@@ -153,6 +153,50 @@ func TestIntegrationNearInvalidation(t *testing.T) {
 	}
 }
 
+// An invalidation the server has delivered stops hits until it is
+// applied: here the reader has read the push and is held before applying
+// it, and the read goes to the server (a miss) and returns the new value.
+func TestIntegrationNearNoHitWhileAPushIsUnapplied(t *testing.T) {
+	ctx := context.Background()
+	_, rdb, w := setup(t)
+	var hold atomic.Bool
+	held, release := make(chan struct{}), make(chan struct{})
+	nc := nearOn(t, w, warden.NearOnPush(func() {
+		if hold.CompareAndSwap(true, false) {
+			close(held)
+			<-release
+		}
+	}))
+	var once sync.Once
+	free := func() { once.Do(func() { close(release) }) }
+	t.Cleanup(free) // before Close, which waits for the reader
+	kept(t, w, nc, "k", "old")
+	hold.Store(true)
+	if err := rdb.Set(ctx, "k", "new", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-held:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no push reached the reader")
+	}
+	before, peeks := nc.Stats(), cmdCalls(t, rdb, "cache.peek")
+	read := make(chan string, 1)
+	go func() {
+		v, _ := warden.Load(ctx, w, "k", time.Minute, func(context.Context) (string, error) { return "loaded", nil }, warden.WithNear(nc))
+		read <- v
+	}()
+	// A hit answers at once; a miss sends CACHE.PEEK on the tracking
+	// connection, answered once the reader goes on.
+	waitFor(t, "the read", func() bool { return len(read) > 0 || cmdCalls(t, rdb, "cache.peek") > peeks })
+	free()
+	v := <-read
+	after := nc.Stats()
+	if v != "new" || after.Hits != before.Hits || after.Misses != before.Misses+1 {
+		t.Fatalf("read %q, %+v → %+v", v, before, after)
+	}
+}
+
 // Invalidate drops the key locally at once: this process reads its write.
 func TestIntegrationNearInvalidateReadsOwnWrite(t *testing.T) {
 	_, _, w := setup(t)

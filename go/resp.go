@@ -31,9 +31,25 @@ var _ redis.Error = serverError("")
 // is cancelled (redis/go-redis#2556); here a cancel unblocks or closes it.
 type conn struct {
 	nc net.Conn
+	in *source // what br reads
 	br *bufio.Reader
 	bw *bufio.Writer
 	id int64 // CLIENT ID, for CLIENT UNBLOCK / CLIENT KILL
+}
+
+// source is a connection as its reader reads it: by Read, or by read once
+// that is set (the near cache's tracking connection, which notes when the
+// reader takes bytes).
+type source struct {
+	net.Conn
+	read func([]byte) (int, error)
+}
+
+func (s *source) Read(p []byte) (int, error) {
+	if s.read != nil {
+		return s.read(p)
+	}
+	return s.Conn.Read(p)
 }
 
 // dial opens a connection to the node opt describes (for a failover client,
@@ -51,7 +67,8 @@ func dial(ctx context.Context, opt *redis.Options) (*conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &conn{nc: nc, br: bufio.NewReader(nc), bw: bufio.NewWriter(nc)}
+	in := &source{Conn: nc}
+	c := &conn{nc: nc, in: in, br: bufio.NewReader(in), bw: bufio.NewWriter(nc)}
 	if err := c.handshake(ctx, opt); err != nil {
 		_ = nc.Close()
 		return nil, err
