@@ -21,8 +21,9 @@ type jsonCodec struct{}
 func (jsonCodec) Marshal(v any) ([]byte, error)      { return json.Marshal(v) }
 func (jsonCodec) Unmarshal(data []byte, v any) error { return json.Unmarshal(data, v) }
 
-// CacheOption configures Load.
-type CacheOption func(*cacheOptions)
+// CacheOption configures Load. Options pass by value: a Load that keeps
+// nothing allocates nothing for them (a near-cache hit allocates nothing).
+type CacheOption func(cacheOptions) cacheOptions
 
 type cacheOptions struct {
 	codec    Codec
@@ -33,15 +34,21 @@ type cacheOptions struct {
 
 // WithCodec sets how values are encoded (default encoding/json; []byte and
 // string are stored raw).
-func WithCodec(c Codec) CacheOption { return func(o *cacheOptions) { o.codec = c } }
+func WithCodec(c Codec) CacheOption {
+	return func(o cacheOptions) cacheOptions { o.codec = c; return o }
+}
 
 // Lease is how long a loader may take before another caller may load
 // instead (default 10 s).
-func Lease(d time.Duration) CacheOption { return func(o *cacheOptions) { o.lease = d } }
+func Lease(d time.Duration) CacheOption {
+	return func(o cacheOptions) cacheOptions { o.lease = d; return o }
+}
 
 // CacheMaxQueue sheds a miss that would wait behind n or more waiters
 // (QUEUE n): Load returns ErrNotAcquired at once.
-func CacheMaxQueue(n int64) CacheOption { return func(o *cacheOptions) { o.maxQueue = n } }
+func CacheMaxQueue(n int64) CacheOption {
+	return func(o cacheOptions) cacheOptions { o.maxQueue = n; return o }
+}
 
 // Load returns the value cached at key, or runs loader once across every
 // process asking for key at the same time (CACHE.GET/FILL/ABANDON): the
@@ -52,7 +59,7 @@ func Load[T any](ctx context.Context, w *Warden, key string, ttl time.Duration, 
 	var zero T
 	o := cacheOptions{codec: jsonCodec{}, lease: 10 * time.Second, maxQueue: -1}
 	for _, f := range opts {
-		f(&o)
+		o = f(o)
 	}
 	if err := ctx.Err(); err != nil {
 		return zero, err

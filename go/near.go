@@ -107,7 +107,9 @@ func NearMaxBytes(n int64) NearOption {
 }
 
 // WithNear makes Load serve hits from nc, and keep what it reads there.
-func WithNear(nc *NearCache) CacheOption { return func(o *cacheOptions) { o.near = nc } }
+func WithNear(nc *NearCache) CacheOption {
+	return func(o cacheOptions) cacheOptions { o.near = nc; return o }
+}
 
 // errNearDown: the tracking connection is down; the read goes to the server.
 var errNearDown = errors.New("warden: near cache connection down")
