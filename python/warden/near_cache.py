@@ -23,6 +23,12 @@ import collections
 import logging
 import select
 import threading
+
+try:
+    import fcntl
+    import termios
+except ImportError:  # Windows
+    fcntl = termios = None  # type: ignore[assignment]
 from typing import Any, Optional
 
 from redis.backoff import NoBackoff
@@ -69,29 +75,43 @@ class _Request:
         self.done.set()
 
 
-def socket_of(sock: Any) -> Optional[list[int]]:
-    """``[fd]`` of a connected socket, for ``unread``."""
+def socket_of(sock: Any) -> Optional[int]:
+    """The descriptor of a connected socket, for ``unread``."""
     try:
-        return [sock.fileno()]
-    except (AttributeError, OSError):
+        return int(sock.fileno())
+    except (AttributeError, OSError, ValueError):
         return None
 
 
-_NONE: list[int] = []
+_NO_BYTES = bytes(4)
 
 
-def unread(fd: Optional[list[int]]) -> bool:
+def _unread_fionread(fd: int) -> bool:
+    return fcntl.ioctl(fd, termios.FIONREAD, _NO_BYTES) != _NO_BYTES
+
+
+def _unread_select(fd: int) -> bool:
+    return bool(select.select([fd], [], [], 0)[0])
+
+
+# FIONREAD: any descriptor number (``select`` watches none past 1024) and
+# safe from any thread (a ``poll`` object is not); select where there is none.
+_unread = _unread_fionread if hasattr(termios, "FIONREAD") else _unread_select
+
+
+def unread(fd: Optional[int]) -> bool:
     """Whether the tracking connection has bytes its reader has not taken
     yet: invalidations may be among them, so no hit is served until the
     reader has applied them (a spinning reader thread holds the GIL the
     tracking thread needs; a coroutine that never awaits keeps the loop from
-    reading at all). One ``select`` with no wait: about 0.7 µs."""
+    reading at all). One ``ioctl(FIONREAD)``, about 0.7 µs; a socket closed
+    under us answers True (no hit: the reader flushes)."""
     if fd is None:
         return False
     try:
-        return bool(select.select(fd, _NONE, _NONE, 0)[0])
+        return _unread(fd)
     except (OSError, ValueError):
-        return False  # closed under us: the reader flushes
+        return True
 
 
 def sentinel_master(pool: Any) -> Any:
@@ -149,7 +169,7 @@ class NearCache:
         # Held to send, so that requests are queued in the order they are sent.
         self._send_lock = threading.Lock()
         self._connection: Any = None  # None while down
-        self._fd: Optional[list[int]] = None  # the connection's socket, for unread()
+        self._fd: Optional[int] = None  # the connection's socket, for unread()
         self._pending: collections.deque[_Request] = collections.deque()
         self.client_id: Optional[int] = None
         self._closed = threading.Event()

@@ -66,7 +66,7 @@ class NearCache:
         self.store = NearStore(config)
         self._send_lock: Optional[asyncio.Lock] = None
         self._connection: Any = None
-        self._fd: Optional[list[int]] = None  # the connection's socket, for unread()
+        self._fd: Optional[int] = None  # the connection's socket, for unread()
         self._pending: collections.deque[_Request] = collections.deque()
         self.client_id: Optional[int] = None
         self._closed = False
