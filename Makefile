@@ -444,6 +444,7 @@ BENCH_JAR := java/warden-bench/target/warden-bench-1.1.0.jar
 # WARDEN_BENCH_BEFORE=<an older libwarden.so> counts its instructions beside;
 # BENCH_PORT=<port> puts the master there (default 7500; the replica on the next).
 SYNC_OUT ?= sync$(if $(filter redis,$(SERVER)),,-$(SERVER_NAME))
+LOCKS_OUT ?= locks$(if $(filter redis,$(SERVER)),,-$(SERVER_NAME))
 # SECTION=go: warden's Go client against go-redsync/redsync v4 (its defaults and
 # enough tries not to fail) and bsm/redislock (linear and exponential backoff),
 # 16 goroutines on one key in one process and in 4, a semaphore of 4, and the
@@ -536,6 +537,23 @@ bench: venv node-deps java-deps $(if $(WARDEN_MODULE),,build)
 		-Dmdep.outputFile=target/classpath.txt -Dmdep.includeScope=test
 	WARDEN_MODULE=$(or $(WARDEN_MODULE),$(CURDIR)/$(MODULE)) $(PYTHON) bench/overload.py \
 		$(if $(QUICK),--quick,) --out $(CURDIR)/bench/results/$(OVERLOAD_OUT)
+else ifeq ($(SECTION),locks)
+# SECTION=locks: the headline rows alone (the ceiling and the uncontended
+# locks: LOCK.ACQUIRE + LOCK.RELEASE pairs against SET NX PX with the Lua
+# release and with the server's own compare-and-delete, DELIFEQ on Valkey
+# 9.0+ or DELEX IFEQ on Redis 8.4+, which a server without one says in its
+# row), then their server instructions per pair (callgrind), on SERVER=,
+# into bench/results/$(LOCKS_OUT).md and .json (locks-<server>.* with
+# SERVER=). WARDEN_MODULE=<.so> loads that module instead of building this
+# checkout's; BENCH_PORT=<port> puts its servers there.
+bench: venv valgrind-bin $(SERVER_DEPS) $(if $(WARDEN_MODULE),,build)
+	cargo build --release --example bench
+	WARDEN_SERVER=$(SERVER_BIN) WARDEN_MODULE=$(or $(WARDEN_MODULE),$(CURDIR)/$(MODULE)) \
+		$(if $(BENCH_PORT),WARDEN_BENCH_PORT=$(BENCH_PORT),) \
+		./target/release/examples/bench $(if $(QUICK),--quick,) --locks --out $(LOCKS_OUT)
+	@ins=$$(WARDEN_BENCH_ONLY=locks $(if $(BENCH_PORT),WARDEN_BENCH_PORT=$(BENCH_PORT),) \
+		$(PYTHON) bench/instructions.py $(or $(WARDEN_MODULE),$(CURDIR)/$(MODULE)) - $(SERVER_BIN)) && \
+		echo "$$ins" && printf '\n%s\n' "$$ins" >> bench/results/$(LOCKS_OUT).md
 else
 bench: build venv node-deps $(REDISBLOOM) valgrind-bin $(REDIS8) $(VALKEY)
 ifeq ($(SECTION),instructions)
@@ -556,6 +574,9 @@ ifeq ($(SECTION),)
 		printf '\n%s\n' "$$py" >> bench/results/latest.md
 	@nb=$$($(MAKE) --no-print-directory -s node-bench) && echo "$$nb" && \
 		printf '\n%s\n' "$$nb" >> bench/results/latest.md
+	@vk=$$($(MAKE) --no-print-directory -s bench SECTION=locks SERVER=valkey WARDEN_MODULE=$(CURDIR)/$(MODULE) \
+		$(if $(QUICK),QUICK=1,)) && echo "$$vk" && \
+		printf '\n## The lock rows on Valkey (DELIFEQ)\n\n%s\n' "$$vk" >> bench/results/latest.md
 	@ins=$$($(PYTHON) bench/instructions.py $(CURDIR)/$(MODULE) $(CURDIR)/$(REDISBLOOM) redis-server $(CURDIR)/$(REDIS8) $(CURDIR)/$(VALKEY)) && echo "$$ins" && \
 		printf '\n%s\n' "$$ins" | tee bench/results/instructions.md >> bench/results/latest.md
 	@$(call pinned,chart,matplotlib)

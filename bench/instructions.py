@@ -11,6 +11,11 @@ by the operations done in it.
   tracking       the same hand-off with warden.latency-tracking on and off
                  (the cost of the wait and hold histograms)
   lock.acquire   LOCK.ACQUIRE on fresh keys, against SET key owner NX PX
+  locks          LOCK.ACQUIRE + LOCK.RELEASE on fresh keys, one client
+                 (per pair), against SET NX PX + the safe-release Lua
+                 script (bench/lua/safe_release.lua) and against SET NX PX +
+                 the server's own compare-and-delete (Valkey 9.0+ DELIFEQ,
+                 Redis 8.4+ DELEX IFEQ) where the server has one
   semaphore      SEM.ACQUIRE … LIMIT 5 + SEM.RELEASE, one client, uncontended
                  (per pair), against the Redisson-style Lua semaphore and the
                  sorted set of npm redis-semaphore (bench/lua/, the scripts
@@ -37,7 +42,7 @@ by the operations done in it.
 serverCron's work is left out of every figure: it is done per second, not
 per operation, so its share per operation grows with a loaded machine (a
 slower run does fewer operations a second). WARDEN_BENCH_ONLY=tax,
-=targets or =filter runs that section alone.
+=targets, =filter or =locks runs that section alone.
 
 Usage: instructions.py WARDEN.so REDISBLOOM.so [SERVER [SERVER ...]]
 Prints markdown tables. WARDEN_BENCH_ONLY=semaphore prints the semaphore
@@ -59,6 +64,18 @@ import time
 def enc(*words):
     words = [w if isinstance(w, bytes) else str(w).encode() for w in words]
     return b"*%d\r\n" % len(words) + b"".join(b"$%d\r\n%s\r\n" % (len(w), w) for w in words)
+
+
+def free_port():
+    """WARDEN_BENCH_PORT where given (servers here run one at a time), else a
+    free port."""
+    if os.environ.get("WARDEN_BENCH_PORT"):
+        return int(os.environ["WARDEN_BENCH_PORT"])
+    probe = socket.socket()
+    probe.bind(("127.0.0.1", 0))
+    port = probe.getsockname()[1]
+    probe.close()
+    return port
 
 
 class Conn:
@@ -105,10 +122,7 @@ def counted(server, modules, workload, warmup=2.0, window=5.0, extra=()):
     """Runs `workload(port, stop_event, ops_counter)` under callgrind; returns
     server instructions per operation in the counting window."""
     work = tempfile.mkdtemp(prefix="warden-cg-")
-    probe = socket.socket()
-    probe.bind(("127.0.0.1", 0))
-    port = probe.getsockname()[1]
-    probe.close()
+    port = free_port()
     args = ["valgrind", "--tool=callgrind", "--instr-atstart=no",
             f"--callgrind-out-file={work}/cg.%p", server, "--port", str(port),
             "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
@@ -337,6 +351,88 @@ def semaphore_rows(server, warden):
     ]
 
 
+NO_COMPARE_AND_DELETE = "not on this server: DELIFEQ is Valkey 9.0+, DELEX IFEQ Redis 8.4+"
+
+
+def compare_and_delete(server):
+    """The server's own compare-and-delete as the words before key and token
+    (DELIFEQ key token, DELEX key IFEQ token), or None: asked of the server
+    run without valgrind."""
+    work = tempfile.mkdtemp(prefix="warden-cad-")
+    port = free_port()
+    srv = subprocess.Popen([server, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+                            "--dir", work], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        c = Conn(port)
+        delifeq, delex = c.call("COMMAND", "INFO", "DELIFEQ", "DELEX")
+        try:
+            c.call("SHUTDOWN", "NOSAVE")
+        except (OSError, EOFError):
+            pass
+    finally:
+        srv.wait(30)
+        shutil.rmtree(work, ignore_errors=True)
+    # An unknown name's entry is a nil array (`*-1`), a known one its description.
+    if isinstance(delifeq, list):
+        return "DELIFEQ"
+    if isinstance(delex, list):
+        return "DELEX IFEQ"
+    return None
+
+
+def lock_pairs(kind, batch=50):
+    """One client taking and releasing a lock on a fresh key, `batch` pairs
+    a round trip; an operation is one pair. `kind`: "warden", "lua" (SET NX
+    PX + the safe-release script), or the compare-and-delete's name."""
+    def workload(port, stop, ops):
+        c = Conn(port)
+        with open(os.path.join(LUA, "safe_release.lua")) as f:
+            sha = c.call("SCRIPT", "LOAD", f.read())
+        i = 0
+        while not stop.is_set():
+            commands = []
+            for j in range(i, i + batch):
+                key = f"lock:{j}"
+                if kind == "warden":
+                    commands += [("LOCK.ACQUIRE", key, "owner-1", 30000), ("LOCK.RELEASE", key, "owner-1")]
+                else:
+                    acquire = ("SET", key, "owner-1", "NX", "PX", 30000)
+                    if kind == "lua":
+                        commands += [acquire, ("EVALSHA", sha, 1, key, "owner-1")]
+                    elif kind == "DELIFEQ":
+                        commands += [acquire, ("DELIFEQ", key, "owner-1")]
+                    else:
+                        commands += [acquire, ("DELEX", key, "IFEQ", "owner-1")]
+            c.s.sendall(b"".join(enc(*w) for w in commands))
+            for _ in range(batch):
+                c.reply()
+                if c.reply() != 1:
+                    raise SystemExit(f"{kind}: a release did not delete its key")
+            i += batch
+            ops[0] += batch
+    workload.__name__ = f"lock pair ({kind})"
+    return workload
+
+
+def lock_rows(server, warden):
+    """LOCK.ACQUIRE + LOCK.RELEASE against SET NX PX + the Lua release and
+    against SET NX PX + the server's compare-and-delete: printed, with the
+    row the server cannot measure saying why."""
+    cad = compare_and_delete(server)
+    ours = counted(server, [warden], lock_pairs("warden"))
+    lua = counted(server, [warden], lock_pairs("lua"))
+    name = "LOCK.ACQUIRE + LOCK.RELEASE (fresh keys, one client, pipelines of 50 pairs)"
+    print(f"## Lock acquire + release: server instructions per pair (callgrind, {server_name(server)})\n")
+    print("Counted with `valgrind --tool=callgrind` on the server over a fixed window;")
+    print("serverCron's per-second work left out.\n")
+    print_rows([(name, ours, lua, "SET NX PX + safe-release Lua (`EVALSHA`)")])
+    if cad is None:
+        print(f"| {name} | {ours:,.0f} | SET NX PX + DELIFEQ / DELEX IFEQ | {NO_COMPARE_AND_DELETE} | — |")
+    else:
+        theirs = counted(server, [warden], lock_pairs(cad))
+        print(f"| {name} | {ours:,.0f} | SET NX PX + {cad} | {theirs:,.0f} | {ours / theirs:.2f}× |")
+
+
 def print_rows(rows):
     print("| operation | warden | baseline | baseline instructions | ratio |")
     print("|---|---:|---|---:|---:|")
@@ -472,10 +568,7 @@ def ping_p99(servers, warden):
     print("|---|---:|---:|---:|")
     for server in servers:
         work = tempfile.mkdtemp(prefix="warden-ping-")
-        probe = socket.socket()
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-        probe.close()
+        port = free_port()
         srv = subprocess.Popen([server, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
                                 "--dir", work, "--requirepass", PASSWORD, "--loadmodule", warden],
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -540,6 +633,9 @@ def main():
         ratio = rows[0][1] / rows[0][2]
         print(f"\nTarget: at most 1/3 of the Redisson-style semaphore's instructions: "
               f"{ratio:.2f}× — {'met' if ratio <= 1 / 3 else 'MISSED'}.")
+        return
+    if os.environ.get("WARDEN_BENCH_ONLY") == "locks":
+        lock_rows(server, warden)
         return
     if os.environ.get("WARDEN_BENCH_ONLY") == "targets":
         targets(servers, warden)

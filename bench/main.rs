@@ -5,6 +5,9 @@
 //! RedisBloom), drives them with redis-benchmark and with a small pipelined
 //! client on one event loop, and writes `bench/results/latest.md` and
 //! `latest.json` (the chart is drawn from it by `bench/chart.py`).
+//! `WARDEN_SERVER` names the server binary (default: redis-server);
+//! `--locks` runs the lock rows alone, into `--out <name>`; servers listen on
+//! `WARDEN_BENCH_PORT` and the ports after it where given, else on free ones.
 
 mod big_filters;
 mod race;
@@ -17,6 +20,7 @@ use std::fmt::Write as _;
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU16, Ordering};
 use std::time::{Duration, Instant};
 
 use redis::aio::MultiplexedConnection;
@@ -77,6 +81,74 @@ impl Settings {
     }
 }
 
+/// A port for the next server: `WARDEN_BENCH_PORT` and the ones after it, in
+/// the order servers start, else a free one.
+fn next_port() -> u16 {
+    static STARTED: AtomicU16 = AtomicU16::new(0);
+    match std::env::var("WARDEN_BENCH_PORT") {
+        Ok(base) => {
+            base.parse::<u16>().expect("WARDEN_BENCH_PORT")
+                + STARTED.fetch_add(1, Ordering::Relaxed)
+        }
+        Err(_) => TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port(),
+    }
+}
+
+/// The server binary: `WARDEN_SERVER` (Redis 8, Valkey), else Debian's redis-server.
+fn server_bin() -> String {
+    std::env::var("WARDEN_SERVER").unwrap_or_else(|_| "redis-server".into())
+}
+
+/// The server's own compare-and-delete, where it has one: what a
+/// `SET key token NX PX` lock is released with instead of a Lua script.
+#[derive(Clone, Copy)]
+enum CompareAndDelete {
+    /// Valkey 9.0+: `DELIFEQ key value`.
+    DelIfEq,
+    /// Redis 8.4+: `DELEX key IFEQ value`.
+    DelexIfEq,
+}
+
+/// What a row measuring a compare-and-delete says on a server without one.
+const NO_COMPARE_AND_DELETE: &str =
+    "not on this server: DELIFEQ is Valkey 9.0+, DELEX IFEQ Redis 8.4+";
+
+impl CompareAndDelete {
+    /// Asks the server which of the two it has (`COMMAND INFO` answers nil for an unknown name).
+    fn probe(server: &Server) -> Option<Self> {
+        let info: Vec<Value> = cmd(&["COMMAND", "INFO", "DELIFEQ", "DELEX"])
+            .query(&mut server.sync())
+            .unwrap();
+        let known = |i: usize| info.get(i).is_some_and(|v| *v != Value::Nil);
+        if known(0) {
+            Some(Self::DelIfEq)
+        } else if known(1) {
+            Some(Self::DelexIfEq)
+        } else {
+            None
+        }
+    }
+
+    fn name(this: Option<Self>) -> &'static str {
+        match this {
+            Some(Self::DelIfEq) => "DELIFEQ",
+            Some(Self::DelexIfEq) => "DELEX IFEQ",
+            None => "DELIFEQ / DELEX IFEQ",
+        }
+    }
+
+    fn release(self, key: &str, token: &str) -> redis::Cmd {
+        match self {
+            Self::DelIfEq => cmd(&["DELIFEQ", key, token]),
+            Self::DelexIfEq => cmd(&["DELEX", key, "IFEQ", token]),
+        }
+    }
+}
+
 /// A redis-server of the benchmark, on its own port and scratch directory.
 struct Server {
     port: u16,
@@ -91,13 +163,9 @@ impl Server {
 
     /// A server with `module` loaded with `module_args`.
     fn start_with(module: &Path, module_args: &[&str]) -> Self {
-        let port = TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
+        let port = next_port();
         let dir = tempfile::tempdir().unwrap();
-        let child = Command::new("redis-server")
+        let child = Command::new(server_bin())
             .args([
                 "--port",
                 &port.to_string(),
@@ -118,7 +186,7 @@ impl Server {
             .args(module_args)
             .stdout(Stdio::null())
             .spawn()
-            .expect("redis-server");
+            .expect("server binary (WARDEN_SERVER)");
         let server = Self {
             port,
             child,
@@ -493,6 +561,8 @@ struct Row {
     target: Option<(&'static str, f64)>,
     /// The target applies to warden's own figure, not to the ratio.
     absolute: bool,
+    /// Why this server cannot measure the row (printed instead of figures).
+    absent: Option<&'static str>,
 }
 
 impl Row {
@@ -510,11 +580,17 @@ impl Row {
             other: Vec::new(),
             target,
             absolute: false,
+            absent: None,
         }
     }
 
     fn absolute(mut self) -> Self {
         self.absolute = true;
+        self
+    }
+
+    fn absent(mut self, why: &'static str) -> Self {
+        self.absent = Some(why);
         self
     }
 
@@ -612,6 +688,19 @@ fn main() {
         report(&rows, &notes, quick, &dir, "cache");
         return;
     }
+    // `--locks`: the ceiling and lock rows alone, on WARDEN_SERVER, into
+    // `--out <name>` (default `locks`).
+    if std::env::args().any(|a| a == "--locks") {
+        let rows = local.block_on(&runtime, locks_section(&settings, &warden_so));
+        let args: Vec<String> = std::env::args().collect();
+        let out = args
+            .iter()
+            .position(|a| a == "--out")
+            .and_then(|i| args.get(i + 1))
+            .map_or("locks", String::as_str);
+        report(&rows, "", quick, &dir, out);
+        return;
+    }
     let sem = || local.block_on(&runtime, semaphore_section(&settings, &warden_so));
     // `--semaphore`: the semaphore comparison alone.
     if std::env::args().any(|a| a == "--semaphore") {
@@ -642,27 +731,51 @@ async fn cache_sections(s: &Settings, warden_so: &Path) -> (Vec<Row>, String) {
     (rows, notes)
 }
 
+/// The ceiling and lock rows, on a server of their own.
+async fn locks_section(s: &Settings, warden_so: &Path) -> Vec<Row> {
+    let warden = Server::start(warden_so);
+    let lock_scripts = LockScripts::load(&warden);
+    let cad = CompareAndDelete::probe(&warden);
+    let mut rows = lock_rows(cad);
+    for rep in 0..s.reps {
+        eprintln!("repetition {}/{}", rep + 1, s.reps);
+        lock_repetition(s, &warden, &lock_scripts, cad, &mut rows).await;
+    }
+    rows
+}
+
 /// The semaphore comparison, on a server of its own.
 async fn semaphore_section(s: &Settings, warden_so: &Path) -> (Vec<Row>, String) {
     let warden = Server::start(warden_so);
     semaphore::rows(&warden, s.reps, s.semaphore, s.crash_rounds).await
 }
 
-async fn run(s: &Settings, warden_so: &Path, bloom_so: &Path) -> Vec<Row> {
-    let warden = Server::start(warden_so);
-    let bloom = Server::start(bloom_so);
-    let safe_release = warden.load(scripts::SAFE_RELEASE);
-    let reentrant_acquire = warden.load(scripts::REENTRANT_ACQUIRE);
-    let reentrant_release = warden.load(scripts::REENTRANT_RELEASE);
-    let rw = [
-        scripts::RW_READ,
-        scripts::RW_READ_UNLOCK,
-        scripts::RW_WRITE,
-        scripts::RW_WRITE_UNLOCK,
-    ]
-    .map(|s| warden.load(s));
+/// The Lua scripts the lock rows compare against, loaded once.
+struct LockScripts {
+    safe_release: String,
+    reentrant_acquire: String,
+    reentrant_release: String,
+}
 
-    let mut rows: Vec<Row> = vec![
+impl LockScripts {
+    fn load(server: &Server) -> Self {
+        Self {
+            safe_release: server.load(scripts::SAFE_RELEASE),
+            reentrant_acquire: server.load(scripts::REENTRANT_ACQUIRE),
+            reentrant_release: server.load(scripts::REENTRANT_RELEASE),
+        }
+    }
+}
+
+/// The ceiling and the uncontended lock rows, in the order `lock_repetition`
+/// fills them; `cad` is the server's own compare-and-delete, if it has one.
+fn lock_rows(cad: Option<CompareAndDelete>) -> Vec<Row> {
+    let by = CompareAndDelete::name(cad);
+    let absent = |row: Row| match cad {
+        Some(_) => row,
+        None => row.absent(NO_COMPARE_AND_DELETE),
+    };
+    vec![
         Row::new("ceiling", "PING (P16) vs PING (P1)", "ops/s", None),
         Row::new(
             "locks",
@@ -700,6 +813,220 @@ async fn run(s: &Settings, warden_so: &Path, bloom_so: &Path) -> Vec<Row> {
             "pairs/s",
             Some((">=", 1.2)),
         ),
+        absent(Row::new(
+            "locks",
+            format!("acquire+release pairs vs SET NX PX + {by} (P16)"),
+            "pairs/s",
+            None,
+        )),
+        Row::new(
+            "locks",
+            "server CPU per pair: acquire+release vs SET NX PX + Lua release (P16)",
+            "us",
+            None,
+        ),
+        absent(Row::new(
+            "locks",
+            format!("server CPU per pair: acquire+release vs SET NX PX + {by} (P16)"),
+            "us",
+            None,
+        )),
+    ]
+}
+
+/// One repetition of `lock_rows`: fresh keys for every row, each on an empty keyspace.
+async fn lock_repetition(
+    s: &Settings,
+    warden: &Server,
+    scripts: &LockScripts,
+    cad: Option<CompareAndDelete>,
+    rows: &mut [Row],
+) {
+    let mut r = 0;
+    // A row the server cannot measure keeps no figures.
+    let mut push = |rows: &mut [Row], w: f64, o: f64| {
+        if rows[r].absent.is_none() {
+            rows[r].warden.push(w);
+            rows[r].other.push(o);
+        }
+        r += 1;
+    };
+    // Ceiling
+    let p16 = redis_benchmark(warden, 16, s.n_p16, &["PING"]);
+    let p1 = redis_benchmark(warden, 1, s.n_p1, &["PING"]);
+    push(rows, p16, p1);
+    // Uncontended locks on fresh keys, each row on an empty keyspace.
+    let fresh = |p: usize, n: usize, words: &[&str]| {
+        warden.flush();
+        redis_benchmark(warden, p, n, words)
+    };
+    let a16 = fresh(
+        16,
+        s.n_p16,
+        &["LOCK.ACQUIRE", "lock:__rand_int__", "owner-1", "30000"],
+    );
+    let s16 = fresh(
+        16,
+        s.n_p16,
+        &["SET", "set:__rand_int__", "owner-1", "NX", "PX", "30000"],
+    );
+    push(rows, a16, s16);
+    let a1 = fresh(
+        1,
+        s.n_p1,
+        &["LOCK.ACQUIRE", "lock1:__rand_int__", "owner-1", "30000"],
+    );
+    let s1 = fresh(
+        1,
+        s.n_p1,
+        &["SET", "set1:__rand_int__", "owner-1", "NX", "PX", "30000"],
+    );
+    push(rows, a1, s1);
+    let lua = fresh(
+        16,
+        s.n_p16,
+        &[
+            "EVALSHA",
+            &scripts.reentrant_acquire,
+            "1",
+            "hash:__rand_int__",
+            "30000",
+            "owner-1",
+        ],
+    );
+    push(rows, a16, lua);
+    warden.flush();
+    // Releases of held keys: acquire (untimed), then time the releases.
+    let ops = s.driver_ops;
+    let key = |c: usize, i: usize, prefix: &str| format!("{prefix}:{c}:{i}");
+    let fill = |prefix: &'static str, words: fn(&str) -> redis::Cmd| async move {
+        driven(warden, 16, ops, |c, seq| {
+            let mut p = redis::pipe();
+            for i in 0..16 {
+                p.add_command(words(&key(c, seq * 16 + i, prefix)));
+            }
+            p
+        })
+        .await
+    };
+    fill("l", |k| cmd(&["LOCK.ACQUIRE", k, "owner-1", "60000"])).await;
+    let release = driven(warden, 16, ops, |c, seq| {
+        let mut p = redis::pipe();
+        for i in 0..16 {
+            p.add_command(cmd(&[
+                "LOCK.RELEASE",
+                &key(c, seq * 16 + i, "l"),
+                "owner-1",
+            ]));
+        }
+        p
+    })
+    .await;
+    fill("s", |k| cmd(&["SET", k, "owner-1", "NX", "PX", "60000"])).await;
+    let safe = driven(warden, 16, ops, |c, seq| {
+        let mut p = redis::pipe();
+        for i in 0..16 {
+            p.add_command(cmd(&[
+                "EVALSHA",
+                &scripts.safe_release,
+                "1",
+                &key(c, seq * 16 + i, "s"),
+                "owner-1",
+            ]));
+        }
+        p
+    })
+    .await;
+    push(rows, release, safe);
+    fill("h", |k| cmd(&["HINCRBY", k, "owner-1", "1"])).await;
+    let redisson = driven(warden, 16, ops, |c, seq| {
+        let mut p = redis::pipe();
+        for i in 0..16 {
+            p.add_command(cmd(&[
+                "EVALSHA",
+                &scripts.reentrant_release,
+                "1",
+                &key(c, seq * 16 + i, "h"),
+                "30000",
+                "owner-1",
+            ]));
+        }
+        p
+    })
+    .await;
+    push(rows, release, redisson);
+    warden.flush();
+    let (pairs, pairs_cpu) = pair_run(warden, ops, "p", |k| {
+        [
+            cmd(&["LOCK.ACQUIRE", k, "owner-1", "30000"]),
+            cmd(&["LOCK.RELEASE", k, "owner-1"]),
+        ]
+    })
+    .await;
+    let (classic, classic_cpu) = pair_run(warden, ops, "c", |k| {
+        [
+            cmd(&["SET", k, "owner-1", "NX", "PX", "30000"]),
+            cmd(&["EVALSHA", &scripts.safe_release, "1", k, "owner-1"]),
+        ]
+    })
+    .await;
+    let (native, native_cpu) = match cad {
+        Some(cad) => {
+            pair_run(warden, ops, "d", |k| {
+                [
+                    cmd(&["SET", k, "owner-1", "NX", "PX", "30000"]),
+                    cad.release(k, "owner-1"),
+                ]
+            })
+            .await
+        }
+        None => (f64::NAN, f64::NAN),
+    };
+    push(rows, pairs, classic);
+    push(rows, pairs, native);
+    push(rows, pairs_cpu, classic_cpu);
+    push(rows, pairs_cpu, native_cpu);
+}
+
+/// Acquire+release pairs from `driven` pipelines of 8 pairs on fresh keys
+/// named after `prefix`: pairs/s and the server's CPU per pair (µs).
+async fn pair_run<F>(server: &Server, ops: usize, prefix: &str, pair: F) -> (f64, f64)
+where
+    F: Fn(&str) -> [redis::Cmd; 2],
+{
+    let (_, cpu0) = server_counters(server);
+    let per_s = driven(server, 16, ops, |c, seq| {
+        let mut p = redis::pipe();
+        for i in 0..8 {
+            for command in pair(&format!("{prefix}:{c}:{}", seq * 8 + i)) {
+                p.add_command(command);
+            }
+        }
+        p
+    })
+    .await;
+    let (_, cpu1) = server_counters(server);
+    let done = (ops / CLIENTS / 16 * CLIENTS * 8) as f64;
+    (per_s / 2.0, (cpu1 - cpu0) * 1e6 / done)
+}
+
+async fn run(s: &Settings, warden_so: &Path, bloom_so: &Path) -> Vec<Row> {
+    let warden = Server::start(warden_so);
+    let bloom = Server::start(bloom_so);
+    let lock_scripts = LockScripts::load(&warden);
+    let cad = CompareAndDelete::probe(&warden);
+    let safe_release = &lock_scripts.safe_release;
+    let rw = [
+        scripts::RW_READ,
+        scripts::RW_READ_UNLOCK,
+        scripts::RW_WRITE,
+        scripts::RW_WRITE_UNLOCK,
+    ]
+    .map(|s| warden.load(s));
+
+    let mut rows = lock_rows(cad);
+    let lock_count = rows.len();
+    rows.extend([
         Row::new(
             "contention",
             "hand-offs/s: WAIT vs 10 ms polling",
@@ -841,7 +1168,7 @@ async fn run(s: &Settings, warden_so: &Path, bloom_so: &Path) -> Vec<Row> {
             "ops/s",
             Some((">=", 1.3)),
         ),
-    ];
+    ]);
     let mut quality_rows: Vec<Row> = Vec::new();
     let mut contention_table: Vec<(Contender, Contention)> = Vec::new();
     let n = s.bloom_items;
@@ -852,143 +1179,14 @@ async fn run(s: &Settings, warden_so: &Path, bloom_so: &Path) -> Vec<Row> {
     };
     for rep in 0..s.reps {
         eprintln!("repetition {}/{}", rep + 1, s.reps);
-        let mut r = 0;
+        lock_repetition(s, &warden, &lock_scripts, cad, &mut rows[..lock_count]).await;
+        let mut r = lock_count;
         let mut push = |rows: &mut Vec<Row>, w: f64, o: f64| {
             rows[r].warden.push(w);
             rows[r].other.push(o);
             r += 1;
         };
-        // Ceiling
-        let p16 = redis_benchmark(&warden, 16, s.n_p16, &["PING"]);
-        let p1 = redis_benchmark(&warden, 1, s.n_p1, &["PING"]);
-        push(&mut rows, p16, p1);
-        // Uncontended locks on fresh keys, each row on an empty keyspace.
-        let fresh = |p: usize, n: usize, words: &[&str]| {
-            warden.flush();
-            redis_benchmark(&warden, p, n, words)
-        };
-        let a16 = fresh(
-            16,
-            s.n_p16,
-            &["LOCK.ACQUIRE", "lock:__rand_int__", "owner-1", "30000"],
-        );
-        let s16 = fresh(
-            16,
-            s.n_p16,
-            &["SET", "set:__rand_int__", "owner-1", "NX", "PX", "30000"],
-        );
-        push(&mut rows, a16, s16);
-        let a1 = fresh(
-            1,
-            s.n_p1,
-            &["LOCK.ACQUIRE", "lock1:__rand_int__", "owner-1", "30000"],
-        );
-        let s1 = fresh(
-            1,
-            s.n_p1,
-            &["SET", "set1:__rand_int__", "owner-1", "NX", "PX", "30000"],
-        );
-        push(&mut rows, a1, s1);
-        let lua = fresh(
-            16,
-            s.n_p16,
-            &[
-                "EVALSHA",
-                &reentrant_acquire,
-                "1",
-                "hash:__rand_int__",
-                "30000",
-                "owner-1",
-            ],
-        );
-        push(&mut rows, a16, lua);
-        warden.flush();
-        // Releases of held keys: acquire (untimed), then time the releases.
         let ops = s.driver_ops;
-        let key = |c: usize, i: usize, prefix: &str| format!("{prefix}:{c}:{i}");
-        let fill = |prefix: &'static str, words: fn(&str) -> redis::Cmd| {
-            let warden = &warden;
-            async move {
-                driven(warden, 16, ops, |c, seq| {
-                    let mut p = redis::pipe();
-                    for i in 0..16 {
-                        p.add_command(words(&key(c, seq * 16 + i, prefix)));
-                    }
-                    p
-                })
-                .await
-            }
-        };
-        fill("l", |k| cmd(&["LOCK.ACQUIRE", k, "owner-1", "60000"])).await;
-        let release = driven(&warden, 16, ops, |c, seq| {
-            let mut p = redis::pipe();
-            for i in 0..16 {
-                p.add_command(cmd(&[
-                    "LOCK.RELEASE",
-                    &key(c, seq * 16 + i, "l"),
-                    "owner-1",
-                ]));
-            }
-            p
-        })
-        .await;
-        fill("s", |k| cmd(&["SET", k, "owner-1", "NX", "PX", "60000"])).await;
-        let safe = driven(&warden, 16, ops, |c, seq| {
-            let mut p = redis::pipe();
-            for i in 0..16 {
-                p.add_command(cmd(&[
-                    "EVALSHA",
-                    &safe_release,
-                    "1",
-                    &key(c, seq * 16 + i, "s"),
-                    "owner-1",
-                ]));
-            }
-            p
-        })
-        .await;
-        push(&mut rows, release, safe);
-        fill("h", |k| cmd(&["HINCRBY", k, "owner-1", "1"])).await;
-        let redisson = driven(&warden, 16, ops, |c, seq| {
-            let mut p = redis::pipe();
-            for i in 0..16 {
-                p.add_command(cmd(&[
-                    "EVALSHA",
-                    &reentrant_release,
-                    "1",
-                    &key(c, seq * 16 + i, "h"),
-                    "30000",
-                    "owner-1",
-                ]));
-            }
-            p
-        })
-        .await;
-        push(&mut rows, release, redisson);
-        warden.flush();
-        let pairs = driven(&warden, 16, ops, |c, seq| {
-            let mut p = redis::pipe();
-            for i in 0..8 {
-                let k = key(c, seq * 8 + i, "p");
-                p.add_command(cmd(&["LOCK.ACQUIRE", &k, "owner-1", "30000"]));
-                p.add_command(cmd(&["LOCK.RELEASE", &k, "owner-1"]));
-            }
-            p
-        })
-        .await
-            / 2.0;
-        let classic = driven(&warden, 16, ops, |c, seq| {
-            let mut p = redis::pipe();
-            for i in 0..8 {
-                let k = key(c, seq * 8 + i, "c");
-                p.add_command(cmd(&["SET", &k, "owner-1", "NX", "PX", "30000"]));
-                p.add_command(cmd(&["EVALSHA", &safe_release, "1", &k, "owner-1"]));
-            }
-            p
-        })
-        .await
-            / 2.0;
-        push(&mut rows, pairs, classic);
         // Contention
         let mut results = HashMap::new();
         for kind in [
@@ -997,7 +1195,7 @@ async fn run(s: &Settings, warden_so: &Path, bloom_so: &Path) -> Vec<Row> {
             Contender::Spin,
             Contender::BlpopToken,
         ] {
-            let c = contention(&warden, kind, s.contention, Duration::ZERO, &safe_release).await;
+            let c = contention(&warden, kind, s.contention, Duration::ZERO, safe_release).await;
             if rep == s.reps - 1 {
                 contention_table.push((kind, c.clone()));
             }
@@ -1030,7 +1228,7 @@ async fn run(s: &Settings, warden_so: &Path, bloom_so: &Path) -> Vec<Row> {
         for kind in [Contender::Warden, Contender::Polling, Contender::BlpopToken] {
             thinking.insert(
                 format!("{kind:?}"),
-                contention(&warden, kind, s.contention, think, &safe_release).await,
+                contention(&warden, kind, s.contention, think, safe_release).await,
             );
         }
         let (w, poll, token) = (
@@ -1193,7 +1391,7 @@ fn report(rows: &[Row], notes: &str, quick: bool, dir: &Path, stem: &str) {
             .unwrap_or_default()
     );
     let redis_version = String::from_utf8_lossy(
-        &Command::new("redis-server")
+        &Command::new(server_bin())
             .arg("--version")
             .output()
             .map(|o| o.stdout)
@@ -1220,6 +1418,22 @@ fn report(rows: &[Row], notes: &str, quick: bool, dir: &Path, stem: &str) {
             details = row.name.clone();
             continue;
         }
+        if json.len() > 1 {
+            json.push(',');
+        }
+        if let Some(why) = row.absent {
+            let _ = writeln!(
+                md,
+                "| {} | {} | — | — | {} | {why} |  |  |",
+                row.group, row.name, row.unit
+            );
+            let _ = write!(
+                json,
+                "{{\"group\":\"{}\",\"name\":\"{}\",\"ratio\":0,\"target\":null,\"verdict\":\"\",\"absent\":\"{why}\"}}",
+                row.group, row.name
+            );
+            continue;
+        }
         let ratios = row.ratios();
         let (lo, hi) = spread(&ratios);
         let target = row
@@ -1239,9 +1453,6 @@ fn report(rows: &[Row], notes: &str, quick: bool, dir: &Path, stem: &str) {
             target,
             row.verdict()
         );
-        if json.len() > 1 {
-            json.push(',');
-        }
         let _ =
             write!(
             json,

@@ -2,12 +2,7 @@
 //! patterns of the classic lock and of Redisson's locks.
 
 /// Classic safe release: delete the key only if it still holds our token.
-pub const SAFE_RELEASE: &str = r#"
-if redis.call('get', KEYS[1]) == ARGV[1] then
-  return redis.call('del', KEYS[1])
-end
-return 0
-"#;
+pub const SAFE_RELEASE: &str = include_str!("lua/safe_release.lua");
 
 /// Redisson-style re-entrant acquire: a hash owner -> holds, plus PEXPIRE.
 /// ARGV: ttl, owner. Returns nil when acquired, else the remaining ttl.
