@@ -53,7 +53,10 @@ export interface AcquireOptions {
   /** How long to wait for a busy lock, in ms: `0` does not wait, `Infinity`
    * (the default) waits until granted or aborted. */
   wait?: number;
-  /** Aborting gives up the wait (and gives back a grant already on its way). */
+  /** Aborting gives up the wait (and gives back a grant already on its way).
+   * Without `wait`, once waits on the key have aborted, the server is given
+   * how long their signals lasted (the median) as the wait; a signal that
+   * outlives the longest of them queues again, at the back. */
   signal?: AbortSignal;
   /** Load shedding: when this many requests already wait for the key, do
    * not queue — answer as a timeout at once (the server's `QUEUE n`). */
