@@ -107,6 +107,11 @@ public final class Warden implements AutoCloseable {
               return t;
             });
     scheduler.setRemoveOnCancelPolicy(true);
+    // A tick every second keeps the timer's next wake-up near, so that a lease or deadline timer
+    // due later is queued behind it without waking the timer thread. Without it each hold of a
+    // busy lock, scheduling its lease end as it starts, woke the timer: two context switches a
+    // hand-off.
+    scheduler.scheduleAtFixedRate(() -> {}, 1, 1, TimeUnit.SECONDS);
     SecureRandom random = new SecureRandom();
     this.ownerPrefix = hex(random.nextLong());
     this.ownerSeq = new AtomicLong(random.nextLong());

@@ -44,11 +44,18 @@ public final class Bench {
   static final int SEM_LIMIT = 4;
   static final int RW_WRITE_EVERY = 4;
   static final int WARMUP_ITERATIONS = 20;
+
+  /** Contended warm-up: until the JIT compiles for less than this share of a second... */
+  static final double WARMUP_COMPILE_SHARE = 0.02;
+
+  /** ...or for this long at most. */
+  static final double WARMUP_MAX_S = 30;
+
   static final int UNCONTENDED_ITERATIONS = 200;
   static final int VIRTUAL_THREADS = 10_000;
 
   /** A worker's start and warm-up, or its last waiters after the window, on a busy box. */
-  static final double STARTUP_S = 60;
+  static final double STARTUP_S = 60 + WARMUP_MAX_S;
 
   static final List<String> LOCKS =
       List.of(
@@ -175,6 +182,8 @@ public final class Bench {
       md.append(" (spring-data-redis 4.1.2, Lettuce), HdrHistogram 2.2.2.  \n");
       md.append("Machine at the start: ").append(before).append("  \n\n");
 
+      double rttMs = roundTripMs(server);
+      json.put("round_trip_ms", rttMs);
       List<Map<String, Object>> lockRows = contended(server, LOCKS);
       List<Map<String, Object>> semRows = contended(server, SEMAPHORES);
       List<Map<String, Object>> rwRows = contended(server, READ_WRITE);
@@ -222,6 +231,7 @@ public final class Bench {
       table(md, lockRows);
       others(md, lockRows);
       ratios(md, lockRows, "redisson-lock", true);
+      transports(md, lockRows, rttMs);
       md.append(
           """
 
@@ -930,6 +940,59 @@ public final class Bench {
           }
         }
         md.append(".\n");
+      }
+    }
+  }
+
+  /** The median of 1,000 PINGs on one connection: a hand-off's least overhead (ms). */
+  private static double roundTripMs(Server server) {
+    long[] rtt = new long[1000];
+    for (int i = 0; i < rtt.length; i++) {
+      long t0 = System.nanoTime();
+      server.admin.ping();
+      rtt[i] = System.nanoTime() - t0;
+    }
+    Arrays.sort(rtt);
+    return rtt[rtt.length / 2] / 1e6;
+  }
+
+  /**
+   * warden's two transports side by side on the contended lock, against what the hold allows: a
+   * FIFO queue of T threads hands off once per hold plus the release's and the grant's trip (one
+   * round trip), so at most 1 / (hold + round trip) hand-offs/s, and each waits for the T - 1 ahead
+   * of it: (T - 1) / hand-offs/s, the same for every wait (p99 near p50).
+   */
+  private static void transports(StringBuilder md, List<Map<String, Object>> rows, double rttMs) {
+    md.append("\n**warden's transports side by side** (lock, ").append(THREADS);
+    md.append(" threads on one key; cap: 1 / (measured hold + one round trip, ");
+    md.append(fmt(rttMs)).append(" ms by PING); FIFO wait: (").append(THREADS);
+    md.append(" - 1) / hand-offs/s):\n\n");
+    md.append("| JVMs × threads | transport | hand-offs/s | ÷ cap (≥ 0.95) | p50 wait ms |");
+    md.append(" p99 wait ms | p99 ÷ p50 (≤ 2) | FIFO wait ms | Lettuce ÷ Jedis (≥ 1) |\n");
+    md.append("|---|---|---|---|---|---|---|---|---|\n");
+    for (int jvms : new int[] {1, 4}) {
+      Map<String, Object> lettuce = find(rows, "warden-lettuce-lock", jvms);
+      Map<String, Object> jedis = find(rows, "warden-jedis-lock", jvms);
+      for (Map<String, Object> r : Arrays.asList(lettuce, jedis)) {
+        if (r == null) {
+          continue;
+        }
+        double rate = (Double) r.get("handoffs_per_s");
+        double cap = 1000 / ((Double) r.get("held_ms") + rttMs);
+        double p50 = (Double) r.get("p50_ms");
+        double p99 = (Double) r.get("p99_ms");
+        md.append("| ").append(jvms).append(" × ").append(THREADS / jvms).append(" | ");
+        md.append(label((String) r.get("contender"))).append(" | ");
+        md.append(String.format("%,.0f", rate)).append(" | ");
+        md.append(fmt(rate / cap)).append(" ").append(mark(rate / cap >= 0.95)).append(" | ");
+        md.append(fmt(p50)).append(" | ").append(fmt(p99)).append(" | ");
+        md.append(fmt(p99 / p50)).append(" ").append(mark(p99 / p50 <= 2)).append(" | ");
+        md.append(fmt((THREADS - 1) * 1000 / rate)).append(" | ");
+        if (r == lettuce && jedis != null) {
+          double x = rate / (Double) jedis.get("handoffs_per_s");
+          md.append(fmt(x)).append(" ").append(mark(x >= 1));
+        }
+        md.append(" |\n");
       }
     }
   }

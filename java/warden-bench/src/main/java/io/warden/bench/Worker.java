@@ -2,12 +2,15 @@ package io.warden.bench;
 
 import java.io.BufferedReader;
 import java.io.InputStreamReader;
+import java.lang.management.CompilationMXBean;
+import java.lang.management.ManagementFactory;
 import java.nio.ByteBuffer;
 import java.nio.charset.StandardCharsets;
 import java.util.ArrayList;
 import java.util.Base64;
 import java.util.List;
 import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.atomic.AtomicInteger;
 import java.util.concurrent.atomic.AtomicLong;
 import java.util.concurrent.atomic.AtomicReference;
@@ -38,24 +41,40 @@ final class Worker {
       for (int t = 0; t < threads; t++) {
         lockers.add(contender.locker(key, t));
       }
-      // Warm-up: connections opened, scripts loaded, subscriptions made, code compiled.
+      // Warm-up: connections opened, scripts loaded, subscriptions made, code compiled. The loop
+      // (without the hold) runs until the JIT is done with it: a client whose code takes longer
+      // to compile is measured warm, as the others, not while its compiler threads take the cores.
+      AtomicBoolean warming = new AtomicBoolean(true);
       Thread[] warm = new Thread[threads];
+      CountDownLatch started = new CountDownLatch(threads);
       for (int t = 0; t < threads; t++) {
         Contender.Locker locker = lockers.get(t);
         warm[t] =
             new Thread(
                 () -> {
+                  boolean counted = false;
                   try {
-                    for (int i = 0; i < Bench.WARMUP_ITERATIONS; i++) {
+                    for (int i = 0; i < Bench.WARMUP_ITERATIONS || warming.get(); i++) {
                       locker.acquire();
                       locker.release();
+                      if (i == Bench.WARMUP_ITERATIONS - 1) {
+                        counted = true;
+                        started.countDown();
+                      }
                     }
                   } catch (Exception e) {
                     throw new IllegalStateException(e);
+                  } finally {
+                    if (!counted) {
+                      started.countDown();
+                    }
                   }
                 });
         warm[t].start();
       }
+      started.await();
+      awaitCompiled();
+      warming.set(false);
       for (Thread t : warm) {
         t.join();
       }
@@ -69,6 +88,28 @@ final class Worker {
         System.out.println(slice(lockers, workload, Double.parseDouble(cmd.substring(3))));
         System.out.flush();
       }
+    }
+  }
+
+  /**
+   * Returns once the JIT compiled for less than {@link Bench#WARMUP_COMPILE_SHARE} of a second over
+   * the last second, or after {@link Bench#WARMUP_MAX_S}.
+   */
+  static void awaitCompiled() throws InterruptedException {
+    CompilationMXBean jit = ManagementFactory.getCompilationMXBean();
+    if (jit == null || !jit.isCompilationTimeMonitoringSupported()) {
+      Thread.sleep((long) (Bench.WARMUP_MAX_S * 1000));
+      return;
+    }
+    long end = System.nanoTime() + (long) (Bench.WARMUP_MAX_S * 1e9);
+    long before = jit.getTotalCompilationTime();
+    while (System.nanoTime() < end) {
+      Thread.sleep(1000);
+      long now = jit.getTotalCompilationTime();
+      if (now - before < Bench.WARMUP_COMPILE_SHARE * 1000) {
+        return;
+      }
+      before = now;
     }
   }
 

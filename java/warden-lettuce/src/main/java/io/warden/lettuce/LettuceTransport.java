@@ -20,6 +20,7 @@ import io.netty.channel.Channel;
 import io.netty.channel.ChannelHandlerContext;
 import io.netty.channel.ChannelInboundHandlerAdapter;
 import io.netty.channel.nio.AbstractNioChannel;
+import io.netty.util.Timeout;
 import io.warden.TrackingConnection;
 import io.warden.Transport;
 import io.warden.WaitConnection;
@@ -844,12 +845,14 @@ public final class LettuceTransport implements Transport {
           replyTimeoutMillis <= 0 ? NO_TIMEOUT : Duration.ofMillis(replyTimeoutMillis + 1000));
       CompletionStage<Object> reply = dispatch(conn, args);
       if (replyTimeoutMillis > 0) {
-        // No reply long after the server's WAIT: the connection is lost; close it.
-        Future<?> t =
+        // No reply long after the server's WAIT: the connection is lost; close it. On Lettuce's
+        // wheel timer, as its own command timeouts: setting and cancelling it wakes no thread (a
+        // task scheduled on an event executor woke one per wait, and again to cancel it).
+        Timeout t =
             own.getResources()
-                .eventExecutorGroup()
-                .schedule(this::close, replyTimeoutMillis, TimeUnit.MILLISECONDS);
-        reply.whenComplete((r, e) -> t.cancel(false));
+                .timer()
+                .newTimeout(x -> close(), replyTimeoutMillis, TimeUnit.MILLISECONDS);
+        reply.whenComplete((r, e) -> t.cancel());
       }
       return reply;
     }
