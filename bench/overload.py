@@ -26,9 +26,6 @@ they print are described at the top of each. Scenarios:
   The capacity bound is limit * (arrivals + deadline) / hold: no grant can
   start after the last caller's deadline. Late = granted after the caller's
   deadline (counted as granted, not as goodput: the caller has given up).
-  Node's AbortSignal row is what users write:
-  `semaphore(key, 3).acquire({ signal: AbortSignal.timeout(50) })` and
-  nothing else (no ttl, a fresh signal per call, one Warden per process).
 - burst: 32 acquires at once on a fresh client object, permits free.
 - throughput: 50 callers on a limit of 5, one INCR inside (Node).
 """

@@ -6,11 +6,7 @@
 // Parameters (`--name value`; times in ms):
 //   --port P            the server, 127.0.0.1:P
 //   --client C          warden-wait (acquire({ wait: deadline })),
-//                       warden-signal (acquire({ signal: AbortSignal.timeout(deadline) })
-//                       and nothing else, as users write it: no ttl (the
-//                       watchdog's lease), a fresh signal per call, one
-//                       Warden for the process, which learns how long its
-//                       signals last from the first aborts like any other),
+//                       warden-signal (acquire({ signal: AbortSignal.timeout(deadline) })),
 //                       warden-shed (acquire({ wait: deadline, maxQueue: 2 * limit }):
 //                       load shedding, QUEUE n),
 //                       redis-semaphore (Semaphore, or Mutex for --kind lock;
@@ -102,7 +98,7 @@ async function acquire(warden, client, deadline) {
       await s.acquire();
       return () => s.release();
     }
-    const opts = p.client === "warden-signal" ? {} : { ttl: TTL };
+    const opts = { ttl: TTL };
     if (deadline !== Number.POSITIVE_INFINITY) {
       if (p.client === "warden-signal") opts.signal = AbortSignal.timeout(deadline);
       else opts.wait = deadline;

@@ -33,13 +33,9 @@ export const TIMED_OUT: unique symbol = Symbol("timed out");
 
 /** The longest delay a Node timer keeps (a longer one fires at once). */
 const MAX_TIMER = 2 ** 31 - 1;
-/** How long an abort that could not `CLIENT KILL` its waiter (on a server
- * without `CLIENT UNBLOCK` of module waiters) waits for the server to drop
- * the closed connection before answering (ms). */
+/** How long an abort on a server without `CLIENT UNBLOCK` of module waiters
+ * waits for the server to drop the closed waiter before answering (ms). */
 const GONE_MS = 1000;
-/** Aborted waits remembered per key, and keys remembered (`patience`). */
-const PATIENCE_SAMPLES = 8;
-const PATIENCE_KEYS = 1024;
 /** The longest `WAIT` the server takes. */
 const MAX_WAIT = 2 ** 46;
 
@@ -67,21 +63,6 @@ export function onAbort(signal: AbortSignal | undefined, fn: () => void): () => 
   const mine = set;
   mine.add(fn);
   return () => mine.delete(fn);
-}
-
-/** Resolves true when `signal` aborts within `ms` ms, false when it has not. */
-export function abortedWithin(signal: AbortSignal, ms: number): Promise<boolean> {
-  if (signal.aborted) return Promise.resolve(true);
-  return new Promise((resolve) => {
-    const unlisten = onAbort(signal, () => {
-      cancel();
-      resolve(true);
-    });
-    const cancel = later(ms, () => {
-      unlisten();
-      resolve(false);
-    });
-  });
 }
 
 /** Runs `fn` once `ms` ms have passed (never for `Infinity`); delays past
@@ -158,20 +139,6 @@ export function serverWait(deadline: number): number | null {
   return Math.min(MAX_WAIT, Math.max(1, Math.floor(remaining - margin)));
 }
 
-/** The waiter's client id once known (its `CLIENT ID` reply comes before
- * the request's), "" when unknown after `GONE_MS`. */
-async function idWithin(id: Promise<string>): Promise<string> {
-  let cancel = () => {};
-  const clientId = await Promise.race([
-    id,
-    new Promise<string>((resolve) => {
-      cancel = later(GONE_MS, () => resolve(""), true);
-    }),
-  ]);
-  cancel();
-  return clientId;
-}
-
 /** Whether a server's `INFO server` names one whose `CLIENT UNBLOCK` takes a
  * module's waiter out of its queue (Redis >= 7.4, Valkey >= 8). */
 export function unblocksModuleWaiters(info: string): boolean {
@@ -194,15 +161,9 @@ export class Connections {
   /** Nodes that refuse `CLIENT` to this user (ACL, rename-command): their
    * waiters are never unblocked, an abort closes the connection. */
   private readonly noClient = new Set<string>();
-  /** Nodes that refuse `CLIENT KILL` to this user: a dropped waiter's
-   * connection is only closed, and its server polled until it is gone. */
-  private readonly noKill = new Set<string>();
   /** Requests of this process waiting, by command and key. */
   private readonly waiting = new Map<string, number>();
   private waiters = 0;
-  /** How long the last waits with a signal alone lasted until it aborted
-   * (ms), by command and key, for the keys seen last. */
-  private readonly aborts = new Map<string, number[]>();
   /** A single server's command connection, once open (`run`'s fast path). */
   private single: Connection | undefined;
   private closed = false;
@@ -306,7 +267,7 @@ export class Connections {
     deadline: number,
     signal: AbortSignal | undefined,
     late: (reply: unknown) => void,
-    abandoned: (clientId: string, dropped: Promise<boolean>) => void,
+    abandoned: (clientId: string) => void,
   ): Promise<unknown> {
     const queued = `${build(0)[0]} ${key}`;
     this.waiting.set(queued, (this.waiting.get(queued) ?? 0) + 1);
@@ -316,30 +277,6 @@ export class Connections {
       const n = (this.waiting.get(queued) ?? 1) - 1;
       if (n > 0) this.waiting.set(queued, n);
       else this.waiting.delete(queued);
-    }
-  }
-
-  /** How long waits with `command` on `key` given a signal alone last until
-   * it aborts, from the last few: their median and their longest (ms);
-   * undefined before one aborted. */
-  patience(command: string, key: string): { median: number; longest: number } | undefined {
-    const seen = this.aborts.get(`${command} ${key}`);
-    if (seen === undefined) return undefined;
-    const sorted = [...seen].sort((a, b) => a - b);
-    const at = (i: number) => sorted[i] as number;
-    return { median: at(sorted.length >> 1), longest: at(sorted.length - 1) };
-  }
-
-  /** A wait with `command` on `key` given a signal alone aborted after `ms`. */
-  learn(command: string, key: string, ms: number): void {
-    const name = `${command} ${key}`;
-    const seen = this.aborts.get(name) ?? [];
-    this.aborts.delete(name); // the most recent last
-    seen.push(ms);
-    if (seen.length > PATIENCE_SAMPLES) seen.shift();
-    this.aborts.set(name, seen);
-    if (this.aborts.size > PATIENCE_KEYS) {
-      this.aborts.delete(this.aborts.keys().next().value as string);
     }
   }
 
@@ -355,7 +292,7 @@ export class Connections {
     deadline: number,
     signal: AbortSignal | undefined,
     late: (reply: unknown) => void,
-    abandoned: (clientId: string, dropped: Promise<boolean>) => void,
+    abandoned: (clientId: string) => void,
   ): Promise<unknown> {
     for (let attempt = 0; ; attempt++) {
       const conn = await this.take(await this.transport.nodeOf(key), signal, deadline);
@@ -400,7 +337,7 @@ export class Connections {
     deadline: number,
     signal: AbortSignal | undefined,
     late: (reply: unknown) => void,
-    abandoned: (clientId: string, dropped: Promise<boolean>) => void,
+    abandoned: (clientId: string) => void,
   ): Promise<unknown> {
     return new Promise((resolve, reject) => {
       let settled = false;
@@ -418,40 +355,45 @@ export class Connections {
         replied = true;
         cancelRead();
       };
-      // The reply will never be read: close the connection, and have the
-      // server drop the request now (`CLIENT KILL` on the command
-      // connection, in the same write as the give-back that `abandoned`
-      // sends after it: a grant made to the request is released at once,
-      // and none can follow). Settled once the server no longer has it
-      // (bounded where CLIENT is refused).
-      const drop = async (clientId: string): Promise<void> => {
+      // The reply will never be read: close the connection, so the server
+      // drops the request (and any grant made to it ends with it).
+      const drop = () => {
         if (replied) return;
         finished();
         conn.destroy();
         this.give(conn);
-        const kill = this.kill(conn.node, clientId);
-        // Not yet written (no open command connection): the give-back waits for it.
-        const killed = kill.written ? kill.done : Promise.resolve(await kill.done);
-        abandoned(clientId, killed);
-        if (!(await killed)) await this.gone(conn.node, clientId, GONE_MS);
+        abandoned(conn.clientId);
       };
       const aborted = async () => {
         if (settled) return;
         settle();
         const reason = abortReason(signal as AbortSignal);
-        // Answered once the server has taken the waiter out, so the abort
-        // is ordered before the caller's next command on any connection.
         if (await this.unblockable(conn.node)) {
-          // UNBLOCK's reply: the waiter answered nil, its connection kept.
-          if (!(await this.unblock(conn, id, Number.isFinite(waitMs) && waitMs > 0))) {
-            await drop(await idWithin(id));
-          }
+          // Answered once the server has taken the waiter out (UNBLOCK's
+          // reply), so the abort is ordered before the caller's next command
+          // on any connection.
+          if (!(await this.unblock(conn, id, Number.isFinite(waitMs) && waitMs > 0))) drop();
           reject(reason);
           return;
         }
-        // Redis 7.0-7.2: the waiter leaves only with its connection. A
-        // reply read meanwhile keeps it (a grant goes to `late`).
-        await drop(await idWithin(id));
+        // Redis 7.0-7.2: closing the connection is the only way out, and the
+        // server may read that close after the caller's next command (another
+        // connection). The abort is answered once the server no longer lists
+        // the waiter (bounded), so it is ordered before whatever comes next;
+        // where CLIENT is refused, at once.
+        let cancel = () => {};
+        const clientId = await Promise.race([
+          id,
+          new Promise<string>((resolve) => {
+            cancel = later(GONE_MS, () => resolve(""), true);
+          }),
+        ]);
+        cancel();
+        // A reply read meanwhile keeps the connection (a grant goes to `late`).
+        if (!replied) {
+          drop();
+          await this.gone(conn.node, clientId, GONE_MS);
+        }
         reject(reason);
       };
       if (signal?.aborted) {
@@ -477,7 +419,7 @@ export class Connections {
               ),
             );
           }
-          drop(conn.clientId);
+          drop();
         });
       }
       unlisten = onAbort(signal, aborted);
@@ -517,7 +459,7 @@ export class Connections {
           const broken = !(error instanceof ReplyError);
           if (broken) {
             conn.destroy();
-            abandoned(conn.clientId, Promise.resolve(false));
+            abandoned(conn.clientId);
           }
           this.give(conn);
           if (!settled) {
@@ -562,29 +504,6 @@ export class Connections {
       this.unblocks.set(node, known);
     }
     return known;
-  }
-
-  /** Drops the client `clientId` from `node` with `CLIENT KILL ID` on the
-   * command connection. `done`: true once the server no longer has it
-   * (killed now, or gone already), false when that is not known (no id,
-   * `CLIENT KILL` refused). `written`: sent already, so what is sent next
-   * on that connection comes after the drop. */
-  private kill(node: string, clientId: string): { written: boolean; done: Promise<boolean> } {
-    if (clientId === "" || this.noKill.has(node)) {
-      return { written: true, done: Promise.resolve(false) };
-    }
-    const args = ["CLIENT", "KILL", "ID", clientId];
-    const ready = this.single;
-    const written = ready !== undefined && !ready.broken && !this.shut;
-    const sent = written ? ready.send(args) : this.command(node).then((c) => c.send(args));
-    const done = sent.then(
-      () => true,
-      (error: unknown) => {
-        if (error instanceof ReplyError) this.noKill.add(node);
-        return false;
-      },
-    );
-    return { written, done };
   }
 
   /** Resolves true once the server `node` no longer lists the client

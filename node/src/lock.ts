@@ -5,7 +5,7 @@
 
 import "./dispose.js";
 import { randomBytes } from "node:crypto";
-import { type Connections, TIMED_OUT, abortedWithin, later, sleep, within } from "./connections.js";
+import { type Connections, TIMED_OUT, later, sleep, within } from "./connections.js";
 import {
   ConnectionError,
   LockBusyError,
@@ -53,10 +53,7 @@ export interface AcquireOptions {
   /** How long to wait for a busy lock, in ms: `0` does not wait, `Infinity`
    * (the default) waits until granted or aborted. */
   wait?: number;
-  /** Aborting gives up the wait (and gives back a grant already on its way).
-   * Without `wait`, once waits on the key have aborted, the server is given
-   * how long their signals lasted (the median) as the wait; a signal that
-   * outlives the longest of them queues again, at the back. */
+  /** Aborting gives up the wait (and gives back a grant already on its way). */
   signal?: AbortSignal;
   /** Load shedding: when this many requests already wait for the key, do
    * not queue — answer as a timeout at once (the server's `QUEUE n`). */
@@ -481,51 +478,26 @@ export async function grant(
     if (wait === 0) return null;
   }
 
-  // A signal alone is a deadline the server cannot see: it would keep the
-  // waiter until the abort takes it out (on Redis < 7.4 by closing its
-  // connection), granting it meanwhile. How long the signals of earlier
-  // waits on the key lasted stands in: the server ends the wait just before
-  // (its `WAIT`, as for `wait`: the median of the last few), the connection
-  // stays open, and the caller waits off the queue for its abort (until the
-  // longest of them and a margin); a signal that outlives that queues again
-  // (at the back), now without a bound.
-  const patience =
-    wait === Number.POSITIVE_INFINITY && signal !== undefined && queue === undefined
-      ? connections.patience(kind.acquire, key)
-      : undefined;
-  const waitUntil = async (until: number): Promise<unknown> => {
-    try {
-      return await underCap(connections, args, 3, () =>
-        connections.wait(
-          key,
-          (waitMs) => {
-            const command = [...args, "WAIT", waitMs];
-            if (queue !== undefined) command.push("QUEUE", queue);
-            return command;
-          },
-          until,
-          signal,
-          (late) => {
-            if (late !== null && late !== undefined && !(late instanceof Error)) release();
-          },
-          (clientId, dropped) => giveBack(connections, kind, key, owner, clientId, dropped),
-        ),
-      );
-    } catch (error) {
-      if (signal?.aborted && wait === Number.POSITIVE_INFINITY) {
-        connections.learn(kind.acquire, key, performance.now() - started);
-      }
-      throw connections.isClosed && error instanceof ConnectionError ? closedError() : error;
-    }
-  };
-  let reply = await waitUntil(patience === undefined ? deadline : started + patience.median);
-  if (patience !== undefined && (reply === TIMED_OUT || reply === null || reply === undefined)) {
-    const expected = started + patience.longest + Math.max(5, patience.longest / 10);
-    if (await abortedWithin(signal as AbortSignal, expected - performance.now())) {
-      connections.learn(kind.acquire, key, performance.now() - started);
-      throw abortReason(signal as AbortSignal);
-    }
-    reply = await waitUntil(deadline);
+  let reply: unknown;
+  try {
+    reply = await underCap(connections, args, 3, () =>
+      connections.wait(
+        key,
+        (waitMs) => {
+          const command = [...args, "WAIT", waitMs];
+          if (queue !== undefined) command.push("QUEUE", queue);
+          return command;
+        },
+        deadline,
+        signal,
+        (late) => {
+          if (late !== null && late !== undefined && !(late instanceof Error)) release();
+        },
+        (clientId) => giveBack(connections, kind, key, owner, clientId),
+      ),
+    );
+  } catch (error) {
+    throw connections.isClosed && error instanceof ConnectionError ? closedError() : error;
   }
   if (reply === TIMED_OUT || reply === null || reply === undefined) return null;
   if (connections.isClosed) {
@@ -608,27 +580,21 @@ export async function acquireOrThrow(
 }
 
 /** An acquire gave up (aborted, timed out, connection lost) with its reply
- * unread: a grant may be on its way to the fresh owner. Release it at once
- * (a grant already sent). That settles it when the server had dropped the
- * request before (`dropped`: its waiter killed ahead of this release);
- * otherwise release again once the server has seen the waiter's connection
- * go (a grant made in between). Owner-checked: it never touches anyone
- * else's hold. */
+ * unread: a grant may be on its way to the fresh owner. Release it — at once
+ * (a grant already sent), and again once the server has seen the waiter's
+ * connection go (a grant made in between). Owner-checked: it never touches
+ * anyone else's hold. */
 function giveBack(
   connections: Connections,
   kind: LockKind,
   key: string,
   owner: string,
   clientId: string | undefined,
-  dropped: Promise<boolean> = Promise.resolve(false),
 ): void {
   const release = () => connections.giveBack(key, [kind.release, key, owner]);
   connections.background(
     (async () => {
-      const first = release();
-      first.catch(() => {}); // unread when the drop settles it
-      if (await dropped) return;
-      if (Number(await first) === 1 || clientId === undefined) return;
+      if (Number(await release()) === 1 || clientId === undefined) return;
       // Unconfirmed (no id, CLIENT refused): give the server a moment.
       if (!(await connections.gone(await connections.nodeOf(key), clientId, 4000))) {
         await sleep(50);

@@ -37,10 +37,6 @@ after(async () => {
 const clients = async () =>
   Number(/connected_clients:(\d+)/.exec(await admin.info("clients"))?.[1] ?? Number.NaN);
 
-/** Waits the server ended at their `WAIT` (`INFO warden`). */
-const waitTimeouts = async () =>
-  Number(/warden_wait_timeouts:(\d+)/.exec(await admin.info("warden"))?.[1] ?? Number.NaN);
-
 /** Resolves when `key`'s LOCK.INFO (or `command`) shows `n` waiters. */
 const waiters = (key: string, n: number, command = "LOCK.INFO") =>
   until(
@@ -261,127 +257,6 @@ for (const kind of CLIENTS.filter((c) => c.name === "ioredis" || c.name === "nod
             assert.equal(await info(admin, key, `${c.command}.INFO`), null, `${key}: held`);
           }
         }
-      } finally {
-        await warden.close();
-      }
-    });
-
-    test("a signal alone leaves nothing held or queued, whenever it aborts", async () => {
-      // The abort lands before the call, before the request is sent, while
-      // it is queued, as a release grants it, and (once earlier aborts taught
-      // how long the signals last) after the server ended the bounded wait.
-      const kinds: {
-        command: string;
-        hold: string[];
-        take: (w: Warden, key: string, signal: AbortSignal) => Promise<{ release(): unknown }>;
-      }[] = [
-        {
-          command: "LOCK",
-          hold: ["LOCK.ACQUIRE", "holder", "10000"],
-          take: (w, key, signal) => w.lock(key, { ttl: 10000, signal }),
-        },
-        {
-          command: "SEM",
-          hold: ["SEM.ACQUIRE", "holder", "10000", "LIMIT", "1"],
-          take: (w, key, signal) => w.semaphore(key, 1).acquire({ ttl: 10000, signal }),
-        },
-      ];
-      const moments: {
-        name: string;
-        /** Aborts `abort` at its moment, once the acquire was called. */
-        at: (abort: AbortController, key: string, c: (typeof kinds)[number]) => Promise<void>;
-        learnt?: boolean;
-      }[] = [
-        { name: "before the call", at: async () => {} },
-        { name: "before the request is sent", at: async (abort) => abort.abort() },
-        {
-          name: "while queued",
-          at: async (abort, key, c) => {
-            await waiters(key, 1, `${c.command}.INFO`);
-            abort.abort();
-          },
-        },
-        {
-          name: "as a release grants it",
-          at: async (abort, key, c) => {
-            await waiters(key, 1, `${c.command}.INFO`);
-            const released = admin.call(`${c.command}.RELEASE`, key, "holder");
-            abort.abort();
-            await released;
-          },
-        },
-        {
-          name: "after the server ended the bounded wait",
-          learnt: true,
-          at: async (abort, key, c) => {
-            const ended = await waitTimeouts();
-            await waiters(key, 1, `${c.command}.INFO`);
-            await until(async () => (await waitTimeouts()) > ended, `${key}: WAIT ended`);
-            abort.abort();
-          },
-        },
-      ];
-      const warden = new Warden(app.client);
-      try {
-        for (const c of kinds) {
-          for (const m of moments) {
-            const key = `${kind.name}:signal-alone:${c.command}:${m.name}`;
-            const infoCommand = `${c.command}.INFO`;
-            await admin.call(c.hold[0], key, ...c.hold.slice(1));
-            if (m.learnt) {
-              // Earlier waits on the key, each aborted after a few ms.
-              for (let i = 0; i < 3; i++) {
-                const outcome = await c.take(warden, key, AbortSignal.timeout(20)).catch((e) => e);
-                assert.equal((outcome as Error)?.name, "TimeoutError", `${key}: taught`);
-              }
-            }
-            const abort = new AbortController();
-            if (m.name === "before the call") abort.abort();
-            const waiting = c.take(warden, key, abort.signal);
-            const outcome = await Promise.all([
-              waiting.then(
-                (hold) => hold,
-                (e) => e,
-              ),
-              m.at(abort, key, c),
-            ]).then(([o]) => o);
-            assert.equal((outcome as Error)?.name, "AbortError", `${key}: ${outcome}`);
-            await admin.call(`${c.command}.RELEASE`, key, "holder");
-            await until(
-              async () => (await info(admin, key, infoCommand)) === null,
-              `${key}: nothing held, nobody queued`,
-            );
-          }
-        }
-      } finally {
-        await warden.close();
-      }
-    });
-
-    test("a signal alone that outlives the earlier ones still gets the grant", async () => {
-      // Earlier waits' signals lasted a few ms: the server ends this wait as
-      // early, and it queues again, unbounded, until the release.
-      const key = `${kind.name}:signal-outlives`;
-      await admin.call("SEM.ACQUIRE", key, "holder", "10000", "LIMIT", "1");
-      const warden = new Warden(app.client);
-      try {
-        const semaphore = warden.semaphore(key, 1);
-        for (let i = 0; i < 3; i++) {
-          const outcome = await semaphore
-            .acquire({ ttl: 10000, signal: AbortSignal.timeout(10) })
-            .catch((e) => e);
-          assert.equal((outcome as Error)?.name, "TimeoutError");
-        }
-        const abort = new AbortController();
-        const ended = await waitTimeouts();
-        const waiting = semaphore.acquire({ ttl: 10000, signal: abort.signal });
-        await until(async () => (await waitTimeouts()) > ended, "the bounded WAIT to end");
-        await waiters(key, 1, "SEM.INFO"); // queued again
-        await admin.call("SEM.RELEASE", key, "holder");
-        const permit = await waiting;
-        assert.equal(permit.held, true);
-        await permit.release();
-        assert.equal(await info(admin, key, "SEM.INFO"), null);
       } finally {
         await warden.close();
       }
