@@ -87,7 +87,9 @@ _NO_BYTES = bytes(4)
 
 
 def _unread_fionread(fd: int) -> bool:
-    return fcntl.ioctl(fd, termios.FIONREAD, _NO_BYTES) != _NO_BYTES
+    count = bytearray(4)  # one per call: hits run on any thread
+    fcntl.ioctl(fd, termios.FIONREAD, count, True)
+    return count != _NO_BYTES
 
 
 def _unread_select(fd: int) -> bool:
@@ -104,7 +106,7 @@ def unread(fd: Optional[int]) -> bool:
     yet: invalidations may be among them, so no hit is served until the
     reader has applied them (a spinning reader thread holds the GIL the
     tracking thread needs; a coroutine that never awaits keeps the loop from
-    reading at all). One ``ioctl(FIONREAD)``, about 0.7 µs; a socket closed
+    reading at all). One ``ioctl(FIONREAD)``, about 0.5 µs; a socket closed
     under us answers True (no hit: the reader flushes)."""
     if fd is None:
         return False
