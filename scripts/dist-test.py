@@ -442,7 +442,12 @@ def go_test(dist: Path, version: str, port: int) -> None:
     go = shutil.which("go") or "/usr/local/go/bin/go"
     base = {k: v for k, v in os.environ.items()
             if not k.startswith("GO") or k in ("GOROOT", "GOPATH", "GOCACHE")}
-    base.update(GOTOOLCHAIN="local", GOENV="off", REDIS_URL=f"redis://127.0.0.1:{port}",
+    # goindex=0: the go command indexes a module cache directory once, by its
+    # path, and keeps the index in GOCACHE; warden's unreleased version is
+    # rebuilt with other files at the same path, so a kept index would name
+    # the files of an earlier build.
+    base.update(GOTOOLCHAIN="local", GOENV="off", GODEBUG="goindex=0",
+                REDIS_URL=f"redis://127.0.0.1:{port}",
                 PATH=f"{Path(go).parent}:{os.environ['PATH']}")
     try:
         # The block runs where the release was unpacked: goproxy/ beside it.
