@@ -66,19 +66,8 @@ public final class RedisServer implements AutoCloseable {
                   + " 10000\n")
               .getBytes(StandardCharsets.UTF_8));
       List<String> args =
-          new ArrayList<>(
-              Arrays.asList(
-                  serverBinary(),
-                  conf.toString(),
-                  "--sentinel",
-                  "--port",
-                  String.valueOf(port),
-                  "--bind",
-                  "127.0.0.1",
-                  "--dir",
-                  dir.toString(),
-                  "--logfile",
-                  dir.resolve("redis.log").toString()));
+          new ArrayList<>(Arrays.asList(serverBinary(), conf.toString(), "--sentinel"));
+      args.addAll(listening(port, dir));
       RedisServer sentinel = new RedisServer(dir, port, args);
       sentinel.spawn();
       return sentinel;
@@ -101,6 +90,19 @@ public final class RedisServer implements AutoCloseable {
     return r;
   }
 
+  /** Where a server (or Sentinel) listens and writes: its port on loopback, its dir and log. */
+  private static List<String> listening(int port, Path dir) {
+    return Arrays.asList(
+        "--port",
+        String.valueOf(port),
+        "--bind",
+        "127.0.0.1",
+        "--dir",
+        dir.toString(),
+        "--logfile",
+        dir.resolve("redis.log").toString());
+  }
+
   /** Starts a server without the warden module (for the "is warden loaded?" hint). */
   public static RedisServer startWithoutModule() {
     return start(true);
@@ -112,22 +114,9 @@ public final class RedisServer implements AutoCloseable {
       int port = freePort();
       List<String> args = new ArrayList<>();
       args.add(serverBinary());
+      args.addAll(listening(port, dir));
       args.addAll(
-          Arrays.asList(
-              "--port",
-              String.valueOf(port),
-              "--bind",
-              "127.0.0.1",
-              "--dir",
-              dir.toString(),
-              "--logfile",
-              dir.resolve("redis.log").toString(),
-              "--save",
-              "",
-              "--appendonly",
-              "no",
-              "--enable-debug-command",
-              "yes"));
+          Arrays.asList("--save", "", "--appendonly", "no", "--enable-debug-command", "yes"));
       if (!noModule) {
         args.add("--loadmodule");
         args.add(modulePath());
