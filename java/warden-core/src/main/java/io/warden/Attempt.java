@@ -485,7 +485,7 @@ final class Attempt {
     unblocked.whenComplete(
         (ok, e) -> {
           try {
-            boolean keep = e == null && ok;
+            boolean keep = e == null && Boolean.TRUE.equals(ok);
             boolean releaseNow;
             boolean kill;
             lock.lock();
@@ -564,26 +564,21 @@ final class Attempt {
               if (read || System.nanoTime() - until > 0) {
                 return CompletableFuture.completedFuture(read);
               }
+              // Null when the Warden closed first: not taken out (the connection is closed).
               CompletableFuture<Boolean> again = new CompletableFuture<>();
-              try {
-                warden
-                    .scheduler()
-                    .schedule(
-                        () ->
-                            unblock(c, until)
-                                .whenComplete(
-                                    (ok, e) -> {
-                                      if (e != null) {
-                                        again.completeExceptionally(e);
-                                      } else {
-                                        again.complete(ok);
-                                      }
-                                    }),
-                        2,
-                        TimeUnit.MILLISECONDS);
-              } catch (RuntimeException closed) {
-                again.complete(false);
-              }
+              warden.retryLater(
+                  again,
+                  () ->
+                      unblock(c, until)
+                          .whenComplete(
+                              (ok, e) -> {
+                                if (e != null) {
+                                  again.completeExceptionally(e);
+                                } else {
+                                  again.complete(ok);
+                                }
+                              }),
+                  2);
               return again;
             });
   }
@@ -594,6 +589,11 @@ final class Attempt {
    * written before the kill, which is given back where it is read ({@link #deliver}).
    */
   private void kill(WaitConnection c) {
+    if (warden.closed()) {
+      // The shared connection is going: closing this one ends the waiter on the server as well.
+      c.close();
+      return;
+    }
     begin();
     CompletionStage<Object> killed;
     try {

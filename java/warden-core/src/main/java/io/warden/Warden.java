@@ -4,9 +4,11 @@ import java.security.SecureRandom;
 import java.time.Duration;
 import java.util.List;
 import java.util.Objects;
+import java.util.Set;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.CompletionStage;
 import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.RejectedExecutionException;
 import java.util.concurrent.ScheduledExecutorService;
 import java.util.concurrent.ScheduledThreadPoolExecutor;
 import java.util.concurrent.TimeUnit;
@@ -86,6 +88,10 @@ public final class Warden implements AutoCloseable {
   private final ConcurrentHashMap<ThreadHolds.Key, ThreadHolds.Entry> threadHolds =
       new ConcurrentHashMap<>();
   private volatile CompletableFuture<Boolean> unblocks;
+  // Retries waiting on the scheduler, completed with a "no" when this Warden closes: a closed
+  // scheduler drops what it has not run, and an abort that never ends leaves its waiter queued.
+  private final Set<CompletableFuture<?>> retries = ConcurrentHashMap.newKeySet();
+  private volatile boolean closed;
   // The server's warden.max-lease as its last refusal stated it (0: none seen). A lease asked
   // above it is granted at the cap and renewed by this client (Hold) up to the lease asked.
   private volatile long maxLeaseMs;
@@ -177,7 +183,12 @@ public final class Warden implements AutoCloseable {
 
   @Override
   public void close() {
+    // Set first: a retry registered after the loop below sees it and ends at once.
+    closed = true;
     scheduler.shutdownNow();
+    for (CompletableFuture<?> retry : retries) {
+      retry.complete(null);
+    }
     if (closeTransport) {
       transport.close();
     }
@@ -196,6 +207,29 @@ public final class Warden implements AutoCloseable {
 
   ScheduledExecutorService scheduler() {
     return scheduler;
+  }
+
+  boolean closed() {
+    return closed;
+  }
+
+  /**
+   * Runs {@code task} in {@code ms} on the scheduler, unless this Warden closes first: then {@code
+   * f} completes with null at once (a closed scheduler drops what it has not run, which would leave
+   * {@code f} pending for ever).
+   */
+  <T> void retryLater(CompletableFuture<T> f, Runnable task, long ms) {
+    retries.add(f);
+    f.whenComplete((r, e) -> retries.remove(f));
+    if (closed) {
+      f.complete(null);
+      return;
+    }
+    try {
+      scheduler.schedule(task, ms, TimeUnit.MILLISECONDS);
+    } catch (RejectedExecutionException e) {
+      f.complete(null);
+    }
   }
 
   long watchdogLeaseMillis() {
@@ -343,11 +377,7 @@ public final class Warden implements AutoCloseable {
                 done.complete(null);
                 return;
               }
-              try {
-                scheduler.schedule(() -> pollGone(id, end, done), 2, TimeUnit.MILLISECONDS);
-              } catch (RuntimeException closed) {
-                done.complete(null);
-              }
+              retryLater(done, () -> pollGone(id, end, done), 2);
             });
   }
 

@@ -286,6 +286,29 @@ public abstract class RateLimiterSuite extends TransportSuite {
     waitUntil("no waiter left", () -> server.wardenInfo("waiting_clients") == 0);
   }
 
+  /**
+   * A Warden closed while an abort still asks {@code CLIENT UNBLOCK} again (the wait reached the
+   * server but has not run: writes are paused) leaves no waiter queued once the server runs it.
+   */
+  @Test
+  void closingWhileAnAbortAsksAgainLeavesNoWaiter() throws Exception {
+    RecordingTransport rec = new RecordingTransport(transport(server));
+    rec.beforeWait(() -> server.call("CLIENT", "PAUSE", "20000", "WRITE"));
+    try {
+      Warden w = Warden.create(rec);
+      WardenRateLimiter limiter = w.rateLimiter(key("closing"), 10, DAY).burst(1);
+      assertTrue(limiter.tryAcquire(1).allowed());
+      CompletableFuture<RateDecision> f = limiter.acquireAsync(1, LONG_WAIT).toCompletableFuture();
+      waitUntil("the wait is sent", () -> rec.waits().size() == 1);
+      f.cancel(true);
+      sleep(50); // CLIENT UNBLOCK finds no waiter yet, and is asked again every 2 ms
+      w.close();
+    } finally {
+      server.call("CLIENT", "UNPAUSE");
+    }
+    waitUntil("no waiter left", () -> server.wardenInfo("waiting_clients") == 0);
+  }
+
   @Test
   void randomInterruptsTimeoutsAndCancelsNeverAdmitMoreThanTheRate() throws Exception {
     int total = Math.max(200, Integer.getInteger("warden.attack.rounds", 2000) / 4);

@@ -22,6 +22,7 @@ public final class RecordingTransport implements Transport {
   private final ScheduledExecutorService delayer = Executors.newSingleThreadScheduledExecutor();
   private volatile long connectionDelayMillis;
   private volatile int waitConnections;
+  private volatile Runnable beforeWait = () -> {};
 
   public RecordingTransport(Transport inner) {
     this.inner = inner;
@@ -30,6 +31,11 @@ public final class RecordingTransport implements Transport {
   /** Waiter connections are handed out this much later. */
   public void delayConnections(long millis) {
     connectionDelayMillis = millis;
+  }
+
+  /** Runs before each command on a waiter connection is sent. */
+  public void beforeWait(Runnable r) {
+    beforeWait = r;
   }
 
   /** The commands sent on waiter connections, as strings. */
@@ -88,6 +94,7 @@ public final class RecordingTransport implements Transport {
       for (byte[] a : args) {
         s.add(new String(a, StandardCharsets.UTF_8));
       }
+      beforeWait.run();
       waits.add(s);
       return c.execute(replyTimeoutMillis, args);
     }
