@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 import redis
+import redis.sentinel
 
 ROOT = Path(__file__).resolve().parents[2]
 SERVER = os.environ.get("WARDEN_SERVER", "redis-server")
@@ -233,7 +234,29 @@ class Sentinels:
                 return False
 
         self.until(started, "SENTINEL FAILOVER to start")
-        self.until(lambda: self.master_port() == self.replica.port, "the new master")
+        # Both answers: GET-MASTER-ADDR-BY-NAME names the promoted replica
+        # while the failover still runs; SENTINEL MASTERS, which redis-py's
+        # Sentinel client asks, names the old master until it has ended. A
+        # writer that reconnected in between would write to the old master,
+        # and lose those writes to the failover.
+        self.until(
+            lambda: (
+                self.master_port() == self.replica.port
+                and self.discovered_port() == self.replica.port
+            ),
+            "the new master",
+        )
+
+    def discovered_port(self) -> int:
+        """The master's port as redis-py's Sentinel client finds it."""
+        manager = redis.sentinel.Sentinel([("127.0.0.1", self.port)])
+        try:
+            return int(manager.discover_master(self.name)[1])
+        except redis.ConnectionError:  # MasterNotFoundError included
+            return 0
+        finally:
+            for sentinel in manager.sentinels:
+                sentinel.close()
 
     def until(self, condition: Any, what: str, seconds: float = 30) -> None:
         deadline = time.monotonic() + seconds

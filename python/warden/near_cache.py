@@ -118,9 +118,9 @@ def unread(fd: Optional[int]) -> bool:
 
 def sentinel_master(pool: Any) -> Any:
     """The pool's ``get_master_address`` when it is a Sentinel pool of the
-    master (``master_for``), else None. It asks Sentinel, and when the master
-    moved redis-py also closes the pool's idle connections, so the client's
-    own requests follow as the tracking connection does."""
+    master (``master_for``), else None. It asks Sentinel (and notes the
+    answer in the pool, whose connections to another server are then closed
+    when they are given back)."""
     if getattr(pool, "is_master", False) and hasattr(pool, "sentinel_manager"):
         return getattr(pool, "get_master_address", None)
     return None
@@ -130,6 +130,12 @@ def moved(connection: Any, master: Any) -> bool:
     """Whether ``connection`` reaches another server than ``master``, the
     ``(host, port)`` Sentinel names."""
     return master is not None and (connection.host, connection.port) != tuple(master)
+
+
+def master_seen(known: Any, master: Any) -> bool:
+    """Whether ``master`` (what Sentinel named now) is another server than
+    ``known`` (what the near cache saw last, None at first)."""
+    return known is None or tuple(known) != tuple(master)
 
 
 def tracking_kwargs(pool: Any) -> dict[str, Any]:
@@ -177,6 +183,11 @@ class NearCache:
         self._closed = threading.Event()
         self._first_attempt = threading.Event()
         self._master = sentinel_master(pool)
+        self._pool = pool
+        # The master Sentinel named last, and the lock under which a change of
+        # it closes the client's idle connections (see check_master).
+        self._known_master: Any = None
+        self._master_lock = threading.Lock()
         self._reader = threading.Thread(target=self._run, name="warden-near-cache", daemon=True)
         self._reader.start()
         self._watcher: Optional[threading.Thread] = None
@@ -226,16 +237,28 @@ class NearCache:
         failed-over master that is still up keeps its connections until
         Sentinel demotes it, and hears no write made on the new one). A
         Sentinel that does not answer changes nothing: the connection is
-        kept, and so is what it tracks."""
-        connection = self._connection
-        if self._master is None or connection is None:
+        kept, and so is what it tracks.
+
+        A change also closes the client's idle connections, whether or not
+        the tracking connection is up (a miss reads through them). redis-py
+        does so too, but only in the call that first sees the change, and
+        after it noted the new master: a thread that asks in between is told
+        nothing moved, and may read the old master through an idle
+        connection. Here the change and the close are under one lock, so no
+        check returns before the close."""
+        if self._master is None:
             return
         try:
             master = self._master()
         except Exception as error:
             logger.debug("near cache: no master from Sentinel (%s)", error)
             return
-        if moved(connection, master):
+        with self._master_lock:
+            if master_seen(self._known_master, master):
+                self._known_master = tuple(master)
+                self._pool.disconnect(inuse_connections=False)
+        connection = self._connection
+        if connection is not None and moved(connection, master):
             logger.info("near cache: the master moved to %s:%s", *master)
             self._lost(connection)
             # Before it returns (the reader flushes too, later): sync() then

@@ -21,6 +21,7 @@ from ..near_cache import (
     MASTER_CHECK_SECONDS,
     RECONNECT_PAUSES,
     REPLY_SECONDS,
+    master_seen,
     moved,
     sentinel_master,
     socket_of,
@@ -72,6 +73,9 @@ class NearCache:
         self._closed = False
         self._reader: Optional[asyncio.Task[None]] = None
         self._master = sentinel_master(pool)  # a coroutine function here
+        self._pool = pool
+        self._known_master: Any = None
+        self._master_lock: Optional[asyncio.Lock] = None
         self._watcher: Optional[asyncio.Task[None]] = None
         self._first_attempt: Optional[asyncio.Event] = None
 
@@ -96,6 +100,7 @@ class NearCache:
         """Start the reader (once) and wait for its first connection attempt."""
         if self._reader is None and not self._closed:
             self._send_lock = asyncio.Lock()
+            self._master_lock = asyncio.Lock()
             self._first_attempt = asyncio.Event()
             self._reader = asyncio.get_running_loop().create_task(self._run())
             if self._master is not None:
@@ -119,16 +124,22 @@ class NearCache:
         await self._send(_Request(), "PING")
 
     async def check_master(self) -> None:
-        """As ``warden.NearCache.check_master``."""
-        connection = self._connection
-        if self._master is None or connection is None:
+        """As ``warden.NearCache.check_master`` (redis-py's asyncio pool
+        awaits its close of idle connections after noting the new master: the
+        same window)."""
+        if self._master is None or self._master_lock is None:
             return
         try:
             master = await self._master()
         except Exception as error:
             logger.debug("near cache: no master from Sentinel (%s)", error)
             return
-        if moved(connection, master) and self._connection is connection:
+        async with self._master_lock:
+            if master_seen(self._known_master, master):
+                self._known_master = tuple(master)
+                await self._pool.disconnect(inuse_connections=False)
+        connection = self._connection
+        if connection is not None and moved(connection, master) and self._connection is connection:
             logger.info("near cache: the master moved to %s:%s", *master)
             await self._lost(connection)
             self.store.flush()
