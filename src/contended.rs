@@ -1,4 +1,5 @@
-//! `WARDEN.CONTENDED [COUNT n]`: the keys with clients waiting right now.
+//! `WARDEN.CONTENDED [COUNT n]`: the keys with clients waiting right now;
+//! `WARDEN.WITHDRAW key owner`: an owner's queued requests taken out.
 
 use redis_module::{raw, Context, RedisError, RedisResult, RedisValue};
 
@@ -11,6 +12,18 @@ use crate::waiters;
 /// Keys listed when no COUNT is given, and the most one call lists.
 const DEFAULT_COUNT: usize = 10;
 pub const MAX_COUNT: usize = 1000;
+
+/// `WARDEN.WITHDRAW key owner`: nothing in the keyspace changes (nothing is
+/// replicated); a replica queues nobody and answers 0.
+pub fn withdraw(ctx: &Context, args: &[Arg]) -> RedisResult {
+    let [_, name, owner] = args else {
+        return Err(RedisError::WrongArity);
+    };
+    let owner = args::owner(owner).map_err(RedisError::Str)?;
+    Ok(RedisValue::Integer(
+        waiters::withdraw(ctx, name, owner) as i64
+    ))
+}
 
 pub fn contended(ctx: &Context, args: &[Arg]) -> RedisResult {
     let count = match &args[1..] {

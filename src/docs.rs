@@ -151,6 +151,7 @@ pub const DOCS: &[Doc] = &[
     Doc { name: "cache.peek", summary: "Returns the cached value, its absolute expiry and its stale mark, or nil; grants no lease, so a client-side cache may keep the reply until the key is written", complexity: "O(1)", arity: 2, writes: false, args: &[KEY_ARG] },
     Doc { name: "warden.syncstate", summary: "Records which replicas acknowledge grants and whether the AOF is fsynced before each reply (replication stream and AOF)", complexity: "O(N) where N is the number of replicas", arity: 4, writes: true, args: &[arg("sync-replicas", INTEGER), arg("always", INTEGER), arg("replicas", STRING)] },
     Doc { name: "warden.contended", summary: "Lists the keys with clients waiting right now, most waiters first: key, db, kind, waiters, oldest and total wait in ms", complexity: "O(K * log(n)) where K is the number of keys with waiters and n the count", arity: -1, writes: false, args: &[option("COUNT", "count", INTEGER)] },
+    Doc { name: "warden.withdraw", summary: "Takes the requests of owner still queued on key out of their queue; each is answered nil, as at its deadline; returns how many", complexity: "O(W) where W is the number of requests queued on the key", arity: 3, writes: false, args: &[KEY_ARG, OWNER] },
     Doc { name: "bf.reserve", summary: "Creates an empty Bloom filter for a capacity and an error rate", complexity: "O(1)", arity: -4, writes: true, args: &[KEY_ARG, arg("error_rate", DOUBLE), arg("capacity", INTEGER), option("EXPANSION", "expansion", INTEGER), flag("NONSCALING")] },
     Doc { name: "bf.add", summary: "Adds an item to a Bloom filter, creating it if needed", complexity: "O(k + i) where k is the number of probes and i the number of sub-filters", arity: 3, writes: true, args: &[KEY_ARG, ITEM] },
     Doc { name: "bf.madd", summary: "Adds items to a Bloom filter, creating it if needed", complexity: "O(n * (k + i))", arity: -3, writes: true, args: &[KEY_ARG, ITEMS] },
@@ -182,6 +183,7 @@ const SINCE: &[(&str, &str)] = &[
     ("warden.rateset", "1.1.0"),
     ("gcra", "1.1.0"),
     ("cache.peek", "1.1.0"),
+    ("warden.withdraw", "1.1.0"),
 ];
 
 /// The reply can differ for the same arguments and the same value of the
@@ -211,6 +213,7 @@ const TIPS: &[(&str, &str)] = &[
     ("cache.get", NONDETERMINISTIC),
     ("cache.info", VARIES_DONT_CACHE),
     ("warden.contended", VARIES_DONT_CACHE),
+    ("warden.withdraw", VARIES_DONT_CACHE),
     ("bf.info", DONT_CACHE),
     ("bf.debug", DONT_CACHE),
     ("bf.scandump", DONT_CACHE),

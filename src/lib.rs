@@ -113,6 +113,7 @@ const CORE_COMMANDS: &[Command] = &[
         "readonly",
         keyless
     ),
+    command!("warden.withdraw", contended::withdraw, "readonly fast"),
 ];
 
 /// The Bloom commands: left out when another module serves `BF.*`.

@@ -480,6 +480,7 @@ const FLAGS_AND_TIPS: &[(&str, &[&str], &[&str])] = &[
     ("cache.peek", &["readonly", "fast"], NONE),
     ("warden.syncstate", &["write"], NONE),
     ("warden.contended", &["readonly"], VARIES_DONT_CACHE),
+    ("warden.withdraw", &["readonly", "fast"], VARIES_DONT_CACHE),
     ("bf.reserve", &["write", "denyoom"], NONE),
     ("bf.add", &["write", "denyoom"], NONE),
     ("bf.madd", &["write", "denyoom"], NONE),

@@ -344,3 +344,179 @@ fn mutual_exclusion_under_contention_is_exact() {
     assert!(info.contains("wait_timeouts:0"), "{info}");
     assert!(info.contains("waiting_clients:0"), "{info}");
 }
+
+/// One kind's commands for the `WARDEN.WITHDRAW` table: how the holder
+/// takes the key, how a waiter asks, and how the holder lets go.
+struct Withdrawn {
+    kind: &'static str,
+    hold: &'static [&'static str],
+    ask: &'static [&'static str],
+    free: &'static [&'static str],
+    info: &'static str,
+}
+
+const WITHDRAWN: &[Withdrawn] = &[
+    Withdrawn {
+        kind: "lock",
+        hold: &["LOCK.ACQUIRE", "k", "holder", "60000"],
+        ask: &["LOCK.ACQUIRE", "k", "OWNER", "60000", "WAIT", "0"],
+        free: &["LOCK.RELEASE", "k", "holder"],
+        info: "LOCK.INFO",
+    },
+    Withdrawn {
+        kind: "rwlock writer",
+        hold: &["RWLOCK.READ", "k", "holder", "60000"],
+        ask: &["RWLOCK.WRITE", "k", "OWNER", "60000", "WAIT", "0"],
+        free: &["RWLOCK.UNLOCK", "k", "holder"],
+        info: "RWLOCK.INFO",
+    },
+    Withdrawn {
+        kind: "rwlock reader",
+        hold: &["RWLOCK.WRITE", "k", "holder", "60000"],
+        ask: &["RWLOCK.READ", "k", "OWNER", "60000", "WAIT", "0"],
+        free: &["RWLOCK.UNLOCK", "k", "holder"],
+        info: "RWLOCK.INFO",
+    },
+    Withdrawn {
+        kind: "semaphore",
+        hold: &["SEM.ACQUIRE", "k", "holder", "60000", "LIMIT", "1"],
+        ask: &[
+            "SEM.ACQUIRE",
+            "k",
+            "OWNER",
+            "60000",
+            "LIMIT",
+            "1",
+            "WAIT",
+            "0",
+        ],
+        free: &["SEM.RELEASE", "k", "holder"],
+        info: "SEM.INFO",
+    },
+];
+
+fn with_owner<'a>(words: &[&'a str], owner: &'a str) -> Vec<&'a str> {
+    words
+        .iter()
+        .map(|w| if *w == "OWNER" { owner } else { *w })
+        .collect()
+}
+
+/// Sends `words` on a connection of its own and, once answered, a `PING` on
+/// the same connection: (the reply, the `PING`'s).
+fn wait_then_ping(s: &Server, words: &[&str]) -> thread::JoinHandle<(Value, Value)> {
+    let mut c = s.conn();
+    let words: Vec<String> = words.iter().map(|w| w.to_string()).collect();
+    thread::spawn(move || {
+        let words: Vec<&str> = words.iter().map(String::as_str).collect();
+        let reply = run(&mut c, &words).unwrap();
+        (reply, run(&mut c, &["PING"]).unwrap())
+    })
+}
+
+/// `WARDEN.WITHDRAW key owner` answers that owner's queued request nil on
+/// its own connection, which stays usable; the one behind it moves up and
+/// is granted when the key is freed; nothing else is taken out.
+#[test]
+fn withdraw_answers_the_owners_waiter_nil_and_the_queue_moves_up() {
+    let s = Server::start(&[]);
+    let mut c = s.conn();
+    for (i, case) in WITHDRAWN.iter().enumerate() {
+        let key = format!("k{i}");
+        let on = |words: &[&'static str], owner: &'static str| -> Vec<String> {
+            with_owner(words, owner)
+                .iter()
+                .map(|w| {
+                    if *w == "k" {
+                        key.clone()
+                    } else {
+                        w.to_string()
+                    }
+                })
+                .collect()
+        };
+        let words = |v: &Vec<String>| v.iter().map(String::as_str).collect::<Vec<_>>().join(" ");
+        let hold = on(case.hold, "holder");
+        assert!(
+            !matches!(
+                run(&mut c, &hold.iter().map(String::as_str).collect::<Vec<_>>()).unwrap(),
+                Value::Nil
+            ),
+            "{}",
+            case.kind
+        );
+        let ask_a = on(case.ask, "a");
+        let a = wait_then_ping(&s, &ask_a.iter().map(String::as_str).collect::<Vec<_>>());
+        common::wait_queued(&mut c, case.info, &key, 1);
+        let ask_b = on(case.ask, "b");
+        let (_, b) = spawn_command(&s, &ask_b.iter().map(String::as_str).collect::<Vec<_>>());
+        common::wait_queued(&mut c, case.info, &key, 2);
+
+        // Nobody else's request, nor another key's, nor one that is not queued.
+        for (k, owner) in [
+            (key.as_str(), "nobody"),
+            ("elsewhere", "a"),
+            (key.as_str(), "holder"),
+        ] {
+            assert_eq!(
+                int(&mut c, &["WARDEN.WITHDRAW", k, owner]),
+                0,
+                "{}: {k} {owner}",
+                case.kind
+            );
+        }
+        assert_eq!(
+            int(&mut c, &["WARDEN.WITHDRAW", &key, "a"]),
+            1,
+            "{}",
+            case.kind
+        );
+        let (reply, ping) = a.join().unwrap();
+        assert_eq!(reply, Value::Nil, "{}: {}", case.kind, words(&ask_a));
+        assert_eq!(reply_text(&ping), "PONG", "{}", case.kind);
+        assert_eq!(waiters_of(&mut c, case.info, &key), 1, "{}", case.kind);
+        assert_eq!(
+            int(&mut c, &["WARDEN.WITHDRAW", &key, "a"]),
+            0,
+            "{}: twice",
+            case.kind
+        );
+
+        let free = on(case.free, "holder");
+        run(&mut c, &free.iter().map(String::as_str).collect::<Vec<_>>()).unwrap();
+        assert!(granted(b) > 0, "{}: the next in line is granted", case.kind);
+    }
+}
+
+/// A request the key can grant at once never queues, so there is nothing to
+/// withdraw; a granted request is the owner's to release.
+#[test]
+fn withdraw_leaves_a_grant_alone() {
+    let s = Server::start(&[]);
+    let mut c = s.conn();
+    int(&mut c, &["LOCK.ACQUIRE", "k", "a", "60000", "WAIT", "0"]);
+    assert_eq!(int(&mut c, &["WARDEN.WITHDRAW", "k", "a"]), 0);
+    assert_eq!(owner(&mut c, "k").as_deref(), Some("a"));
+}
+
+#[test]
+fn withdraw_refuses_bad_arguments() {
+    let s = Server::start(&[]);
+    let mut c = s.conn();
+    let long = "x".repeat(1025);
+    for (words, error) in [
+        (&["WARDEN.WITHDRAW", "k"][..], "wrong number of arguments"),
+        (
+            &["WARDEN.WITHDRAW", "k", "a", "b"][..],
+            "wrong number of arguments",
+        ),
+        (&["WARDEN.WITHDRAW", "k", ""][..], "invalid owner"),
+        (
+            &["WARDEN.WITHDRAW", "k", long.as_str()][..],
+            "invalid owner",
+        ),
+    ] {
+        let e = err(&mut c, words);
+        assert!(e.contains(error), "{words:?}: {e}");
+    }
+}

@@ -139,6 +139,10 @@ export function serverWait(deadline: number): number | null {
   return Math.min(MAX_WAIT, Math.max(1, Math.floor(remaining - margin)));
 }
 
+/** The requests `WARDEN.WITHDRAW key owner` takes out of a queue: those with
+ * an owner, which is their second argument, after the key. */
+const WITHDRAWABLE = new Set(["LOCK.ACQUIRE", "RWLOCK.READ", "RWLOCK.WRITE", "SEM.ACQUIRE"]);
+
 /** Whether a server's `INFO server` names one whose `CLIENT UNBLOCK` takes a
  * module's waiter out of its queue (Redis >= 7.4, Valkey >= 8). */
 export function unblocksModuleWaiters(info: string): boolean {
@@ -161,6 +165,8 @@ export class Connections {
   /** Nodes that refuse `CLIENT` to this user (ACL, rename-command): their
    * waiters are never unblocked, an abort closes the connection. */
   private readonly noClient = new Set<string>();
+  /** Nodes that refuse `WARDEN.WITHDRAW` (a module before 1.1.0, an ACL). */
+  private readonly noWithdraw = new Set<string>();
   /** Requests of this process waiting, by command and key. */
   private readonly waiting = new Map<string, number>();
   private waiters = 0;
@@ -368,6 +374,14 @@ export class Connections {
         if (settled) return;
         settle();
         const reason = abortReason(signal as AbortSignal);
+        if (!replied && (await this.withdraw(conn.node, args))) {
+          // Taken out of the queue: the waiter is answered nil on its own
+          // connection, which is kept (the reply goes to `late`, then the
+          // connection back to the pool). Answered after WITHDRAW's reply, so
+          // the abort is ordered before the caller's next command.
+          reject(reason);
+          return;
+        }
         if (await this.unblockable(conn.node)) {
           // Answered once the server has taken the waiter out (UNBLOCK's
           // reply), so the abort is ordered before the caller's next command
@@ -485,6 +499,24 @@ export class Connections {
       // server yet; a bounded WAIT answers it in time anyway.
       return n === 1 || bounded;
     } catch {
+      return false;
+    }
+  }
+
+  /** `WARDEN.WITHDRAW key owner` for a request with an owner (key and owner
+   * are its first two arguments): true when the server took it out of its
+   * queue. False when it was not queued (granted, its reply on its way, or
+   * not arrived yet), or the node has no such command (a module before
+   * 1.1.0, an ACL): the caller then unblocks or closes the connection. */
+  private async withdraw(node: string, args: Args): Promise<boolean> {
+    const [command, key, owner] = args;
+    if (key === undefined || owner === undefined) return false;
+    if (!WITHDRAWABLE.has(String(command)) || this.noWithdraw.has(node)) return false;
+    try {
+      const n = await (await this.command(node)).send(["WARDEN.WITHDRAW", key, owner]);
+      return Number(n) > 0;
+    } catch (error) {
+      if (error instanceof ReplyError && !isRedirect(error)) this.noWithdraw.add(node);
       return false;
     }
   }

@@ -119,9 +119,16 @@ for (const kind of CLIENTS.filter((c) => c.name === "ioredis" || c.name === "nod
 }
 
 // A user whose ACL refuses CLIENT, and a server where CLIENT is renamed away:
-// waits work, an abort closes the waiter connection.
-const NO_CLIENT: { name: string; extra: string[]; user?: string }[] = [
-  { name: "ACL -client", extra: [], user: "noclient" },
+// waits work, an abort sends WARDEN.WITHDRAW; a user refused that too: an
+// abort closes the waiter connection.
+const NO_CLIENT: { name: string; extra: string[]; user?: string; deny?: string[] }[] = [
+  { name: "ACL -client", extra: [], user: "noclient", deny: ["-client"] },
+  {
+    name: "ACL -client -warden.withdraw",
+    extra: [],
+    user: "nowithdraw",
+    deny: ["-client", "-warden.withdraw"],
+  },
   { name: "rename-command CLIENT", extra: ["--rename-command", "CLIENT", '""'] },
 ];
 const OPEN: Record<string, (s: Server, user?: string) => Promise<AppClient>> = {
@@ -147,7 +154,17 @@ for (const c of NO_CLIENT) {
       const own = c.extra.length > 0 ? await Server.start(c.extra) : server;
       const check = own === server ? admin : own.admin();
       if (c.user) {
-        await check.call("ACL", "SETUSER", c.user, "on", ">pw", "~*", "&*", "+@all", "-client");
+        await check.call(
+          "ACL",
+          "SETUSER",
+          c.user,
+          "on",
+          ">pw",
+          "~*",
+          "&*",
+          "+@all",
+          ...(c.deny ?? []),
+        );
       }
       const app = await open(own, c.user);
       const warden = new Warden(app.client);

@@ -691,6 +691,47 @@ pub fn drain(
     taken
 }
 
+/// `WARDEN.WITHDRAW`: takes every waiter of `owner` still queued on `name`
+/// (any kind; kinds without an owner never match a valid one) out of its
+/// queue, wherever it stands, and answers it as at its deadline. Returns how
+/// many. Invariant: a withdrawn waiter is answered here, once, and never
+/// granted; a grant already decided (in flight, or held for the replicas) is
+/// not in any queue, so it is not touched.
+pub fn withdraw(ctx: &Context, name: &[u8], owner: &[u8]) -> usize {
+    if nobody_waits() {
+        return 0;
+    }
+    let db = selected_db(ctx.ctx);
+    let taken: Vec<Waiter> = with(|r| {
+        let Some(queues) = r.queue(db, name) else {
+            return Vec::new();
+        };
+        let chosen: Vec<usize> = queues
+            .iter()
+            .flat_map(|q| q.slots.iter())
+            .filter(|(h, s)| {
+                r.waiting
+                    .get(h)
+                    .is_some_and(|w| w.seq == *s && w.owner == owner)
+            })
+            .map(|&(h, _)| h)
+            .collect();
+        chosen
+            .into_iter()
+            .filter_map(|h| r.take(h as Handle))
+            .collect()
+    });
+    let n = taken.len();
+    for waiter in taken {
+        let q = waiter.key.clone();
+        time_out(ctx.ctx, waiter);
+        drop_lease_timer(ctx.ctx, &q);
+        // The head may have changed: those behind may be served now.
+        mark_dirty(ctx.ctx, q);
+    }
+    n
+}
+
 /// Answers a waiter taken off its queue (a grant, nil or an error). Redis
 /// writes it before the client runs anything else.
 pub fn answer(ctx: &Context, waiter: Waiter, answer: Answer) {
