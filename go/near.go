@@ -511,8 +511,11 @@ func (nc *NearCache) serve(l *nearLink) {
 		l.queue[0] = nil
 		l.queue = l.queue[1:]
 		l.qmu.Unlock()
-		nc.settle(call, r, nil)
+		// A reply is no invalidation: acted on before the caller wakes, so
+		// a hit right after sync() is not refused for the sync's own reply
+		// (pushes still buffered behind it keep the reader's hold).
 		l.acted()
+		nc.settle(call, r, nil)
 	}
 }
 
