@@ -239,14 +239,16 @@ class NearCache:
         Sentinel that does not answer changes nothing: the connection is
         kept, and so is what it tracks.
 
-        A change also closes the client's idle connections, whether or not
-        the tracking connection is up (a miss reads through them). redis-py
-        does so too, but only in the call that first sees the change, and
-        after it noted the new master: a thread that asks in between is told
-        nothing moved, and may read the old master through an idle
-        connection. Here the change and the close are under one lock, so no
-        check returns before the close."""
-        if self._master is None:
+        A change also closes the client's idle connections (a miss reads
+        through them). redis-py does so too, but only in the call that first
+        sees the change, and after it noted the new master: a thread that
+        asks in between is told nothing moved, and may read the old master
+        through an idle connection. Here the close comes before the change is
+        noted, under one lock, so no check returns before it. While the
+        tracking connection is down nothing is asked (``sync()`` returns at
+        once; its reconnect asks Sentinel)."""
+        connection = self._connection
+        if self._master is None or connection is None:
             return
         try:
             master = self._master()
@@ -255,10 +257,9 @@ class NearCache:
             return
         with self._master_lock:
             if master_seen(self._known_master, master):
-                self._known_master = tuple(master)
                 self._pool.disconnect(inuse_connections=False)
-        connection = self._connection
-        if connection is not None and moved(connection, master):
+                self._known_master = tuple(master)
+        if moved(connection, master):
             logger.info("near cache: the master moved to %s:%s", *master)
             self._lost(connection)
             # Before it returns (the reader flushes too, later): sync() then
@@ -282,6 +283,7 @@ class NearCache:
         self._closed.set()
         with self._send_lock:
             connection = self._connection
+            self._fd = -1 if connection is not None else None
         if connection is not None:
             connection.disconnect()
         for thread in (self._reader, self._watcher):
@@ -316,7 +318,12 @@ class NearCache:
         return request
 
     def _lost(self, connection: Any) -> None:
-        """Close ``connection``: the reader sees it, flushes and connects again."""
+        """Close ``connection``: the reader sees it, flushes and connects again.
+        Until then no hit is served: its descriptor number may be reused by
+        another socket at once, which ``unread`` must not ask (-1 answers
+        True)."""
+        if connection is self._connection:
+            self._fd = -1
         try:
             connection.disconnect()
         except Exception:

@@ -126,8 +126,10 @@ class NearCache:
     async def check_master(self) -> None:
         """As ``warden.NearCache.check_master`` (redis-py's asyncio pool
         awaits its close of idle connections after noting the new master: the
-        same window)."""
-        if self._master is None or self._master_lock is None:
+        same window). The change is noted once the close is done: a check
+        cancelled during it leaves the next one to close again."""
+        connection = self._connection
+        if self._master is None or self._master_lock is None or connection is None:
             return
         try:
             master = await self._master()
@@ -136,10 +138,9 @@ class NearCache:
             return
         async with self._master_lock:
             if master_seen(self._known_master, master):
-                self._known_master = tuple(master)
                 await self._pool.disconnect(inuse_connections=False)
-        connection = self._connection
-        if connection is not None and moved(connection, master) and self._connection is connection:
+                self._known_master = tuple(master)
+        if moved(connection, master) and self._connection is connection:
             logger.info("near cache: the master moved to %s:%s", *master)
             await self._lost(connection)
             self.store.flush()
@@ -197,9 +198,12 @@ class NearCache:
         return None if failed else reply
 
     async def _lost(self, connection: Any) -> None:
-        """Close ``connection``: the reader sees it, flushes and connects again."""
+        """Close ``connection``: the reader sees it, flushes and connects again.
+        As in ``warden.NearCache._lost``, no hit until then (-1: its
+        descriptor number may be reused at once)."""
         reader = self._reader
         if reader is not None and self._connection is connection:
+            self._fd = -1
             try:
                 await connection.disconnect(nowait=True)
             except Exception:
