@@ -4,6 +4,8 @@ import io.warden.WaitConnection;
 import io.warden.WardenException;
 import java.util.ArrayDeque;
 import java.util.Deque;
+import java.util.HashSet;
+import java.util.Set;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.CompletionStage;
 import java.util.concurrent.ScheduledThreadPoolExecutor;
@@ -115,6 +117,9 @@ public abstract class WaitPool implements AutoCloseable {
   private int open;
   private boolean shut;
   private final Deque<Pooled> idle = new ArrayDeque<>();
+  // Guarded by lock: the connections handed out now (close() closes them too: a wait in flight on
+  // one would otherwise outlive the pool, queued on the server, its caller never answered).
+  private final Set<Pooled> lent = new HashSet<>();
   private final Deque<Pending> pending = new ArrayDeque<>();
   private final ScheduledThreadPoolExecutor timer;
   // Guarded by lock: a trim of the idle connections beyond maxIdle is scheduled.
@@ -192,6 +197,7 @@ public abstract class WaitPool implements AutoCloseable {
       Pooled c = shut ? null : idle.pollFirst();
       if (c != null) {
         c.inUse = true;
+        lent.add(c);
       }
       return c;
     } finally {
@@ -293,6 +299,7 @@ public abstract class WaitPool implements AutoCloseable {
             return;
           } else {
             c.inUse = true;
+            lent.add(c);
           }
         }
       } finally {
@@ -304,6 +311,12 @@ public abstract class WaitPool implements AutoCloseable {
       }
       if (p.future.complete(new Lease(c))) {
         return;
+      }
+      lock.lock();
+      try {
+        lent.remove(c);
+      } finally {
+        lock.unlock();
       }
     }
   }
@@ -350,6 +363,7 @@ public abstract class WaitPool implements AutoCloseable {
         return;
       }
       c.inUse = false;
+      lent.remove(c);
     } finally {
       lock.unlock();
     }
@@ -366,6 +380,7 @@ public abstract class WaitPool implements AutoCloseable {
       c.closed = true;
       c.inUse = false;
       idle.remove(c);
+      lent.remove(c);
       open--;
       if (!shut && !pending.isEmpty() && open < maxSize) {
         open++;
@@ -398,7 +413,9 @@ public abstract class WaitPool implements AutoCloseable {
     try {
       shut = true;
       toClose = new ArrayDeque<>(idle);
+      toClose.addAll(lent);
       idle.clear();
+      lent.clear();
       for (Pooled c : toClose) {
         c.closed = true;
         open--;

@@ -77,4 +77,19 @@ class WaitPoolTest {
       assertEquals(1L, second.execute(10, new byte[0]).toCompletableFuture().get());
     }
   }
+
+  @Test
+  void closeClosesTheConnectionsInUseAsWellAsTheIdle() throws Exception {
+    Pool pool = new Pool();
+    WaitConnection busy = take(pool);
+    WaitConnection idle = take(pool);
+    idle.release();
+    pool.close();
+    assertEquals(true, pool.all.get(0).closedConnection, "the one a wait uses");
+    assertEquals(true, pool.all.get(1).closedConnection, "the idle one");
+    assertEquals(0, pool.openConnections());
+    busy.release(); // after close: ignored, not offered again
+    busy.close();
+    assertEquals(0, pool.openConnections());
+  }
 }

@@ -286,6 +286,24 @@ public abstract class RateLimiterSuite extends TransportSuite {
     waitUntil("no waiter left", () -> server.wardenInfo("waiting_clients") == 0);
   }
 
+  /** Closing the Warden ends its waits in flight: the caller is answered, nothing stays queued. */
+  @Test
+  void closeEndsTheWaitsInFlight() throws Exception {
+    Warden w = Warden.create(transport(server));
+    WardenRateLimiter limiter = w.rateLimiter(key("closed"), 10, DAY).burst(1);
+    assertTrue(limiter.tryAcquire(1).allowed());
+    CompletableFuture<RateDecision> f = limiter.acquireAsync(1, LONG_WAIT).toCompletableFuture();
+    waitUntil("the waiter", () -> waiters(limiter) == 1);
+    w.close();
+    try {
+      RateDecision d = f.get(10, TimeUnit.SECONDS);
+      assertFalse(d.allowed(), d.toString());
+    } catch (ExecutionException expected) {
+      // The connection closed under the wait.
+    }
+    waitUntil("no waiter left", () -> server.wardenInfo("waiting_clients") == 0);
+  }
+
   /**
    * A Warden closed while an abort still asks {@code CLIENT UNBLOCK} again (the wait reached the
    * server but has not run: writes are paused) leaves no waiter queued once the server runs it.
