@@ -6,6 +6,7 @@ import java.util.Optional;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.CompletionStage;
 import java.util.concurrent.ExecutionException;
+import java.util.concurrent.RejectedExecutionException;
 import java.util.concurrent.ScheduledFuture;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.TimeoutException;
@@ -169,6 +170,11 @@ final class Attempt {
 
   /** Starts with the fast path: the command without WAIT on the shared connection. */
   Attempt start() {
+    if (warden.closed()) {
+      // A closed Warden starts nothing: no wait, and no hold its watchdog could never renew.
+      fail(new WardenException("this Warden is closed"));
+      return this;
+    }
     if (mayWait && warden.waitingHere(queue()) > 0) {
       // A request of this process waits on the key: the server's queue is not empty, and a try
       // never overtakes a queued waiter. Straight to the wait, a round trip sooner.
@@ -222,7 +228,13 @@ final class Attempt {
       // The caller is answered at its deadline whatever the server does; the server's WAIT ends
       // before it, so a reply that comes later is rare, and a grant in it is given back.
       long delay = deadline - System.nanoTime();
-      timer = warden.scheduler().schedule(() -> result.complete(null), delay, TimeUnit.NANOSECONDS);
+      try {
+        timer =
+            warden.scheduler().schedule(() -> result.complete(null), delay, TimeUnit.NANOSECONDS);
+      } catch (RejectedExecutionException closed) {
+        fail(new WardenException("this Warden is closed"));
+        return;
+      }
       result.whenComplete((r, e) -> timer.cancel(false));
     }
     String queue = queue();
