@@ -203,7 +203,7 @@ class Sentinels:
             raise
 
     def client(self) -> redis.Redis:
-        return redis.Redis("127.0.0.1", self.port)
+        return redis.Redis("127.0.0.1", self.port, socket_timeout=10)
 
     def ask(self, *command: Any) -> Any:
         """One command to the Sentinel (None when it does not answer yet)."""
@@ -249,7 +249,9 @@ class Sentinels:
 
     def discovered_port(self) -> int:
         """The master's port as redis-py's Sentinel client finds it."""
-        manager = redis.sentinel.Sentinel([("127.0.0.1", self.port)])
+        manager = redis.sentinel.Sentinel(
+            [("127.0.0.1", self.port)], sentinel_kwargs={"socket_timeout": 5}
+        )
         try:
             return int(manager.discover_master(self.name)[1])
         except redis.ConnectionError:  # MasterNotFoundError included

@@ -581,7 +581,9 @@ def test_no_read_after_sync_uses_an_idle_connection_to_the_old_master(
     """Another thread has just noted the new master and not yet closed the
     client's idle connections (redis-py's window): a ``sync()`` here still
     leaves no read on the old master, which is up and holds the old value."""
-    manager = redis.sentinel.Sentinel([("127.0.0.1", sentinels.port)])
+    manager = redis.sentinel.Sentinel(
+        [("127.0.0.1", sentinels.port)], socket_timeout=10, sentinel_kwargs={"socket_timeout": 10}
+    )
     app = manager.master_for(sentinels.name)
     with warden.Cache(app, near_cache=warden.NearCacheConfig()) as near:
         app.set(KEY, b"old")
@@ -590,7 +592,7 @@ def test_no_read_after_sync_uses_an_idle_connection_to_the_old_master(
         # Read through the client: an idle connection to this master stays.
         assert near.get_or_load(KEY, refuse) == b"old"
         sentinels.failover()
-        new = redis.Redis("127.0.0.1", sentinels.master_port())
+        new = redis.Redis("127.0.0.1", sentinels.master_port(), socket_timeout=10)
         new.set(KEY, b"new")
         noted_elsewhere(app.connection_pool, ("127.0.0.1", sentinels.master_port()))
         near.sync()
@@ -604,7 +606,9 @@ async def test_asyncio_no_read_after_sync_uses_an_idle_connection_to_the_old_mas
     sentinels: Sentinels,
 ) -> None:
     """As above, for warden.asyncio and redis.asyncio.sentinel."""
-    manager = redis.asyncio.sentinel.Sentinel([("127.0.0.1", sentinels.port)])
+    manager = redis.asyncio.sentinel.Sentinel(
+        [("127.0.0.1", sentinels.port)], socket_timeout=10, sentinel_kwargs={"socket_timeout": 10}
+    )
     app = manager.master_for(sentinels.name)
     async with warden.asyncio.Cache(app, near_cache=warden.NearCacheConfig()) as near:
         await app.set(KEY, b"old")
@@ -612,7 +616,7 @@ async def test_asyncio_no_read_after_sync_uses_an_idle_connection_to_the_old_mas
         await near.sync()
         assert await near.get_or_load(KEY, refuse_async) == b"old"
         await asyncio.to_thread(sentinels.failover)
-        new = redis.Redis("127.0.0.1", sentinels.master_port())
+        new = redis.Redis("127.0.0.1", sentinels.master_port(), socket_timeout=10)
         new.set(KEY, b"new")
         noted_elsewhere(app.connection_pool, ("127.0.0.1", sentinels.master_port()))
         await near.sync()
