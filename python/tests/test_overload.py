@@ -100,7 +100,9 @@ def test_wait_ms_is_the_time_left_less_a_margin(monkeypatch: pytest.MonkeyPatch)
 
 
 def monitored(server: Server) -> tuple[list[str], threading.Event, threading.Thread]:
-    """The commands the server runs, as MONITOR lines, until ``stop`` is set."""
+    """The commands the server runs, as MONITOR lines, until ``stop`` is set
+    and a ``PING`` follows (the caller sends one after the stop: every line
+    before it is read, however far behind this thread is)."""
     lines: list[str] = []
     stop = threading.Event()
     ready = threading.Event()
@@ -108,8 +110,11 @@ def monitored(server: Server) -> tuple[list[str], threading.Event, threading.Thr
     def run() -> None:
         with server.client().monitor() as m:
             ready.set()
-            while not stop.is_set():
-                lines.append(m.next_command()["command"])
+            while True:
+                line = m.next_command()["command"]
+                if stop.is_set() and line == "PING":
+                    return
+                lines.append(line)
 
     t = threading.Thread(target=run, daemon=True)
     t.start()
@@ -162,7 +167,7 @@ def test_the_wait_sent_is_what_is_left_after_waiting_for_a_connection(
 
         asyncio.run(main())
     stop.set()
-    watcher.ping()  # one more line for the monitor to see the stop
+    watcher.ping()  # the monitor reads up to it
     t.join(5)
     waits = [int(m.group(1)) for m in map(re.compile(r"WAIT (\d+)").search, lines) if m]
     assert results == [True, True] or results == [True, False]
