@@ -345,8 +345,9 @@ fn mutual_exclusion_under_contention_is_exact() {
     assert!(info.contains("waiting_clients:0"), "{info}");
 }
 
-/// One kind's commands for the `WARDEN.WITHDRAW` table: how the holder
-/// takes the key, how a waiter asks, and how the holder lets go.
+/// One kind's commands for the `WARDEN.WITHDRAW` table (`KEY` and `OWNER`
+/// filled in per case): how the holder takes the key, how a waiter asks, and
+/// how the holder lets go.
 struct Withdrawn {
     kind: &'static str,
     hold: &'static [&'static str],
@@ -358,31 +359,31 @@ struct Withdrawn {
 const WITHDRAWN: &[Withdrawn] = &[
     Withdrawn {
         kind: "lock",
-        hold: &["LOCK.ACQUIRE", "k", "holder", "60000"],
-        ask: &["LOCK.ACQUIRE", "k", "OWNER", "60000", "WAIT", "0"],
-        free: &["LOCK.RELEASE", "k", "holder"],
+        hold: &["LOCK.ACQUIRE", "KEY", "holder", "60000"],
+        ask: &["LOCK.ACQUIRE", "KEY", "OWNER", "60000", "WAIT", "0"],
+        free: &["LOCK.RELEASE", "KEY", "holder"],
         info: "LOCK.INFO",
     },
     Withdrawn {
         kind: "rwlock writer",
-        hold: &["RWLOCK.READ", "k", "holder", "60000"],
-        ask: &["RWLOCK.WRITE", "k", "OWNER", "60000", "WAIT", "0"],
-        free: &["RWLOCK.UNLOCK", "k", "holder"],
+        hold: &["RWLOCK.READ", "KEY", "holder", "60000"],
+        ask: &["RWLOCK.WRITE", "KEY", "OWNER", "60000", "WAIT", "0"],
+        free: &["RWLOCK.UNLOCK", "KEY", "holder"],
         info: "RWLOCK.INFO",
     },
     Withdrawn {
         kind: "rwlock reader",
-        hold: &["RWLOCK.WRITE", "k", "holder", "60000"],
-        ask: &["RWLOCK.READ", "k", "OWNER", "60000", "WAIT", "0"],
-        free: &["RWLOCK.UNLOCK", "k", "holder"],
+        hold: &["RWLOCK.WRITE", "KEY", "holder", "60000"],
+        ask: &["RWLOCK.READ", "KEY", "OWNER", "60000", "WAIT", "0"],
+        free: &["RWLOCK.UNLOCK", "KEY", "holder"],
         info: "RWLOCK.INFO",
     },
     Withdrawn {
         kind: "semaphore",
-        hold: &["SEM.ACQUIRE", "k", "holder", "60000", "LIMIT", "1"],
+        hold: &["SEM.ACQUIRE", "KEY", "holder", "60000", "LIMIT", "1"],
         ask: &[
             "SEM.ACQUIRE",
-            "k",
+            "KEY",
             "OWNER",
             "60000",
             "LIMIT",
@@ -390,15 +391,20 @@ const WITHDRAWN: &[Withdrawn] = &[
             "WAIT",
             "0",
         ],
-        free: &["SEM.RELEASE", "k", "holder"],
+        free: &["SEM.RELEASE", "KEY", "holder"],
         info: "SEM.INFO",
     },
 ];
 
-fn with_owner<'a>(words: &[&'a str], owner: &'a str) -> Vec<&'a str> {
+/// `words` with `KEY` and `OWNER` filled in.
+fn fill<'a>(words: &[&'a str], key: &'a str, owner: &'a str) -> Vec<&'a str> {
     words
         .iter()
-        .map(|w| if *w == "OWNER" { owner } else { *w })
+        .map(|w| match *w {
+            "KEY" => key,
+            "OWNER" => owner,
+            w => w,
+        })
         .collect()
 }
 
@@ -423,33 +429,11 @@ fn withdraw_answers_the_owners_waiter_nil_and_the_queue_moves_up() {
     let mut c = s.conn();
     for (i, case) in WITHDRAWN.iter().enumerate() {
         let key = format!("k{i}");
-        let on = |words: &[&'static str], owner: &'static str| -> Vec<String> {
-            with_owner(words, owner)
-                .iter()
-                .map(|w| {
-                    if *w == "k" {
-                        key.clone()
-                    } else {
-                        w.to_string()
-                    }
-                })
-                .collect()
-        };
-        let words = |v: &Vec<String>| v.iter().map(String::as_str).collect::<Vec<_>>().join(" ");
-        let hold = on(case.hold, "holder");
-        assert!(
-            !matches!(
-                run(&mut c, &hold.iter().map(String::as_str).collect::<Vec<_>>()).unwrap(),
-                Value::Nil
-            ),
-            "{}",
-            case.kind
-        );
-        let ask_a = on(case.ask, "a");
-        let a = wait_then_ping(&s, &ask_a.iter().map(String::as_str).collect::<Vec<_>>());
+        let held = run(&mut c, &fill(case.hold, &key, "")).unwrap();
+        assert!(!matches!(held, Value::Nil), "{}", case.kind);
+        let a = wait_then_ping(&s, &fill(case.ask, &key, "a"));
         common::wait_queued(&mut c, case.info, &key, 1);
-        let ask_b = on(case.ask, "b");
-        let (_, b) = spawn_command(&s, &ask_b.iter().map(String::as_str).collect::<Vec<_>>());
+        let (_, b) = spawn_command(&s, &fill(case.ask, &key, "b"));
         common::wait_queued(&mut c, case.info, &key, 2);
 
         // Nobody else's request, nor another key's, nor one that is not queued.
@@ -472,7 +456,7 @@ fn withdraw_answers_the_owners_waiter_nil_and_the_queue_moves_up() {
             case.kind
         );
         let (reply, ping) = a.join().unwrap();
-        assert_eq!(reply, Value::Nil, "{}: {}", case.kind, words(&ask_a));
+        assert_eq!(reply, Value::Nil, "{}", case.kind);
         assert_eq!(reply_text(&ping), "PONG", "{}", case.kind);
         assert_eq!(waiters_of(&mut c, case.info, &key), 1, "{}", case.kind);
         assert_eq!(
@@ -482,8 +466,7 @@ fn withdraw_answers_the_owners_waiter_nil_and_the_queue_moves_up() {
             case.kind
         );
 
-        let free = on(case.free, "holder");
-        run(&mut c, &free.iter().map(String::as_str).collect::<Vec<_>>()).unwrap();
+        run(&mut c, &fill(case.free, &key, "")).unwrap();
         assert!(granted(b) > 0, "{}: the next in line is granted", case.kind);
     }
 }
@@ -519,4 +502,21 @@ fn withdraw_refuses_bad_arguments() {
         let e = err(&mut c, words);
         assert!(e.contains(error), "{words:?}: {e}");
     }
+}
+
+/// A replica queues nobody: it answers 0 (not READONLY), whatever waits on
+/// its master, which keeps its waiter.
+#[test]
+fn withdraw_on_a_replica_answers_0() {
+    let master = Server::start_tcp(&[]);
+    let replica = Server::start_tcp(&[]);
+    replicate(&master, &replica);
+    let mut m = master.conn();
+    int(&mut m, &["LOCK.ACQUIRE", "k", "holder", "60000"]);
+    let (_, w) = waiter(&master, "k", "w", "60000", "0");
+    wait_queued(&mut m, "k", 1);
+    assert_eq!(int(&mut replica.conn(), &["WARDEN.WITHDRAW", "k", "w"]), 0);
+    assert_eq!(waiters(&mut m, "k"), 1);
+    assert_eq!(int(&mut m, &["LOCK.RELEASE", "k", "holder"]), 1);
+    assert!(granted(w) > 0);
 }
