@@ -44,6 +44,8 @@ export class Server {
     const args = ["--port", String(port), "--unixsocket", this.socket, "--dir", this.dir];
     args.push("--save", "");
     if (port) args.push("--bind", "127.0.0.1");
+    // A replica's first sync starts at once (the default waits 5 s for more).
+    args.push("--repl-diskless-sync-delay", "0");
     args.push("--appendonly", "no", "--logfile", this.log, "--loadmodule", MODULE, ...extra);
     this.args = args;
     this.process = spawn(SERVER, args, { stdio: "ignore" });

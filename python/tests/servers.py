@@ -46,6 +46,10 @@ class Server:
             "",
             "--appendonly",
             "no",
+            # A replica's first sync starts at once (the default waits 5 s
+            # for more replicas to join it).
+            "--repl-diskless-sync-delay",
+            "0",
             "--logfile",
             self.log,
             *(("--loadmodule", module) if module else ()),
@@ -198,12 +202,22 @@ class Sentinels:
             self.until(
                 lambda: len(self.ask("SENTINEL", "REPLICAS", name) or []) == 1, "the replica"
             )
+            # Sentinel lists the replica from its first handshake, before its
+            # sync: a WAIT 1 right after would count no replica.
+            self.until(self.replica_linked, "the replica's sync")
         except BaseException:
             self.stop()
             raise
 
     def client(self) -> redis.Redis:
         return redis.Redis("127.0.0.1", self.port, socket_timeout=10)
+
+    def replica_linked(self) -> bool:
+        replica = self.replica.client()
+        try:
+            return replica.info("replication").get("master_link_status") == "up"
+        finally:
+            replica.close()
 
     def ask(self, *command: Any) -> Any:
         """One command to the Sentinel (None when it does not answer yet)."""

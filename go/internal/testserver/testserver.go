@@ -103,7 +103,7 @@ func launch(module bool, args []string) (*Server, error) {
 	}
 	s := &Server{Port: port, Dir: dir}
 	s.args = append([]string{"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--dir", dir,
-		"--save", "", "--appendonly", "no", "--logfile", "server.log", "--daemonize", "no"}, args...)
+		"--save", "", "--appendonly", "no", "--repl-diskless-sync-delay", "0", "--logfile", "server.log", "--daemonize", "no"}, args...)
 	if module {
 		s.args = append(s.args, "--loadmodule", Module())
 	}

@@ -116,7 +116,15 @@ public final class RedisServer implements AutoCloseable {
       args.add(serverBinary());
       args.addAll(listening(port, dir));
       args.addAll(
-          Arrays.asList("--save", "", "--appendonly", "no", "--enable-debug-command", "yes"));
+          Arrays.asList(
+              "--save",
+              "",
+              "--appendonly",
+              "no",
+              "--repl-diskless-sync-delay",
+              "0",
+              "--enable-debug-command",
+              "yes"));
       if (!noModule) {
         args.add("--loadmodule");
         args.add(modulePath());
