@@ -338,10 +338,19 @@ async def test_a_free_acquire_opens_no_waiter_connection_asyncio(
 # --- aborts -----------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("withdraw", [True, False], ids=["withdraw", "acl-denies-withdraw"])
 async def test_a_cancelled_wait_leaves_no_waiter_and_no_grant(
-    server: Server, watcher: redis.Redis
+    server: Server, watcher: redis.Redis, withdraw: bool
 ) -> None:
-    r = server.async_client()
+    # WARDEN.WITHDRAW takes the waiter out on every server, and its
+    # connection is kept; where the user may not send it (an ACL, as with a
+    # module before 1.1.0), CLIENT UNBLOCK does on Redis >= 7.4 and Valkey >=
+    # 8, else the connection is closed.
+    watcher.execute_command(
+        "ACL", "SETUSER", "nowithdraw", "on", ">pw", "~*", "&*", "+@all", "-warden.withdraw"
+    )
+    user = {} if withdraw else {"username": "nowithdraw", "password": "pw"}
+    r = server.async_client(**user)
     watcher.execute_command("SEM.ACQUIRE", "cancel", "holder", 30_000, "LIMIT", 1)
     # Opened beforehand: the connection counts below see only the waiter's.
     await warden.asyncio.Semaphore(r, "other", 1, timeout=1).acquire()
@@ -353,8 +362,10 @@ async def test_a_cancelled_wait_leaves_no_waiter_and_no_grant(
     with pytest.raises(asyncio.CancelledError):
         await task
     assert sem_info(watcher, "cancel")["waiters"] == 0  # out at once, not at its WAIT
-    if unblocks_waiters(watcher):
-        assert clients(watcher) == parked  # unblocked: its connection kept
+    if withdraw or unblocks_waiters(watcher):
+        assert clients(watcher) == parked  # answered nil: its connection kept
+    else:
+        wait_for(lambda: clients(watcher) == parked - 1)  # closed
     watcher.execute_command("SEM.RELEASE", "cancel", "holder")
     assert sem_info(watcher, "cancel") == {}  # nobody was granted it
     await r.aclose()
@@ -393,14 +404,18 @@ def held_permit(server: Server) -> tuple[redis.Redis, threading.Event, Any]:
     return watcher, freed, free_the_permit
 
 
+@pytest.mark.parametrize("withdraw", [True, False], ids=["withdraw", "no-withdraw"])
 @pytest.mark.parametrize("moment", ["local deadline", "interrupt inside the send"])
 def test_a_grant_racing_an_aborted_wait_is_given_back(
-    own_server: Server, monkeypatch: pytest.MonkeyPatch, moment: str
+    own_server: Server, monkeypatch: pytest.MonkeyPatch, moment: str, withdraw: bool
 ) -> None:
     # The only permit is freed while the waiter is being taken out: the
     # server grants it to the waiter before it drops the connection. The
-    # grant must be given back, whenever in the abort it happens.
+    # grant must be given back, whenever in the abort it happens. (Without
+    # WARDEN.WITHDRAW, as where it is refused: the unblock-or-close path.)
     watcher, freed, free_the_permit = held_permit(own_server)
+    if not withdraw:
+        monkeypatch.setattr(warden._connection, "_withdrawn", lambda *args: False)
 
     if moment == "local deadline":
         # The server is sent a longer WAIT than the caller has (as a server
@@ -438,8 +453,9 @@ def test_a_grant_racing_an_aborted_wait_is_given_back(
     except KeyboardInterrupt as interrupt:
         got = type(interrupt)
     assert got is expected
-    # (Where CLIENT UNBLOCK takes the waiter out, its nil is read: no give-back.)
-    assert freed.is_set() or moment == "local deadline" and unblocks_waiters(watcher)
+    # (Where WITHDRAW or CLIENT UNBLOCK takes the waiter out, its nil is read:
+    # no give-back.)
+    assert freed.is_set() or moment == "local deadline" and (withdraw or unblocks_waiters(watcher))
     wait_for(lambda: sem_info(watcher, "race").get("waiters", 0) == 0)
     free_the_permit()
     assert sem_info(watcher, "race") == {}  # nothing held by anyone
@@ -447,15 +463,22 @@ def test_a_grant_racing_an_aborted_wait_is_given_back(
     watcher.close()
 
 
+@pytest.mark.parametrize("withdraw", [True, False], ids=["withdraw", "no-withdraw"])
 @pytest.mark.parametrize(
     "moment", ["local deadline", "cancel while parked", "cancel inside the send"]
 )
 async def test_a_grant_racing_an_aborted_wait_is_given_back_asyncio(
-    own_server: Server, monkeypatch: pytest.MonkeyPatch, moment: str
+    own_server: Server, monkeypatch: pytest.MonkeyPatch, moment: str, withdraw: bool
 ) -> None:
     # As the sync test above: the only permit is freed while the waiter is
     # being taken out; the grant must be given back whenever it happens.
     watcher, freed, free_the_permit = held_permit(own_server)
+    if not withdraw:
+
+        async def not_withdrawn(*args: Any) -> bool:
+            return False
+
+        monkeypatch.setattr(warden.asyncio._connection, "_withdrawn", not_withdrawn)
 
     if moment == "cancel inside the send":
         # Cancelled once the waiting acquire is written, before the client has
@@ -510,8 +533,11 @@ async def test_a_grant_racing_an_aborted_wait_is_given_back_asyncio(
     except asyncio.CancelledError:
         got = asyncio.CancelledError
     assert got is (False if moment == "local deadline" else asyncio.CancelledError)
-    # (Where CLIENT UNBLOCK takes the waiter out, its nil is read: no give-back.)
-    assert freed.is_set() or moment != "cancel inside the send" and unblocks_waiters(watcher)
+    # (Where WITHDRAW or CLIENT UNBLOCK takes the waiter out, its nil is read:
+    # no give-back.)
+    assert freed.is_set() or (
+        moment != "cancel inside the send" and (withdraw or unblocks_waiters(watcher))
+    )
     await async_wait_for(lambda: sem_info(watcher, "race").get("waiters", 0) == 0)
     free_the_permit()
     await asyncio.sleep(0.05)  # a give-back still under way in the background

@@ -50,6 +50,7 @@ from ._core import (
     hinted,
     is_redirect,
     reply_due,
+    withdraw_args,
 )
 
 #: What a request that gave up hands a reply it will not deliver: the reply
@@ -100,6 +101,9 @@ class WaitPool:
             also_on_disconnect(pool, self.close)
         self.slots = _slots_for(self.pool)
         self.unblock_works: Optional[bool] = None
+        # Set once ``WARDEN.WITHDRAW`` was refused (a module before 1.1.0, an
+        # ACL): waiters are taken out by ``CLIENT UNBLOCK`` or a close then.
+        self.no_withdraw = False
         # The requests parked in the server on this pool's connections. No
         # lock: one set operation is atomic, and an interrupt could leave a
         # lock taken (between ``with``'s body and its exit).
@@ -354,9 +358,11 @@ def blocking_call(
     grant may have crossed the close).
 
     Past the deadline, or on ``KeyboardInterrupt``, the waiter is taken out of
-    the server's queue at once: ``CLIENT UNBLOCK`` on an ordinary connection
-    (its nil is read and the connection kept), or, where the server does not
-    unblock warden's waiters (Redis < 7.4), by closing its connection. Closing
+    the server's queue at once: ``WARDEN.WITHDRAW key owner`` for a lock,
+    read-write lock or semaphore request, else ``CLIENT UNBLOCK`` on an
+    ordinary connection (either way its nil is read and the connection
+    kept), or, where neither takes it out (a rate limiter's wait on Redis <
+    7.4), by closing its connection. Closing
     the client ends the request with ``ClientClosed``, also while it waits
     for a connection."""
     closes = wait_pool(_pool(client, key)).closes
@@ -401,7 +407,7 @@ def blocking_call(
             if closed():
                 raise ClientClosed("the client was closed while this request waited")
             if not ready:
-                if _abort(client, key, pinned, client_id, lost):
+                if _abort(client, key, args, pinned, client_id, lost):
                     sent = False
                 return
             got.append(connection.read_response())
@@ -413,7 +419,7 @@ def blocking_call(
                 if isinstance(error, Exception):
                     raise ClientClosed("the client was closed while this request waited") from None
             elif parked and not got:  # the connection is sound: only the wait is unwanted
-                if _abort(client, key, pinned, client_id, lost):
+                if _abort(client, key, args, pinned, client_id, lost):
                     sent = False
             raise
     finally:
@@ -452,9 +458,27 @@ def _until_gone(client: Any, key: str, client_id: Optional[int]) -> bool:
     return False
 
 
+def _withdrawn(client: Any, key: str, waits: WaitPool, args: list[Any]) -> bool:
+    """``WARDEN.WITHDRAW key owner`` for a parked request it can take out:
+    True when the server took it out (answered nil on its own connection,
+    never granted after). False when there was nothing to take out (a grant
+    on its way), or the server refuses it (then never asked again)."""
+    target = withdraw_args(args)
+    if target is None or waits.no_withdraw:
+        return False
+    try:
+        return bool(call(client, key, "WARDEN.WITHDRAW", *target, timeout=1.0))
+    except ResponseError as error:
+        waits.no_withdraw = not is_redirect(error)
+        return False
+    except Exception:
+        return False
+
+
 def _abort(
     client: Any,
     key: str,
+    args: list[Any],
     pinned: Pinned,
     client_id: Optional[int],
     lost: Lost,
@@ -466,7 +490,11 @@ def _abort(
     waits, connection = pinned.waits, pinned.connection
     assert waits is not None
     unblocked: Any = None
-    if not connection.can_read(timeout=0) and client_id is not None:
+    if connection.can_read(timeout=0):
+        pass  # answered meanwhile: read below
+    elif _withdrawn(client, key, waits, args):
+        unblocked = 1  # answered nil on its connection, as an unblock is
+    elif client_id is not None:
         try:
             unblocked = call(client, key, "CLIENT", "UNBLOCK", client_id, timeout=1.0)
         except Exception:

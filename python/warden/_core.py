@@ -14,7 +14,7 @@ import time
 import urllib.parse
 import uuid
 import weakref
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Callable, Optional, Protocol, Union
 
@@ -130,6 +130,19 @@ def margin_ms(left_ms: float) -> float:
     """What a blocking request keeps of its caller's time left for the reply
     to reach the caller: a tenth, between 1 and 5 ms."""
     return min(5.0, max(1.0, left_ms / 10))
+
+
+#: The requests ``WARDEN.WITHDRAW key owner`` takes out of a queue (their key
+#: and owner are their first two arguments).
+WITHDRAWABLE = frozenset({"LOCK.ACQUIRE", "RWLOCK.READ", "RWLOCK.WRITE", "SEM.ACQUIRE"})
+
+
+def withdraw_args(args: Sequence[Any]) -> Optional[tuple[Any, Any]]:
+    """``(key, owner)`` of a waiting request that ``WARDEN.WITHDRAW`` can take
+    out of its queue, or None (a rate limiter's, a cache read's)."""
+    if len(args) >= 3 and str(args[0]).upper() in WITHDRAWABLE:
+        return args[1], args[2]
+    return None
 
 
 def reply_due(unblocked: Any, unblock_works: Optional[bool]) -> Optional[float]:

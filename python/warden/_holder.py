@@ -12,9 +12,10 @@ way back. Waiting for a wait-pool connection happens only within that time;
 ``max_queue`` sheds load (``QUEUE``: busy at once when that many already
 wait). A grant that reaches the client after the deadline is given back at
 once and the acquire answers False; ``KeyboardInterrupt`` or the deadline
-passing locally take the waiter out of the queue at once (``CLIENT
-UNBLOCK``, or closing its connection on servers that do not unblock warden's
-waiters), and whatever the server may have granted meanwhile is given back.
+passing locally take the waiter out of the queue at once
+(``WARDEN.WITHDRAW key owner``; where that is refused, ``CLIENT UNBLOCK``, or
+closing its connection on servers that do not unblock warden's waiters), and
+whatever the server may have granted meanwhile is given back.
 
 Each hold has its own ``lost`` event: ``holder.lost`` is the event of the
 calling thread's current (or last) hold (with ``thread_local=False``, of the

@@ -175,9 +175,12 @@ pub(crate) async fn acquire_capped<'a>(
 /// owner whose acquire was cancelled or failed before its reply came in.
 ///
 /// A waiting request is taken out of the server's queue first, from the
-/// shared connection: `CLIENT UNBLOCK` (Redis 7.4+, Valkey 8+) answers it nil
-/// and never grants it after, so its connection is kept once that reply is
-/// read. Where it answers 0 (an older server, or a reply already on its way)
+/// shared connection: `WARDEN.WITHDRAW key owner` (every server; the owner
+/// is fresh, so this request is its only one) answers it nil and never
+/// grants it after, so its connection is kept once that reply is read, and
+/// nothing needs giving back. Where it took nothing out (a grant on its way,
+/// the request not arrived yet) or is refused (an older module, an ACL):
+/// `CLIENT UNBLOCK` (Redis 7.4+, Valkey 8+), likewise; where that answers 0
 /// the connection is killed instead (`CLIENT KILL ID`: the server drops the
 /// waiter before the release below arrives; dropping the link alone closes
 /// its socket only some time later), then the release: owner-checked, it can
@@ -205,6 +208,15 @@ impl Drop for GiveBack {
         let owner = std::mem::take(&mut self.owner);
         runtime.spawn(async move {
             if let Some(link) = link {
+                if warden.withdraw(&key, &owner).await {
+                    // Answered nil: the link is clean once a PING sent
+                    // after that reply is answered; nothing was granted.
+                    tracing::debug!(key, "withdrew a cancelled wait from the queue");
+                    if link.alive(warden.config().command_timeout).await {
+                        warden.recycle(link);
+                    }
+                    return;
+                }
                 if let Some(id) = link.client_id() {
                     let mut unblock = redis::cmd("CLIENT");
                     unblock.arg("UNBLOCK").arg(id);

@@ -39,9 +39,10 @@
 //! whose reply still reaches the client after the deadline is given back and
 //! the call answers `None`. A request that is cancelled (its future dropped,
 //! e.g. by `tokio::time::timeout`) leaves the server's queue at once:
-//! `CLIENT UNBLOCK` of its connection where the server ends a wait that way
-//! (Redis 7.4+, Valkey 8+; the connection is kept for the next wait), else
-//! the connection is closed; a lock or semaphore grant that was already on
+//! `WARDEN.WITHDRAW key owner` (the connection is kept for the next wait);
+//! where that is refused, `CLIENT UNBLOCK` of its connection where the
+//! server ends a wait that way (Redis 7.4+, Valkey 8+), else the connection
+//! is closed; a lock or semaphore grant that was already on
 //! its way is given back in the background ([`LockRequest::acquire`]).
 //! `.max_queue(n)` sheds load at the door: with `n` requests already waiting
 //! on the key, the acquire answers `None` at once (`QUEUE n`).
@@ -224,6 +225,9 @@ struct Inner {
     /// The server's `warden.max-lease` in ms as learnt from its refusals (0:
     /// none learnt): grants and renewals ask for at most this.
     max_lease_ms: std::sync::atomic::AtomicU64,
+    /// Set once the server refused `WARDEN.WITHDRAW` (a module before
+    /// 1.1.0, an ACL): cancelled waits go out by `CLIENT UNBLOCK` or a kill.
+    no_withdraw: std::sync::atomic::AtomicBool,
 }
 
 impl Warden {
@@ -234,6 +238,7 @@ impl Warden {
                 backend,
                 config,
                 max_lease_ms: std::sync::atomic::AtomicU64::new(0),
+                no_withdraw: std::sync::atomic::AtomicBool::new(false),
             }),
         }
     }
@@ -379,6 +384,29 @@ impl Warden {
     }
 
     /// Hands a dedicated connection whose replies have all come in back to the pool.
+    /// `WARDEN.WITHDRAW key owner`: true when the server took the owner's
+    /// queued request out (it is answered nil on its own connection and
+    /// never granted). False when nothing was queued (granted, its reply on
+    /// its way, or not arrived yet) or the server refuses the command (then
+    /// never asked again).
+    pub(crate) async fn withdraw(&self, key: &str, owner: &str) -> bool {
+        use std::sync::atomic::Ordering;
+        if self.inner.no_withdraw.load(Ordering::Relaxed) {
+            return false;
+        }
+        let mut cmd = redis::cmd("WARDEN.WITHDRAW");
+        cmd.arg(key).arg(owner);
+        match self.query::<i64>(&cmd).await {
+            Ok(n) => n > 0,
+            Err(Error::Server { code, message }) => {
+                tracing::debug!(code, message, "WARDEN.WITHDRAW refused: unblocking instead");
+                self.inner.no_withdraw.store(true, Ordering::Relaxed);
+                false
+            }
+            Err(_) => false,
+        }
+    }
+
     pub(crate) fn recycle(&self, link: Link) {
         self.inner.pool.give(link);
     }

@@ -187,9 +187,10 @@ impl LockRequest {
     /// [`Error::Connection`](crate::Error::Connection). A request that fails
     /// or is cancelled (its future dropped, by `tokio::time::timeout` or
     /// `tokio::select!`) before its reply came in is taken out of the
-    /// server's queue at once: `CLIENT UNBLOCK` of its connection (Redis
-    /// 7.4+, Valkey 8+; the connection is kept), else that connection is
-    /// closed. A grant that was already on its way is given back in the
+    /// server's queue at once: `WARDEN.WITHDRAW key owner` (the connection
+    /// is kept); where that takes nothing out or is refused, `CLIENT
+    /// UNBLOCK` of its connection (Redis 7.4+, Valkey 8+; the connection is
+    /// kept), else that connection is closed. A grant that was already on its way is given back in the
     /// background with a fresh owner (`LOCK.RELEASE`/`RWLOCK.UNLOCK key
     /// owner`, which only the grant this request got can answer). With
     /// [`reentrant`](Self::reentrant) nothing is released: the client cannot

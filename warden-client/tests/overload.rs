@@ -265,44 +265,65 @@ async fn a_grant_that_reaches_the_caller_after_its_deadline_is_given_back() {
     }
 }
 
-/// A wait cancelled while queued leaves the queue at once; where `CLIENT
-/// UNBLOCK` ends a wait (Redis 7.4+, Valkey 8+) its connection stays open
-/// for the next wait, elsewhere it is closed. Either way nobody is granted.
+/// A wait cancelled while queued leaves the queue at once and nobody is
+/// granted. `WARDEN.WITHDRAW` takes it out on every server and its
+/// connection stays open for the next wait; where the user may not send it
+/// (an ACL, as for a module before 1.1.0) `CLIENT UNBLOCK` does on Redis
+/// 7.4+ and Valkey 8+ (the connection stays), elsewhere the connection is
+/// closed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cancelled_wait_leaves_the_queue_and_no_grant() {
     let s = Server::start(&[]);
     let mut c = s.conn();
     let unblock = unblock_ends_wait(&mut c);
-    let w = warden(&s);
-    // The shared connection, open before anything is counted.
-    assert!(w.lock("warm").acquire().await.unwrap().is_some());
-    for kind in KINDS {
-        let key = format!("{kind:?}");
-        kind.hold(&mut c, &key, "holder");
-        let clients = connected_clients(&mut c);
-        let waiter = tokio::spawn({
-            let (w, key) = (w.clone(), key.clone());
-            async move { kind.acquire(&w, &key, LONG, None).await }
-        });
-        eventually("queued", LONG, || kind.waiters(&mut c, &key) == 1).await;
-        let opened = connected_clients(&mut c) - clients;
-        waiter.abort();
-        eventually("out of the queue", LONG, || kind.waiters(&mut c, &key) == 0).await;
-        kind.release(&mut c, &key, "holder");
-        assert!(!kind.held(&mut c, &key), "{kind:?}: nobody was granted");
-        // The waiter's connection (new, or from the idle pool) stays or goes.
-        let kept = if unblock { opened } else { opened - 1 };
-        eventually("the waiter connection kept or closed", LONG, || {
-            connected_clients(&mut c) == clients + kept
-        })
-        .await;
-        // The next wait of this client finds a connection as before.
-        kind.hold(&mut c, &key, "holder");
-        let again = kind
-            .acquire(&w, &key, Duration::from_millis(50), None)
+    let acl = "ACL SETUSER nowithdraw on >pw ~* &* +@all -warden.withdraw";
+    run(&mut c, &acl.split(' ').collect::<Vec<_>>()).unwrap();
+    let denied = format!("{}?user=nowithdraw&pass=pw", url(&s));
+    for (case, url, withdraw) in [
+        ("withdraw", url(&s), true),
+        ("acl denies it", denied, false),
+    ] {
+        let w = Warden::open(&url).expect("client");
+        // The shared connection, open before anything is counted.
+        assert!(w.lock("warm").acquire().await.unwrap().is_some());
+        for kind in KINDS {
+            let key = format!("{kind:?}");
+            kind.hold(&mut c, &key, "holder");
+            let clients = connected_clients(&mut c);
+            let waiter = tokio::spawn({
+                let (w, key) = (w.clone(), key.clone());
+                async move { kind.acquire(&w, &key, LONG, None).await }
+            });
+            eventually("queued", LONG, || kind.waiters(&mut c, &key) == 1).await;
+            let opened = connected_clients(&mut c) - clients;
+            waiter.abort();
+            eventually("out of the queue", LONG, || kind.waiters(&mut c, &key) == 0).await;
+            kind.release(&mut c, &key, "holder");
+            assert!(
+                !kind.held(&mut c, &key),
+                "{case} {kind:?}: nobody was granted"
+            );
+            // The waiter's connection (new, or from the idle pool) stays or goes.
+            let kept = if withdraw || unblock {
+                opened
+            } else {
+                opened - 1
+            };
+            eventually(
+                &format!("{case} {kind:?}: connection kept or closed"),
+                LONG,
+                || connected_clients(&mut c) == clients + kept,
+            )
             .await;
-        assert_eq!(again.unwrap(), None);
-        kind.release(&mut c, &key, "holder");
+            // The next wait of this client finds a connection as before.
+            kind.hold(&mut c, &key, "holder");
+            let again = kind
+                .acquire(&w, &key, Duration::from_millis(50), None)
+                .await;
+            assert_eq!(again.unwrap(), None, "{case} {kind:?}");
+            kind.release(&mut c, &key, "holder");
+        }
+        run(&mut c, &["DEL", "warm"]).unwrap();
     }
 }
 

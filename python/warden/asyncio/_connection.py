@@ -28,6 +28,7 @@ from .._core import (
     hinted,
     is_redirect,
     reply_due,
+    withdraw_args,
 )
 
 # read_response(timeout=t) answers None when t passes: the outer wait_for owns the deadline.
@@ -118,6 +119,9 @@ class WaitPool:
         # else: a pool of another class (Sentinel's), used as it is
         self.slots = _slots_for(self.pool)
         self.unblock_works: Optional[bool] = None
+        # Set once ``WARDEN.WITHDRAW`` was refused (a module before 1.1.0, an
+        # ACL): waiters are taken out by ``CLIENT UNBLOCK`` or a close then.
+        self.no_withdraw = False
         # The requests parked in the server on this pool's connections.
         self.waiting: set[Pinned] = set()
 
@@ -380,8 +384,9 @@ async def blocking_call(
     with ``WAIT`` (what is left of ``deadline`` less a margin) and ``extra``
     on a connection of the wait pool; the reply, or None when the deadline
     passes first. Past the deadline, or when the calling task is cancelled,
-    the waiter leaves the server's queue at once (``CLIENT UNBLOCK``, or
-    closing its connection where that does not work); a grant that raced it
+    the waiter leaves the server's queue at once (``WARDEN.WITHDRAW`` for a
+    lock, read-write lock or semaphore request, else ``CLIENT UNBLOCK``, or
+    closing its connection where neither works); a grant that raced it
     goes to ``lost`` (given back), and the cancel goes on."""
     try:
         pinned = await Pinned.open(client, key, waits=True, deadline=deadline)
@@ -420,7 +425,9 @@ async def blocking_call(
             if pinned.client_closed:
                 raise ClientClosed("the client was closed while this request waited")
             if not reading.done():
-                aborting = in_background(_abort(client, key, pinned, reading, client_id, lost))
+                aborting = in_background(
+                    _abort(client, key, args, pinned, reading, client_id, lost)
+                )
                 await asyncio.shield(aborting)
                 return None
             reply = reading.result()
@@ -435,7 +442,9 @@ async def blocking_call(
             elif aborting is None and reading is not None and not reading.done():
                 # Cancelled while parked: out of the queue now, the cancel goes
                 # on at once even if cancelled again meanwhile.
-                aborting = in_background(_abort(client, key, pinned, reading, client_id, lost))
+                aborting = in_background(
+                    _abort(client, key, args, pinned, reading, client_id, lost)
+                )
                 try:
                     await asyncio.shield(aborting)
                 except BaseException:
@@ -460,9 +469,25 @@ async def blocking_call(
                 raise
 
 
+async def _withdrawn(client: Any, key: str, waits: WaitPool, args: list[Any]) -> bool:
+    """As ``warden._connection._withdrawn``: ``WARDEN.WITHDRAW key owner``,
+    True when the server took the parked request out."""
+    target = withdraw_args(args)
+    if target is None or waits.no_withdraw:
+        return False
+    try:
+        return bool(await call(client, key, "WARDEN.WITHDRAW", *target, timeout=1.0))
+    except ResponseError as error:
+        waits.no_withdraw = not is_redirect(error)
+        return False
+    except Exception:
+        return False
+
+
 async def _abort(
     client: Any,
     key: str,
+    args: list[Any],
     pinned: Pinned,
     reading: asyncio.Future[Any],
     client_id: Optional[int],
@@ -476,7 +501,11 @@ async def _abort(
     answered = False
     try:
         unblocked: Any = None
-        if not reading.done() and client_id is not None:
+        if reading.done():
+            pass  # answered meanwhile
+        elif await _withdrawn(client, key, waits, args):
+            unblocked = 1  # answered nil on its connection, as an unblock is
+        elif client_id is not None:
             try:
                 unblocked = await call(client, key, "CLIENT", "UNBLOCK", client_id, timeout=1.0)
             except Exception:

@@ -4,7 +4,8 @@ deadline). The watchdog is a task; ``lost`` is an ``asyncio.Event`` of its
 own for each hold, and ``holder.lost`` is the event of the calling task's
 current (or last) hold, so another task's acquire never clears it. A
 cancelled ``acquire`` takes its waiter out of the server's queue at once
-(``CLIENT UNBLOCK``, or closing its connection where that does not work),
+(``WARDEN.WITHDRAW key owner``; where that is refused, ``CLIENT UNBLOCK``,
+or closing its connection where that does not work),
 gives back what the server may have granted it, and is cancelled.
 """
 
