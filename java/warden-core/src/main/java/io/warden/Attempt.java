@@ -20,7 +20,8 @@ import java.util.function.Function;
  * CACHE.GET), following the client rule: a try without WAIT on the shared connection first; only a
  * busy answer waits, on a dedicated connection, with {@code WAIT} = the caller's remaining time
  * less a margin, computed when it is sent; nothing reaches a caller past its deadline or abort (a
- * grant that does is given back); an abort takes the waiter out of the server's queue at once.
+ * grant that does is given back); an abort takes the waiter out of the server's queue at once
+ * ({@code WARDEN.WITHDRAW}, else {@code CLIENT UNBLOCK}, else closing its connection).
  */
 final class Attempt {
   /** What a reply means for one kind of request. */
@@ -63,6 +64,16 @@ final class Attempt {
     default boolean undoesUnseen() {
       return true;
     }
+
+    /**
+     * Whether an abort may take the waiter out with {@code WARDEN.WITHDRAW key owner} (the key and
+     * owner are the command's first two arguments): a lock, read-write lock or semaphore request
+     * whose owner was made for it, so that nothing else of that owner is queued on the key. Not a
+     * rate limiter's or a cache's (no owner).
+     */
+    default boolean withdrawable() {
+      return false;
+    }
   }
 
   /** How long an abort waits, at most, for the server to be done with the waiter. */
@@ -82,12 +93,13 @@ final class Attempt {
   private final CompletableFuture<Void> idle = new CompletableFuture<>();
   private final ReentrantLock lock = new ReentrantLock();
   // Guarded by lock: the waiter connection and how far its request went. A connection goes back
-  // to the pool only once its reply was read and no CLIENT UNBLOCK naming it is still in flight
-  // (else the UNBLOCK could hit the next request on it).
+  // to the pool only once its reply was read and the abort's take-out (WARDEN.WITHDRAW, then any
+  // CLIENT UNBLOCK naming it) is done (else the UNBLOCK could hit the next request on it).
   private WaitConnection conn;
   private boolean replied;
   // A reply was read (not only a failed connection): a grant in it is handled where it is read.
   private boolean seen;
+  // The take-out (takeOut) was started, and is done.
   private boolean unblockSent;
   private boolean unblockDone;
   // The server is closing the waiter connection (CLIENT KILL): it never goes back to the pool.
@@ -467,9 +479,13 @@ final class Attempt {
   }
 
   /**
-   * {@code CLIENT UNBLOCK} where the server answers the waiter nil and keeps its connection (Redis
-   * &gt;= 7.4, Valkey &gt;= 8); else close the connection, and wait (bounded) until the server no
-   * longer lists it, so the abort is ordered before the caller's next command.
+   * Takes the waiter out of the server's queue. First {@code WARDEN.WITHDRAW key owner} (a
+   * withdrawable kind, on every server): the server answers the waiter nil on its connection, which
+   * is kept. Where it took nothing out (a grant on its way, the request not on the server yet) or
+   * is refused (a module before 1.1.0, an ACL), {@code CLIENT UNBLOCK} where the server answers the
+   * waiter nil and keeps its connection (Redis &gt;= 7.4, Valkey &gt;= 8); else close the
+   * connection, and wait (bounded) until the server no longer lists it, so the abort is ordered
+   * before the caller's next command.
    */
   private void takeOut() {
     WaitConnection c;
@@ -484,16 +500,15 @@ final class Attempt {
       lock.unlock();
     }
     begin();
+    // True: the connection is kept (its reply, read or to come, ends the request there). Also when
+    // WITHDRAW took nothing out but the reply was read meanwhile: nothing is left to take out.
     CompletionStage<Boolean> unblocked =
-        c.clientId() <= 0
-            ? CompletableFuture.completedFuture(false)
-            : warden
-                .unblocksWaiters()
-                .thenCompose(
-                    ok ->
-                        ok
-                            ? unblock(c, System.nanoTime() + UNBLOCK_RETRY_NANOS)
-                            : CompletableFuture.completedFuture(false));
+        withdraw()
+            .thenCompose(
+                withdrawn ->
+                    withdrawn || replySeen()
+                        ? CompletableFuture.completedFuture(true)
+                        : unblockOrNot(c));
     unblocked.whenComplete(
         (ok, e) -> {
           try {
@@ -542,6 +557,44 @@ final class Attempt {
             end();
           }
         });
+  }
+
+  /**
+   * {@code WARDEN.WITHDRAW key owner} for a withdrawable kind: true when the server took the waiter
+   * out of its queue (its nil is on its way on the waiter connection).
+   */
+  private CompletionStage<Boolean> withdraw() {
+    if (!kind.withdrawable() || command.length < 3) {
+      return CompletableFuture.completedFuture(false);
+    }
+    return warden.withdraw(command[1], command[2]);
+  }
+
+  /** Whether the wait's reply was read (not only its connection failed). */
+  private boolean replySeen() {
+    lock.lock();
+    try {
+      return replied && seen;
+    } finally {
+      lock.unlock();
+    }
+  }
+
+  /**
+   * {@code CLIENT UNBLOCK} where it takes a module's waiter out (true: the connection is kept);
+   * false where it cannot, or the connection has no client id: the caller closes it.
+   */
+  private CompletionStage<Boolean> unblockOrNot(WaitConnection c) {
+    if (c.clientId() <= 0) {
+      return CompletableFuture.completedFuture(false);
+    }
+    return warden
+        .unblocksWaiters()
+        .thenCompose(
+            ok ->
+                ok
+                    ? unblock(c, System.nanoTime() + UNBLOCK_RETRY_NANOS)
+                    : CompletableFuture.completedFuture(false));
   }
 
   /** How long an abort asks {@code CLIENT UNBLOCK} again for a request not yet on the server. */

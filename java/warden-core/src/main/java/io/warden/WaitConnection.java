@@ -17,7 +17,10 @@ public interface WaitConnection extends AutoCloseable {
   /** Back to the pool (only after its reply was read). */
   void release();
 
-  /** Discards it (after an abort on Redis &lt; 7.4, or a lost reply). */
+  /**
+   * Discards it (after an abort the server could not answer on it: {@code WARDEN.WITHDRAW} and
+   * {@code CLIENT UNBLOCK} refused or unable; or a lost reply).
+   */
   @Override
   void close();
 }

@@ -88,6 +88,9 @@ public final class Warden implements AutoCloseable {
   private final ConcurrentHashMap<ThreadHolds.Key, ThreadHolds.Entry> threadHolds =
       new ConcurrentHashMap<>();
   private volatile CompletableFuture<Boolean> unblocks;
+  // The server refused WARDEN.WITHDRAW (a module before 1.1.0, an ACL that denies it): from then on
+  // an abort goes straight to CLIENT UNBLOCK or closes the waiter's connection.
+  private volatile boolean withdrawRefused;
   // Retries waiting on the scheduler, completed with a "no" when this Warden closes: a closed
   // scheduler drops what it has not run, and an abort that never ends leaves its waiter queued.
   private final Set<CompletableFuture<?>> retries = ConcurrentHashMap.newKeySet();
@@ -278,7 +281,58 @@ public final class Warden implements AutoCloseable {
             ? transport.execute(Resp.args(releaseCommand, key, owner))
             : CompletableFuture.completedFuture(null);
       }
+
+      @Override
+      public boolean withdrawable() {
+        // WARDEN.WITHDRAW takes out every request of the owner queued on the key: only an owner
+        // made for this request names nothing else (a borrowed one is taken out otherwise).
+        return ownOwner;
+      }
     };
+  }
+
+  /**
+   * {@code WARDEN.WITHDRAW key owner} on the shared connection: true when the server took {@code
+   * owner}'s requests queued on {@code key} out of the queue (each is answered nil on its own
+   * connection, which stays usable). False when it took none (a grant on its way, a request not on
+   * the server yet, a replica), the command failed, or the server refuses it: an error reply (a
+   * module before 1.1.0, an ACL) is remembered, and this Warden does not ask again.
+   */
+  CompletionStage<Boolean> withdraw(byte[] key, byte[] owner) {
+    if (withdrawRefused) {
+      return CompletableFuture.completedFuture(false);
+    }
+    CompletionStage<Object> sent;
+    try {
+      sent = transport.execute(Resp.args("WARDEN.WITHDRAW", key, owner));
+    } catch (RuntimeException e) {
+      return CompletableFuture.completedFuture(false);
+    }
+    return sent.handle(
+        (n, e) -> {
+          if (e != null) {
+            Throwable cause = Resp.unwrap(e);
+            if (cause instanceof WardenServerException
+                && !redirect((WardenServerException) cause)) {
+              withdrawRefused = true;
+            }
+            return false;
+          }
+          try {
+            Long taken = Resp.asLong(n);
+            return taken != null && taken > 0;
+          } catch (RuntimeException notAnInteger) {
+            return false;
+          }
+        });
+  }
+
+  /**
+   * A cluster's redirect ({@code MOVED}, {@code ASK}): the command is not refused, only elsewhere.
+   */
+  private static boolean redirect(WardenServerException e) {
+    String code = e.code();
+    return code.equals("MOVED") || code.equals("ASK");
   }
 
   /**

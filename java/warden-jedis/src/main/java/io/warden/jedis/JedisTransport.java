@@ -299,7 +299,8 @@ public final class JedisTransport implements Transport {
                             "ID".getBytes(StandardCharsets.UTF_8)));
                 id = r instanceof Long ? (Long) r : -1;
               } catch (JedisDataException e) {
-                // A server that refuses CLIENT still lets the request wait: an abort closes it.
+                // A server that refuses CLIENT still lets the request wait: an abort withdraws it
+                // (WARDEN.WITHDRAW) or closes the connection.
                 id = -1;
               }
               f.complete(new Waiter(c, id));

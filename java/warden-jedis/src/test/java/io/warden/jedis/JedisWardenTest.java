@@ -13,4 +13,11 @@ class JedisWardenTest extends WardenSuite {
     return JedisTransport.create(
         new HostAndPort(server.host(), server.port()), DefaultJedisClientConfig.builder().build());
   }
+
+  @Override
+  protected Transport transport(RedisServer server, String user, String password) {
+    return JedisTransport.create(
+        new HostAndPort(server.host(), server.port()),
+        DefaultJedisClientConfig.builder().user(user).password(password).build());
+  }
 }

@@ -817,7 +817,7 @@ public final class LettuceTransport implements Transport {
                             return;
                           }
                           // A server that refuses CLIENT still lets the request wait: an abort
-                          // closes the connection then.
+                          // withdraws it (WARDEN.WITHDRAW) or closes the connection then.
                           f.complete(new Waiter(c, r instanceof Long ? (Long) r : -1));
                         });
               });

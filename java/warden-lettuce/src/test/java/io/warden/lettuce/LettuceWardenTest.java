@@ -1,5 +1,6 @@
 package io.warden.lettuce;
 
+import io.lettuce.core.RedisURI;
 import io.warden.Transport;
 import io.warden.testing.RedisServer;
 import io.warden.testing.WardenSuite;
@@ -12,6 +13,16 @@ class LettuceWardenTest extends WardenSuite {
   @Override
   protected Transport transport(RedisServer server) {
     return clients.transport(server);
+  }
+
+  @Override
+  protected Transport transport(RedisServer server, String user, String password) {
+    return clients.transport(
+        RedisURI.builder()
+            .withHost(server.host())
+            .withPort(server.port())
+            .withAuthentication(user, password)
+            .build());
   }
 
   @AfterAll

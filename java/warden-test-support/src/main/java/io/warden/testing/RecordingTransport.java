@@ -5,10 +5,13 @@ import io.warden.WaitConnection;
 import java.nio.charset.StandardCharsets;
 import java.util.ArrayList;
 import java.util.List;
+import java.util.Set;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.CompletionStage;
+import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.CopyOnWriteArrayList;
 import java.util.concurrent.Executors;
+import java.util.concurrent.RejectedExecutionException;
 import java.util.concurrent.ScheduledExecutorService;
 import java.util.concurrent.TimeUnit;
 
@@ -23,6 +26,10 @@ public final class RecordingTransport implements Transport {
   private volatile long connectionDelayMillis;
   private volatile int waitConnections;
   private volatile Runnable beforeWait = () -> {};
+  private volatile String delayedCommand;
+  private volatile long commandDelayMillis;
+  // Delayed commands not sent yet: a close sends them (they fail) rather than leave them pending.
+  private final Set<Runnable> unsent = ConcurrentHashMap.newKeySet();
 
   public RecordingTransport(Transport inner) {
     this.inner = inner;
@@ -31,6 +38,15 @@ public final class RecordingTransport implements Transport {
   /** Waiter connections are handed out this much later. */
   public void delayConnections(long millis) {
     connectionDelayMillis = millis;
+  }
+
+  /**
+   * Commands named {@code command} on the shared connection are sent this much later (one still
+   * waiting when the transport closes is sent then, and fails).
+   */
+  public void delayCommand(String command, long millis) {
+    delayedCommand = command;
+    commandDelayMillis = millis;
   }
 
   /** Runs before each command on a waiter connection is sent. */
@@ -50,7 +66,45 @@ public final class RecordingTransport implements Transport {
 
   @Override
   public CompletionStage<Object> execute(byte[]... args) {
-    return inner.execute(args);
+    String delayed = delayedCommand;
+    if (delayed == null || !delayed.equalsIgnoreCase(new String(args[0], StandardCharsets.UTF_8))) {
+      return inner.execute(args);
+    }
+    CompletableFuture<Object> f = new CompletableFuture<>();
+    Runnable send =
+        () -> {
+          CompletionStage<Object> sent;
+          try {
+            sent = inner.execute(args);
+          } catch (RuntimeException e) {
+            f.completeExceptionally(e);
+            return;
+          }
+          sent.whenComplete(
+              (r, e) -> {
+                if (e != null) {
+                  f.completeExceptionally(e);
+                } else {
+                  f.complete(r);
+                }
+              });
+        };
+    unsent.add(send);
+    try {
+      delayer.schedule(
+          () -> {
+            if (unsent.remove(send)) {
+              send.run();
+            }
+          },
+          commandDelayMillis,
+          TimeUnit.MILLISECONDS);
+    } catch (RejectedExecutionException closed) {
+      if (unsent.remove(send)) {
+        send.run();
+      }
+    }
+    return f;
   }
 
   @Override
@@ -74,6 +128,11 @@ public final class RecordingTransport implements Transport {
   public void close() {
     delayer.shutdownNow();
     inner.close();
+    for (Runnable r : unsent) {
+      if (unsent.remove(r)) {
+        r.run();
+      }
+    }
   }
 
   private final class Recording implements WaitConnection {

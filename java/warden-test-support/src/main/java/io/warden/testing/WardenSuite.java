@@ -15,6 +15,7 @@ import io.warden.DistributedReadWriteLock;
 import io.warden.DistributedSemaphore;
 import io.warden.LockRequest;
 import io.warden.Permit;
+import io.warden.Transport;
 import io.warden.Warden;
 import io.warden.WardenCache;
 import io.warden.WardenLock;
@@ -34,6 +35,8 @@ import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicInteger;
 import java.util.concurrent.atomic.AtomicReference;
 import java.util.function.Function;
+import java.util.regex.Matcher;
+import java.util.regex.Pattern;
 import org.junit.jupiter.api.Test;
 
 /**
@@ -299,16 +302,28 @@ public abstract class WardenSuite extends TransportSuite {
     assertNothingLeft(k);
   }
 
-  /** A request waiting on each kind: the holder, then what the waiter calls. */
+  /**
+   * A request waiting on each kind: the holder, then what the waiter calls (blocking, and async),
+   * and the command the waiter's connection is blocked in.
+   */
   private static final class Shape {
     final String name;
+    final String command;
     final Function<Warden, AutoCloseable> hold;
     final Function<Warden, Waiter> wait;
+    final Function<Warden, AsyncWaiter> waitAsync;
 
-    Shape(String name, Function<Warden, AutoCloseable> hold, Function<Warden, Waiter> wait) {
+    Shape(
+        String name,
+        String command,
+        Function<Warden, AutoCloseable> hold,
+        Function<Warden, Waiter> wait,
+        Function<Warden, AsyncWaiter> waitAsync) {
       this.name = name;
+      this.command = command;
       this.hold = hold;
       this.wait = wait;
+      this.waitAsync = waitAsync;
     }
   }
 
@@ -316,21 +331,37 @@ public abstract class WardenSuite extends TransportSuite {
     Optional<? extends AutoCloseable> call(Duration wait) throws InterruptedException;
   }
 
+  private interface AsyncWaiter {
+    CompletableFuture<? extends Optional<? extends AutoCloseable>> call(Duration wait);
+  }
+
   private List<Shape> shapes(String k) {
     Duration lease = Duration.ofSeconds(30);
     return Arrays.asList(
         new Shape(
             "lock",
+            "lock.acquire",
             w -> uncheck(() -> w.lock(k).lease(lease).acquire()),
-            w -> d -> w.lock(k).lease(lease).tryAcquire(d)),
+            w -> d -> w.lock(k).lease(lease).tryAcquire(d),
+            w -> d -> w.lock(k).lease(lease).tryAcquireAsync(d).toCompletableFuture()),
         new Shape(
             "rwlock",
+            "rwlock.read",
             w -> uncheck(() -> w.getReadWriteLock(k).write().lease(lease).acquire()),
-            w -> d -> w.getReadWriteLock(k).read().lease(lease).tryAcquire(d)),
+            w -> d -> w.getReadWriteLock(k).read().lease(lease).tryAcquire(d),
+            w ->
+                d ->
+                    w.getReadWriteLock(k)
+                        .read()
+                        .lease(lease)
+                        .tryAcquireAsync(d)
+                        .toCompletableFuture()),
         new Shape(
             "semaphore",
+            "sem.acquire",
             w -> uncheck(() -> w.getSemaphore(k, 1).acquire(1, lease)),
-            w -> d -> w.getSemaphore(k, 1).tryAcquire(1, d, lease)));
+            w -> d -> w.getSemaphore(k, 1).tryAcquire(1, d, lease),
+            w -> d -> w.getSemaphore(k, 1).tryAcquireAsync(1, d, lease).toCompletableFuture()));
   }
 
   private interface Call<T> {
@@ -438,6 +469,255 @@ public abstract class WardenSuite extends TransportSuite {
     assertTrue(p.isPresent());
     assertEquals(0, sem.availablePermits());
     p.get().release();
+  }
+
+  // ---- an abort's take-out: WARDEN.WITHDRAW, else CLIENT UNBLOCK, else closing ----
+
+  /** A transport to {@code server} logged in as the ACL user {@code user}. */
+  protected abstract Transport transport(RedisServer server, String user, String password);
+
+  /** How a caller abandons a wait. */
+  private enum Abandon {
+    INTERRUPT,
+    CANCEL
+  }
+
+  /** The id of the client blocked in {@code command} (lower case), or -1. */
+  private long blockedIn(String command) {
+    for (String line : str(server.call("CLIENT", "LIST")).split("\n")) {
+      if (line.contains(" flags=b ") && line.contains(" cmd=" + command + " ")) {
+        Matcher m = Pattern.compile("^id=(\\d+) ").matcher(line);
+        if (m.find()) {
+          return Long.parseLong(m.group(1));
+        }
+      }
+    }
+    return -1;
+  }
+
+  /** Whether the server lists client {@code id}, once it had time to see a close. */
+  private boolean stillConnected(long id) {
+    sleep(100);
+    return str(server.call("CLIENT", "LIST", "ID", Long.toString(id))).contains("id=" + id + " ");
+  }
+
+  private static String str(Object reply) {
+    return reply instanceof byte[]
+        ? new String((byte[]) reply, StandardCharsets.UTF_8)
+        : String.valueOf(reply);
+  }
+
+  /** {@code cmdstat_<command>:calls=N} of {@code INFO commandstats}, 0 when absent. */
+  private long calls(String command) {
+    Matcher m =
+        Pattern.compile("(?mi)^cmdstat_" + Pattern.quote(command) + ":calls=(\\d+)")
+            .matcher(server.info("commandstats"));
+    return m.find() ? Long.parseLong(m.group(1)) : 0;
+  }
+
+  private void waitUntilWaiting(long n) {
+    long end = System.nanoTime() + TimeUnit.SECONDS.toNanos(10);
+    while (server.wardenInfo("waiting_clients") != n) {
+      assertTrue(System.nanoTime() < end, n + " waiting never seen");
+      sleep(1);
+    }
+  }
+
+  /**
+   * One wait of {@code shape} on {@code k} through {@code w}, behind a holder, abandoned ({@code
+   * how}) once the server has it queued; {@code race}: the holder lets go in the same instant (the
+   * grant then races the abort). Checks that the waiter is out at once (an interrupt) or soon (a
+   * cancel), and that nothing is held once the holder and any raced grant are gone. Answers the
+   * waiter connection's client id, or -1 when the grant won the race.
+   */
+  private long abandonQueuedWait(Warden w, Shape shape, String k, Abandon how, boolean race)
+      throws Exception {
+    String where = shape.name + " " + how + (race ? " racing the grant" : "");
+    AutoCloseable holder = shape.hold.apply(warden);
+    Object outcome;
+    long id;
+    if (how == Abandon.INTERRUPT) {
+      AtomicReference<Object> got = new AtomicReference<>();
+      Thread t =
+          new Thread(
+              () -> {
+                try {
+                  Optional<? extends AutoCloseable> o =
+                      shape.wait.apply(w).call(Duration.ofSeconds(20));
+                  got.set(o.isPresent() ? o.get() : "timeout");
+                } catch (InterruptedException e) {
+                  got.set("interrupted");
+                } catch (Throwable e) {
+                  got.set(e);
+                }
+              });
+      t.start();
+      waitUntilWaiting(1);
+      id = blockedIn(shape.command);
+      if (race) {
+        holder.close();
+      }
+      t.interrupt();
+      t.join(20_000);
+      assertFalse(t.isAlive(), where + ": still waiting");
+      outcome = got.get();
+      if (!(outcome instanceof AutoCloseable)) {
+        assertEquals("interrupted", outcome, where);
+        // Out of the queue before the interrupted call returned.
+        assertEquals(0, server.wardenInfo("waiting_clients"), where + ": still queued");
+      }
+    } else {
+      CompletableFuture<? extends Optional<? extends AutoCloseable>> f =
+          shape.waitAsync.apply(w).call(Duration.ofSeconds(20));
+      waitUntilWaiting(1);
+      id = blockedIn(shape.command);
+      if (race) {
+        holder.close();
+      }
+      f.cancel(true);
+      outcome = "cancelled";
+      if (!f.isCancelled()) {
+        Optional<? extends AutoCloseable> o = f.get(10, TimeUnit.SECONDS);
+        outcome = o.isPresent() ? o.get() : "timeout";
+      }
+      long end = System.nanoTime() + TimeUnit.SECONDS.toNanos(5);
+      while (server.wardenInfo("waiting_clients") != 0 && System.nanoTime() < end) {
+        sleep(1);
+      }
+      assertEquals(0, server.wardenInfo("waiting_clients"), where + ": still queued");
+    }
+    assertTrue(id > 0, where + ": no waiter in CLIENT LIST");
+    if (outcome instanceof AutoCloseable) {
+      // The grant won the race before the abort was seen: the caller has it.
+      assertTrue(race, where + ": granted while the holder held");
+      ((AutoCloseable) outcome).close();
+      id = -1;
+    } else {
+      assertFalse(outcome instanceof Throwable, where + ": " + outcome);
+      if (!race) {
+        // Nobody was granted: the holder still holds, alone.
+        assertEquals(1L, server.call("EXISTS", k), where + ": the holder's hold is gone");
+      }
+    }
+    if (!race) {
+      holder.close();
+    }
+    assertNothingLeft(k, true);
+    return id;
+  }
+
+  /**
+   * An abort sends {@code WARDEN.WITHDRAW key owner}: the waiter leaves the queue at once, nobody
+   * is granted, and its connection is kept, on every server (on Redis 7.0-7.2 {@code CLIENT
+   * UNBLOCK} cannot end a module's wait, and closing the connection was the only way out).
+   */
+  @Test
+  void anAbortWithdrawsTheWaiterAndKeepsItsConnection() throws Exception {
+    for (Shape shape : shapes(key("withdraw"))) {
+      for (Abandon how : Abandon.values()) {
+        String k = key("withdraw");
+        long before = calls("warden.withdraw");
+        long id = abandonQueuedWait(warden, shape, k, how, false);
+        assertTrue(stillConnected(id), shape.name + " " + how + ": the waiter connection closed");
+        assertEquals(1, calls("warden.withdraw") - before, shape.name + " " + how + ": WITHDRAWs");
+        // The grant raced the abort: given back (or the caller has it, and releases it).
+        for (int round = 0; round < 4; round++) {
+          abandonQueuedWait(warden, shape, k, how, true);
+        }
+      }
+    }
+  }
+
+  /**
+   * A user refused {@code WARDEN.WITHDRAW} (an ACL; a module before 1.1.0 refuses it too): an abort
+   * falls back to {@code CLIENT UNBLOCK} where it ends a module's wait (Redis 7.4+, Valkey 8+: the
+   * connection kept), else closes the waiter's connection; the refusal is remembered, and the
+   * command not sent again.
+   */
+  @Test
+  void anAbortWhereWithdrawIsRefusedUnblocksOrClosesTheConnection() throws Exception {
+    server.call(
+        "ACL", "SETUSER", "nowithdraw", "on", ">pw", "~*", "&*", "+@all", "-warden.withdraw");
+    server.call("ACL", "LOG", "RESET");
+    boolean unblocks = server.unblocksWaiters();
+    try (Warden w = Warden.create(transport(server, "nowithdraw", "pw"))) {
+      for (Shape shape : shapes(key("refused"))) {
+        for (Abandon how : Abandon.values()) {
+          String k = key("refused");
+          long id = abandonQueuedWait(w, shape, k, how, false);
+          assertEquals(
+              unblocks,
+              stillConnected(id),
+              shape.name
+                  + " "
+                  + how
+                  + " on "
+                  + server.version()
+                  + ": the waiter connection "
+                  + (unblocks ? "closed" : "kept"));
+          for (int round = 0; round < 4; round++) {
+            abandonQueuedWait(w, shape, k, how, true);
+          }
+        }
+      }
+    } finally {
+      server.call("ACL", "DELUSER", "nowithdraw");
+    }
+    assertEquals(1, deniedCalls("warden.withdraw"), "WARDEN.WITHDRAW asked again once refused");
+  }
+
+  /**
+   * A Warden closed while an abort's {@code WARDEN.WITHDRAW} is still on its way leaves no waiter
+   * queued and nothing held: the close ends the wait, and the late {@code WITHDRAW} fails.
+   */
+  @Test
+  void closingWhileAWithdrawIsInFlightLeavesNoWaiter() throws Exception {
+    String k = key("closing");
+    WardenLock holder = warden.lock(k).lease(Duration.ofSeconds(30)).acquire();
+    RecordingTransport rec = new RecordingTransport(transport(server));
+    rec.delayCommand("WARDEN.WITHDRAW", 300);
+    Warden w = Warden.create(rec);
+    CompletableFuture<Optional<WardenLock>> f =
+        w.lock(k)
+            .lease(Duration.ofSeconds(30))
+            .tryAcquireAsync(Duration.ofSeconds(20))
+            .toCompletableFuture();
+    waitUntilWaiting(1);
+    long before = calls("warden.withdraw");
+    f.cancel(true);
+    sleep(50); // the abort's WARDEN.WITHDRAW waits to be sent
+    w.close();
+    long end = System.nanoTime() + TimeUnit.SECONDS.toNanos(5);
+    while (server.wardenInfo("waiting_clients") != 0 && System.nanoTime() < end) {
+      sleep(1);
+    }
+    assertEquals(0, server.wardenInfo("waiting_clients"), "still queued");
+    holder.release();
+    sleep(400); // the WITHDRAW's time to be sent has passed
+    assertEquals(before, calls("warden.withdraw"), "WARDEN.WITHDRAW sent after the close");
+    assertNothingLeft(k);
+  }
+
+  /** How many times {@code ACL LOG} saw {@code command} denied (one entry counts repeats). */
+  private long deniedCalls(String command) {
+    long n = 0;
+    for (Object entry : (List<?>) server.call("ACL", "LOG")) {
+      List<?> fields = (List<?>) entry;
+      String object = null;
+      long count = 0;
+      for (int i = 0; i + 1 < fields.size(); i += 2) {
+        String name = str(fields.get(i));
+        if (name.equals("object")) {
+          object = str(fields.get(i + 1));
+        } else if (name.equals("count")) {
+          count = Long.parseLong(str(fields.get(i + 1)));
+        }
+      }
+      if (command.equalsIgnoreCase(object)) {
+        n += count;
+      }
+    }
+    return n;
   }
 
   @Test
