@@ -47,10 +47,13 @@ async fn waiters_are_granted_in_the_order_they_queued() {
     let s = Server::start(&[]);
     let w = warden(&s);
     let mut c = s.conn();
+    // A token every 10 s: the waiters stay queued (however slow this machine
+    // is to notice them; the third conforms in 30 s, within its wait), and
+    // each refund below serves the head of the queue.
     let lim = w
-        .rate_limiter("fifo", 5, SECOND)
+        .rate_limiter("fifo", 1, Duration::from_secs(10))
         .burst(1)
-        .wait(Duration::from_secs(20));
+        .wait(Duration::from_secs(60));
     assert!(lim.try_acquire(1).await.unwrap().allowed);
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
     let mut tasks = Vec::new();
@@ -67,6 +70,7 @@ async fn waiters_are_granted_in_the_order_they_queued() {
         .await;
     }
     for want in 0..3 {
+        assert!(lim.refund(1).await.unwrap());
         assert_eq!(rx.recv().await.unwrap(), (want, true));
     }
     for t in tasks {
