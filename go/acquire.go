@@ -168,7 +168,7 @@ func (w *Warden) acquireOnce(ctx context.Context, h *Hold, extra []any, o lockOp
 	}
 	sent := time.Now()
 	left := w.waiting(q)
-	reply, err := w.waitMoved(ctx, n, build, func(any) { h.giveBack() })
+	reply, err := w.waitMoved(ctx, n, build, &withdrawal{key: key, owner: h.owner}, func(any) { h.giveBack() })
 	left()
 	if err != nil {
 		return nil, err
@@ -275,9 +275,9 @@ func (w *Warden) noGrant(ctx context.Context, maxQueue int64) error {
 // waitMoved is wait, following MOVED replies (a slot that moved since the
 // cluster client's slot map was read): the command did not run there, so
 // it is sent again to the master that owns the slot now, within ctx.
-func (w *Warden) waitMoved(ctx context.Context, n node, build func(waitMs int64) []any, giveBack func(reply any)) (any, error) {
+func (w *Warden) waitMoved(ctx context.Context, n node, build func(waitMs int64) []any, wd *withdrawal, giveBack func(reply any)) (any, error) {
 	for range 3 {
-		reply, err := w.wait(ctx, n, build, giveBack)
+		reply, err := w.wait(ctx, n, build, wd, giveBack)
 		e, ok := reply.(serverError)
 		if err != nil || !ok || !strings.HasPrefix(string(e), "MOVED ") {
 			return reply, err
@@ -290,7 +290,7 @@ func (w *Warden) waitMoved(ctx context.Context, n node, build func(waitMs int64)
 			return reply, nil
 		}
 	}
-	return w.wait(ctx, n, build, giveBack)
+	return w.wait(ctx, n, build, wd, giveBack)
 }
 
 type result struct {
@@ -298,12 +298,20 @@ type result struct {
 	err   error
 }
 
+// withdrawal names a waiting request to WARDEN.WITHDRAW: its key and its
+// owner. Only a lock, read-write lock or semaphore request has one (a rate
+// limiter's or a cache reader's wait has no owner), and only with an owner
+// of its own: Warden.owner makes a fresh one per acquire, so a withdrawal
+// can only take out the request this call is waiting on.
+type withdrawal struct{ key, owner string }
+
 // wait sends build(WAIT) on a waiter connection of n and returns the reply.
 // When ctx ends first (or Close begins) it takes the waiter out of the
-// server's queue (CLIENT UNBLOCK, else CLIENT KILL), hands any grant that
-// raced it to giveBack (nil when the reply is unknown) and returns
-// ctx.Err() (ErrClosed).
-func (w *Warden) wait(ctx context.Context, n node, build func(waitMs int64) []any, giveBack func(reply any)) (any, error) {
+// server's queue (WARDEN.WITHDRAW for wd, else CLIENT UNBLOCK, else CLIENT
+// KILL), hands any grant that raced it to giveBack (nil when the reply is
+// unknown) and returns ctx.Err() (ErrClosed). wd is nil for a request
+// without an owner.
+func (w *Warden) wait(ctx context.Context, n node, build func(waitMs int64) []any, wd *withdrawal, giveBack func(reply any)) (any, error) {
 	c, err := n.pool.get(ctx)
 	if err != nil {
 		if lerr := late(ctx); lerr != nil {
@@ -352,17 +360,22 @@ func (w *Warden) wait(ctx context.Context, n node, build func(waitMs int64) []an
 		return r.reply, nil
 	case <-ctx.Done():
 	case <-w.done:
-		w.cancelWait(n, c, ch, giveBack)
+		w.cancelWait(n, c, ch, wd, giveBack)
 		return nil, ErrClosed
 	}
-	w.cancelWait(n, c, ch, giveBack)
+	w.cancelWait(n, c, ch, wd, giveBack)
 	return nil, ctx.Err()
 }
 
-// cancelWait takes an abandoned waiter out: CLIENT UNBLOCK where the server
-// supports it for module waiters (the connection is kept once its nil reply
-// is read), else CLIENT KILL and a give-back by owner.
-func (w *Warden) cancelWait(n node, c *conn, ch chan result, giveBack func(reply any)) {
+// cancelWait takes an abandoned waiter out: WARDEN.WITHDRAW for a request
+// with an owner (wd) on every server that accepts it, else CLIENT UNBLOCK
+// where the server supports it for module waiters (either way the
+// connection is kept once its nil reply is read), else CLIENT KILL and a
+// give-back by owner.
+func (w *Warden) cancelWait(n node, c *conn, ch chan result, wd *withdrawal, giveBack func(reply any)) {
+	if wd != nil && w.withdraw(n, c, ch, wd, giveBack) {
+		return
+	}
 	bg, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if n.pool.canUnblock() {
@@ -405,6 +418,61 @@ func (w *Warden) cancelWait(n node, c *conn, ch chan result, giveBack func(reply
 		}
 	}
 	giveBack(w.killReading(n, c, ch).reply)
+}
+
+// withdraw takes the waiter on c out of the server's queue with
+// WARDEN.WITHDRAW key owner, sent on the node's ordinary client: true once
+// it did and c's reply is dealt with (read and the connection kept, or
+// killed if it does not come). False, with c untouched, when the server
+// found nothing queued (a grant on its way, or the request not arrived
+// yet) or refused the command (a module before 1.1.0, an ACL: the pool
+// remembers that and sends it no more): the caller falls back to CLIENT
+// UNBLOCK or CLIENT KILL.
+func (w *Warden) withdraw(n node, c *conn, ch chan result, wd *withdrawal, giveBack func(reply any)) bool {
+	if !n.pool.canWithdraw() {
+		return false
+	}
+	bg, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	taken, err := n.client.Do(bg, "WARDEN.WITHDRAW", wd.key, wd.owner).Int64()
+	if err != nil {
+		var rerr redis.Error
+		if errors.As(err, &rerr) && !redirect(err) {
+			n.pool.refuseWithdraw()
+		}
+		return false
+	}
+	if taken < 1 {
+		return false
+	}
+	// The server has answered the waiter nil on c: read it (bounded, as
+	// after an UNBLOCK), then c owes nothing and goes back to the pool.
+	t := time.NewTimer(time.Second)
+	defer t.Stop()
+	select {
+	case r := <-ch:
+		_ = c.nc.SetReadDeadline(time.Time{})
+		if r.err != nil {
+			w.kill(n, c)
+			giveBack(nil)
+			return true
+		}
+		n.pool.put(c)
+		if _, granted := grantOf(r.reply); granted {
+			giveBack(r.reply) // not expected after a withdrawal: never kept
+		}
+	case <-t.C:
+		giveBack(w.killReading(n, c, ch).reply)
+	}
+	return true
+}
+
+// redirect tells whether a server's error is a cluster redirect (MOVED,
+// ASK): the node does not serve the key's slot, which says nothing of
+// whether it accepts a command.
+func redirect(err error) bool {
+	msg := err.Error()
+	return strings.HasPrefix(msg, "MOVED ") || strings.HasPrefix(msg, "ASK ")
 }
 
 // killReading ends a waiter connection whose reply is still unread (ch):

@@ -116,7 +116,7 @@ func Load[T any](ctx context.Context, w *Warden, key string, ttl time.Duration, 
 		return cmd
 	}
 	left := w.waiting(q)
-	r, err := w.waitMoved(ctx, n, build, func(r any) {
+	r, err := w.waitMoved(ctx, n, build, nil, func(r any) {
 		if token, ok := grantOf(r); ok {
 			c.abandon(token)
 		}

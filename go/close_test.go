@@ -12,9 +12,16 @@ import (
 // Close while 100 goroutines wait without a deadline (on the server, or for
 // a waiter connection): every wait ends with
 // ErrClosed, the server has no waiter and no connection of warden's left,
-// and a call after Close fails without taking anything.
+// and a call after Close fails without taking anything. With WARDEN.WITHDRAW,
+// and with it refused by an ACL.
 func TestCloseWhileWaiting(t *testing.T) {
-	_, rdb, w := setup(t)
+	for _, c := range withdrawCases {
+		t.Run(c.name, func(t *testing.T) { closeWhileWaiting(t, c.deny) })
+	}
+}
+
+func closeWhileWaiting(t *testing.T, deny bool) {
+	_, rdb, w := setupCancel(t, deny)
 	ctx := context.Background()
 	holder, err := w.TryLock(ctx, "k", warden.TTL(time.Minute))
 	if err != nil {

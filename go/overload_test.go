@@ -300,9 +300,19 @@ func TestIntegrationMaxQueue(t *testing.T) {
 // 10^4 waits cancelled at random instants (cancel and deadline), on a lock
 // and a semaphore that keep changing hands so that grants race the cancels:
 // each call returns a hold or its context's own error, and nothing is left
-// held or waiting afterwards.
+// held or waiting afterwards (a grant that raced a cancel was given back).
+// With WARDEN.WITHDRAW, and with it refused by an ACL (CLIENT UNBLOCK or
+// CLIENT KILL).
 func TestIntegrationRandomCancels(t *testing.T) {
-	_, rdb, w := setup(t)
+	for _, c := range withdrawCases {
+		t.Run(c.name, func(t *testing.T) {
+			_, rdb, w := setupCancel(t, c.deny)
+			randomCancels(t, rdb, w)
+		})
+	}
+}
+
+func randomCancels(t *testing.T, rdb *redis.Client, w *warden.Warden) {
 	const total, workers = 10000, 40
 	var done, granted atomic.Int64
 	var wg sync.WaitGroup
@@ -363,7 +373,8 @@ func TestIntegrationRandomCancels(t *testing.T) {
 	if n := infoField(t, rdb, "warden", "warden_waiting_clients"); n != 0 {
 		t.Fatalf("%d clients still waiting", n)
 	}
-	t.Logf("%d of %d granted", granted.Load(), total)
+	calls, rejected := withdrawStats(t, rdb)
+	t.Logf("%d of %d granted; WARDEN.WITHDRAW: %d calls, %d rejected", granted.Load(), total, calls, rejected)
 }
 
 // wardenCalls is how many of warden's commands the server ran, the

@@ -282,7 +282,7 @@ func (l *RateLimiter) WaitN(ctx context.Context, n int64) error {
 	// giveBack runs when the caller gave up: only a grant read from the
 	// server is refunded (never a guess), so a cancel never gives back more
 	// than it took. A grant lost with a killed connection stays taken.
-	reply, err := w.waitMoved(ctx, node, build, func(r any) {
+	reply, err := w.waitMoved(ctx, node, build, nil, func(r any) {
 		if _, granted := grantOf(r); granted {
 			l.refundTaken(n)
 		}

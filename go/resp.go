@@ -28,7 +28,8 @@ var _ redis.Error = serverError("")
 // go-redis client's own dialer and credentials. It is warden's, not the
 // pool's: go-redis would retry a blocking command after a read timeout (a
 // second queued acquire) and cannot interrupt a blocked read when a context
-// is cancelled (redis/go-redis#2556); here a cancel unblocks or closes it.
+// is cancelled (redis/go-redis#2556); here a cancel withdraws, unblocks or
+// closes it.
 type conn struct {
 	nc net.Conn
 	in *source // what br reads

@@ -217,7 +217,8 @@ func (w *Warden) owner() string {
 }
 
 // node is where a key lives: the go-redis client that reaches its master
-// (for fast commands and CLIENT UNBLOCK) and the waiter pool for it.
+// (for fast commands, WARDEN.WITHDRAW and CLIENT UNBLOCK) and the waiter
+// pool for it.
 type node struct {
 	client *redis.Client
 	pool   *pool
@@ -334,6 +335,9 @@ type pool struct {
 	mu      sync.Mutex
 	idle    []*conn
 	unblock int32 // 0 unknown, 1 CLIENT UNBLOCK works, -1 it does not (Redis < 7.4)
+	// noWithdraw: the node refused WARDEN.WITHDRAW (a module before 1.1.0,
+	// an ACL); cancels go straight to CLIENT UNBLOCK or CLIENT KILL.
+	noWithdraw bool
 }
 
 func newPool(opt *redis.Options, n int, done <-chan struct{}) *pool {
@@ -391,6 +395,20 @@ func (p *pool) canUnblock() bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.unblock == 1
+}
+
+// canWithdraw: the node has not refused WARDEN.WITHDRAW.
+func (p *pool) canWithdraw() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return !p.noWithdraw
+}
+
+// refuseWithdraw records that the node refused WARDEN.WITHDRAW.
+func (p *pool) refuseWithdraw() {
+	p.mu.Lock()
+	p.noWithdraw = true
+	p.mu.Unlock()
 }
 
 // put returns a connection whose every reply was read.
