@@ -437,7 +437,7 @@ func (w *Warden) withdraw(n node, c *conn, ch chan result, wd *withdrawal, giveB
 	taken, err := n.client.Do(bg, "WARDEN.WITHDRAW", wd.key, wd.owner).Int64()
 	if err != nil {
 		var rerr redis.Error
-		if errors.As(err, &rerr) && !redirect(err) {
+		if errors.As(err, &rerr) && refusesCommand(err) {
 			n.pool.refuseWithdraw()
 		}
 		return false
@@ -473,6 +473,16 @@ func (w *Warden) withdraw(n node, c *conn, ch chan result, wd *withdrawal, giveB
 func redirect(err error) bool {
 	msg := err.Error()
 	return strings.HasPrefix(msg, "MOVED ") || strings.HasPrefix(msg, "ASK ")
+}
+
+// refusesCommand tells whether a server's error refuses the command itself
+// there: an ACL (NOPERM), or a server without it (a module before 1.1.0, a
+// renamed command). A passing state (BUSY, LOADING, a redirect) is not: the
+// command is sent again next time.
+func refusesCommand(err error) bool {
+	msg := err.Error()
+	return !redirect(err) && (strings.HasPrefix(msg, "NOPERM") ||
+		strings.Contains(strings.ToLower(msg), "unknown command"))
 }
 
 // killReading ends a waiter connection whose reply is still unread (ch):

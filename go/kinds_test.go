@@ -106,7 +106,9 @@ func TestIntegrationSemaphore(t *testing.T) {
 // A hold without TTL is renewed by its watchdog past its lease; a hold with
 // TTL is lost at its lease end: Context is cancelled and Release says ErrNotHeld.
 func TestIntegrationWatchdogAndLoss(t *testing.T) {
-	_, rdb, w := setup(t, warden.WithWatchdogTTL(300*time.Millisecond))
+	// A 1 s watchdog lease: a shorter one is lost whenever a busy machine
+	// stalls the renewing goroutine past it.
+	_, rdb, w := setup(t, warden.WithWatchdogTTL(time.Second))
 	ctx := context.Background()
 	kept, err := w.Lock(ctx, "kept")
 	if err != nil {
@@ -127,7 +129,7 @@ func TestIntegrationWatchdogAndLoss(t *testing.T) {
 	if err := leased.Release(ctx); !errors.Is(err, warden.ErrNotHeld) {
 		t.Fatalf("Release of a lapsed hold: %v", err)
 	}
-	time.Sleep(700 * time.Millisecond) // more than twice the watchdog's lease
+	time.Sleep(2200 * time.Millisecond) // more than twice the watchdog's lease
 	if kept.Context().Err() != nil || info(t, rdb, "LOCK.INFO", "kept")["owner"] != kept.Owner() {
 		t.Fatal("the watchdog did not keep the hold")
 	}
@@ -142,7 +144,7 @@ func TestIntegrationWatchdogAndLoss(t *testing.T) {
 		t.Fatalf("Release of a deleted hold: %v", err)
 	}
 	before := calls(t, rdb, "lock.extend")
-	time.Sleep(250 * time.Millisecond)
+	time.Sleep(700 * time.Millisecond) // two renewal periods
 	if calls(t, rdb, "lock.extend") != before {
 		t.Fatal("EXTEND sent after the hold was lost")
 	}

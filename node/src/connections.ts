@@ -143,6 +143,14 @@ export function serverWait(deadline: number): number | null {
  * an owner, which is their second argument, after the key. */
 const WITHDRAWABLE = new Set(["LOCK.ACQUIRE", "RWLOCK.READ", "RWLOCK.WRITE", "SEM.ACQUIRE"]);
 
+/** Whether a server's error refuses the command itself there: an ACL
+ * (`NOPERM`), or a server without it (a module before 1.1.0, a renamed
+ * command). Not a passing state (`BUSY`, `LOADING`, a redirect): the command
+ * is sent again next time. */
+function refusesCommand(error: Error): boolean {
+  return error.message.startsWith("NOPERM") || /unknown command/i.test(error.message);
+}
+
 /** Whether a server's `INFO server` names one whose `CLIENT UNBLOCK` takes a
  * module's waiter out of its queue (Redis >= 7.4, Valkey >= 8). */
 export function unblocksModuleWaiters(info: string): boolean {
@@ -516,7 +524,7 @@ export class Connections {
       const n = await (await this.command(node)).send(["WARDEN.WITHDRAW", key, owner]);
       return Number(n) > 0;
     } catch (error) {
-      if (error instanceof ReplyError && !isRedirect(error)) this.noWithdraw.add(node);
+      if (error instanceof ReplyError && refusesCommand(error)) this.noWithdraw.add(node);
       return false;
     }
   }

@@ -49,6 +49,7 @@ from ._core import (
     gone_pauses,
     hinted,
     is_redirect,
+    refuses_command,
     reply_due,
     withdraw_args,
 )
@@ -469,7 +470,7 @@ def _withdrawn(client: Any, key: str, waits: WaitPool, args: list[Any]) -> bool:
     try:
         return bool(call(client, key, "WARDEN.WITHDRAW", *target, timeout=1.0))
     except ResponseError as error:
-        waits.no_withdraw = not is_redirect(error)
+        waits.no_withdraw = refuses_command(error)
         return False
     except Exception:
         return False

@@ -18,7 +18,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Callable, Optional, Protocol, Union
 
-from redis.exceptions import AskError, LockError, ResponseError
+from redis.exceptions import AskError, LockError, NoPermissionError, ResponseError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
@@ -135,6 +135,19 @@ def margin_ms(left_ms: float) -> float:
 #: The requests ``WARDEN.WITHDRAW key owner`` takes out of a queue (their key
 #: and owner are their first two arguments).
 WITHDRAWABLE = frozenset({"LOCK.ACQUIRE", "RWLOCK.READ", "RWLOCK.WRITE", "SEM.ACQUIRE"})
+
+
+def refuses_command(error: Exception) -> bool:
+    """Whether a server's error refuses the command itself there: an ACL
+    (``NOPERM``), or a server without it (a module before 1.1.0, a renamed
+    command). Not a passing state (``BUSY``, ``LOADING``, a redirect)."""
+    text = str(error)
+    # redis-py raises NOPERM as NoPermissionError, without the code.
+    return (
+        isinstance(error, NoPermissionError)
+        or text.startswith("NOPERM")
+        or "unknown command" in text.lower()
+    )
 
 
 def withdraw_args(args: Sequence[Any]) -> Optional[tuple[Any, Any]]:

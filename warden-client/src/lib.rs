@@ -399,8 +399,13 @@ impl Warden {
         match self.query::<i64>(&cmd).await {
             Ok(n) => n > 0,
             Err(Error::Server { code, message }) => {
-                tracing::debug!(code, message, "WARDEN.WITHDRAW refused: unblocking instead");
-                self.inner.no_withdraw.store(true, Ordering::Relaxed);
+                // Refused for good only by an ACL or a server without it (a
+                // module before 1.1.0, a renamed command); BUSY, LOADING or a
+                // redirect pass, and it is sent again next time.
+                if code == "NOPERM" || message.to_lowercase().contains("unknown command") {
+                    tracing::debug!(code, message, "WARDEN.WITHDRAW refused: unblocking instead");
+                    self.inner.no_withdraw.store(true, Ordering::Relaxed);
+                }
                 false
             }
             Err(_) => false,

@@ -27,6 +27,7 @@ from .._core import (
     gone_pauses,
     hinted,
     is_redirect,
+    refuses_command,
     reply_due,
     withdraw_args,
 )
@@ -478,7 +479,7 @@ async def _withdrawn(client: Any, key: str, waits: WaitPool, args: list[Any]) ->
     try:
         return bool(await call(client, key, "WARDEN.WITHDRAW", *target, timeout=1.0))
     except ResponseError as error:
-        waits.no_withdraw = not is_redirect(error)
+        waits.no_withdraw = refuses_command(error)
         return False
     except Exception:
         return False

@@ -3,6 +3,7 @@ package io.warden;
 import java.security.SecureRandom;
 import java.time.Duration;
 import java.util.List;
+import java.util.Locale;
 import java.util.Objects;
 import java.util.Set;
 import java.util.concurrent.CompletableFuture;
@@ -313,7 +314,7 @@ public final class Warden implements AutoCloseable {
           if (e != null) {
             Throwable cause = Resp.unwrap(e);
             if (cause instanceof WardenServerException
-                && !redirect((WardenServerException) cause)) {
+                && refusesCommand((WardenServerException) cause)) {
               withdrawRefused = true;
             }
             return false;
@@ -333,6 +334,17 @@ public final class Warden implements AutoCloseable {
   private static boolean redirect(WardenServerException e) {
     String code = e.code();
     return code.equals("MOVED") || code.equals("ASK");
+  }
+
+  /**
+   * An error that says the command itself is refused here: an ACL ({@code NOPERM}), or a server
+   * without it (a module before 1.1.0, a renamed command). Not a passing state ({@code BUSY},
+   * {@code LOADING}, a redirect), after which it is asked again.
+   */
+  private static boolean refusesCommand(WardenServerException e) {
+    String m = e.getMessage() == null ? "" : e.getMessage();
+    return !redirect(e)
+        && (e.code().equals("NOPERM") || m.toLowerCase(Locale.ROOT).contains("unknown command"));
   }
 
   /**
