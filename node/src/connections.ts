@@ -390,7 +390,16 @@ export class Connections {
           reject(reason);
           return;
         }
-        if (await this.unblockable(conn.node)) {
+        const unblockable = await this.unblockable(conn.node);
+        if (replied) {
+          // Read while WITHDRAW (or the INFO that tells whether UNBLOCK works)
+          // was on its way: a grant, given back by `late`. The connection may
+          // already carry another caller's wait, which an UNBLOCK or a close
+          // would cut off. Nothing is left to do.
+          reject(reason);
+          return;
+        }
+        if (unblockable) {
           // Answered once the server has taken the waiter out (UNBLOCK's
           // reply), so the abort is ordered before the caller's next command
           // on any connection.

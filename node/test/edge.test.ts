@@ -62,6 +62,50 @@ for (const kind of CLIENTS.filter((c) => c.name === "ioredis" || c.name === "nod
       }
     });
 
+    test("an abort whose grant arrives during WITHDRAW cuts off no other caller's wait", async () => {
+      // One waiter connection: B waits for it while A waits on it, and H2
+      // queues behind A. A's abort and the holder's release cross: A's grant
+      // arrives while WITHDRAW is on its way (it answers 0), the connection
+      // goes back to the pool and carries B's wait. The abort must not then
+      // unblock or close it: B keeps waiting.
+      const warden = new Warden(app.client, { maxWaiters: 1 });
+      const other = server.admin();
+      try {
+        for (let round = 0; round < 20; round++) {
+          const key = `${kind.name}:crossed:${round}`;
+          await admin.call("LOCK.ACQUIRE", key, "H", "10000");
+          const abort = new AbortController();
+          const a = warden
+            .lock(key, { ttl: 10000, wait: 5000, signal: abort.signal })
+            .catch(() => null);
+          await sleep(5);
+          const h2 = other.call("LOCK.ACQUIRE", key, "H2", "10000", "WAIT", "3000");
+          await sleep(5);
+          const b = warden.lock(key, { ttl: 10000, wait: 3000 }).then(
+            () => "granted",
+            (e: Error) => e.name,
+          );
+          await sleep(5);
+          abort.abort();
+          void admin.call("LOCK.RELEASE", key, "H");
+          await h2;
+          const outcome = await Promise.race([b, sleep(300).then(() => "still waiting")]);
+          assert.ok(
+            outcome === "still waiting" || outcome === "granted",
+            `round ${round}: B ${outcome}`,
+          );
+          await admin.call("LOCK.RELEASE", key, "H2");
+          const lock = await b;
+          assert.equal(lock, "granted", `round ${round}: B granted once H2 let go`);
+          await a;
+          await admin.call("DEL", key);
+        }
+      } finally {
+        other.disconnect();
+        await warden.close();
+      }
+    });
+
     test("a stalled server: the caller is answered by its deadline, a late grant is given back", async () => {
       for (const held of [false, true]) {
         const key = `${kind.name}:stall:${held}`;

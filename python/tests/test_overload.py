@@ -371,6 +371,29 @@ async def test_a_cancelled_wait_leaves_no_waiter_and_no_grant(
     await r.aclose()
 
 
+async def test_a_cancel_leaves_another_wait_with_the_same_token_queued(
+    server: Server, watcher: redis.Redis
+) -> None:
+    # Two tasks wait with the caller's own token= (the same owner): the
+    # cancel of one must not withdraw the other (WARDEN.WITHDRAW takes out
+    # every request of an owner, so the client does not send it for token=).
+    r = server.async_client()
+    watcher.execute_command("LOCK.ACQUIRE", "shared", "holder", 30_000)
+    lock = warden.asyncio.Lock(r, "shared", timeout=30)
+    first = asyncio.ensure_future(lock.acquire(blocking_timeout=30, token="t"))
+    await async_wait_for(lambda: lock_waiters(watcher, "shared") == 1)
+    second = asyncio.ensure_future(lock.acquire(blocking_timeout=30, token="t"))
+    await async_wait_for(lambda: lock_waiters(watcher, "shared") == 2)
+    first.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await first
+    assert not second.done()  # still waiting
+    watcher.execute_command("LOCK.RELEASE", "shared", "holder")
+    assert await asyncio.wait_for(second, 10) is True
+    assert watcher.execute_command("LOCK.RELEASE", "shared", "t") == 1  # "t" held it
+    await r.aclose()
+
+
 def test_a_deadline_the_server_misses_takes_the_waiter_out(
     own_server: Server, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -387,6 +410,67 @@ def test_a_deadline_the_server_misses_takes_the_waiter_out(
     assert not watcher.exists("missed")
     r.close()
     watcher.close()
+
+
+def test_an_abort_while_writes_are_paused_leaves_the_server_up(
+    own_server: Server, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The waiting acquire reaches the server during CLIENT PAUSE WRITE and is
+    # held back there, so WITHDRAW finds nothing queued. Redis 7.0 crashes on
+    # a CLIENT UNBLOCK naming such a client: the client must not send one
+    # where UNBLOCK cannot end a module's wait (it closes the connection).
+    watcher = own_server.client()
+    watcher.execute_command("LOCK.ACQUIRE", "paused", "holder", 30_000)
+    monkeypatch.setattr(_core.Deadline, "wait_ms", lambda self: 30_000)
+    send = redis.connection.AbstractConnection.send_packed_command
+
+    def paused_send(self: Any, command: Any, check_health: bool = True) -> None:
+        if b"WAIT" in b"".join(command):
+            watcher.execute_command("CLIENT", "PAUSE", 1000, "WRITE")
+        send(self, command, check_health)
+
+    monkeypatch.setattr(redis.connection.AbstractConnection, "send_packed_command", paused_send)
+    r = own_server.client()
+    assert warden.Lock(r, "paused", timeout=10).acquire(blocking_timeout=0.3) is False
+    assert watcher.ping()  # still up
+    watcher.execute_command("CLIENT", "UNPAUSE")
+    wait_for(lambda: lock_waiters(watcher, "paused") == 0)
+    watcher.execute_command("LOCK.RELEASE", "paused", "holder")
+    assert not watcher.exists("paused")  # nobody was granted it
+    r.close()
+    watcher.close()
+
+
+@pytest.mark.parametrize(
+    ("info", "works"),
+    [
+        (b"# Server\r\nredis_version:7.0.15\r\n", False),
+        (b"# Server\r\nredis_version:7.2.4\r\n", False),
+        (b"# Server\r\nredis_version:7.4.0\r\n", True),
+        (b"# Server\r\nredis_version:8.2.3\r\n", True),
+        (b"# Server\r\nredis_version:7.2.4\r\nvalkey_version:7.2.9\r\n", False),
+        (b"# Server\r\nredis_version:7.2.4\r\nvalkey_version:9.1.2\r\n", True),
+        (b"", False),
+    ],
+)
+def test_unblock_is_sent_only_where_it_ends_a_module_wait(info: bytes, works: bool) -> None:
+    assert _core.unblocks_module_waiters(info) is works
+
+
+@pytest.mark.parametrize(
+    ("error", "refused"),
+    [
+        (redis.exceptions.NoPermissionError("this user has no permissions"), True),
+        (redis.exceptions.ResponseError("unknown command 'WARDEN.WITHDRAW'"), True),
+        (redis.exceptions.ResponseError("BUSY Redis is busy running a script"), False),
+        (redis.exceptions.BusyLoadingError("Redis is loading the dataset"), False),
+        (redis.exceptions.ResponseError("MOVED 3999 127.0.0.1:6381"), False),
+    ],
+)
+def test_withdraw_is_turned_off_only_when_the_command_is_refused(
+    error: Exception, refused: bool
+) -> None:
+    assert _core.refuses_command(error) is refused
 
 
 def held_permit(server: Server) -> tuple[redis.Redis, threading.Event, Any]:

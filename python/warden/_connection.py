@@ -51,6 +51,7 @@ from ._core import (
     is_redirect,
     refuses_command,
     reply_due,
+    unblocks_module_waiters,
     withdraw_args,
 )
 
@@ -101,6 +102,8 @@ class WaitPool:
             )
             also_on_disconnect(pool, self.close)
         self.slots = _slots_for(self.pool)
+        # Learnt once from INFO server: whether CLIENT UNBLOCK takes a module's
+        # waiter out (Redis >= 7.4, Valkey >= 8); never sent elsewhere.
         self.unblock_works: Optional[bool] = None
         # Set once ``WARDEN.WITHDRAW`` was refused (a module before 1.1.0, an
         # ACL): waiters are taken out by ``CLIENT UNBLOCK`` or a close then.
@@ -347,6 +350,7 @@ def blocking_call(
     extra: list[Any],
     lost: Lost,
     got: list[Any],
+    withdraw: bool = True,
 ) -> None:
     """Send ``args`` with ``WAIT`` (what is left of ``deadline`` less a margin,
     computed when it is sent) and ``extra`` on a connection of the wait pool,
@@ -408,7 +412,7 @@ def blocking_call(
             if closed():
                 raise ClientClosed("the client was closed while this request waited")
             if not ready:
-                if _abort(client, key, args, pinned, client_id, lost):
+                if _abort(client, key, args if withdraw else [], pinned, client_id, lost):
                     sent = False
                 return
             got.append(connection.read_response())
@@ -420,7 +424,7 @@ def blocking_call(
                 if isinstance(error, Exception):
                     raise ClientClosed("the client was closed while this request waited") from None
             elif parked and not got:  # the connection is sound: only the wait is unwanted
-                if _abort(client, key, args, pinned, client_id, lost):
+                if _abort(client, key, args if withdraw else [], pinned, client_id, lost):
                     sent = False
             raise
     finally:
@@ -476,6 +480,20 @@ def _withdrawn(client: Any, key: str, waits: WaitPool, args: list[Any]) -> bool:
         return False
 
 
+def _unblock_works(client: Any, key: str, waits: WaitPool) -> bool:
+    """Whether ``CLIENT UNBLOCK`` takes a warden waiter out on this server,
+    learnt once from ``INFO server`` (False when that fails: the connection
+    is closed instead). Never sent to older servers: Redis 7.0 crashes on
+    ``CLIENT UNBLOCK`` of a client held back by ``CLIENT PAUSE``."""
+    if waits.unblock_works is None:
+        try:
+            info = call(client, key, "INFO", "server", timeout=1.0)
+        except Exception:
+            return False
+        waits.unblock_works = unblocks_module_waiters(info)
+    return waits.unblock_works
+
+
 def _abort(
     client: Any,
     key: str,
@@ -495,13 +513,11 @@ def _abort(
         pass  # answered meanwhile: read below
     elif _withdrawn(client, key, waits, args):
         unblocked = 1  # answered nil on its connection, as an unblock is
-    elif client_id is not None:
+    elif client_id is not None and _unblock_works(client, key, waits):
         try:
             unblocked = call(client, key, "CLIENT", "UNBLOCK", client_id, timeout=1.0)
         except Exception:
             unblocked = None
-        if unblocked == 1:
-            waits.unblock_works = True
     due = reply_due(unblocked, waits.unblock_works)
     if due is not None and connection.can_read(timeout=due):
         try:

@@ -158,12 +158,29 @@ def withdraw_args(args: Sequence[Any]) -> Optional[tuple[Any, Any]]:
     return None
 
 
+def unblocks_module_waiters(info: Any) -> bool:
+    """Whether a server's ``INFO server`` (raw reply) names one whose ``CLIENT
+    UNBLOCK`` takes a module's waiter out of its queue: Redis >= 7.4, Valkey
+    >= 8. Older ones must not be sent it: Redis 7.0 crashes on ``CLIENT
+    UNBLOCK`` of a client held back by ``CLIENT PAUSE``."""
+    text = info.decode() if isinstance(info, bytes) else str(info)
+
+    def version(name: str) -> Optional[tuple[int, int]]:
+        found = re.search(rf"^{name}_version:(\d+)\.(\d+)", text, re.M)
+        return None if found is None else (int(found[1]), int(found[2]))
+
+    valkey = version("valkey")
+    if valkey is not None:
+        return valkey >= (8, 0)
+    redis_version = version("redis")
+    return redis_version is not None and redis_version >= (7, 4)
+
+
 def reply_due(unblocked: Any, unblock_works: Optional[bool]) -> Optional[float]:
     """After ``CLIENT UNBLOCK`` of a parked waiter answered ``unblocked``
-    (None: not sent, or it failed): how long the waiter's reply may be
-    awaited, as it was sent (the wait ended or was unblocked), or None when
-    it is not due: an older server answers 0 and the wait goes on (then only
-    closing the connection takes the waiter out)."""
+    (None: not sent, or it failed; it is sent only where ``unblock_works``):
+    how long the waiter's reply may be awaited, as it was sent (the wait
+    ended or was unblocked), or None when it is not due."""
     if unblocked == 1 or unblocked == 0 and unblock_works:
         return 1.0
     return 0.0 if unblocked is None else None

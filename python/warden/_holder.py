@@ -308,6 +308,9 @@ class Holder:
                     _core.queue_args(self.max_queue),
                     lost,
                     got,
+                    # WARDEN.WITHDRAW takes out every request of the owner: not
+                    # for a caller's own token= (another thread may wait on it).
+                    withdraw=may_hold(True),
                 )
             if not got or got[0] is None:
                 return None

@@ -220,7 +220,12 @@ impl Drop for GiveBack {
                 if let Some(id) = link.client_id() {
                     let mut unblock = redis::cmd("CLIENT");
                     unblock.arg("UNBLOCK").arg(id);
-                    if let Ok(1) = warden.query::<i64>(&unblock).await {
+                    // Never sent where it cannot end a module's wait (Redis
+                    // 7.0 crashes on one naming a client held back by
+                    // CLIENT PAUSE): the connection is killed there.
+                    let unblocked = warden.unblock_works().await
+                        && matches!(warden.query::<i64>(&unblock).await, Ok(1));
+                    if unblocked {
                         // Answered nil: the link is clean once a PING sent
                         // after that reply is answered.
                         tracing::debug!(key, "took a cancelled wait out of the queue");

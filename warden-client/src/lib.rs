@@ -228,6 +228,9 @@ struct Inner {
     /// Set once the server refused `WARDEN.WITHDRAW` (a module before
     /// 1.1.0, an ACL): cancelled waits go out by `CLIENT UNBLOCK` or a kill.
     no_withdraw: std::sync::atomic::AtomicBool,
+    /// Whether `CLIENT UNBLOCK` ends a module's wait here (Redis 7.4+,
+    /// Valkey 8+), learnt once from `INFO server`: 0 unknown, 1 yes, 2 no.
+    unblock_works: std::sync::atomic::AtomicU8,
 }
 
 impl Warden {
@@ -239,6 +242,7 @@ impl Warden {
                 config,
                 max_lease_ms: std::sync::atomic::AtomicU64::new(0),
                 no_withdraw: std::sync::atomic::AtomicBool::new(false),
+                unblock_works: std::sync::atomic::AtomicU8::new(0),
             }),
         }
     }
@@ -412,7 +416,64 @@ impl Warden {
         }
     }
 
+    /// Whether `CLIENT UNBLOCK` takes a module's waiter out of its queue on
+    /// this server (Redis 7.4+, Valkey 8+), learnt once from `INFO server`;
+    /// false when that cannot be read. Older servers are never sent one:
+    /// Redis 7.0 crashes on `CLIENT UNBLOCK` of a client held back by
+    /// `CLIENT PAUSE`.
+    pub(crate) async fn unblock_works(&self) -> bool {
+        use std::sync::atomic::Ordering;
+        match self.inner.unblock_works.load(Ordering::Relaxed) {
+            1 => return true,
+            2 => return false,
+            _ => {}
+        }
+        let mut info = redis::cmd("INFO");
+        info.arg("server");
+        let Ok(text) = self.query::<String>(&info).await else {
+            return false;
+        };
+        let works = unblocks_module_waiters(&text);
+        let state = if works { 1 } else { 2 };
+        self.inner.unblock_works.store(state, Ordering::Relaxed);
+        works
+    }
+
     pub(crate) fn recycle(&self, link: Link) {
         self.inner.pool.give(link);
+    }
+}
+
+/// Whether an `INFO server` reply names a server whose `CLIENT UNBLOCK` ends
+/// a module's wait: Redis 7.4+, Valkey 8+.
+fn unblocks_module_waiters(info: &str) -> bool {
+    let version = |name: &str| -> Option<(u32, u32)> {
+        let line = info.lines().find_map(|l| l.strip_prefix(name))?;
+        let mut parts = line.trim().split('.');
+        Some((parts.next()?.parse().ok()?, parts.next()?.parse().ok()?))
+    };
+    match version("valkey_version:") {
+        Some(v) => v >= (8, 0),
+        None => version("redis_version:").is_some_and(|v| v >= (7, 4)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::unblocks_module_waiters;
+
+    #[test]
+    fn unblock_is_sent_only_where_it_ends_a_module_wait() {
+        for (info, works) in [
+            ("# Server\r\nredis_version:7.0.15\r\n", false),
+            ("# Server\r\nredis_version:7.2.4\r\n", false),
+            ("# Server\r\nredis_version:7.4.0\r\n", true),
+            ("# Server\r\nredis_version:8.2.3\r\n", true),
+            ("redis_version:7.2.4\r\nvalkey_version:7.2.9\r\n", false),
+            ("redis_version:7.2.4\r\nvalkey_version:9.1.2\r\n", true),
+            ("", false),
+        ] {
+            assert_eq!(unblocks_module_waiters(info), works, "{info:?}");
+        }
     }
 }

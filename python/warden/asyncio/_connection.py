@@ -29,6 +29,7 @@ from .._core import (
     is_redirect,
     refuses_command,
     reply_due,
+    unblocks_module_waiters,
     withdraw_args,
 )
 
@@ -119,6 +120,8 @@ class WaitPool:
                 also_on_disconnect(pool, self.close)
         # else: a pool of another class (Sentinel's), used as it is
         self.slots = _slots_for(self.pool)
+        # Learnt once from INFO server: whether CLIENT UNBLOCK takes a module's
+        # waiter out (Redis >= 7.4, Valkey >= 8); never sent elsewhere.
         self.unblock_works: Optional[bool] = None
         # Set once ``WARDEN.WITHDRAW`` was refused (a module before 1.1.0, an
         # ACL): waiters are taken out by ``CLIENT UNBLOCK`` or a close then.
@@ -379,7 +382,13 @@ async def _read_late(pinned: Pinned, reading: asyncio.Future[Any], late: Lost) -
 
 
 async def blocking_call(
-    client: Any, key: str, args: list[Any], deadline: Deadline, extra: list[Any], lost: Lost
+    client: Any,
+    key: str,
+    args: list[Any],
+    deadline: Deadline,
+    extra: list[Any],
+    lost: Lost,
+    withdraw: bool = True,
 ) -> Any:
     """As ``warden._connection.blocking_call``, for asyncio: send ``args``
     with ``WAIT`` (what is left of ``deadline`` less a margin) and ``extra``
@@ -427,7 +436,7 @@ async def blocking_call(
                 raise ClientClosed("the client was closed while this request waited")
             if not reading.done():
                 aborting = in_background(
-                    _abort(client, key, args, pinned, reading, client_id, lost)
+                    _abort(client, key, args if withdraw else [], pinned, reading, client_id, lost)
                 )
                 await asyncio.shield(aborting)
                 return None
@@ -444,7 +453,7 @@ async def blocking_call(
                 # Cancelled while parked: out of the queue now, the cancel goes
                 # on at once even if cancelled again meanwhile.
                 aborting = in_background(
-                    _abort(client, key, args, pinned, reading, client_id, lost)
+                    _abort(client, key, args if withdraw else [], pinned, reading, client_id, lost)
                 )
                 try:
                     await asyncio.shield(aborting)
@@ -485,6 +494,17 @@ async def _withdrawn(client: Any, key: str, waits: WaitPool, args: list[Any]) ->
         return False
 
 
+async def _unblock_works(client: Any, key: str, waits: WaitPool) -> bool:
+    """As ``warden._connection._unblock_works``."""
+    if waits.unblock_works is None:
+        try:
+            info = await call(client, key, "INFO", "server", timeout=1.0)
+        except Exception:
+            return False
+        waits.unblock_works = unblocks_module_waiters(info)
+    return waits.unblock_works
+
+
 async def _abort(
     client: Any,
     key: str,
@@ -506,13 +526,11 @@ async def _abort(
             pass  # answered meanwhile
         elif await _withdrawn(client, key, waits, args):
             unblocked = 1  # answered nil on its connection, as an unblock is
-        elif client_id is not None:
+        elif client_id is not None and await _unblock_works(client, key, waits):
             try:
                 unblocked = await call(client, key, "CLIENT", "UNBLOCK", client_id, timeout=1.0)
             except Exception:
                 unblocked = None
-            if unblocked == 1:
-                waits.unblock_works = True
         due = reply_due(unblocked, waits.unblock_works)
         if due and not reading.done():
             await asyncio.wait({reading}, timeout=due)

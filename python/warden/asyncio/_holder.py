@@ -281,7 +281,15 @@ class Holder:
         if fence is not None or deadline is None:
             return fence
         reply = await blocking_call(
-            self.redis, self.name, args, deadline, _core.queue_args(self.max_queue), lost
+            self.redis,
+            self.name,
+            args,
+            deadline,
+            _core.queue_args(self.max_queue),
+            lost,
+            # WARDEN.WITHDRAW takes out every request of the owner: not for a
+            # caller's own token= (another task may wait on it).
+            withdraw=may_hold(True),
         )
         return None if reply is None else int(reply)
 
