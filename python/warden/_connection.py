@@ -84,9 +84,9 @@ def _slots_for(pool: Any) -> Optional[Slots]:
 
 class WaitPool:
     """The connections of requests that wait server-side beside one pool: the
-    same settings and bound, connections of their own. ``unblock_works``
-    becomes True once ``CLIENT UNBLOCK`` took a warden waiter out (Redis >=
-    7.4, Valkey >= 8)."""
+    same settings and bound, connections of their own. ``unblock_works``:
+    whether ``CLIENT UNBLOCK`` takes a warden waiter out here (Redis >= 7.4,
+    Valkey >= 8), learnt once from ``INFO server``."""
 
     def __init__(self, pool: Any) -> None:
         self.pool = pool
