@@ -347,7 +347,9 @@ fn a_fill_is_a_plain_string_with_a_jittered_ttl() {
 
 #[test]
 fn a_fill_reaches_replicas_and_the_aof_as_set_with_an_absolute_expiry() {
-    let master = Server::start_tcp(&["--appendonly", "yes"]);
+    // The AOF is read while the master runs: `always`, so that a reply
+    // means the file has it (`everysec` may postpone the write).
+    let master = Server::start_tcp(&["--appendonly", "yes", "--appendfsync", "always"]);
     let replica = Server::start_tcp(&[]);
     replicate(&master, &replica);
     let mut m = master.conn();

@@ -357,7 +357,11 @@ fn new_rdb_loads_in_the_old_release_without_semaphores() {
 #[test]
 fn new_aof_loads_in_the_old_release_once_rewritten() {
     let Some(prev) = prev_module() else { return };
-    let mut new = Node::start(&module_path(), &["--appendonly", "yes"]);
+    // The directory is copied while the server runs: `always`, as above.
+    let mut new = Node::start(
+        &module_path(),
+        &["--appendonly", "yes", "--appendfsync", "always"],
+    );
     let mut c = new.conn();
     keys_of_both(&mut c);
     rewrite_aof(&mut c);

@@ -129,7 +129,14 @@ fn lines(text: &str) -> Vec<String> {
 /// type as the page's listing shows it, the kept keys, and a cache lease
 /// left unfilled (which lives in module memory only).
 fn one_of_each(aof: bool) -> Server {
-    let extra: &[&str] = if aof { &["--appendonly", "yes"] } else { &[] };
+    // The files are copied while this server runs: with the default
+    // `everysec`, a server whose last fsync is still running answers writes
+    // before it writes them to the file.
+    let extra: &[&str] = if aof {
+        &["--appendonly", "yes", "--appendfsync", "always"]
+    } else {
+        &[]
+    };
     let s = Server::start(extra);
     let mut c = s.conn();
     run(&mut c, &["LOCK.ACQUIRE", "order:42", "me", "30000"]).unwrap();
