@@ -423,9 +423,9 @@ valgrind-bin:
 # SECTION=overload: warden's clients (Python, Node, Rust, Java) against npm
 # redis-semaphore and redis-py's Lock under overload, a burst with free permits
 # and 50 callers on a limit of 5 (bench/overload.py; its drivers document their
-# parameters), into bench/results/$(OVERLOAD_OUT).md and .json. WARDEN_MODULE=<.so>
-# loads that module instead of building this checkout's.
-OVERLOAD_OUT ?= overload
+# parameters), into bench/results/$(OVERLOAD_OUT).md and .json (overload-<server>.*
+# with SERVER=). WARDEN_MODULE=<.so> loads that module instead of building this checkout's.
+OVERLOAD_OUT ?= overload$(if $(filter redis,$(SERVER)),,-$(SERVER_NAME))
 # SECTION=java: warden's Java client (Lettuce and Jedis transports) against
 # Redisson 4.7.0, Spring Integration's RedisLockRegistry (spin and pub/sub) and
 # Jedis SET NX PX, 16 threads on one key in one JVM and in 4, plus 10,000
@@ -531,11 +531,11 @@ bench: venv node-deps java-deps go-deps $(SERVER_DEPS) $(if $(WARDEN_MODULE),,bu
 		$(if $(BENCH_PORT),WARDEN_NEAR_PORT=$(BENCH_PORT),) PYTHONPATH=$(CURDIR)/python $(PYTHON) bench/near_cache.py \
 		$(if $(QUICK),--quick,) --out $(CURDIR)/bench/results/near-cache$(if $(filter redis,$(SERVER)),,-$(SERVER_NAME))
 else ifeq ($(SECTION),overload)
-bench: venv node-deps java-deps $(if $(WARDEN_MODULE),,build)
+bench: venv node-deps java-deps $(SERVER_DEPS) $(if $(WARDEN_MODULE),,build)
 	cargo build --release --example overload -p warden-client
 	cd java && $(MVN) -q -DskipTests -pl warden-lettuce -am test-compile dependency:build-classpath \
 		-Dmdep.outputFile=target/classpath.txt -Dmdep.includeScope=test
-	WARDEN_MODULE=$(or $(WARDEN_MODULE),$(CURDIR)/$(MODULE)) $(PYTHON) bench/overload.py \
+	WARDEN_SERVER=$(SERVER_BIN) WARDEN_MODULE=$(or $(WARDEN_MODULE),$(CURDIR)/$(MODULE)) $(PYTHON) bench/overload.py \
 		$(if $(QUICK),--quick,) --out $(CURDIR)/bench/results/$(OVERLOAD_OUT)
 else ifeq ($(SECTION),locks)
 # SECTION=locks: the headline rows alone (the ceiling and the uncontended
