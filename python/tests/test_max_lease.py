@@ -6,6 +6,7 @@ the timings leave wide margins (held at 2 s, gone by 5 s)."""
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
@@ -15,6 +16,7 @@ import pytest_asyncio
 import redis
 from redis.exceptions import LockNotOwnedError
 from servers import Server
+from test_overload import async_wait_for, lock_waiters, wait_for
 
 import warden
 import warden.asyncio
@@ -157,3 +159,43 @@ async def test_async_a_deleted_key_stops_renewal_and_shows_the_loss(acr: Any) ->
     await asyncio.wait_for(lock.lost.wait(), 3)
     with pytest.raises(LockNotOwnedError):
         await lock.release()
+
+
+@pytest.mark.parametrize("flavour", ["sync", "asyncio"])
+def test_a_wait_behind_one_of_its_own_learns_the_cap(
+    capped: Server, cr: redis.Redis, flavour: str
+) -> None:
+    # A second acquire while a request of the same client waits skips the
+    # try and waits at once: the cap refusal comes to the wait, which learns
+    # it and asks again (never a ResponseError to the caller).
+    cr.execute_command("LOCK.ACQUIRE", "job", "holder", CAP_MS)
+    got: list[Any] = []
+    if flavour == "sync":
+        c = capped.client()
+        waiting = warden.Lock(c, "job", timeout=0.5)
+        first = threading.Thread(target=lambda: got.append(waiting.acquire(blocking_timeout=10)))
+        first.start()
+        wait_for(lambda: lock_waiters(cr, "job") == 1)
+        second = warden.Lock(c, "job", timeout=3)
+        assert second.acquire(blocking_timeout=10)
+        first.join(10)
+        assert 0 < cr.pttl("job") <= CAP_MS
+        second.release()
+        c.close()
+    else:
+
+        async def main() -> None:
+            c = capped.async_client()
+            first = asyncio.ensure_future(
+                warden.asyncio.Lock(c, "job", timeout=0.5).acquire(blocking_timeout=10)
+            )
+            await async_wait_for(lambda: lock_waiters(cr, "job") == 1)
+            second = warden.asyncio.Lock(c, "job", timeout=3)
+            assert await second.acquire(blocking_timeout=10)
+            got.append(await first)
+            assert 0 < cr.pttl("job") <= CAP_MS
+            await second.release()
+            await c.aclose()
+
+        asyncio.run(main())
+    assert got == [True]

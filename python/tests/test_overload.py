@@ -962,3 +962,72 @@ def test_a_wait_whose_client_closes_before_its_send_ends_with_client_closed(
     assert sem_info(watcher, "late-close")["waiters"] == 0
     watcher.execute_command("SEM.RELEASE", "late-close", "holder")
     assert sem_info(watcher, "late-close") == {}
+
+
+def acquire_calls(r: redis.Redis, command: str) -> int:
+    stats = r.info("commandstats")
+    return int(stats.get(f"cmdstat_{command}", {}).get("calls", 0))
+
+
+@pytest.mark.parametrize("flavour", ["sync", "asyncio"])
+@pytest.mark.parametrize("kind", ["lock", "semaphore"])
+def test_an_acquire_behind_a_wait_of_its_own_client_waits_at_once(
+    server: Server, watcher: redis.Redis, flavour: str, kind: str
+) -> None:
+    # The server never lets a try overtake a waiter: while a request of this
+    # client waits for the key, an acquire goes straight to waiting (one
+    # command, not a try and then a wait). Another client still tries first.
+    command = "lock.acquire" if kind == "lock" else "sem.acquire"
+    if kind == "lock":
+        watcher.execute_command("LOCK.ACQUIRE", "busy", "holder", 30_000)
+    else:
+        watcher.execute_command("SEM.ACQUIRE", "busy", "holder", 30_000, "LIMIT", 1)
+
+    def waiters() -> int:
+        if kind == "lock":
+            return lock_waiters(watcher, "busy") if watcher.exists("busy") else 0
+        return int(sem_info(watcher, "busy").get("waiters", 0))
+
+    def make(module: Any, client: Any) -> Any:
+        if kind == "lock":
+            return module.Lock(client, "busy", timeout=10)
+        return module.Semaphore(client, "busy", 1, timeout=10)
+
+    sent: dict[str, int] = {}
+    if flavour == "sync":
+        r, other = server.client(), server.client()
+        got: list[bool] = []
+        first = make(warden, r)
+        queued = threading.Thread(target=lambda: got.append(first.acquire(blocking_timeout=30)))
+        queued.start()
+        wait_for(lambda: waiters() == 1)
+        for name, client in (("same", r), ("other", other)):
+            before = acquire_calls(watcher, command)
+            assert not make(warden, client).acquire(blocking_timeout=0.2)
+            sent[name] = acquire_calls(watcher, command) - before
+        watcher.execute_command(command.upper().replace("ACQUIRE", "RELEASE"), "busy", "holder")
+        queued.join(10)
+        assert got == [True]  # the first in the queue got it (held by its thread)
+        watcher.delete("busy")
+        r.close()
+        other.close()
+    else:
+
+        async def main() -> None:
+            r, other = server.async_client(), server.async_client()
+            first = make(warden.asyncio, r)
+            queued = asyncio.ensure_future(first.acquire(blocking_timeout=30))
+            await async_wait_for(lambda: waiters() == 1)
+            for name, client in (("same", r), ("other", other)):
+                before = acquire_calls(watcher, command)
+                assert not await make(warden.asyncio, client).acquire(blocking_timeout=0.2)
+                sent[name] = acquire_calls(watcher, command) - before
+            watcher.execute_command(command.upper().replace("ACQUIRE", "RELEASE"), "busy", "holder")
+            assert await queued  # held by its task
+            watcher.delete("busy")
+            await r.aclose()
+            await other.aclose()
+
+        asyncio.run(main())
+    assert sent == {"same": 1, "other": 2}
+    assert waiters() == 0

@@ -262,7 +262,9 @@ class Holder:
         record: Callable[[int], None],
     ) -> Optional[int]:
         """Try ``args`` once on an ordinary connection; if busy and blocking,
-        wait in the server's queue until the deadline (counted from now):
+        wait in the server's queue until the deadline (counted from now;
+        at once, without the try, while another request of this process
+        waits for the same command and key):
         the fencing token (``record``-ed as this holder's), or None. If a
         request fails in flight, what ``owner`` may hold because of it
         (``may_hold(sent)``) is given back, as is a grant that came too late
@@ -280,11 +282,38 @@ class Holder:
         # interrupt at any moment in between finds it here and gives it back.
         got: list[Any] = []
         recorded = False
+
+        def wait(deadline: _core.Deadline) -> None:
+            try:
+                with _core.waiting(self.redis, args[0], self.name):
+                    blocking_call(
+                        self.redis,
+                        self.name,
+                        args,
+                        deadline,
+                        _core.queue_args(self.max_queue),
+                        lost,
+                        got,
+                        # WARDEN.WITHDRAW takes out every request of the owner:
+                        # not for a caller's own token= (another thread may wait on it).
+                        withdraw=may_hold(True),
+                    )
+            except ResponseError as error:
+                if _core.is_wrongtype(error):
+                    raise _core.wrong_type(error, self.name) from None
+                raise
+
+        # A request of this process already waits for the key: the server
+        # would answer a try nil, so this one goes straight to waiting.
+        at_once = deadline is not None and _core.queued(self.redis, args[0], self.name)
         try:
             try:
                 for attempt in (0, 1, 2):
                     try:
-                        self._request(args, owner, may_hold, deadline, lost, got)
+                        if deadline is not None and at_once:
+                            wait(deadline)
+                        else:
+                            self._request(args, owner, may_hold, deadline, lost, got)
                         break
                     except ResponseError as error:
                         # Above the server's cap: nothing was granted; learn
@@ -298,20 +327,9 @@ class Holder:
                         got.clear()
             except DeadlinePassed:
                 return None
-            if (not got or got[0] is None) and deadline is not None:
+            if not at_once and (not got or got[0] is None) and deadline is not None:
                 got.clear()
-                blocking_call(
-                    self.redis,
-                    self.name,
-                    args,
-                    deadline,
-                    _core.queue_args(self.max_queue),
-                    lost,
-                    got,
-                    # WARDEN.WITHDRAW takes out every request of the owner: not
-                    # for a caller's own token= (another thread may wait on it).
-                    withdraw=may_hold(True),
-                )
+                wait(deadline)
             if not got or got[0] is None:
                 return None
             fence = int(got[0])

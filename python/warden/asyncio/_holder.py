@@ -16,6 +16,7 @@ import contextvars
 import logging
 import threading
 import time
+from collections.abc import Awaitable
 from types import SimpleNamespace, TracebackType
 from typing import Any, Callable, Literal, Optional, TypeVar
 
@@ -250,7 +251,8 @@ class Holder:
         may_hold: Callable[[bool], bool],
     ) -> Optional[int]:
         """As ``warden._holder.Holder._acquire``: try on an ordinary
-        connection, then wait in the server's queue within the deadline."""
+        connection, then wait in the server's queue within the deadline (at
+        once while another request of this process waits on the key)."""
         deadline = _core.deadline(
             self.blocking if blocking is None else blocking,
             self.blocking_timeout if blocking_timeout is None else blocking_timeout,
@@ -260,11 +262,30 @@ class Holder:
             if reply is not None or may_hold(True):
                 await self._give_back(owner)
 
-        try:
+        async def wait(deadline: _core.Deadline) -> Optional[int]:
+            try:
+                with _core.waiting(self.redis, args[0], self.name):
+                    reply = await blocking_call(
+                        self.redis,
+                        self.name,
+                        args,
+                        deadline,
+                        _core.queue_args(self.max_queue),
+                        lost,
+                        # WARDEN.WITHDRAW takes out every request of the owner:
+                        # not for a caller's own token= (another task may wait on it).
+                        withdraw=may_hold(True),
+                    )
+            except ResponseError as error:
+                if _core.is_wrongtype(error):
+                    raise _core.wrong_type(error, self.name) from None
+                raise
+            return None if reply is None else int(reply)
+
+        async def under_cap(send: Callable[[], Awaitable[Optional[int]]]) -> Optional[int]:
             for attempt in (0, 1, 2):
                 try:
-                    fence = await self._request(args, owner, may_hold, deadline, lost)
-                    break
+                    return await send()
                 except ResponseError as error:
                     # Above the server's cap: nothing was granted; learn it,
                     # and ask again for the cap (a renewer makes up the rest).
@@ -273,6 +294,15 @@ class Holder:
                         raise
                     _core.learn_cap(self.redis, cap)
                     args[3] = cap
+            raise AssertionError("unreachable: the last attempt returns or raises")
+
+        # A request of this process already waits for the key: the server
+        # would answer a try nil, so this one goes straight to waiting.
+        if deadline is not None and _core.queued(self.redis, args[0], self.name):
+            waiting_deadline = deadline
+            return await under_cap(lambda: wait(waiting_deadline))
+        try:
+            fence = await under_cap(lambda: self._request(args, owner, may_hold, deadline, lost))
         except DeadlinePassed:
             return None
         if fence is not None and deadline is not None and deadline.passed():
@@ -280,18 +310,7 @@ class Holder:
             return None
         if fence is not None or deadline is None:
             return fence
-        reply = await blocking_call(
-            self.redis,
-            self.name,
-            args,
-            deadline,
-            _core.queue_args(self.max_queue),
-            lost,
-            # WARDEN.WITHDRAW takes out every request of the owner: not for a
-            # caller's own token= (another task may wait on it).
-            withdraw=may_hold(True),
-        )
-        return None if reply is None else int(reply)
+        return await wait(deadline)
 
     async def _request(
         self,
