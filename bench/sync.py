@@ -28,7 +28,7 @@ with CONFIG SET on the master before each slice. Runs:
 - contended (10 clients, one key): `LOCK.ACQUIRE … WAIT 10000`, `INCR`
   (the hold: ~0 ms; a second run sleeps 1 ms inside), `LOCK.RELEASE`,
   sync-replicas 1 against 0: hand-offs/s.
-- GETACKs per grant (INFO warden `sync_getacks` / `sync_acked`) for every
+- GETACKs per grant (INFO warden `sync_getacks` / the grants) for every
   slice with sync-replicas 1, and 50 uncontended clients for the batching.
 - server CPU per 1,000 grants: INFO cpu (user + sys) deltas of master and
   replica over each slice.
@@ -299,7 +299,10 @@ class Acc:
             "getacks": self.getacks,
             "sync_acked": self.acked,
             "sync_timeouts": self.timeouts,
-            "getacks_per_grant": self.getacks / self.acked if self.acked else None,
+            # Over every grant of the slices (not ÷ sync_acked): under
+            # sync-replicas 0 the few grants right after a switch from 1 wait
+            # for the marker, and a ratio of those alone read 2.000.
+            "getacks_per_grant": self.getacks / self.ops if self.ops else None,
         }
 
 
@@ -444,8 +447,12 @@ def render(f: dict[str, Any]) -> str:
         met = add50 <= bound50 and add99 <= bound99
         lines += ["", (f"sync-replicas 1 adds {fmt(add50, 3)} ms to the grant's p50, {fmt(add99, 3)} ms to its p99 "
                       f"(target: ≤ one replica round trip + 1 ms = {fmt(bound50, 3)} / {fmt(bound99, 3)} ms: "
-                      f"{'met' if met else 'MISSED'}); master CPU per grant "
-                      f"{fmt(s1['cpu_master_ms_per_1000'] / s0['cpu_master_ms_per_1000'])}×, replica's "
+                      f"{'met' if met else 'MISSED'}); master CPU per pair "
+                      f"{fmt(s1['cpu_master_ms_per_1000'] / s0['cpu_master_ms_per_1000'])}×"
+                      + (f" (target for one client ≤ 1.5×: "
+                         f"{'met' if s1['cpu_master_ms_per_1000'] <= 1.5 * s0['cpu_master_ms_per_1000'] else 'MISSED'})"
+                         if n == 1 else "")
+                      + ", replica's "
                       f"{fmt(s1['cpu_replica_ms_per_1000'] / s0['cpu_replica_ms_per_1000'])}×."), ""]
         f[f"uncontended-{n}"]["_target"] = {"added_p50_ms": add50, "added_p99_ms": add99, "bound_p50_ms": bound50,
                                             "bound_p99_ms": bound99, "met": met}
@@ -463,12 +470,12 @@ def render(f: dict[str, Any]) -> str:
                          f"| {fmt(s['grant_p99_ms'], 3)} | {fmt(s['getacks_per_grant'], 3)} "
                          f"| {fmt(s['cpu_master_ms_per_1000'], 1)} | {fmt(s['cpu_replica_ms_per_1000'], 1)} "
                          f"| {s['sync_timeouts']} |")
-        lines += ["", (f"sync 1 ÷ sync 0: {fmt(ratio)}× the hand-offs/s (target ≥ 0.8×: "
-                      f"{'met' if ratio >= 0.8 else 'MISSED'}); master CPU per hand-off "
+        lines += ["", (f"sync 1 ÷ sync 0: {fmt(ratio)}× the hand-offs/s (target ≥ 0.9×: "
+                      f"{'met' if ratio >= 0.9 else 'MISSED'}); master CPU per hand-off "
                       f"{fmt(s1['cpu_master_ms_per_1000'] / s0['cpu_master_ms_per_1000'])}×."), ""]
         rows["_ratio"] = ratio
     lines += [("**Batching: GETACKs per acknowledged grant** (sync-replicas 1; `INFO warden` "
-              "`sync_getacks` ÷ `sync_acked` over the slices):"), "",
+              "`sync_getacks` ÷ the grants over the slices):"), "",
               "| clients | workload | grants/s | GETACKs / grant |", "|---:|---|---:|---:|"]
     for n in (1, 10, 50):
         s = f[f"uncontended-{n}"]["warden, sync-replicas 1"]
