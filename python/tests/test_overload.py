@@ -1031,3 +1031,35 @@ def test_an_acquire_behind_a_wait_of_its_own_client_waits_at_once(
         asyncio.run(main())
     assert sent == {"same": 1, "other": 2}
     assert waiters() == 0
+
+
+def test_a_wait_for_a_connection_does_not_keep_a_free_lock_from_a_try(
+    server: Server, watcher: redis.Redis
+) -> None:
+    # A request of this client that waits for a wait-pool connection is not
+    # in the server's queue: another acquire of the key must still try first
+    # (a free lock is granted at once, not behind that connection).
+    r = server.client(max_connections=1)
+    watcher.execute_command("LOCK.ACQUIRE", "held-long", "x", 30_000)
+    watcher.execute_command("LOCK.ACQUIRE", "k", "x", 30_000)
+    parked = threading.Thread(
+        target=lambda: warden.Lock(r, "held-long", timeout=10).acquire(blocking_timeout=8),
+        daemon=True,
+    )
+    parked.start()  # holds the only wait-pool connection
+    wait_for(lambda: lock_waiters(watcher, "held-long") == 1)
+    behind = threading.Thread(
+        target=lambda: warden.Lock(r, "k", timeout=10).acquire(blocking_timeout=5),
+        daemon=True,
+    )
+    behind.start()  # its try is busy; it waits for a wait-pool connection
+    time.sleep(0.3)
+    watcher.execute_command("LOCK.RELEASE", "k", "x")
+    lock = warden.Lock(r, "k", timeout=10)
+    assert lock.acquire(blocking_timeout=2)  # tried first: granted at once
+    lock.release()
+    watcher.execute_command("LOCK.RELEASE", "held-long", "x")
+    parked.join(10)
+    behind.join(10)
+    watcher.delete("held-long", "k")
+    r.close()

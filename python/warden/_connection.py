@@ -42,6 +42,7 @@ from redis.connection import BlockingConnectionPool, ConnectionPool
 from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from . import _core
 from ._core import (
     ClientClosed,
     Deadline,
@@ -377,6 +378,7 @@ def blocking_call(
         return
     connection = pinned.connection
     client_id: Optional[int] = None
+    note: Optional[object] = None
     # True from the send until the acquire's reply is read (into ``got``):
     # the server may grant this connection what its caller never sees.
     sent = False
@@ -400,6 +402,9 @@ def blocking_call(
             connection.send_packed_command(
                 connection.pack_commands([("CLIENT", "ID"), (*args, "WAIT", wait, *extra)])
             )
+            # Parked in the server's queue from here to the end of the wait:
+            # another acquire of this client on the key skips its try.
+            note = _core.parked(client, args[0], key)
             try:
                 client_id = int(connection.read_response())
             except ResponseError:  # an ACL without CLIENT: close to abort instead
@@ -409,6 +414,7 @@ def blocking_call(
             parked = True
             ready = connection.can_read(timeout=deadline.remaining())
             parked = False
+            _core.unparked(client, args[0], key, note)
             if closed():
                 raise ClientClosed("the client was closed while this request waited")
             if not ready:
@@ -431,6 +437,8 @@ def blocking_call(
         # Every step guarded: an interrupt in one still closes the connection
         # and gives back what it may hold (a grant in ``got`` is the caller's).
         try:
+            if note is not None:
+                _core.unparked(client, args[0], key, note)
             waits.waiting.discard(pinned)
             if sent and not got:
                 pinned.broken = True

@@ -15,7 +15,6 @@ import urllib.parse
 import uuid
 import weakref
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Callable, Optional, Protocol, Union
 
@@ -90,45 +89,48 @@ def capped(client: Any, ms: int) -> int:
     return ms if cap is None else min(ms, cap)
 
 
-#: Per client: this process's waiting requests (sent with ``WAIT`` and not
-#: answered yet), by command and key. A hint only, kept without a lock (a
-#: lock held across lines could stay held when an interrupt lands on the
-#: line that would release it): a race or an interrupt at most loses an
-#: entry (that acquire tries first) or keeps one (acquires of that key wait
-#: at once, which grants the same).
+#: Per client: this process's requests parked in the server's queue (sent
+#: with ``WAIT``, their wait not over yet), by command and key. A hint only,
+#: kept without a lock (a lock held across lines could stay held when an
+#: interrupt lands on the line that would release it): a race loses an entry
+#: (that acquire tries first), and an entry is there only from the send to
+#: the end of the wait, never while a request waits for a connection.
 _queued: weakref.WeakKeyDictionary[Any, dict[tuple[Any, str], set[object]]] = (
     weakref.WeakKeyDictionary()
 )
 
 
 def queued(client: Any, command: Any, key: str) -> bool:
-    """Whether a request of this process waits for ``command`` on ``key``:
+    """Whether a request of this process is parked for ``command`` on ``key``:
     then the server would answer a try nil (it never lets a try overtake a
     waiter), and an acquire goes straight to waiting (one round trip, not two)."""
     counts = _queued.get(client)
     return bool(counts and counts.get((command, key)))
 
 
-@contextmanager
-def waiting(client: Any, command: Any, key: str) -> Iterator[None]:
-    """Counts a waiting request (``queued``) while the block runs."""
-    entry, me = (command, key), object()
+def parked(client: Any, command: Any, key: str) -> object:
+    """Notes a request parked in the server's queue (``queued``); ``unparked``
+    with the object returned takes the note back (again: nothing)."""
+    me = object()
     try:
         counts = _queued.get(client)
         if counts is None:
-            counts = {}
-            try:
-                _queued[client] = counts
-            except TypeError:  # not weakly referable: every acquire tries first
-                pass
-        counts.setdefault(entry, set()).add(me)
-        yield
-    finally:
-        waiters = _queued.get(client, {}).get(entry)
-        if waiters is not None:
-            waiters.discard(me)
-            if not waiters:
-                _queued.get(client, {}).pop(entry, None)
+            counts = _queued.setdefault(client, {})
+    except TypeError:  # not weakly referable: every acquire tries first
+        return me
+    counts.setdefault((command, key), set()).add(me)
+    return me
+
+
+def unparked(client: Any, command: Any, key: str, me: object) -> None:
+    counts = _queued.get(client)
+    if counts is None:
+        return
+    waiters = counts.get((command, key))
+    if waiters is not None:
+        waiters.discard(me)
+        if not waiters:
+            counts.pop((command, key), None)
 
 
 def extended_lease_ms(additional_time: Number, left_ms: Optional[int]) -> Optional[int]:

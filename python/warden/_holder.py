@@ -285,19 +285,18 @@ class Holder:
 
         def wait(deadline: _core.Deadline) -> None:
             try:
-                with _core.waiting(self.redis, args[0], self.name):
-                    blocking_call(
-                        self.redis,
-                        self.name,
-                        args,
-                        deadline,
-                        _core.queue_args(self.max_queue),
-                        lost,
-                        got,
-                        # WARDEN.WITHDRAW takes out every request of the owner:
-                        # not for a caller's own token= (another thread may wait on it).
-                        withdraw=may_hold(True),
-                    )
+                blocking_call(
+                    self.redis,
+                    self.name,
+                    args,
+                    deadline,
+                    _core.queue_args(self.max_queue),
+                    lost,
+                    got,
+                    # WARDEN.WITHDRAW takes out every request of the owner:
+                    # not for a caller's own token= (another thread may wait on it).
+                    withdraw=may_hold(True),
+                )
             except ResponseError as error:
                 if _core.is_wrongtype(error):
                     raise _core.wrong_type(error, self.name) from None

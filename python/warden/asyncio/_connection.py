@@ -20,6 +20,7 @@ from redis.asyncio.connection import BlockingConnectionPool, ConnectionPool
 from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from .. import _core
 from .._core import (
     ClientClosed,
     Deadline,
@@ -405,6 +406,7 @@ async def blocking_call(
     connection = pinned.connection
     reading: Optional[asyncio.Future[Any]] = None
     client_id: Optional[int] = None
+    note: Optional[object] = None
     # True from the send until the acquire's reply is read: the server may
     # grant this connection what its caller never sees.
     unanswered = False
@@ -423,6 +425,9 @@ async def blocking_call(
             await connection.send_packed_command(
                 connection.pack_commands([("CLIENT", "ID"), (*args, "WAIT", wait, *extra)])
             )
+            # Parked in the server's queue from here to the end of the wait:
+            # another acquire of this client on the key skips its try.
+            note = _core.parked(client, args[0], key)
             try:
                 client_id = int(await connection.read_response())
             except ResponseError:  # an ACL without CLIENT: close to abort instead
@@ -432,6 +437,7 @@ async def blocking_call(
             reading = asyncio.ensure_future(connection.read_response(timeout=_NO_READ_TIMEOUT))
             pinned.reading = reading
             await asyncio.wait({reading}, timeout=deadline.remaining())
+            _core.unparked(client, args[0], key, note)
             if pinned.client_closed:
                 raise ClientClosed("the client was closed while this request waited")
             if not reading.done():
@@ -465,6 +471,8 @@ async def blocking_call(
             reply = None
         return reply
     finally:
+        if note is not None:
+            _core.unparked(client, args[0], key, note)
         waits.waiting.discard(pinned)
         if aborting is None:
             letting_go = in_background(

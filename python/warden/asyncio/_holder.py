@@ -264,18 +264,17 @@ class Holder:
 
         async def wait(deadline: _core.Deadline) -> Optional[int]:
             try:
-                with _core.waiting(self.redis, args[0], self.name):
-                    reply = await blocking_call(
-                        self.redis,
-                        self.name,
-                        args,
-                        deadline,
-                        _core.queue_args(self.max_queue),
-                        lost,
-                        # WARDEN.WITHDRAW takes out every request of the owner:
-                        # not for a caller's own token= (another task may wait on it).
-                        withdraw=may_hold(True),
-                    )
+                reply = await blocking_call(
+                    self.redis,
+                    self.name,
+                    args,
+                    deadline,
+                    _core.queue_args(self.max_queue),
+                    lost,
+                    # WARDEN.WITHDRAW takes out every request of the owner:
+                    # not for a caller's own token= (another task may wait on it).
+                    withdraw=may_hold(True),
+                )
             except ResponseError as error:
                 if _core.is_wrongtype(error):
                     raise _core.wrong_type(error, self.name) from None
