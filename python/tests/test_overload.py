@@ -1063,3 +1063,48 @@ def test_a_wait_for_a_connection_does_not_keep_a_free_lock_from_a_try(
     behind.join(10)
     watcher.delete("held-long", "k")
     r.close()
+
+
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="Task.cancelling() is Python 3.11+")
+@pytest.mark.parametrize("blocking_timeout", [5.0, None])
+@pytest.mark.parametrize("at", [1, 2, 3, 4])
+async def test_a_cancel_a_send_swallowed_still_cancels_the_acquire(
+    server: Server,
+    watcher: redis.Redis,
+    monkeypatch: pytest.MonkeyPatch,
+    at: int,
+    blocking_timeout: Any,
+) -> None:
+    # Before Python 3.12, asyncio.wait_for (redis-py sends with it under a
+    # socket_timeout) drops a cancel that arrives as the send completes: the
+    # acquire must still end cancelled, queued nowhere and granted nothing.
+    watcher.execute_command("LOCK.ACQUIRE", "swallow", "holder", 30_000)
+    cls = redis.asyncio.connection.AbstractConnection
+    send = cls.send_packed_command
+    sends = 0
+
+    async def swallowing(self: Any, command: Any, check_health: bool = True) -> None:
+        nonlocal sends
+        await send(self, command, check_health)
+        sends += 1
+        if sends == at:
+            task = asyncio.current_task()
+            assert task is not None
+            task.cancel()
+            try:
+                await asyncio.sleep(0)
+            except asyncio.CancelledError:
+                pass  # what wait_for does when the send completed meanwhile
+
+    monkeypatch.setattr(cls, "send_packed_command", swallowing)
+    r = server.async_client()
+    lock = warden.asyncio.Lock(r, "swallow", timeout=10)
+    task = asyncio.ensure_future(lock.acquire(blocking_timeout=blocking_timeout))
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(asyncio.shield(task), 3)
+    monkeypatch.undo()
+    await async_wait_for(lambda: lock_waiters(watcher, "swallow") == 0)
+    watcher.execute_command("LOCK.RELEASE", "swallow", "holder")
+    await asyncio.sleep(0.1)
+    assert not watcher.exists("swallow")  # granted to nobody
+    await r.aclose()
