@@ -170,19 +170,6 @@ def _gate(pool: Any) -> Optional[Slots]:
     return _gates[pool]
 
 
-def _cancel_swallowed() -> None:
-    """Raise the cancel a send may have swallowed: redis-py sends through
-    ``asyncio.wait_for`` when the connection has a ``socket_timeout``, and
-    before Python 3.12 that drops a cancel arriving as the send completes
-    (CPython gh-86296), leaving the task cancelling with no
-    ``CancelledError``. Raised here, a cancelled acquire never goes on to
-    wait and be granted. (Python 3.9 and 3.10 cannot tell.)"""
-    task = asyncio.current_task()
-    cancelling = getattr(task, "cancelling", None)
-    if cancelling is not None and cancelling():
-        raise asyncio.CancelledError()
-
-
 class Pinned:
     """One connection to the server that owns ``key``, checked out until closed."""
 
@@ -248,7 +235,6 @@ class Pinned:
             raise RuntimeError("the connection was closed by an earlier failure")
         try:
             await self.connection.send_command(*args)
-            _cancel_swallowed()
             if on_sent is not None:
                 on_sent()
             if timeout is None:
@@ -335,7 +321,6 @@ async def try_call(client: Any, key: str, args: list[Any], deadline: Deadline, l
                 await connection.connect()  # a failure here sent nothing
                 sent = True  # a cancel inside the send may leave it sent
                 await connection.send_command(*args)
-                _cancel_swallowed()
                 reading = asyncio.ensure_future(connection.read_response(timeout=_NO_READ_TIMEOUT))
                 try:
                     await asyncio.wait({reading}, timeout=deadline.remaining())
@@ -440,7 +425,6 @@ async def blocking_call(
             await connection.send_packed_command(
                 connection.pack_commands([("CLIENT", "ID"), (*args, "WAIT", wait, *extra)])
             )
-            _cancel_swallowed()
             # Parked in the server's queue from here to the end of the wait:
             # another acquire of this client on the key skips its try.
             note = _core.parked(client, args[0], key)
