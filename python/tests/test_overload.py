@@ -1033,6 +1033,126 @@ def test_an_acquire_behind_a_wait_of_its_own_client_waits_at_once(
     assert waiters() == 0
 
 
+def lock_info(r: redis.Redis, name: str) -> dict[str, Any]:
+    reply = r.execute_command("LOCK.INFO", name)
+    items = reply.items() if isinstance(reply, dict) else zip(reply[::2], reply[1::2])
+    return {k.decode() if isinstance(k, bytes) else k: v for k, v in items}
+
+
+@pytest.mark.parametrize("flavour", ["sync", "asyncio"])
+@pytest.mark.parametrize("interrupted", [False, True])
+def test_a_holder_asking_again_behind_a_wait_of_its_own_client_keeps_its_hold(
+    server: Server, watcher: redis.Redis, flavour: str, interrupted: bool
+) -> None:
+    # A re-entrant holder's acquire is granted at once, behind waiters too:
+    # it tries even while a request of its client waits for the key. An
+    # interrupt or cancel landing on the first reply it reads gives back that
+    # one grant, never the hold it had before (the lock stays its own, the
+    # waiter keeps waiting). Through the wait path, the abort's two
+    # give-backs took both holds and handed the lock to the waiter.
+    armed: list[bool] = []
+    sent: dict[str, int] = {}
+    if flavour == "sync":
+        r = server.client()
+        send = redis.connection.AbstractConnection.send_packed_command
+        read = redis.connection.AbstractConnection.read_response
+        caller = threading.get_ident()
+
+        def sending(self: Any, command: Any, *args: Any, **kwargs: Any) -> Any:
+            packed = b"".join(command) if isinstance(command, list) else bytes(command)
+            if interrupted and threading.get_ident() == caller and b"LOCK.ACQUIRE" in packed:
+                armed.append(True)
+            return send(self, command, *args, **kwargs)
+
+        def reading(self: Any, *args: Any, **kwargs: Any) -> Any:
+            reply = read(self, *args, **kwargs)
+            if armed and threading.get_ident() == caller:
+                armed.clear()
+                raise KeyboardInterrupt
+            return reply
+
+        mine = warden.Lock(r, "again", reentrant=True, timeout=30)
+        assert mine.acquire()
+        got: list[bool] = []
+        other = warden.Lock(r, "again", timeout=30)
+        waiter = threading.Thread(target=lambda: got.append(other.acquire(blocking_timeout=30)))
+        waiter.start()
+        wait_for(lambda: lock_waiters(watcher, "again") == 1)
+        before = acquire_calls(watcher, "lock.acquire")
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(redis.connection.AbstractConnection, "send_packed_command", sending)
+            patch.setattr(redis.connection.AbstractConnection, "read_response", reading)
+            if interrupted:
+                with pytest.raises(KeyboardInterrupt):
+                    mine.acquire(blocking_timeout=5)
+            else:
+                assert mine.acquire(blocking_timeout=5)
+        sent["calls"] = acquire_calls(watcher, "lock.acquire") - before
+        holds = 1 if interrupted else 2
+        wait_for(lambda: lock_info(watcher, "again")["holds"] == holds)
+        assert lock_info(watcher, "again")["owner"] == mine.local.token
+        assert lock_waiters(watcher, "again") == 1
+        for _ in range(holds):
+            mine.release()
+        waiter.join(10)
+        assert got == [True]
+        r.close()
+    else:
+
+        async def main() -> None:
+            r = server.async_client()
+            me = asyncio.current_task()
+            assert me is not None
+            send = redis.asyncio.connection.AbstractConnection.send_packed_command
+            read = redis.asyncio.connection.AbstractConnection.read_response
+
+            async def sending(self: Any, command: Any, *args: Any, **kwargs: Any) -> Any:
+                packed = b"".join(command) if isinstance(command, list) else bytes(command)
+                if interrupted and asyncio.current_task() is me and b"LOCK.ACQUIRE" in packed:
+                    armed.append(True)
+                return await send(self, command, *args, **kwargs)
+
+            async def reading(self: Any, *args: Any, **kwargs: Any) -> Any:
+                reply = await read(self, *args, **kwargs)
+                if armed:
+                    armed.clear()
+                    assert me is not None
+                    me.cancel()
+                    if asyncio.current_task() is me:
+                        await asyncio.sleep(0)  # the cancel lands here
+                return reply
+
+            mine = warden.asyncio.Lock(r, "again", reentrant=True, timeout=30)
+            assert await mine.acquire()
+            waiter = asyncio.ensure_future(
+                warden.asyncio.Lock(r, "again", timeout=30).acquire(blocking_timeout=30)
+            )
+            await async_wait_for(lambda: lock_waiters(watcher, "again") == 1)
+            before = acquire_calls(watcher, "lock.acquire")
+            with pytest.MonkeyPatch.context() as patch:
+                connection = redis.asyncio.connection.AbstractConnection
+                patch.setattr(connection, "send_packed_command", sending)
+                patch.setattr(connection, "read_response", reading)
+                if interrupted:
+                    with pytest.raises(asyncio.CancelledError):
+                        await mine.acquire(blocking_timeout=5)
+                    me.uncancel()
+                else:
+                    assert await mine.acquire(blocking_timeout=5)
+            sent["calls"] = acquire_calls(watcher, "lock.acquire") - before
+            holds = 1 if interrupted else 2
+            await async_wait_for(lambda: lock_info(watcher, "again")["holds"] == holds)
+            assert lock_info(watcher, "again")["owner"] == mine.local.token
+            assert lock_waiters(watcher, "again") == 1
+            for _ in range(holds):
+                await mine.release()
+            assert await asyncio.wait_for(waiter, 10)
+            await r.aclose()
+
+        asyncio.run(main())
+    assert sent == {"calls": 1}
+
+
 def test_a_wait_for_a_connection_does_not_keep_a_free_lock_from_a_try(
     server: Server, watcher: redis.Redis
 ) -> None:

@@ -260,6 +260,7 @@ class Holder:
         blocking_timeout: Optional[Number],
         may_hold: Callable[[bool], bool],
         record: Callable[[int], None],
+        holder_again: bool = False,
     ) -> Optional[int]:
         """Try ``args`` once on an ordinary connection; if busy and blocking,
         wait in the server's queue until the deadline (counted from now;
@@ -268,7 +269,9 @@ class Holder:
         the fencing token (``record``-ed as this holder's), or None. If a
         request fails in flight, what ``owner`` may hold because of it
         (``may_hold(sent)``) is given back, as is a grant that came too late
-        or that an interrupt kept from being recorded."""
+        or that an interrupt kept from being recorded. ``holder_again``: a
+        re-entrant owner that already holds, which the server grants at once
+        even behind waiters: it always tries."""
         deadline = _core.deadline(
             self.blocking if blocking is None else blocking,
             self.blocking_timeout if blocking_timeout is None else blocking_timeout,
@@ -303,8 +306,15 @@ class Holder:
                 raise
 
         # A request of this process already waits for the key: the server
-        # would answer a try nil, so this one goes straight to waiting.
-        at_once = deadline is not None and _core.queued(self.redis, args[0], self.name)
+        # would answer a try nil, so this one goes straight to waiting. Not a
+        # holder asking again: the server grants it at once, behind waiters
+        # too, and a wait's abort may give back twice (once per unconfirmed
+        # close): for a holder, a hold it had before, and the lock with it.
+        at_once = (
+            not holder_again
+            and deadline is not None
+            and _core.queued(self.redis, args[0], self.name)
+        )
         try:
             try:
                 for attempt in (0, 1, 2):

@@ -115,6 +115,7 @@ class Lock(Holder):
             blocking_timeout,
             lambda sent: token is None and (not reentrant or before == 0 or sent),
             record,
+            holder_again=reentrant and before > 0,
         )
         return fence is not None
 

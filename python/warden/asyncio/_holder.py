@@ -249,6 +249,7 @@ class Holder:
         blocking: Optional[bool],
         blocking_timeout: Optional[Number],
         may_hold: Callable[[bool], bool],
+        holder_again: bool = False,
     ) -> Optional[int]:
         """As ``warden._holder.Holder._acquire``: try on an ordinary
         connection, then wait in the server's queue within the deadline (at
@@ -296,8 +297,12 @@ class Holder:
             raise AssertionError("unreachable: the last attempt returns or raises")
 
         # A request of this process already waits for the key: the server
-        # would answer a try nil, so this one goes straight to waiting.
-        if deadline is not None and _core.queued(self.redis, args[0], self.name):
+        # would answer a try nil, so this one goes straight to waiting. Not a
+        # holder asking again: the server grants it at once, behind waiters
+        # too, and a wait's abort may give back twice (once per unconfirmed
+        # close): for a holder, a hold it had before, and the lock with it.
+        queued = deadline is not None and _core.queued(self.redis, args[0], self.name)
+        if queued and not holder_again and deadline is not None:
             waiting_deadline = deadline
             return await under_cap(lambda: wait(waiting_deadline))
         try:

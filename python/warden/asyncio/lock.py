@@ -84,6 +84,7 @@ class Lock(Holder):
             blocking,
             blocking_timeout,
             lambda sent: token is None and (not reentrant or before == 0 or sent),
+            holder_again=reentrant and before > 0,
         )
         if fence is None:
             return False
