@@ -1,6 +1,7 @@
 """The Python package against what redis-py users write today, on one server
-in one run: warden.Lock vs redis-py's Lock (20 threads on one lock), and the
-warden.Cache decorator vs a plain cache-aside decorator (48 readers on one hot
+in one run: warden.Lock (threads and asyncio) vs redis-py's Lock (20 threads
+on one lock, each hand-off against the cap its critical section allows and
+against a FIFO queue's wait), and the warden.Cache decorator vs a plain cache-aside decorator (48 readers on one hot
 key). Prints a markdown section.
 
     python bench/python_clients.py [MODULE.so] [--quick]
@@ -49,23 +50,47 @@ def commands(r: redis.Redis) -> int:
     )
 
 
+def median(samples: list[float]) -> float:
+    return sorted(samples)[len(samples) // 2] if samples else float("nan")
+
+
+def lock_figures(waits: list[float], holds: list[float], elapsed: float, r: Any) -> dict[str, float]:
+    """Hand-offs/s, the waits' p50 and p99 (ms), and the measured hold: the
+    cap is 1 / hold, a FIFO queue's wait (THREADS - 1) holds."""
+    hold = sum(holds) / len(holds) if holds else float("nan")
+    return {
+        "rate": len(waits) / elapsed,
+        "p50": median(waits) * 1000,
+        "p99": p99(waits) * 1000,
+        "hold": hold * 1000,
+        "cap": 1 / hold if holds else float("nan"),
+        "fifo": (THREADS - 1) * hold * 1000,
+        "commands": commands(r) / max(1, len(waits)),
+    }
+
+
 def contend(r: redis.Redis, make_lock: Callable[[], Any]) -> dict[str, float]:
     r.flushall()
     r.config_resetstat()
     waits: list[float] = []
+    holds: list[float] = []
     stop = time.monotonic() + SECONDS
 
     def worker() -> None:
         lock = make_lock()
         mine: list[float] = []
+        held: list[float] = []
         while time.monotonic() < stop:
             started = time.monotonic()
             if not lock.acquire():
                 continue
-            mine.append(time.monotonic() - started)
+            granted = time.monotonic()
+            mine.append(granted - started)
             time.sleep(WORK)
+            held.append(time.monotonic() - granted)
             lock.release()
         waits.extend(mine)
+        holds.extend(held)
 
     threads = [threading.Thread(target=worker) for _ in range(THREADS)]
     began = time.monotonic()
@@ -73,12 +98,47 @@ def contend(r: redis.Redis, make_lock: Callable[[], Any]) -> dict[str, float]:
         t.start()
     for t in threads:
         t.join()
-    elapsed = time.monotonic() - began
-    return {
-        "rate": len(waits) / elapsed,
-        "p99": p99(waits) * 1000,
-        "commands": commands(r) / max(1, len(waits)),
-    }
+    return lock_figures(waits, holds, time.monotonic() - began, r)
+
+
+def contend_asyncio(server: Server) -> dict[str, float]:
+    """As ``contend``, with THREADS tasks of one event loop on warden.asyncio.Lock."""
+    import asyncio
+
+    import warden.asyncio
+
+    sync = server.client()
+    sync.flushall()
+    sync.config_resetstat()
+    waits: list[float] = []
+    holds: list[float] = []
+
+    async def run() -> float:
+        client = server.async_client(max_connections=200)
+        stop = time.monotonic() + SECONDS
+
+        async def worker() -> None:
+            lock = warden.asyncio.Lock(client, "bench:lock", timeout=10)
+            while time.monotonic() < stop:
+                started = time.monotonic()
+                if not await lock.acquire():
+                    continue
+                granted = time.monotonic()
+                waits.append(granted - started)
+                await asyncio.sleep(WORK)
+                holds.append(time.monotonic() - granted)
+                await lock.release()
+
+        began = time.monotonic()
+        await asyncio.gather(*(worker() for _ in range(THREADS)))
+        elapsed = time.monotonic() - began
+        await client.aclose()
+        return elapsed
+
+    elapsed = asyncio.run(run())
+    figures = lock_figures(waits, holds, elapsed, sync)
+    sync.close()
+    return figures
 
 
 class CacheAside:
@@ -143,7 +203,7 @@ def hot_key(
         "loads": len(loads) / max(1, bursts),
         "bursts": bursts,
         "p99": p99(reads) * 1000,
-        "p50": sorted(reads)[len(reads) // 2] * 1000 if reads else float("nan"),
+        "p50": median(reads) * 1000,
         "commands": commands(r) / max(1, len(reads)),
     }
 
@@ -153,6 +213,7 @@ def main() -> None:
     try:
         r = server.client(retry=Retry(NoBackoff(), 0), max_connections=200)
         w = contend(r, lambda: warden.Lock(r, "bench:lock", timeout=10))
+        wa = contend_asyncio(server)
         p = contend(r, lambda: redis.lock.Lock(r, "bench:lock", timeout=10))
         p01 = contend(r, lambda: redis.lock.Lock(r, "bench:lock", timeout=10, sleep=0.01))
         cache = warden.Cache(r)
@@ -162,15 +223,28 @@ def main() -> None:
     finally:
         server.stop()
     print(f"## Python package (python/), {SECONDS:.0f} s per case, {server_name()}\n")
-    print(f"{THREADS} threads on one lock, {WORK * 1000:.0f} ms critical section:\n")
-    print("| client | acquisitions/s | p99 wait | server commands per acquisition |")
-    print("|---|---|---|---|")
+    print(
+        f"{THREADS} threads (asyncio: tasks) on one lock, {WORK * 1000:.0f} ms critical "
+        "section (`time.sleep`, asyncio `asyncio.sleep`; the hold column is as measured). "
+        "Cap: 1 / the hold. FIFO wait: a fair queue's, "
+        f"{THREADS - 1} holds ahead.\n"
+    )
+    print(
+        "| client | acquisitions/s | ÷ cap | hold ms | p50 / p99 wait ms | p99 ÷ p50 "
+        "| p50 ÷ FIFO wait | server commands per acquisition |"
+    )
+    print("|---|---|---|---|---|---|---|---|")
     for name, m in (
         ("`warden.Lock` (`LOCK.ACQUIRE ... WAIT`)", w),
+        ("`warden.asyncio.Lock`", wa),
         ("redis-py `Lock` (`SET NX PX`, polls every 0.1 s: its default)", p),
         ("redis-py `Lock`, `sleep=0.01`", p01),
     ):
-        print(f"| {name} | {m['rate']:.0f} | {m['p99']:.0f} ms | {m['commands']:.2f} |")
+        print(
+            f"| {name} | {m['rate']:.0f} | {m['rate'] / m['cap']:.2f} | {m['hold']:.2f} "
+            f"| {m['p50']:.1f} / {m['p99']:.0f} | {m['p99'] / max(m['p50'], 1e-9):.2f} "
+            f"| {m['p50'] / m['fifo']:.2f} | {m['commands']:.2f} |"
+        )
     print(
         f"\n{READERS} readers on one hot key (TTL {TTL * 1000:.0f} ms, "
         f"{LOAD * 1000:.0f} ms load):\n"

@@ -371,6 +371,74 @@ async def test_a_cancelled_wait_leaves_no_waiter_and_no_grant(
     await r.aclose()
 
 
+def client_id_calls(r: redis.Redis) -> int:
+    return int(r.info("commandstats").get("cmdstat_client|id", {}).get("calls", 0))
+
+
+@pytest.mark.parametrize("flavour", ["sync", "asyncio"])
+@pytest.mark.parametrize("withdraw", [True, False], ids=["withdraw", "acl-denies-withdraw"])
+def test_a_wait_connection_asks_its_client_id_once_per_socket(
+    server: Server,
+    watcher: redis.Redis,
+    flavour: str,
+    withdraw: bool,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # CLIENT ID (the id to unblock) goes with the first wait of a connection
+    # only: a second wait on the same socket uses the id it learnt, and a new
+    # socket (the server closed the old one) asks again. Each wait that
+    # the client gives up on (the server's WAIT is longer, as a server busy
+    # elsewhere would) is out of the queue at once, by WITHDRAW or by CLIENT
+    # UNBLOCK of that id (kept connection), else by closing it.
+    monkeypatch.setattr(_core.Deadline, "wait_ms", lambda self: 30_000)
+    watcher.execute_command(
+        "ACL", "SETUSER", "nowithdraw", "on", ">pw", "~*", "&*", "+@all", "-warden.withdraw"
+    )
+    user = {} if withdraw else {"username": "nowithdraw", "password": "pw"}
+    kept = withdraw or unblocks_waiters(watcher)
+    watcher.execute_command("LOCK.ACQUIRE", "ids", "holder", 30_000)
+    watcher.config_resetstat()
+    asked: list[int] = []
+
+    def after_round() -> None:
+        assert lock_waiters(watcher, "ids") == 0  # out at once, not at its WAIT
+        asked.append(client_id_calls(watcher))
+
+    def kill_the_clients() -> None:
+        # The server closes the wait connection (the one that last sent the WAIT).
+        for line in watcher.execute_command("CLIENT", "LIST").decode().splitlines():
+            fields = dict(f.split("=", 1) for f in line.split(" ") if "=" in f)
+            if fields.get("cmd") == "lock.acquire":
+                watcher.execute_command("CLIENT", "KILL", "ID", fields["id"])
+
+    if flavour == "sync":
+        r = server.client(max_connections=1, **user)  # one wait connection, reused
+        lock = warden.Lock(r, "ids", timeout=10)
+        for round in range(3):
+            if round == 2:
+                kill_the_clients()
+            assert lock.acquire(blocking_timeout=0.3) is False
+            after_round()
+        r.close()
+    else:
+
+        async def main() -> None:
+            r = server.async_client(max_connections=1, **user)
+            lock = warden.asyncio.Lock(r, "ids", timeout=10)
+            for round in range(3):
+                if round == 2:
+                    kill_the_clients()
+                assert await lock.acquire(blocking_timeout=0.3) is False
+                after_round()
+            await r.aclose()
+
+        asyncio.run(main())
+    second = 1 if kept else 2  # a closed connection is a new socket
+    assert asked == [1, second, second + 1]
+    watcher.execute_command("LOCK.RELEASE", "ids", "holder")
+    assert not watcher.exists("ids")  # nobody was granted it
+
+
 async def test_a_cancel_leaves_another_wait_with_the_same_token_queued(
     server: Server, watcher: redis.Redis
 ) -> None:

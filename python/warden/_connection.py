@@ -397,18 +397,24 @@ def blocking_call(
         try:
             if closed():  # its connection may be closed: not reopened to wait
                 raise ClientClosed("the client was closed while this request waited")
+            connection.connect()  # a no-op when connected: the socket the id is for
+            known, client_id = _core.known_client_id(connection, connection._sock)
+            request = (*args, "WAIT", wait, *extra)
             sent = True  # an interrupt inside the send may leave it sent
-            # CLIENT ID rides along (no round trip of its own): the id to unblock.
+            # CLIENT ID rides along the first wait of a connection (no round
+            # trip of its own): the id to unblock, kept while its socket lives.
             connection.send_packed_command(
-                connection.pack_commands([("CLIENT", "ID"), (*args, "WAIT", wait, *extra)])
+                connection.pack_commands([request] if known else [("CLIENT", "ID"), request])
             )
             # Parked in the server's queue from here to the end of the wait:
             # another acquire of this client on the key skips its try.
             note = _core.parked(client, args[0], key)
-            try:
-                client_id = int(connection.read_response())
-            except ResponseError:  # an ACL without CLIENT: close to abort instead
-                client_id = None
+            if not known:
+                try:
+                    client_id = int(connection.read_response())
+                except ResponseError:  # an ACL without CLIENT: close to abort instead
+                    client_id = None
+                _core.remember_client_id(connection, connection._sock, client_id)
             if closed():  # sent on a connection opened again after the close
                 raise ClientClosed("the client was closed while this request waited")
             parked = True

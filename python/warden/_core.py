@@ -194,6 +194,23 @@ def refuses_command(error: Exception) -> bool:
     )
 
 
+def known_client_id(connection: Any, link: Any) -> tuple[bool, Optional[int]]:
+    """``(True, id)`` when ``connection`` already asked ``CLIENT ID`` over
+    ``link`` (its socket: sync ``_sock``, asyncio ``_writer``), whose server
+    connection keeps that id; ``id`` None: refused (an ACL without
+    ``CLIENT``). ``(False, None)`` on a new link: a reconnect is a new client."""
+    known = getattr(connection, "_warden_client_id", None)
+    if known is not None and link is not None and known[0] is link:
+        return True, known[1]
+    return False, None
+
+
+def remember_client_id(connection: Any, link: Any, client_id: Optional[int]) -> None:
+    """``CLIENT ID``'s answer over ``link`` (held, so that a new socket is
+    never taken for it)."""
+    connection._warden_client_id = (link, client_id)
+
+
 def withdraw_args(args: Sequence[Any]) -> Optional[tuple[Any, Any]]:
     """``(key, owner)`` of a waiting request that ``WARDEN.WITHDRAW`` can take
     out of its queue, or None (a rate limiter's, a cache read's)."""

@@ -420,18 +420,24 @@ async def blocking_call(
         if wait is None:
             return None
         try:
+            await connection.connect()  # a no-op when connected: the link the id is for
+            known, client_id = _core.known_client_id(connection, connection._writer)
+            request = (*args, "WAIT", wait, *extra)
             unanswered = True  # a cancel inside the send may leave it sent
-            # CLIENT ID rides along (no round trip of its own): the id to unblock.
+            # CLIENT ID rides along the first wait of a connection (no round
+            # trip of its own): the id to unblock, kept while its link lives.
             await connection.send_packed_command(
-                connection.pack_commands([("CLIENT", "ID"), (*args, "WAIT", wait, *extra)])
+                connection.pack_commands([request] if known else [("CLIENT", "ID"), request])
             )
             # Parked in the server's queue from here to the end of the wait:
             # another acquire of this client on the key skips its try.
             note = _core.parked(client, args[0], key)
-            try:
-                client_id = int(await connection.read_response())
-            except ResponseError:  # an ACL without CLIENT: close to abort instead
-                client_id = None
+            if not known:
+                try:
+                    client_id = int(await connection.read_response())
+                except ResponseError:  # an ACL without CLIENT: close to abort instead
+                    client_id = None
+                _core.remember_client_id(connection, connection._writer, client_id)
             # The read runs as a task of its own: a cancel of the caller leaves
             # it intact, so the waiter's nil can be read and the connection kept.
             reading = asyncio.ensure_future(connection.read_response(timeout=_NO_READ_TIMEOUT))
