@@ -19,9 +19,7 @@ import warden
 def pair() -> Iterator[tuple[Server, Server]]:
     master_port, replica_port = free_ports(2, 7300, 7399)
     master = Server(port=master_port)
-    replica = Server(
-        port=replica_port, extra=("--replicaof", "127.0.0.1", str(master_port))
-    )
+    replica = Server(port=replica_port, extra=("--replicaof", "127.0.0.1", str(master_port)))
     try:
         r = master.client()
         deadline = time.monotonic() + 20
