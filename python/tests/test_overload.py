@@ -439,6 +439,112 @@ def test_a_wait_connection_asks_its_client_id_once_per_socket(
     assert not watcher.exists("ids")  # nobody was granted it
 
 
+@pytest.mark.parametrize("kind", ["lock", "semaphore"])
+@pytest.mark.parametrize("where", ["try-free", "try-busy", "wait", "release"])
+async def test_a_cancel_a_send_drops_is_raised_once_the_reply_is_in_hand(
+    server: Server, watcher: redis.Redis, kind: str, where: str
+) -> None:
+    # Before Python 3.12, asyncio.wait_for (redis-py's send on a connection
+    # with a socket_timeout) returns instead of raising a cancel that arrives
+    # as the send completes (CPython gh-86296): the task would go on waiting,
+    # be granted, and never see its cancel. Played here exactly as wait_for
+    # does it: the cancel lands in the send and is caught there.
+    acquire, release = (
+        ("LOCK.ACQUIRE", "LOCK.RELEASE") if kind == "lock" else ("SEM.ACQUIRE", "SEM.RELEASE")
+    )
+    r = server.async_client()
+    me = asyncio.current_task()
+    assert me is not None
+    armed: list[bytes] = []
+    send = redis.asyncio.connection.AbstractConnection.send_packed_command
+
+    async def dropping(self: Any, command: Any, *args: Any, **kwargs: Any) -> Any:
+        await send(self, command, *args, **kwargs)
+        packed = b"".join(command) if isinstance(command, list) else bytes(command)
+        if armed and asyncio.current_task() is me and armed[0] in packed:
+            if armed[0] != b"WAIT" or b"WAIT" in packed:
+                armed.clear()
+                me.cancel()
+                try:
+                    await asyncio.sleep(0)
+                except asyncio.CancelledError:
+                    pass  # dropped, as wait_for drops it
+
+    def make() -> Any:
+        if kind == "lock":
+            return warden.asyncio.Lock(r, "dropped", timeout=30)
+        return warden.asyncio.Semaphore(r, "dropped", 1, timeout=30)
+
+    def waiters() -> int:
+        if kind == "lock":
+            return lock_waiters(watcher, "dropped") if watcher.exists("dropped") else 0
+        return int(sem_info(watcher, "dropped").get("waiters", 0))
+
+    def hold_elsewhere() -> None:
+        if kind == "lock":
+            watcher.execute_command(acquire, "dropped", "holder", 30_000)
+        else:
+            watcher.execute_command(acquire, "dropped", "holder", 30_000, "LIMIT", 1)
+
+    holder = make()
+    if where == "release":
+        assert await holder.acquire()
+    elif where != "try-free":
+        hold_elsewhere()
+    armed.append(
+        {"try-free": acquire, "try-busy": acquire, "wait": "WAIT", "release": release}[
+            where
+        ].encode()
+    )
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(redis.asyncio.connection.AbstractConnection, "send_packed_command", dropping)
+        with pytest.raises(asyncio.CancelledError):
+            if where == "release":
+                await holder.release()
+            else:
+                await holder.acquire(blocking_timeout=5)
+    me.uncancel()
+    assert not armed  # the send it was meant for ran
+    assert holder.local.token is None  # nothing held here
+    assert waiters() == 0  # out of the queue at once
+    if where in ("try-busy", "wait"):
+        watcher.execute_command(release, "dropped", "holder")
+
+    async def free() -> bool:
+        return not watcher.exists("dropped")
+
+    deadline = time.monotonic() + 5
+    while not await free():  # the grant it was not given, given back
+        assert time.monotonic() < deadline, "still held"
+        await asyncio.sleep(0.01)
+    await r.aclose()
+
+
+async def test_a_cancelled_task_may_still_acquire_and_release_in_its_cleanup(
+    server: Server, watcher: redis.Redis
+) -> None:
+    # A task that was cancelled and caught it (cleanup code) has a cancel
+    # count above 0: its later requests are not taken for dropped cancels.
+    r = server.async_client()
+    me = asyncio.current_task()
+    assert me is not None
+    me.cancel()
+    try:
+        await asyncio.sleep(1)
+    except asyncio.CancelledError:
+        pass
+    assert me.cancelling() == 1
+    lock = warden.asyncio.Lock(r, "cleanup", timeout=30)
+    assert await lock.acquire(blocking_timeout=5)
+    await lock.release()
+    sem = warden.asyncio.Semaphore(r, "cleanup-sem", 1, timeout=30)
+    assert await sem.acquire(blocking_timeout=5)
+    await sem.release()
+    me.uncancel()
+    assert not watcher.exists("cleanup") and not watcher.exists("cleanup-sem")
+    await r.aclose()
+
+
 async def test_a_cancel_leaves_another_wait_with_the_same_token_queued(
     server: Server, watcher: redis.Redis
 ) -> None:

@@ -49,6 +49,31 @@ def in_background(coroutine: Any) -> asyncio.Future[Any]:
     return task
 
 
+def cancels() -> int:
+    """How many cancels of the calling task were requested (0 outside a task)."""
+    task = asyncio.current_task()
+    return task.cancelling() if task is not None else 0
+
+
+def swallowed(since: int) -> bool:
+    """Whether a cancel requested since ``cancels()`` was ``since`` was never
+    raised. Right after an await returns, a cancel requested meanwhile has
+    been raised, unless someone caught it: before Python 3.12,
+    ``asyncio.wait_for`` (redis-py's send on a connection with a
+    ``socket_timeout``) returns its result instead of raising a cancel that
+    arrives as the send completes (CPython gh-86296). Counted from the start
+    of a request, so a task already cancelled (cleanup code) is not
+    cancelled again."""
+    return cancels() > since
+
+
+def raise_a_dropped_cancel(since: int) -> None:
+    """Raise the cancel ``swallowed`` finds, once a request's effects are
+    accounted for."""
+    if swallowed(since):
+        raise asyncio.CancelledError()
+
+
 class DeadlinePassed(Exception):
     """No connection was free before the caller's deadline."""
 
@@ -399,6 +424,7 @@ async def blocking_call(
     lock, read-write lock or semaphore request, else ``CLIENT UNBLOCK``, or
     closing its connection where neither works); a grant that raced it
     goes to ``lost`` (given back), and the cancel goes on."""
+    since = cancels()
     try:
         pinned = await Pinned.open(client, key, waits=True, deadline=deadline)
     except DeadlinePassed:
@@ -442,6 +468,10 @@ async def blocking_call(
             # it intact, so the waiter's nil can be read and the connection kept.
             reading = asyncio.ensure_future(connection.read_response(timeout=_NO_READ_TIMEOUT))
             pinned.reading = reading
+            if swallowed(since):
+                # A cancel dropped in the send: out of the queue as for one
+                # that lands while parked (below), not after the whole wait.
+                raise asyncio.CancelledError()
             await asyncio.wait({reading}, timeout=deadline.remaining())
             _core.unparked(client, args[0], key, note)
             if pinned.client_closed:

@@ -24,7 +24,16 @@ from redis.exceptions import LockError, LockNotOwnedError, ResponseError
 
 from .. import _core
 from .._core import LockCommands, Number, lock_error
-from ._connection import DeadlinePassed, Lost, blocking_call, call, in_background, try_call
+from ._connection import (
+    DeadlinePassed,
+    Lost,
+    blocking_call,
+    call,
+    cancels,
+    in_background,
+    swallowed,
+    try_call,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -254,6 +263,7 @@ class Holder:
         """As ``warden._holder.Holder._acquire``: try on an ordinary
         connection, then wait in the server's queue within the deadline (at
         once while another request of this process waits on the key)."""
+        since = cancels()
         deadline = _core.deadline(
             self.blocking if blocking is None else blocking,
             self.blocking_timeout if blocking_timeout is None else blocking_timeout,
@@ -262,6 +272,15 @@ class Holder:
         async def lost(reply: Any) -> None:
             if reply is not None or may_hold(True):
                 await self._give_back(owner)
+
+        def honour_a_dropped_cancel(fence: Optional[int]) -> Optional[int]:
+            # A cancel a send dropped (``swallowed``) is raised once the reply
+            # is in hand: a grant the caller will not get is given back.
+            if swallowed(since):
+                if fence is not None:
+                    in_background(lost(fence))
+                raise asyncio.CancelledError()
+            return fence
 
         async def wait(deadline: _core.Deadline) -> Optional[int]:
             try:
@@ -304,17 +323,18 @@ class Holder:
         queued = deadline is not None and _core.queued(self.redis, args[0], self.name)
         if queued and not holder_again and deadline is not None:
             waiting_deadline = deadline
-            return await under_cap(lambda: wait(waiting_deadline))
+            return honour_a_dropped_cancel(await under_cap(lambda: wait(waiting_deadline)))
         try:
             fence = await under_cap(lambda: self._request(args, owner, may_hold, deadline, lost))
         except DeadlinePassed:
             return None
+        honour_a_dropped_cancel(fence)
         if fence is not None and deadline is not None and deadline.passed():
             await lost(fence)  # the reply came after the caller's deadline: never a late grant
             return None
         if fence is not None or deadline is None:
             return fence
-        return await wait(deadline)
+        return honour_a_dropped_cancel(await wait(deadline))
 
     async def _request(
         self,

@@ -17,7 +17,7 @@ from redis.exceptions import LockError, LockNotOwnedError, ResponseError
 
 from .. import _core
 from .._core import EXCLUSIVE, READ, WRITE, LockCommands, Number, lock_error
-from ._connection import call
+from ._connection import call, cancels, raise_a_dropped_cancel
 from ._holder import Holder, holder_id
 
 
@@ -128,6 +128,11 @@ class Lock(Holder):
         only if it is still this holder's (another task sharing this object
         may have acquired meanwhile): a release that failed in flight
         can be sent again."""
+        since = cancels()
+        await self._release_one()
+        raise_a_dropped_cancel(since)  # after the hold is accounted for
+
+    async def _release_one(self) -> None:
         expected = self._token
         if expected is None:
             raise lock_error(

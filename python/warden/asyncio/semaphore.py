@@ -19,7 +19,7 @@ from redis.exceptions import LockError, LockNotOwnedError, ResponseError
 
 from .. import _core
 from .._core import SEMAPHORE, LockCommands, Number, lock_error
-from ._connection import call
+from ._connection import call, cancels, raise_a_dropped_cancel
 from ._holder import Holder, holder_id
 
 # Each task's holds, by semaphore object (its own key, never a reused id).
@@ -123,6 +123,11 @@ class Semaphore(Holder):
     async def release(self) -> None:
         """Give the permits back; ``LockNotOwnedError`` if the hold was no
         longer ours."""
+        since = cancels()
+        await self._release_hold()
+        raise_a_dropped_cancel(since)  # after the hold is accounted for
+
+    async def _release_hold(self) -> None:
         token = self._token
         if token is None:
             raise lock_error(
