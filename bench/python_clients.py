@@ -54,7 +54,9 @@ def median(samples: list[float]) -> float:
     return sorted(samples)[len(samples) // 2] if samples else float("nan")
 
 
-def lock_figures(waits: list[float], holds: list[float], elapsed: float, r: Any) -> dict[str, float]:
+def lock_figures(
+    waits: list[float], holds: list[float], elapsed: float, r: Any
+) -> dict[str, float]:
     """Hand-offs/s, the waits' p50 and p99 (ms), and the measured hold: the
     cap is 1 / hold, a FIFO queue's wait (THREADS - 1) holds."""
     hold = sum(holds) / len(holds) if holds else float("nan")
