@@ -25,7 +25,8 @@ for i, r in enumerate(rows):
     if r["target"] is not None:
         ax.plot([r["target"]] * 2, [i - 0.4, i + 0.4], color="black", linewidth=1.5)
 ax.set_xlabel(
-    "warden / comparison (log scale; black ticks: ratio targets; green: target met, red: missed, grey: no target)"
+    "warden / comparison (log scale; black ticks: ratio targets; green: target met, red: missed, "
+    "grey: no target)"
 )
 ax.set_title("warden vs what users run today")
 fig.tight_layout()

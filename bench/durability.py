@@ -287,8 +287,8 @@ def main() -> None:
         f"{SERVER}, {ROUNDS} rounds of {SLICE} s slices per variant, interleaved; "
         f"1-minute load average at the end {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores.",
         "",
-        "| clients | everysec pairs/s | always pairs/s | always / everysec | p50 / p99 ms everysec | "
-        "p50 / p99 ms always | server CPU ms per 1,000 pairs (everysec → always) |",
+        "| clients | everysec pairs/s | always pairs/s | always / everysec | p50 / p99 ms everysec "
+        "| p50 / p99 ms always | server CPU ms per 1,000 pairs (everysec → always) |",
         "|---|---|---|---|---|---|---|",
     ]
     for n, row in figures["throughput"].items():
@@ -301,7 +301,8 @@ def main() -> None:
         )
     lines += [
         "",
-        "| configuration | first new holder after a kill -9 restart | the held lock kept its holder |",
+        "| configuration | first new holder after a kill -9 restart "
+        "| the held lock kept its holder |",
         "|---|---|---|",
     ]
     for name, r in figures["restart"].items():

@@ -526,14 +526,16 @@ def lock_rows(server, warden):
     lua = counted(server, [warden], lock_pairs("lua"))
     name = "LOCK.ACQUIRE + LOCK.RELEASE (fresh keys, one client, pipelines of 50 pairs)"
     print(
-        f"## Lock acquire + release: server instructions per pair (callgrind, {server_name(server)})\n"
+        "## Lock acquire + release: server instructions per pair (callgrind, "
+        f"{server_name(server)})\n"
     )
     print("Counted with `valgrind --tool=callgrind` on the server over a fixed window;")
     print("serverCron's per-second work left out.\n")
     print_rows([(name, ours, lua, "SET NX PX + safe-release Lua (`EVALSHA`)")])
     if cad is None:
         print(
-            f"| {name} | {ours:,.0f} | SET NX PX + DELIFEQ / DELEX IFEQ | {NO_COMPARE_AND_DELETE} | — |"
+            f"| {name} | {ours:,.0f} | SET NX PX + DELIFEQ / DELEX IFEQ | {NO_COMPARE_AND_DELETE} "
+            "| — |"
         )
     else:
         theirs = counted(server, [warden], lock_pairs(cad))
@@ -737,7 +739,8 @@ def ping_p99(servers, warden):
     """PING's 99th percentile (no valgrind) while one unauthenticated
     connection pipelines refused DELs of a leased key, 100 a round trip."""
     print(
-        "\n| server | `PING` p50 | p99 | max (ms), one unauthenticated connection pipelining refused `DEL`s of a leased key |"
+        "\n| server | `PING` p50 | p99 "
+        "| max (ms), one unauthenticated connection pipelining refused `DEL`s of a leased key |"
     )
     print("|---|---:|---:|---:|")
     for server in servers:
@@ -768,7 +771,7 @@ def ping_p99(servers, warden):
             holder.call("CACHE.GET", "lone", 600000)
             stop = threading.Event()
 
-            def attack():
+            def attack(port=port, stop=stop):
                 a = Conn(port)
                 payload = b"".join(enc("DEL", "lone") for _ in range(100))
                 while not stop.is_set():

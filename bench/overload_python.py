@@ -40,6 +40,7 @@ from typing import Any, Callable
 
 import redis
 import redis.asyncio
+
 import warden
 import warden.asyncio
 

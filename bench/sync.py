@@ -110,7 +110,9 @@ class Node:
                 break
             except redis.ConnectionError:
                 if self.process.poll() is not None or time.monotonic() > deadline:
-                    raise SystemExit(f"{SERVER} did not start on port {port}: {self.log()}")
+                    raise SystemExit(
+                        f"{SERVER} did not start on port {port}: {self.log()}"
+                    ) from None
                 time.sleep(0.05)
 
     def log(self) -> str:
@@ -487,18 +489,18 @@ def render(f: dict[str, Any]) -> str:
         "",
         (
             f"Server: {meta['server']}, one master and one replica on loopback, the module on both "
-            f"({meta['module']}). {meta['rounds']} rounds of {meta['slice_s']:g} s slices taken in turn; "
-            f"{meta['cores']} cores shared with other work. Before the run: {meta['load_before']}. "
-            f"Load average after each round: {', '.join(f'{x:.1f}' for x in meta['load_per_round'])}. "
-            f"After: {meta['load_after']}."
+            f"({meta['module']}). {meta['rounds']} rounds of {meta['slice_s']:g} s slices taken in "
+            f"turn; {meta['cores']} cores shared with other work. Before the run: "
+            f"{meta['load_before']}. Load average after each round: "
+            f"{', '.join(f'{x:.1f}' for x in meta['load_per_round'])}. After: {meta['load_after']}."
         ),
         "",
         (
-            "Clients: redis-py raw commands over TCP (`LOCK.ACQUIRE key owner 10000`, `LOCK.RELEASE`), "
-            "redis-py's own `Lock` for `SET NX PX`; one thread per client in up to 10 processes. The grant "
-            "is the acquire (with its `WAIT`); the pair adds the release. "
-            f"Replica round trip (`PING` to the replica, one client): p50 {fmt(rtt['grant_p50_ms'], 3)} ms, "
-            f"p99 {fmt(rtt['grant_p99_ms'], 3)} ms."
+            "Clients: redis-py raw commands over TCP (`LOCK.ACQUIRE key owner 10000`, "
+            "`LOCK.RELEASE`), redis-py's own `Lock` for `SET NX PX`; one thread per client in up "
+            "to 10 processes. The grant is the acquire (with its `WAIT`); the pair adds the "
+            "release. Replica round trip (`PING` to the replica, one client): p50 "
+            f"{fmt(rtt['grant_p50_ms'], 3)} ms, p99 {fmt(rtt['grant_p99_ms'], 3)} ms."
         ),
         "",
     ]
@@ -509,16 +511,19 @@ def render(f: dict[str, Any]) -> str:
             "",
             (
                 "| variant | pairs/s | grant p50 ms | grant p99 ms | pair p50 ms | pair p99 ms "
-                "| not acknowledged | GETACKs / grant | master CPU ms / 1,000 | replica CPU ms / 1,000 |"
+                "| not acknowledged | GETACKs / grant | master CPU ms / 1,000 "
+                "| replica CPU ms / 1,000 |"
             ),
             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
         ]
         for label, s in rows.items():
             lines.append(
-                f"| {label} | {fmt(s['per_s'], 0)} | {fmt(s['grant_p50_ms'], 3)} | {fmt(s['grant_p99_ms'], 3)} "
-                f"| {fmt(s['pair_p50_ms'], 3)} | {fmt(s['pair_p99_ms'], 3)} "
-                f"| {s['unacked'] + s['refused'] + s['sync_timeouts']} | {fmt(s['getacks_per_grant'], 3)} "
-                f"| {fmt(s['cpu_master_ms_per_1000'], 1)} | {fmt(s['cpu_replica_ms_per_1000'], 1)} |"
+                f"| {label} | {fmt(s['per_s'], 0)} | {fmt(s['grant_p50_ms'], 3)} "
+                f"| {fmt(s['grant_p99_ms'], 3)} | {fmt(s['pair_p50_ms'], 3)} "
+                f"| {fmt(s['pair_p99_ms'], 3)} "
+                f"| {s['unacked'] + s['refused'] + s['sync_timeouts']} "
+                f"| {fmt(s['getacks_per_grant'], 3)} | {fmt(s['cpu_master_ms_per_1000'], 1)} "
+                f"| {fmt(s['cpu_replica_ms_per_1000'], 1)} |"
             )
         s0, s1 = rows["warden, sync-replicas 0"], rows["warden, sync-replicas 1"]
         add50 = s1["grant_p50_ms"] - s0["grant_p50_ms"]
@@ -526,16 +531,16 @@ def render(f: dict[str, Any]) -> str:
         bound50 = rtt["grant_p50_ms"] + 1.0
         bound99 = rtt["grant_p99_ms"] + 1.0
         met = add50 <= bound50 and add99 <= bound99
+        cpu_met = s1["cpu_master_ms_per_1000"] <= 1.5 * s0["cpu_master_ms_per_1000"]
         lines += [
             "",
             (
-                f"sync-replicas 1 adds {fmt(add50, 3)} ms to the grant's p50, {fmt(add99, 3)} ms to its p99 "
-                f"(target: ≤ one replica round trip + 1 ms = {fmt(bound50, 3)} / {fmt(bound99, 3)} ms: "
-                f"{'met' if met else 'MISSED'}); master CPU per pair "
+                f"sync-replicas 1 adds {fmt(add50, 3)} ms to the grant's p50, {fmt(add99, 3)} ms "
+                f"to its p99 (target: ≤ one replica round trip + 1 ms = {fmt(bound50, 3)} / "
+                f"{fmt(bound99, 3)} ms: {'met' if met else 'MISSED'}); master CPU per pair "
                 f"{fmt(s1['cpu_master_ms_per_1000'] / s0['cpu_master_ms_per_1000'])}×"
                 + (
-                    f" (target for one client ≤ 1.5×: "
-                    f"{'met' if s1['cpu_master_ms_per_1000'] <= 1.5 * s0['cpu_master_ms_per_1000'] else 'MISSED'})"
+                    f" (target for one client ≤ 1.5×: {'met' if cpu_met else 'MISSED'})"
                     if n == 1
                     else ""
                 )
@@ -599,7 +604,8 @@ def render(f: dict[str, Any]) -> str:
     for n in (1, 10, 50):
         s = f[f"uncontended-{n}"]["warden, sync-replicas 1"]
         lines.append(
-            f"| {n} | uncontended, own keys | {fmt(s['per_s'], 0)} | {fmt(s['getacks_per_grant'], 3)} |"
+            f"| {n} | uncontended, own keys | {fmt(s['per_s'], 0)} "
+            f"| {fmt(s['getacks_per_grant'], 3)} |"
         )
     s = f["contended"]["sync-replicas 1"]
     lines.append(

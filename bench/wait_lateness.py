@@ -1,7 +1,12 @@
 """How late a timed-out `LOCK.ACQUIRE ... WAIT 10` is answered: 200 tries
 against a held lock, lateness = elapsed - 10 ms. Usage: wait_lateness.py MODULE"""
 
-import os, statistics, subprocess, sys, tempfile, time
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
 
 import redis
 
