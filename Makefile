@@ -396,14 +396,16 @@ java-dist: java-deps
 		while IFS= read -r -d '' f; do sha256sum "$$f" | cut -d' ' -f1 > "$$f.sha256"; sha512sum "$$f" | cut -d' ' -f1 > "$$f.sha512"; done
 	@cd $(DIST)/maven && find . -name '*.jar' | sort
 
-# ruff and mypy --strict on the package; its tests, then redis-py's own lock
-# tests (fetched from the pinned redis-py's sdist into target/) against
-# warden's locks (python/tests/redis_py/conftest_sync.py lists the ones that
-# fail by design).
+# ruff (format --check and check) on the package, its tests and the Python
+# scripts in bench/, all with python/pyproject.toml's settings, and mypy
+# --strict on the package; its tests, then redis-py's own lock tests (fetched
+# from the pinned redis-py's sdist into target/) against warden's locks
+# (python/tests/redis_py/conftest_sync.py lists the ones that fail by design).
 PY_ENV = WARDEN_SERVER=$(SERVER_BIN) WARDEN_MODULE=$(CURDIR)/$(TEST_MODULE)
 python-test: python-venv $(SERVER_DEPS)
 	cargo test --profile $(TEST_PROFILE) --workspace --no-run
-	cd python && ../$(VENV)/bin/ruff check warden tests && ../$(VENV)/bin/mypy --strict warden
+	cd python && ../$(VENV)/bin/ruff format --check warden tests ../bench/*.py
+	cd python && ../$(VENV)/bin/ruff check warden tests ../bench/*.py && ../$(VENV)/bin/mypy --strict warden
 	cd python && $(PY_ENV) ../$(PYTHON) -m pytest -q -p no:cacheprovider tests
 	$(PYTHON) python/tests/redis_py/fetch.py target/redis-py-lock-tests
 	cd target/redis-py-lock-tests && $(PY_ENV) $(CURDIR)/$(PYTHON) -m pytest -q -p no:cacheprovider -rx tests

@@ -1,4 +1,5 @@
 """Draws bench/results/latest.json as a bar chart of ratios (bench/results/ratios.png)."""
+
 import json
 import pathlib
 
@@ -23,7 +24,10 @@ ax.axvline(1.0, color="black", linewidth=0.8)
 for i, r in enumerate(rows):
     if r["target"] is not None:
         ax.plot([r["target"]] * 2, [i - 0.4, i + 0.4], color="black", linewidth=1.5)
-ax.set_xlabel("warden / comparison (log scale; black ticks: ratio targets; green: target met, red: missed, grey: no target)")
+ax.set_xlabel(
+    "warden / comparison (log scale; black ticks: ratio targets; green: target met, red: missed, "
+    "grey: no target)"
+)
 ax.set_title("warden vs what users run today")
 fig.tight_layout()
 fig.savefig(here / "ratios.png", dpi=110)

@@ -43,7 +43,11 @@ import redis
 
 ROOT = Path(__file__).resolve().parents[1]
 QUICK = "--quick" in sys.argv
-OUT = Path(sys.argv[sys.argv.index("--out") + 1]) if "--out" in sys.argv else ROOT / "bench/results/durability"
+OUT = (
+    Path(sys.argv[sys.argv.index("--out") + 1])
+    if "--out" in sys.argv
+    else ROOT / "bench/results/durability"
+)
 MODULE = os.environ.get("WARDEN_MODULE") or sys.exit("WARDEN_MODULE: the module to load")
 SERVER = os.environ.get("WARDEN_SERVER", "redis-server")
 
@@ -82,14 +86,26 @@ class Node:
         self.args = [SERVER]
         for name, value in settings:
             self.args += [f"--{name}", *value.split()]
-        self.args += ["--port", str(self.port), "--bind", "127.0.0.1", "--dir", self.dir,
-                      "--logfile", os.path.join(self.dir, "log"), "--loadmodule", MODULE]
+        self.args += [
+            "--port",
+            str(self.port),
+            "--bind",
+            "127.0.0.1",
+            "--dir",
+            self.dir,
+            "--logfile",
+            os.path.join(self.dir, "log"),
+            "--loadmodule",
+            MODULE,
+        ]
         self.r = redis.Redis(port=self.port, decode_responses=True)
         self.start()
 
     def start(self) -> float:
         """Starts the server; returns when it answered PING (perf_counter)."""
-        self.process = subprocess.Popen(self.args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.process = subprocess.Popen(
+            self.args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
         deadline = time.monotonic() + 30
         while True:
             try:
@@ -173,7 +189,9 @@ def run_clients(port: int, n: int, seconds: float) -> tuple[list[float], float]:
 
 def throughput(settings: list[tuple[str, str]]) -> dict[str, Any]:
     """everysec against always, interleaved slices."""
-    base = [(n, v) for n, v in settings if n not in ("appendfsync", "warden.grace")] + [("warden.grace", "0")]
+    base = [(n, v) for n, v in settings if n not in ("appendfsync", "warden.grace")] + [
+        ("warden.grace", "0")
+    ]
     nodes = {fsync: Node(base + [("appendfsync", fsync)]) for fsync in ("everysec", "always")}
     acc: dict[tuple[str, int], dict[str, Any]] = {}
     try:
@@ -220,9 +238,16 @@ def restart(settings: list[tuple[str, str]]) -> dict[str, Any]:
             time.sleep(0.01)
         granted = time.perf_counter()
         held = node.r.execute_command("LOCK.INFO", "held")
-        owner = held.get("owner") if isinstance(held, dict) else (held[held.index("owner") + 1] if held else None)
-        return {"next_holder_ms": (granted - answered) * 1000, "held_kept": owner == "a",
-                "window_logged": "grace auto: no window" in node.log()}
+        owner = (
+            held.get("owner")
+            if isinstance(held, dict)
+            else (held[held.index("owner") + 1] if held else None)
+        )
+        return {
+            "next_holder_ms": (granted - answered) * 1000,
+            "held_kept": owner == "a",
+            "window_logged": "grace auto: no window" in node.log(),
+        }
     finally:
         node.stop()
 
@@ -236,30 +261,54 @@ def main() -> None:
     settings = example_settings()
     proposed = [(n, v) for n, v in settings if n not in ("appendfsync", "warden.grace")]
     proposed += [("appendfsync", "always"), ("warden.grace", "auto")]
-    everysec_file = [(n, v) for n, v in settings if n != "appendfsync"] + [("appendfsync", "everysec")]
+    everysec_file = [(n, v) for n, v in settings if n != "appendfsync"] + [
+        ("appendfsync", "everysec")
+    ]
     figures: dict[str, Any] = {"throughput": throughput(settings)}
     figures["restart"] = {
         "appendfsync everysec, warden.grace 41000": restart(
-            [(n, v) for n, v in everysec_file if n != "warden.grace"] + [("warden.grace", "41000")]),
+            [(n, v) for n, v in everysec_file if n != "warden.grace"] + [("warden.grace", "41000")]
+        ),
         "appendfsync always, warden.grace auto": restart(proposed),
     }
-    figures["meta"] = {"server": SERVER, "module": MODULE, "quick": QUICK, "rounds": ROUNDS, "slice_s": SLICE,
-                       "seconds": time.time() - t0, "cores": os.cpu_count(), "load": os.getloadavg()}
-    lines = ["## A restart on the production configuration, and what `appendfsync always` costs", "",
-             f"{SERVER}, {ROUNDS} rounds of {SLICE} s slices per variant, interleaved; "
-             f"1-minute load average at the end {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores.", "",
-             "| clients | everysec pairs/s | always pairs/s | always / everysec | p50 / p99 ms everysec | "
-             "p50 / p99 ms always | server CPU ms per 1,000 pairs (everysec → always) |",
-             "|---|---|---|---|---|---|---|"]
+    figures["meta"] = {
+        "server": SERVER,
+        "module": MODULE,
+        "quick": QUICK,
+        "rounds": ROUNDS,
+        "slice_s": SLICE,
+        "seconds": time.time() - t0,
+        "cores": os.cpu_count(),
+        "load": os.getloadavg(),
+    }
+    lines = [
+        "## A restart on the production configuration, and what `appendfsync always` costs",
+        "",
+        f"{SERVER}, {ROUNDS} rounds of {SLICE} s slices per variant, interleaved; "
+        f"1-minute load average at the end {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores.",
+        "",
+        "| clients | everysec pairs/s | always pairs/s | always / everysec | p50 / p99 ms everysec "
+        "| p50 / p99 ms always | server CPU ms per 1,000 pairs (everysec → always) |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for n, row in figures["throughput"].items():
         e, a = row["everysec"], row["always"]
         ratio = a["pairs_per_s"] / e["pairs_per_s"] if e["pairs_per_s"] else float("nan")
-        lines.append(f"| {n} | {fmt(e['pairs_per_s'], 0)} | {fmt(a['pairs_per_s'], 0)} | {ratio:.2f}× | "
-                     f"{fmt(e['pair_p50_ms'])} / {fmt(e['pair_p99_ms'])} | {fmt(a['pair_p50_ms'])} / "
-                     f"{fmt(a['pair_p99_ms'])} | {fmt(e['cpu_ms_per_1000'])} → {fmt(a['cpu_ms_per_1000'])} |")
-    lines += ["", "| configuration | first new holder after a kill -9 restart | the held lock kept its holder |", "|---|---|---|"]
+        lines.append(
+            f"| {n} | {fmt(e['pairs_per_s'], 0)} | {fmt(a['pairs_per_s'], 0)} | {ratio:.2f}× | "
+            f"{fmt(e['pair_p50_ms'])} / {fmt(e['pair_p99_ms'])} | {fmt(a['pair_p50_ms'])} / "
+            f"{fmt(a['pair_p99_ms'])} | {fmt(e['cpu_ms_per_1000'])} → {fmt(a['cpu_ms_per_1000'])} |"
+        )
+    lines += [
+        "",
+        "| configuration | first new holder after a kill -9 restart "
+        "| the held lock kept its holder |",
+        "|---|---|---|",
+    ]
     for name, r in figures["restart"].items():
-        lines.append(f"| {name} | {fmt(r['next_holder_ms'], 0)} ms | {'yes' if r['held_kept'] else 'no'} |")
+        lines.append(
+            f"| {name} | {fmt(r['next_holder_ms'], 0)} ms | {'yes' if r['held_kept'] else 'no'} |"
+        )
     text = "\n".join(lines) + "\n"
     print(text)
     OUT.parent.mkdir(parents=True, exist_ok=True)

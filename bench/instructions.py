@@ -105,7 +105,7 @@ class Conn:
             n = int(line[1:])
             while len(self.buf) < n + 2:
                 self.buf += self.s.recv(65536)
-            value, self.buf = self.buf[:n], self.buf[n + 2:]
+            value, self.buf = self.buf[:n], self.buf[n + 2 :]
             return value
         if line[:1] == b"*" and int(line[1:]) > 0:
             return [self.reply() for _ in range(int(line[1:]))]
@@ -123,10 +123,23 @@ def counted(server, modules, workload, warmup=2.0, window=5.0, extra=()):
     server instructions per operation in the counting window."""
     work = tempfile.mkdtemp(prefix="warden-cg-")
     port = free_port()
-    args = ["valgrind", "--tool=callgrind", "--instr-atstart=no",
-            f"--callgrind-out-file={work}/cg.%p", server, "--port", str(port),
-            "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-            "--logfile", f"{work}/log"]
+    args = [
+        "valgrind",
+        "--tool=callgrind",
+        "--instr-atstart=no",
+        f"--callgrind-out-file={work}/cg.%p",
+        server,
+        "--port",
+        str(port),
+        "--bind",
+        "127.0.0.1",
+        "--save",
+        "",
+        "--appendonly",
+        "no",
+        "--logfile",
+        f"{work}/log",
+    ]
     for m in modules:
         args += ["--loadmodule", m]
     args += list(extra)
@@ -142,12 +155,27 @@ def counted(server, modules, workload, warmup=2.0, window=5.0, extra=()):
         if ready is not None:
             ready.wait(600)
         time.sleep(warmup)
-        subprocess.run(["callgrind_control", "-i", "on", str(vg.pid)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+        subprocess.run(
+            ["callgrind_control", "-i", "on", str(vg.pid)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            check=True,
+        )
         start = ops[0]
         time.sleep(window)
         end = ops[0]
-        subprocess.run(["callgrind_control", "-d", str(vg.pid)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
-        subprocess.run(["callgrind_control", "-i", "off", str(vg.pid)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+        subprocess.run(
+            ["callgrind_control", "-d", str(vg.pid)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            check=True,
+        )
+        subprocess.run(
+            ["callgrind_control", "-i", "off", str(vg.pid)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            check=True,
+        )
         stop.set()
         driver.join(30)
         total = 0
@@ -179,8 +207,11 @@ def counted(server, modules, workload, warmup=2.0, window=5.0, extra=()):
 
 def cron_instructions(path):
     """serverCron's inclusive instructions in one callgrind dump."""
-    out = subprocess.run(["callgrind_annotate", "--inclusive=yes", "--threshold=100", path],
-                         capture_output=True, text=True).stdout
+    out = subprocess.run(
+        ["callgrind_annotate", "--inclusive=yes", "--threshold=100", path],
+        capture_output=True,
+        text=True,
+    ).stdout
     for line in out.splitlines():
         m = re.match(r"\s*([\d,]+) .*:serverCron(\.[\w.]+)? ", line)
         if m:
@@ -195,9 +226,15 @@ def contention(kind):
 
         def client(i):
             c = Conn(port)
-            steps = ([("LOCK.ACQUIRE", "mutex", f"c{i}", 10000, "WAIT", 0), ("INCR", "counter"),
-                      ("LOCK.RELEASE", "mutex", f"c{i}")] if kind == "warden" else
-                     [("BLPOP", "token", 0), ("INCR", "counter"), ("RPUSH", "token", "t")])
+            steps = (
+                [
+                    ("LOCK.ACQUIRE", "mutex", f"c{i}", 10000, "WAIT", 0),
+                    ("INCR", "counter"),
+                    ("LOCK.RELEASE", "mutex", f"c{i}"),
+                ]
+                if kind == "warden"
+                else [("BLPOP", "token", 0), ("INCR", "counter"), ("RPUSH", "token", "t")]
+            )
             while not stop.is_set():
                 for step in steps:
                     c.call(*step)
@@ -208,6 +245,7 @@ def contention(kind):
             t.start()
         for t in threads:
             t.join()
+
     workload.__name__ = f"hand-off ({kind})"
     return workload
 
@@ -215,6 +253,7 @@ def contention(kind):
 def pipelined(make_command, batch=100):
     """One client, `batch` commands a round trip: the server's own cost per
     command dominates."""
+
     def workload(port, stop, ops):
         c = Conn(port)
         i = 0
@@ -225,6 +264,7 @@ def pipelined(make_command, batch=100):
                 c.reply()
             i += batch
             ops[0] += batch
+
     return workload
 
 
@@ -232,12 +272,14 @@ def preload_then(prepare, make_command):
     def workload(port, stop, ops):
         prepare(Conn(port))
         pipelined(make_command)(port, stop, ops)
+
     return workload
 
 
 def with_leases(n, make_command):
     """`make_command` pipelined while another connection holds `n` cache
     leases on other keys (a lease ends with its holder's connection)."""
+
     def workload(port, stop, ops):
         holder = Conn(port)
         if n:
@@ -248,6 +290,7 @@ def with_leases(n, make_command):
         c.call("SET", "hot", "v" * 100)
         pipelined(make_command)(port, stop, ops)
         holder.s.close()
+
     return workload
 
 
@@ -282,12 +325,16 @@ def tax(servers, warden):
             bare = counted(server, [], with_leases(0, make), **quick)
             loaded = counted(server, [warden], with_leases(0, make), **quick)
             leased = counted(server, [warden], with_leases(1000, make), **quick)
-            print(f"| {name} | `{command}` | {bare:,.0f} | {loaded:,.0f} | {loaded / bare:.3f}× "
-                  f"| {leased:,.0f} | {leased / bare:.3f}× |")
+            print(
+                f"| {name} | `{command}` | {bare:,.0f} | {loaded:,.0f} | {loaded / bare:.3f}× "
+                f"| {leased:,.0f} | {leased / bare:.3f}× |"
+            )
             print(f"  {name} {command}: {bare:,.0f} {loaded:,.0f} {leased:,.0f}", file=sys.stderr)
         for n in (0, 1000):
             get = counted(server, [warden], with_leases(n, lambda i: ("GET", "hot")), **quick)
-            hit = counted(server, [warden], with_leases(n, lambda i: ("CACHE.GET", "hot", 1000)), **quick)
+            hit = counted(
+                server, [warden], with_leases(n, lambda i: ("CACHE.GET", "hot", 1000)), **quick
+            )
             hits.append((name, n, hit, get))
     print("\n| server | leases open | `CACHE.GET` hit | `GET` | ratio |")
     print("|---|---:|---:|---:|---:|")
@@ -302,11 +349,15 @@ NO_LEASE = "922337203685477"
 def semaphore_pairs(kind, batch=50):
     """One client acquiring and releasing one permit of a semaphore of limit
     5, `batch` pairs a round trip; an operation is one pair."""
+
     def workload(port, stop, ops):
         c = Conn(port)
         sha = {}
-        for name in ("redisson_semaphore_acquire", "redisson_semaphore_release",
-                     "sorted_set_semaphore_acquire"):
+        for name in (
+            "redisson_semaphore_acquire",
+            "redisson_semaphore_release",
+            "sorted_set_semaphore_acquire",
+        ):
             with open(os.path.join(LUA, name + ".lua")) as f:
                 sha[name] = c.call("SCRIPT", "LOAD", f.read())
         if kind == "redisson":
@@ -317,16 +368,51 @@ def semaphore_pairs(kind, batch=50):
             commands = []
             for j in range(i, i + batch):
                 if kind == "warden":
-                    commands += [("SEM.ACQUIRE", "sem", f"o{j}", 10000, "LIMIT", 5),
-                                 ("SEM.RELEASE", "sem", f"o{j}")]
+                    commands += [
+                        ("SEM.ACQUIRE", "sem", f"o{j}", 10000, "LIMIT", 5),
+                        ("SEM.RELEASE", "sem", f"o{j}"),
+                    ]
                 elif kind == "redisson":
-                    commands += [("EVALSHA", sha["redisson_semaphore_acquire"], 3, "rsem", "{rsem}:timeout",
-                                  "redisson_sc:{rsem}", 1, now + 10000, now, NO_LEASE, f"id{j}"),
-                                 ("EVALSHA", sha["redisson_semaphore_release"], 3, "rsem", "redisson_sc:{rsem}",
-                                  "{rsem}:timeout", f"id{j}", 1, now)]
+                    commands += [
+                        (
+                            "EVALSHA",
+                            sha["redisson_semaphore_acquire"],
+                            3,
+                            "rsem",
+                            "{rsem}:timeout",
+                            "redisson_sc:{rsem}",
+                            1,
+                            now + 10000,
+                            now,
+                            NO_LEASE,
+                            f"id{j}",
+                        ),
+                        (
+                            "EVALSHA",
+                            sha["redisson_semaphore_release"],
+                            3,
+                            "rsem",
+                            "redisson_sc:{rsem}",
+                            "{rsem}:timeout",
+                            f"id{j}",
+                            1,
+                            now,
+                        ),
+                    ]
                 else:
-                    commands += [("EVALSHA", sha["sorted_set_semaphore_acquire"], 1, "ssem", 5, f"id{j}", 10000, now),
-                                 ("ZREM", "ssem", f"id{j}")]
+                    commands += [
+                        (
+                            "EVALSHA",
+                            sha["sorted_set_semaphore_acquire"],
+                            1,
+                            "ssem",
+                            5,
+                            f"id{j}",
+                            10000,
+                            now,
+                        ),
+                        ("ZREM", "ssem", f"id{j}"),
+                    ]
             c.s.sendall(b"".join(enc(*w) for w in commands))
             for _ in commands:
                 reply = c.reply()
@@ -334,6 +420,7 @@ def semaphore_pairs(kind, batch=50):
                     raise SystemExit(f"{kind}: {reply.decode()}")
             i += batch
             ops[0] += batch
+
     workload.__name__ = f"semaphore ({kind})"
     return workload
 
@@ -344,10 +431,18 @@ def semaphore_rows(server, warden):
     ours = counted(server, [warden], semaphore_pairs("warden"))
     name = "SEM.ACQUIRE + SEM.RELEASE (limit 5, one client, uncontended)"
     return [
-        (name, ours, counted(server, [warden], semaphore_pairs("redisson")),
-         "Redisson-style Lua semaphore (acquire script + release script)"),
-        (name, ours, counted(server, [warden], semaphore_pairs("sorted_set")),
-         "redis-semaphore sorted set (acquire script + ZREM)"),
+        (
+            name,
+            ours,
+            counted(server, [warden], semaphore_pairs("redisson")),
+            "Redisson-style Lua semaphore (acquire script + release script)",
+        ),
+        (
+            name,
+            ours,
+            counted(server, [warden], semaphore_pairs("sorted_set")),
+            "redis-semaphore sorted set (acquire script + ZREM)",
+        ),
     ]
 
 
@@ -360,8 +455,11 @@ def compare_and_delete(server):
     run without valgrind."""
     work = tempfile.mkdtemp(prefix="warden-cad-")
     port = free_port()
-    srv = subprocess.Popen([server, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-                            "--dir", work], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    srv = subprocess.Popen(
+        [server, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--dir", work],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         c = Conn(port)
         delifeq, delex = c.call("COMMAND", "INFO", "DELIFEQ", "DELEX")
@@ -384,6 +482,7 @@ def lock_pairs(kind, batch=50):
     """One client taking and releasing a lock on a fresh key, `batch` pairs
     a round trip; an operation is one pair. `kind`: "warden", "lua" (SET NX
     PX + the safe-release script), or the compare-and-delete's name."""
+
     def workload(port, stop, ops):
         c = Conn(port)
         with open(os.path.join(LUA, "safe_release.lua")) as f:
@@ -394,7 +493,10 @@ def lock_pairs(kind, batch=50):
             for j in range(i, i + batch):
                 key = f"lock:{j}"
                 if kind == "warden":
-                    commands += [("LOCK.ACQUIRE", key, "owner-1", 30000), ("LOCK.RELEASE", key, "owner-1")]
+                    commands += [
+                        ("LOCK.ACQUIRE", key, "owner-1", 30000),
+                        ("LOCK.RELEASE", key, "owner-1"),
+                    ]
                 else:
                     acquire = ("SET", key, "owner-1", "NX", "PX", 30000)
                     if kind == "lua":
@@ -410,6 +512,7 @@ def lock_pairs(kind, batch=50):
                     raise SystemExit(f"{kind}: a release did not delete its key")
             i += batch
             ops[0] += batch
+
     workload.__name__ = f"lock pair ({kind})"
     return workload
 
@@ -422,15 +525,23 @@ def lock_rows(server, warden):
     ours = counted(server, [warden], lock_pairs("warden"))
     lua = counted(server, [warden], lock_pairs("lua"))
     name = "LOCK.ACQUIRE + LOCK.RELEASE (fresh keys, one client, pipelines of 50 pairs)"
-    print(f"## Lock acquire + release: server instructions per pair (callgrind, {server_name(server)})\n")
+    print(
+        "## Lock acquire + release: server instructions per pair (callgrind, "
+        f"{server_name(server)})\n"
+    )
     print("Counted with `valgrind --tool=callgrind` on the server over a fixed window;")
     print("serverCron's per-second work left out.\n")
     print_rows([(name, ours, lua, "SET NX PX + safe-release Lua (`EVALSHA`)")])
     if cad is None:
-        print(f"| {name} | {ours:,.0f} | SET NX PX + DELIFEQ / DELEX IFEQ | {NO_COMPARE_AND_DELETE} | — |")
+        print(
+            f"| {name} | {ours:,.0f} | SET NX PX + DELIFEQ / DELEX IFEQ | {NO_COMPARE_AND_DELETE} "
+            "| — |"
+        )
     else:
         theirs = counted(server, [warden], lock_pairs(cad))
-        print(f"| {name} | {ours:,.0f} | SET NX PX + {cad} | {theirs:,.0f} | {ours / theirs:.2f}× |")
+        print(
+            f"| {name} | {ours:,.0f} | SET NX PX + {cad} | {theirs:,.0f} | {ours / theirs:.2f}× |"
+        )
 
 
 def print_rows(rows):
@@ -447,18 +558,25 @@ def targets(servers, warden):
     rows = []
     for server in servers:
         name = server_name(server)
-        hit = counted(server, [warden], with_leases(0, lambda i: ("CACHE.GET", "hot", 1000)), **quick)
+        hit = counted(
+            server, [warden], with_leases(0, lambda i: ("CACHE.GET", "hot", 1000)), **quick
+        )
         get = counted(server, [warden], with_leases(0, lambda i: ("GET", "hot")), **quick)
         rows.append((name, "`CACHE.GET` hit", hit, "`GET`", get))
         ours = counted(server, [warden], contention("warden"))
         blpop = counted(server, [warden], contention("blpop"))
         rows.append((name, "lock hand-off, 10 clients", ours, "`BLPOP` token", blpop))
-        print(f"  {name}: hit {hit:,.0f} GET {get:,.0f}; hand-off {ours:,.0f} BLPOP {blpop:,.0f}", file=sys.stderr)
+        print(
+            f"  {name}: hit {hit:,.0f} GET {get:,.0f}; hand-off {ours:,.0f} BLPOP {blpop:,.0f}",
+            file=sys.stderr,
+        )
     print("\n## The SPEC's targets (callgrind, serverCron left out)\n")
     print("| server | warden | instructions | against | instructions | ratio |")
     print("|---|---|---:|---|---:|---:|")
     for name, what, ours, baseline, theirs in rows:
-        print(f"| {name} | {what} | {ours:,.0f} | {baseline} | {theirs:,.0f} | {ours / theirs:.3f}× |")
+        print(
+            f"| {name} | {what} | {ours:,.0f} | {baseline} | {theirs:,.0f} | {ours / theirs:.3f}× |"
+        )
 
 
 PASSWORD = "bench-secret"
@@ -469,14 +587,19 @@ def leases_then(n, batch, make_command, password=None):
     not authenticate, while an authenticated one holds `n` cache leases on
     `lease:<i>` (and on `lone`); the other commands of `make_command` are
     counted per command."""
+
     def workload(port, stop, ops):
         holder = Conn(port)
         if password:
             holder.call("AUTH", password)
         holder.call("CACHE.GET", "lone", 600000)
         for start in range(0, n, 1000):
-            holder.s.sendall(b"".join(enc("CACHE.GET", f"lease:{i}", 600000)
-                                      for i in range(start, min(n, start + 1000))))
+            holder.s.sendall(
+                b"".join(
+                    enc("CACHE.GET", f"lease:{i}", 600000)
+                    for i in range(start, min(n, start + 1000))
+                )
+            )
             for _ in range(start, min(n, start + 1000)):
                 holder.reply()
         workload.ready.set()
@@ -489,6 +612,7 @@ def leases_then(n, batch, make_command, password=None):
             i += batch
             ops[0] += batch
         holder.s.close()
+
     workload.ready = threading.Event()
     return workload
 
@@ -503,6 +627,7 @@ def authenticated(password, make_command):
             first[0] = False
             return ("AUTH", password)
         return make_command(i)
+
     return make
 
 
@@ -531,32 +656,81 @@ def filter_costs(servers, warden, before=None):
         name = server_name(server)
         for label, module in builds:
             rows = []
-            tx_none = counted(server, [module], pipelined(authenticated(PASSWORD, transaction("t")), batch=4),
-                              extra=auth, **quick)
-            tx_one = counted(server, [module],
-                             leases_then(0, 4, authenticated(PASSWORD, transaction("t")), PASSWORD),
-                             extra=auth, **quick)
-            rows.append(("`MULTI SET INCR EXEC` on other keys, one lease open", tx_one, "no lease", tx_none))
-            plain = counted(server, [module], leases_then(0, 1, lambda i: ("DEL", "other"), PASSWORD),
-                            extra=auth, **quick)
-            leased = counted(server, [module], leases_then(0, 1, lambda i: ("DEL", "lone"), PASSWORD),
-                             extra=auth, **quick)
-            execs = counted(server, [module], leases_then(0, 1, lambda i: ("EXEC",), PASSWORD),
-                            extra=auth, **quick)
+            tx_none = counted(
+                server,
+                [module],
+                pipelined(authenticated(PASSWORD, transaction("t")), batch=4),
+                extra=auth,
+                **quick,
+            )
+            tx_one = counted(
+                server,
+                [module],
+                leases_then(0, 4, authenticated(PASSWORD, transaction("t")), PASSWORD),
+                extra=auth,
+                **quick,
+            )
+            rows.append(
+                ("`MULTI SET INCR EXEC` on other keys, one lease open", tx_one, "no lease", tx_none)
+            )
+            plain = counted(
+                server,
+                [module],
+                leases_then(0, 1, lambda i: ("DEL", "other"), PASSWORD),
+                extra=auth,
+                **quick,
+            )
+            leased = counted(
+                server,
+                [module],
+                leases_then(0, 1, lambda i: ("DEL", "lone"), PASSWORD),
+                extra=auth,
+                **quick,
+            )
+            execs = counted(
+                server,
+                [module],
+                leases_then(0, 1, lambda i: ("EXEC",), PASSWORD),
+                extra=auth,
+                **quick,
+            )
             rows.append(("unauthenticated `DEL` of a leased key", leased, "of another key", plain))
-            rows.append(("unauthenticated `EXEC`, a lease open", execs, "`DEL` of another key", plain))
-            unleased = counted(server, [module],
-                               leases_then(100_000, 10, authenticated(PASSWORD, lambda i: ("DEL", f"free:{i}")),
-                                           PASSWORD), extra=auth, warmup=0.5, window=2.0)
-            invalidating = counted(server, [module],
-                                   leases_then(100_000, 10,
-                                               authenticated(PASSWORD, lambda i: ("DEL", f"lease:{i}")),
-                                               PASSWORD), extra=auth, warmup=0.5, window=2.0)
-            rows.append(("invalidating `DEL`, 100,000 leases open", invalidating, "`DEL` of a free key",
-                         unleased))
+            rows.append(
+                ("unauthenticated `EXEC`, a lease open", execs, "`DEL` of another key", plain)
+            )
+            unleased = counted(
+                server,
+                [module],
+                leases_then(
+                    100_000, 10, authenticated(PASSWORD, lambda i: ("DEL", f"free:{i}")), PASSWORD
+                ),
+                extra=auth,
+                warmup=0.5,
+                window=2.0,
+            )
+            invalidating = counted(
+                server,
+                [module],
+                leases_then(
+                    100_000, 10, authenticated(PASSWORD, lambda i: ("DEL", f"lease:{i}")), PASSWORD
+                ),
+                extra=auth,
+                warmup=0.5,
+                window=2.0,
+            )
+            rows.append(
+                (
+                    "invalidating `DEL`, 100,000 leases open",
+                    invalidating,
+                    "`DEL` of a free key",
+                    unleased,
+                )
+            )
             for what, ours, against, theirs in rows:
-                print(f"| {name} | {label} | {what} | {ours:,.0f} | {against} | {theirs:,.0f} "
-                      f"| {ours / theirs:.2f}× |")
+                print(
+                    f"| {name} | {label} | {what} | {ours:,.0f} | {against} | {theirs:,.0f} "
+                    f"| {ours / theirs:.2f}× |"
+                )
                 print(f"  {name} {label} {what}: {ours:,.0f} / {theirs:,.0f}", file=sys.stderr)
     ping_p99(servers, warden)
 
@@ -564,27 +738,47 @@ def filter_costs(servers, warden, before=None):
 def ping_p99(servers, warden):
     """PING's 99th percentile (no valgrind) while one unauthenticated
     connection pipelines refused DELs of a leased key, 100 a round trip."""
-    print("\n| server | `PING` p50 | p99 | max (ms), one unauthenticated connection pipelining refused `DEL`s of a leased key |")
+    print(
+        "\n| server | `PING` p50 | p99 "
+        "| max (ms), one unauthenticated connection pipelining refused `DEL`s of a leased key |"
+    )
     print("|---|---:|---:|---:|")
     for server in servers:
         work = tempfile.mkdtemp(prefix="warden-ping-")
         port = free_port()
-        srv = subprocess.Popen([server, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-                                "--dir", work, "--requirepass", PASSWORD, "--loadmodule", warden],
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        srv = subprocess.Popen(
+            [
+                server,
+                "--port",
+                str(port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--dir",
+                work,
+                "--requirepass",
+                PASSWORD,
+                "--loadmodule",
+                warden,
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         try:
             holder = Conn(port)
             holder.call("AUTH", PASSWORD)
             holder.call("CACHE.GET", "lone", 600000)
             stop = threading.Event()
 
-            def attack():
+            def attack(port=port, stop=stop):
                 a = Conn(port)
                 payload = b"".join(enc("DEL", "lone") for _ in range(100))
                 while not stop.is_set():
                     a.s.sendall(payload)
                     for _ in range(100):
                         a.reply()
+
             t = threading.Thread(target=attack, daemon=True)
             t.start()
             c = Conn(port)
@@ -631,8 +825,10 @@ def main():
         print("client, pipelines of 50 pairs, each pair acquiring and releasing one permit.\n")
         print_rows(rows)
         ratio = rows[0][1] / rows[0][2]
-        print(f"\nTarget: at most 1/3 of the Redisson-style semaphore's instructions: "
-              f"{ratio:.2f}× — {'met' if ratio <= 1 / 3 else 'MISSED'}.")
+        print(
+            f"\nTarget: at most 1/3 of the Redisson-style semaphore's instructions: "
+            f"{ratio:.2f}× — {'met' if ratio <= 1 / 3 else 'MISSED'}."
+        )
         return
     if os.environ.get("WARDEN_BENCH_ONLY") == "locks":
         lock_rows(server, warden)
@@ -647,32 +843,58 @@ def main():
 
     def row(name, ours, theirs, baseline):
         rows.append((name, ours, theirs, baseline))
-        print(f"  {name}: warden {ours:,.0f}  {baseline} {theirs:,.0f}  ratio {ours / theirs:.2f}", file=sys.stderr)
+        print(
+            f"  {name}: warden {ours:,.0f}  {baseline} {theirs:,.0f}  ratio {ours / theirs:.2f}",
+            file=sys.stderr,
+        )
 
-    row("hand-off (10 clients contending)",
+    row(
+        "hand-off (10 clients contending)",
         counted(server, [warden], contention("warden")),
-        counted(server, [warden], contention("blpop")), "BLPOP token")
+        counted(server, [warden], contention("blpop")),
+        "BLPOP token",
+    )
     # The cost of the wait and hold histograms: the same hand-off with
     # warden.latency-tracking on (the default) and off.
-    row("hand-off, latency tracking on vs off",
+    row(
+        "hand-off, latency tracking on vs off",
         counted(server, [warden], contention("warden")),
         counted(server, [warden], contention("warden"), extra=["--warden.latency-tracking", "no"]),
-        "tracking off")
-    row("LOCK.ACQUIRE of a free key",
+        "tracking off",
+    )
+    row(
+        "LOCK.ACQUIRE of a free key",
         counted(server, [warden], pipelined(lambda i: ("LOCK.ACQUIRE", f"k{i}", "owner", 600000))),
-        counted(server, [warden], pipelined(lambda i: ("SET", f"k{i}", "owner", "NX", "PX", 600000))),
-        "SET NX PX")
+        counted(
+            server, [warden], pipelined(lambda i: ("SET", f"k{i}", "owner", "NX", "PX", 600000))
+        ),
+        "SET NX PX",
+    )
     for r in semaphore_rows(server, warden):
         row(*r)
     reserve = lambda c: c.call("BF.RESERVE", "bf", "0.01", 10_000_000)  # noqa: E731
-    row("BF.ADD of a new item",
+    row(
+        "BF.ADD of a new item",
         counted(server, [warden], preload_then(reserve, lambda i: ("BF.ADD", "bf", f"new-{i}"))),
-        counted(server, [redisbloom], preload_then(reserve, lambda i: ("BF.ADD", "bf", f"new-{i}"))),
-        "RedisBloom")
-    row("BF.EXISTS of a present item",
-        counted(server, [warden], preload_then(reserve_and_fill, lambda i: ("BF.EXISTS", "bf", f"item-{i % 100_000}"))),
-        counted(server, [redisbloom], preload_then(reserve_and_fill, lambda i: ("BF.EXISTS", "bf", f"item-{i % 100_000}"))),
-        "RedisBloom")
+        counted(
+            server, [redisbloom], preload_then(reserve, lambda i: ("BF.ADD", "bf", f"new-{i}"))
+        ),
+        "RedisBloom",
+    )
+    row(
+        "BF.EXISTS of a present item",
+        counted(
+            server,
+            [warden],
+            preload_then(reserve_and_fill, lambda i: ("BF.EXISTS", "bf", f"item-{i % 100_000}")),
+        ),
+        counted(
+            server,
+            [redisbloom],
+            preload_then(reserve_and_fill, lambda i: ("BF.EXISTS", "bf", f"item-{i % 100_000}")),
+        ),
+        "RedisBloom",
+    )
     print("## Server instructions per operation (callgrind)\n")
     print("Counted with `valgrind --tool=callgrind` on the server over a fixed window; the")
     print("same driver for both sides; serverCron's per-second work left out.\n")

@@ -119,8 +119,8 @@ CONTENDERS = [
         "python",
         "warden",
         "warden near cache",
-        "`warden.Cache(r, near_cache=warden.NearCacheConfig())`, `get_or_load(k, loader, ttl=300)`: "
-        "its tracking connection read by a daemon thread",
+        "`warden.Cache(r, near_cache=warden.NearCacheConfig())`, "
+        "`get_or_load(k, loader, ttl=300)`: its tracking connection read by a daemon thread",
         "plain",
         False,
     ),
@@ -145,8 +145,8 @@ CONTENDERS = [
         "node",
         "node-redis-csc",
         "node-redis clientSideCache",
-        "`createClient({RESP: 3, clientSideCache: {ttl: 0, maxEntries: 0}})`; the reader yields to the "
-        "event loop (`setImmediate`) every 100 reads, or no invalidation is ever read",
+        "`createClient({RESP: 3, clientSideCache: {ttl: 0, maxEntries: 0}})`; the reader yields to "
+        "the event loop (`setImmediate`) every 100 reads, or no invalidation is ever read",
         "plain",
         False,
     ),
@@ -163,8 +163,8 @@ CONTENDERS = [
         "java",
         "redisson",
         "Redisson RLocalCachedMap",
-        "`getLocalCachedMap(LocalCachedMapOptions.name(…))` defaults (sync strategy INVALIDATE over "
-        "its pub/sub); the writer: a second RedissonClient's `fastPut`",
+        "`getLocalCachedMap(LocalCachedMapOptions.name(…))` defaults (sync strategy INVALIDATE "
+        "over its pub/sub); the writer: a second RedissonClient's `fastPut`",
         "own",
         False,
     ),
@@ -172,7 +172,8 @@ CONTENDERS = [
         "java",
         "warden",
         "warden near cache",
-        "`NearCache.builder(warden).build()` defaults on Lettuce, `getOrLoadString(k, ttl, loader)`",
+        "`NearCache.builder(warden).build()` defaults on Lettuce, "
+        "`getOrLoadString(k, ttl, loader)`",
         "plain",
         False,
     ),
@@ -308,7 +309,8 @@ def go(proc: subprocess.Popen[str]) -> None:
 
 
 def stale(entries: list[list[int]], acks: list[list[int]], rtt: float) -> dict[str, Any]:
-    """Stale reads (module docstring): entries [key, value, first, last, count]; acks [key, n, t]."""
+    """Stale reads (module docstring): entries [key, value, first, last, count];
+    acks [key, n, t]."""
     ack = {(k, n): t for k, n, t in acks}
     count = 0.0
     longest = 0
@@ -467,23 +469,24 @@ def main() -> None:
         "",
         "Server: " + v.pop("server") + "; module: " + v.pop("module") + ".  ",
         "Packages: " + ", ".join(f"{k} {val}" for k, val in v.items()) + ".  ",
-        f"The race: one writer writes n+1 to {KEYS} keys in turn, {WRITE_RATE} writes/s in all (each key every "
-        f"{KEYS * 1000 // WRITE_RATE} ms), noting each acknowledgement; one reader thread in the contender's "
-        f"process reads the keys in turn through its near cache in a tight loop for {SECONDS:g} s"
-        f"{' (QUICK)' if QUICK else ''}. A **stale read** started more than one round trip (the median of "
-        f"{RTT_PINGS} raw-socket `PING`s just before the run, per row) after a newer value's acknowledgement, "
-        "yet answered the older value; longest stale: by how much the last such read started after that "
-        "acknowledgement. Hit latency: "
-        f"{HITS:,} reads of a key nothing writes, each timed alone in-process (the timer included). Server "
-        "commands / read: the server's commands during the race, less the writer's, ÷ reads (1.0: no near "
-        "cache; about the miss ratio otherwise).  ",
-        f"Machine: {os.cpu_count()} cores shared with other work (the figures move with it). Before: {before}. "
-        f"After: {after}. Load average (1 min) at each run's start: "
+        f"The race: one writer writes n+1 to {KEYS} keys in turn, {WRITE_RATE} writes/s in all "
+        f"(each key every {KEYS * 1000 // WRITE_RATE} ms), noting each acknowledgement; one reader "
+        "thread in the contender's process reads the keys in turn through its near cache in a "
+        f"tight loop for {SECONDS:g} s{' (QUICK)' if QUICK else ''}. A **stale read** started more "
+        f"than one round trip (the median of {RTT_PINGS} raw-socket `PING`s just before the run, "
+        "per row) after a newer value's acknowledgement, yet answered the older value; longest "
+        "stale: by how much the last such read started after that acknowledgement. Hit latency: "
+        f"{HITS:,} reads of a key nothing writes, each timed alone in-process (the timer "
+        "included). Server commands / read: the server's commands during the race, less the "
+        "writer's, ÷ reads (1.0: no near cache; about the miss ratio otherwise).  ",
+        f"Machine: {os.cpu_count()} cores shared with other work (the figures move with it). "
+        f"Before: {before}. After: {after}. Load average (1 min) at each run's start: "
         + ", ".join(f"{r['language']} {r['client']} {r['load'][0]:.1f}" for r in ran)
         + ".",
         "",
-        "| language | client | stale reads (of reads) | longest stale ms | RTT µs | reads/s (÷ `GET`) "
-        "| server commands / read (hit ratio) | hit p50 / p99 µs (÷ `GET` p50) | writes |",
+        "| language | client | stale reads (of reads) | longest stale ms | RTT µs "
+        "| reads/s (÷ `GET`) | server commands / read (hit ratio) "
+        "| hit p50 / p99 µs (÷ `GET` p50) | writes |",
         "|---|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
@@ -501,8 +504,10 @@ def main() -> None:
         )
     text += ["", "How each is configured:", ""]
     for r in rows:
-        text.append(f"- {r['label']} ({r['language']}): {r['how']}" + (" — hook, awaiting its branch" if
-                    r["hook"] and "crashed" in r else ""))  # fmt: skip
+        text.append(
+            f"- {r['label']} ({r['language']}): {r['how']}"
+            + (" — hook, awaiting its branch" if r["hook"] and "crashed" in r else "")
+        )
     text.append(f"\n({time.monotonic() - began:.0f} s.)")
     md = "\n".join(text) + "\n"
     print(md, end="")

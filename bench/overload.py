@@ -55,19 +55,13 @@ OUT = (
     if "--out" in sys.argv
     else ROOT / "bench/results/overload"
 )
-MODULE = os.environ.get("WARDEN_MODULE") or sys.exit(
-    "WARDEN_MODULE: the module to load"
-)
+MODULE = os.environ.get("WARDEN_MODULE") or sys.exit("WARDEN_MODULE: the module to load")
 SERVER = os.environ.get("WARDEN_SERVER", "redis-server")
-RUST = Path(
-    os.environ.get("WARDEN_OVERLOAD_RUST", ROOT / "target/release/examples/overload")
-)
+RUST = Path(os.environ.get("WARDEN_OVERLOAD_RUST", ROOT / "target/release/examples/overload"))
 PYTHON = sys.executable
 NODE = shutil.which("node") or "node"
 JAVA_CP = Path(
-    os.environ.get(
-        "WARDEN_OVERLOAD_JAVA_CP", ROOT / "java/warden-lettuce/target/classpath.txt"
-    )
+    os.environ.get("WARDEN_OVERLOAD_JAVA_CP", ROOT / "java/warden-lettuce/target/classpath.txt")
 )
 
 
@@ -260,14 +254,10 @@ class Server:
 def run(driver: str, params: dict[str, Any]) -> dict[str, Any]:
     """One driver process against a server of its own: its JSON line."""
     with Server() as server:
-        argv = DRIVERS[driver] + [
-            a for k, v in params.items() for a in (f"--{k}", str(v))
-        ]
+        argv = DRIVERS[driver] + [a for k, v in params.items() for a in (f"--{k}", str(v))]
         argv += ["--port", str(server.port)]
         env = dict(os.environ, PYTHONPATH=str(ROOT / "python"))
-        done = subprocess.run(
-            argv, capture_output=True, text=True, timeout=300, env=env, cwd=ROOT
-        )
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=300, env=env, cwd=ROOT)
     lines = [x for x in done.stdout.splitlines() if x.startswith("{")]
     if done.returncode != 0 or not lines:
         tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
@@ -316,21 +306,14 @@ def versions(server_bin: str) -> dict[str, str]:
     # The redis crate warden-client is built with (Cargo.lock names its version
     # among the client's dependencies when the lock holds more than one).
     lock = (ROOT / "Cargo.lock").read_text()
-    client = re.search(
-        r'name = "warden-client"\n.*?dependencies = \[(.*?)\]', lock, re.S
-    )
+    client = re.search(r'name = "warden-client"\n.*?dependencies = \[(.*?)\]', lock, re.S)
     dep = re.search(r'"redis( [^"]+)?"', client.group(1)) if client else None
     if dep and available("rust"):
         only = re.search(r'name = "redis"\nversion = "([^"]+)"', lock)
-        out["redis-rs"] = (
-            dep.group(1).strip() if dep.group(1) else only.group(1) if only else "?"
-        )
+        out["redis-rs"] = dep.group(1).strip() if dep.group(1) else only.group(1) if only else "?"
     with Server() as s:
         info = s.client.info("server")
-        mods = {
-            m[b"name"].decode(): m[b"ver"]
-            for m in s.client.execute_command("MODULE", "LIST")
-        }
+        mods = {m[b"name"].decode(): m[b"ver"] for m in s.client.execute_command("MODULE", "LIST")}
     out = {
         "server": (
             f"Valkey {info['valkey_version']}"
@@ -439,9 +422,7 @@ def overload() -> tuple[list[str], list[dict[str, Any]]]:
                     span(r["late"]),
                     f"{r['max_inside']}" + (" ⚠" if r["max_inside"] > limit else ""),
                 ]
-            err = f"{r['errors']}" + (
-                f" ({r['error_sample'][:60]})" if r["errors"] else ""
-            )
+            err = f"{r['errors']}" + (f" ({r['error_sample'][:60]})" if r["errors"] else "")
             target = (
                 r.get("judged", "anchor")
                 if "meets_target" not in r
@@ -466,9 +447,7 @@ def held_fraction(r: dict[str, Any]) -> str:
     p = OVERLOAD
     b = min(
         p["requests"],
-        r["limit"]
-        * (p["requests"] * p["interval-ms"] + p["deadline-ms"])
-        / r["held_ms"],
+        r["limit"] * (p["requests"] * p["interval-ms"] + p["deadline-ms"]) / r["held_ms"],
     )
     return f"{min(r['on_time']) / b:.2f}–{max(r['on_time']) / b:.2f}"
 
@@ -527,12 +506,8 @@ def burst() -> tuple[list[str], list[dict[str, Any]]]:
         else:
             cells = ["—", "—"]
         err = f"{r['errors']}" + (f" ({r['error_sample'][:60]})" if r["errors"] else "")
-        target = (
-            "anchor" if "meets_target" not in r else "✓" if r["meets_target"] else "✗"
-        )
-        lines.append(
-            f"| {r['client']} | " + " | ".join(cells) + f" | {err} | {target} |"
-        )
+        target = "anchor" if "meets_target" not in r else "✓" if r["meets_target"] else "✗"
+        lines.append(f"| {r['client']} | " + " | ".join(cells) + f" | {err} | {target} |")
     return lines, rows
 
 

@@ -40,6 +40,7 @@ from typing import Any, Callable
 
 import redis
 import redis.asyncio
+
 import warden
 import warden.asyncio
 
@@ -50,9 +51,7 @@ def versions() -> dict[str, str]:
     # The package imported (a checkout on PYTHONPATH, or installed).
     project = Path(warden.__file__).resolve().parents[1] / "pyproject.toml"
     if project.exists():
-        line = next(
-            x for x in project.read_text().splitlines() if x.startswith("version")
-        )
+        line = next(x for x in project.read_text().splitlines() if x.startswith("version"))
         own = line.split("=", 1)[1].strip().strip('"')
     else:
         own = metadata.version("warden-redis")
@@ -121,16 +120,12 @@ def sync_holder(p: dict[str, str], r: redis.Redis, deadline_s: float) -> Any:
         return r.lock(p["key"], timeout=TTL, blocking_timeout=deadline_s)
     if p["kind"] == "lock":
         return warden.Lock(r, p["key"], timeout=TTL, blocking_timeout=deadline_s)
-    return warden.Semaphore(
-        r, p["key"], limit, timeout=TTL, blocking_timeout=deadline_s
-    )
+    return warden.Semaphore(r, p["key"], limit, timeout=TTL, blocking_timeout=deadline_s)
 
 
 def async_holder(p: dict[str, str], r: Any, deadline_s: float) -> Any:
     if p["kind"] == "lock":
-        return warden.asyncio.Lock(
-            r, p["key"], timeout=TTL, blocking_timeout=deadline_s
-        )
+        return warden.asyncio.Lock(r, p["key"], timeout=TTL, blocking_timeout=deadline_s)
     return warden.asyncio.Semaphore(
         r, p["key"], int(p["limit"]), timeout=TTL, blocking_timeout=deadline_s
     )

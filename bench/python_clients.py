@@ -1,8 +1,8 @@
 """The Python package against what redis-py users write today, on one server
 in one run: warden.Lock (threads and asyncio) vs redis-py's Lock (20 threads
 on one lock, each hand-off against the cap its critical section allows and
-against a FIFO queue's wait), and the warden.Cache decorator vs a plain cache-aside decorator (48 readers on one hot
-key). Prints a markdown section.
+against a FIFO queue's wait), and the warden.Cache decorator vs a plain
+cache-aside decorator (48 readers on one hot key). Prints a markdown section.
 
     python bench/python_clients.py [MODULE.so] [--quick]
 """
@@ -25,10 +25,11 @@ QUICK = "--quick" in sys.argv
 
 import redis  # noqa: E402
 import redis.lock  # noqa: E402
-import warden  # noqa: E402
 from redis.backoff import NoBackoff  # noqa: E402
 from redis.retry import Retry  # noqa: E402
 from servers import Server  # noqa: E402
+
+import warden  # noqa: E402
 
 SECONDS = 3.0 if QUICK else 6.0
 THREADS = 20
@@ -54,7 +55,9 @@ def median(samples: list[float]) -> float:
     return sorted(samples)[len(samples) // 2] if samples else float("nan")
 
 
-def lock_figures(waits: list[float], holds: list[float], elapsed: float, r: Any) -> dict[str, float]:
+def lock_figures(
+    waits: list[float], holds: list[float], elapsed: float, r: Any
+) -> dict[str, float]:
     """Hand-offs/s, the waits' p50 and p99 (ms), and the measured hold: the
     cap is 1 / hold, a FIFO queue's wait (THREADS - 1) holds."""
     hold = sum(holds) / len(holds) if holds else float("nan")

@@ -104,7 +104,8 @@ CONTENDERS = [
         "python",
         "limits-moving",
         "`limits` moving window",
-        f"`MovingWindowRateLimiter`, `{RATE}/second` ({WINDOWED}); refused: sleep until `get_window_stats().reset_time`",
+        f"`MovingWindowRateLimiter`, `{RATE}/second` ({WINDOWED}); refused: sleep until "
+        "`get_window_stats().reset_time`",
     ),
     (
         "python",
@@ -116,20 +117,23 @@ CONTENDERS = [
         "node",
         "warden-wait",
         "warden `WAIT`",
-        "as above; a connection per caller (a blocking command holds its connection, as warden-redis's waiter connections)",
+        "as above; a connection per caller (a blocking command holds its connection, as "
+        "warden-redis's waiter connections)",
     ),
     ("node", "warden-retry", "warden, retry loop", "as above, one shared connection"),
     (
         "node",
         "rlf",
         "rate-limiter-flexible",
-        f"`RateLimiterRedis({{ points: {RATE}, duration: 1 }})` ({WINDOWED}); rejected: sleep `msBeforeNext`, consume again",
+        f"`RateLimiterRedis({{ points: {RATE}, duration: 1 }})` ({WINDOWED}); rejected: sleep "
+        "`msBeforeNext`, consume again",
     ),
     (
         "node",
         "rlf-queue",
         "rate-limiter-flexible queue",
-        "the same limiter behind `RateLimiterQueue`: `removeTokens(1, key)` waits in an in-process FIFO",
+        "the same limiter behind `RateLimiterQueue`: `removeTokens(1, key)` waits in an "
+        "in-process FIFO",
     ),
     ("go", "warden-wait", "warden `WAIT`", "as above"),
     ("go", "warden-retry", "warden, retry loop", "as above"),
@@ -137,7 +141,8 @@ CONTENDERS = [
         "go",
         "redis-rate",
         "redis_rate (GCRA)",
-        f"`Limit{{Rate: {RATE}, Period: time.Second, Burst: {BURST}}}`; refused: sleep `RetryAfter`, `Allow` again",
+        f"`Limit{{Rate: {RATE}, Period: time.Second, Burst: {BURST}}}`; refused: sleep "
+        "`RetryAfter`, `Allow` again",
     ),
 ]
 
@@ -447,22 +452,25 @@ def main() -> None:
         r["sent_vs_warden_wait"] = r["sent_per"] / anchor["sent_per"]
 
     text = [
-        "## Rate limiters: warden's `RATE.ACQUIRE` against limits, rate-limiter-flexible and redis_rate",
+        "## Rate limiters: warden's `RATE.ACQUIRE` against limits, rate-limiter-flexible and "
+        "redis_rate",
         "",
         "Server: " + v.pop("server") + "; module: " + v.pop("module") + ".  ",
         "Packages: " + ", ".join(f"{k} {val}" for k, val in v.items()) + ".  ",
-        f"A limiter of **{RATE} per second, burst {BURST}**; {CALLERS} callers in one process, each wanting "
-        f"to be admitted as soon as possible, again and again, for {SECONDS:g} s; a fresh key per run; "
-        f"{ROUNDS} round(s), every contender in turn{' (QUICK)' if QUICK else ''}. The bound: at most "
-        f"{BURST} + {RATE} × d admissions in any d s ({BURST + RATE * WINDOW_MS // 1000} in any "
-        f"{WINDOW_MS} ms); over-admission is the most beyond it in any stretch up to 1 s, counting the "
-        "admissions whose request and reply both fall inside (a real excess, not one the timing made up).  ",
-        f"Machine: {os.cpu_count()} cores shared with other work. Before: {before}. After: {after}. "
-        f"Load average (1 min) at each run's start: "
+        f"A limiter of **{RATE} per second, burst {BURST}**; {CALLERS} callers in one process, "
+        f"each wanting to be admitted as soon as possible, again and again, for {SECONDS:g} s; a "
+        f"fresh key per run; {ROUNDS} round(s), every contender in "
+        f"turn{' (QUICK)' if QUICK else ''}. The bound: at most {BURST} + {RATE} × d admissions in "
+        f"any d s ({BURST + RATE * WINDOW_MS // 1000} in any {WINDOW_MS} ms); over-admission is "
+        "the most beyond it in any stretch up to 1 s, counting the admissions whose request and "
+        "reply both fall inside (a real excess, not one the timing made up).  ",
+        f"Machine: {os.cpu_count()} cores shared with other work. Before: {before}. After: "
+        f"{after}. Load average (1 min) at each run's start: "
         + ", ".join(f"{x['load'][0]:.1f}" for r in rows for x in r["per_run"])
         + ".  ",
         f"Server CPU includes its idle cron: {idle_ms:.0f} ms over {SECONDS:g} s idle (about "
-        f"{idle_ms / (RATE * SECONDS + BURST) * 1000:.1f} ms per 1,000 admissions at the configured rate).",
+        f"{idle_ms / (RATE * SECONDS + BURST) * 1000:.1f} ms per 1,000 admissions at the "
+        "configured rate).",
         "",
         "How each is configured and waits:",
         "",
@@ -480,18 +488,21 @@ def main() -> None:
         text += [
             f"**{title}**:",
             "",
-            "| client | admissions/s (÷ rate) | over-admission | most in any 100 ms | commands sent / admission "
-            "| server commands / admission | server CPU ms / 1,000 admissions (÷ warden `WAIT`) "
-            "| wait p50 / p99 ms | per-caller max/min | errors |",
+            "| client | admissions/s (÷ rate) | over-admission | most in any 100 ms "
+            "| commands sent / admission | server commands / admission "
+            "| server CPU ms / 1,000 admissions (÷ warden `WAIT`) | wait p50 / p99 ms "
+            "| per-caller max/min | errors |",
             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
         ]
         for r in mine:
             err = f"{r['errors']}" + (f" ({r['error_sample'][:60]})" if r["errors"] else "")
             text.append(
-                f"| {r['label']} | {r['per_s']:.1f} ({r['per_s'] / RATE:.3f}) | {r['over_max']:.0f} "
-                f"| {r['most_100ms']} | {fmt(r['sent_per'])} | {fmt(r['server_commands_per'])} "
+                f"| {r['label']} | {r['per_s']:.1f} ({r['per_s'] / RATE:.3f}) "
+                f"| {r['over_max']:.0f} | {r['most_100ms']} | {fmt(r['sent_per'])} "
+                f"| {fmt(r['server_commands_per'])} "
                 f"| {fmt(r['cpu_ms_per_1000'], 1)} ({r['cpu_vs_warden_wait']:.2f}×) "
-                f"| {fmt(r['wait_p50'], 1)} / {fmt(r['wait_p99'], 1)} | {fmt(r['max_min'])} | {err} |"
+                f"| {fmt(r['wait_p50'], 1)} / {fmt(r['wait_p99'], 1)} | {fmt(r['max_min'])} "
+                f"| {err} |"
             )
         anchor = next(r for r in mine if r["client"] == "warden-wait")
         text.append("")
@@ -500,8 +511,9 @@ def main() -> None:
             + "; ".join(
                 f"{r['label']}: commands sent {r['sent_vs_warden_wait']:.1f}×, server commands "
                 f"{r['server_commands_per'] / anchor['server_commands_per']:.1f}×, server CPU "
-                f"{r['cpu_vs_warden_wait']:.2f}×, p99 wait {r['wait_p99'] / anchor['wait_p99']:.1f}×, "
-                f"most in 100 ms {r['most_100ms'] / anchor['most_100ms']:.1f}×"
+                f"{r['cpu_vs_warden_wait']:.2f}×, p99 wait "
+                f"{r['wait_p99'] / anchor['wait_p99']:.1f}×, most in 100 ms "
+                f"{r['most_100ms'] / anchor['most_100ms']:.1f}×"
                 for r in mine
                 if r is not anchor
             )

@@ -54,7 +54,11 @@ import redis
 
 ROOT = Path(__file__).resolve().parents[1]
 QUICK = "--quick" in sys.argv
-OUT = Path(sys.argv[sys.argv.index("--out") + 1]) if "--out" in sys.argv else ROOT / "bench/results/sync"
+OUT = (
+    Path(sys.argv[sys.argv.index("--out") + 1])
+    if "--out" in sys.argv
+    else ROOT / "bench/results/sync"
+)
 MODULE = os.environ.get("WARDEN_MODULE") or sys.exit("WARDEN_MODULE: the module to load")
 SERVER = os.environ.get("WARDEN_SERVER", "redis-server")
 PORT = int(os.environ.get("WARDEN_SYNC_PORT", "7500"))
@@ -78,8 +82,23 @@ class Node:
     def __init__(self, port: int, replicaof: int | None = None) -> None:
         self.port = port
         self.dir = tempfile.mkdtemp(prefix="warden-sync-")
-        args = [SERVER, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-                "--dir", self.dir, "--logfile", os.path.join(self.dir, "log"), "--loadmodule", MODULE]
+        args = [
+            SERVER,
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            self.dir,
+            "--logfile",
+            os.path.join(self.dir, "log"),
+            "--loadmodule",
+            MODULE,
+        ]
         if replicaof:
             args += ["--replicaof", "127.0.0.1", str(replicaof)]
         self.process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -91,7 +110,9 @@ class Node:
                 break
             except redis.ConnectionError:
                 if self.process.poll() is not None or time.monotonic() > deadline:
-                    raise SystemExit(f"{SERVER} did not start on port {port}: {self.log()}")
+                    raise SystemExit(
+                        f"{SERVER} did not start on port {port}: {self.log()}"
+                    ) from None
                 time.sleep(0.05)
 
     def log(self) -> str:
@@ -106,7 +127,10 @@ class Node:
 
     def warden(self) -> dict[str, int]:
         info = self.r.info("warden")
-        return {k: int(info.get(f"warden_{k}", 0)) for k in ("sync_acked", "sync_getacks", "sync_timeouts", "grants")}
+        return {
+            k: int(info.get(f"warden_{k}", 0))
+            for k in ("sync_acked", "sync_getacks", "sync_timeouts", "grants")
+        }
 
     def stop(self) -> None:
         try:
@@ -134,8 +158,15 @@ def wait_online(master: Node, replica: Node) -> None:
 # --- what one client does, in a worker process ------------------------------------------
 
 
-def client_loop(kind: str, port: int, replica_port: int, index: int, go: Any, stop_at: list[float],
-                out: list[Any]) -> None:
+def client_loop(
+    kind: str,
+    port: int,
+    replica_port: int,
+    index: int,
+    go: Any,
+    stop_at: list[float],
+    out: list[Any],
+) -> None:
     r = redis.Redis(port=port)
     key = "mutex" if kind.startswith("contended") else f"k:{index}"
     hold = 0.001 if kind == "contended-1ms" else 0.0
@@ -186,14 +217,26 @@ def client_loop(kind: str, port: int, replica_port: int, index: int, go: Any, st
     out.append((grants, pairs, unacked, refused))
 
 
-def process_main(kind: str, port: int, replica_port: int, first: int, n: int, go: Any, ready: Any,
-                 stop_at: Any, results: Any) -> None:
+def process_main(
+    kind: str,
+    port: int,
+    replica_port: int,
+    first: int,
+    n: int,
+    go: Any,
+    ready: Any,
+    stop_at: Any,
+    results: Any,
+) -> None:
     out: list[Any] = []
     deadline = [0.0]
     go_local = threading.Event()
-    threads = [threading.Thread(target=client_loop,
-                                args=(kind, port, replica_port, first + i, go_local, deadline, out))
-               for i in range(n)]
+    threads = [
+        threading.Thread(
+            target=client_loop, args=(kind, port, replica_port, first + i, go_local, deadline, out)
+        )
+        for i in range(n)
+    ]
     for t in threads:
         t.start()
     ready.put(n)
@@ -220,7 +263,10 @@ def run_clients(kind: str, n: int, seconds: float, port: int, replica_port: int)
     first = 0
     while first < n:
         k = min(per, n - first)
-        p = ctx.Process(target=process_main, args=(kind, port, replica_port, first, k, go, ready, stop_at, results))
+        p = ctx.Process(
+            target=process_main,
+            args=(kind, port, replica_port, first, k, go, ready, stop_at, results),
+        )
         p.start()
         procs.append(p)
         first += k
@@ -241,7 +287,13 @@ def run_clients(kind: str, n: int, seconds: float, port: int, replica_port: int)
     elapsed = time.perf_counter() - began
     for p in procs:
         p.join(10)
-    return {"grants": grants, "pairs": pairs, "unacked": unacked, "refused": refused, "elapsed": elapsed}
+    return {
+        "grants": grants,
+        "pairs": pairs,
+        "unacked": unacked,
+        "refused": refused,
+        "elapsed": elapsed,
+    }
 
 
 # --- slices, rounds -----------------------------------------------------------------------
@@ -318,8 +370,12 @@ def run_slice(master: Node, replica: Node, acc: Acc, kind: str, n: int, sync: in
 def busy_elsewhere() -> str:
     """What the machine is doing: load average and the busiest processes over one second (top)."""
     load = os.getloadavg()
-    out = subprocess.run(["top", "-b", "-n", "2", "-d", "1", "-o", "%CPU", "-w", "200"], check=False,
-                         capture_output=True, text=True).stdout
+    out = subprocess.run(
+        ["top", "-b", "-n", "2", "-d", "1", "-o", "%CPU", "-w", "200"],
+        check=False,
+        capture_output=True,
+        text=True,
+    ).stdout
     rows = out.split("PID USER")[-1].splitlines()[1:6]  # the second sample: a 1 s interval
     top = ", ".join(f"{r.split()[11]} {r.split()[8]}%" for r in rows if len(r.split()) > 11)
     return f"load average {load[0]:.2f} / {load[1]:.2f} / {load[2]:.2f}; busiest processes: {top}"
@@ -364,15 +420,22 @@ def main() -> None:
     figures: dict[str, Any] = {}
     try:
         wait_online(master, replica)
-        uncontended = [("warden, sync-replicas 0", "warden", 0),
-                       ("warden, sync-replicas 1", "warden", 1),
-                       ("redis-py `Lock` + `WAIT 1 100`", "redis-py+wait", 0),
-                       ("warden, sync-replicas 0, + `WAIT 1 100`", "warden+wait", 0)]
+        uncontended = [
+            ("warden, sync-replicas 0", "warden", 0),
+            ("warden, sync-replicas 1", "warden", 1),
+            ("redis-py `Lock` + `WAIT 1 100`", "redis-py+wait", 0),
+            ("warden, sync-replicas 0, + `WAIT 1 100`", "warden+wait", 0),
+        ]
         contended = [("sync-replicas 0", "contended", 0), ("sync-replicas 1", "contended", 1)]
-        contended_1ms = [("sync-replicas 0", "contended-1ms", 0), ("sync-replicas 1", "contended-1ms", 1)]
+        contended_1ms = [
+            ("sync-replicas 0", "contended-1ms", 0),
+            ("sync-replicas 1", "contended-1ms", 1),
+        ]
         plan: list[tuple[str, str, str, int, int]] = []  # (group, label, kind, clients, sync)
         for n in (1, 10):
-            plan += [(f"uncontended-{n}", label, kind, n, sync) for label, kind, sync in uncontended]
+            plan += [
+                (f"uncontended-{n}", label, kind, n, sync) for label, kind, sync in uncontended
+            ]
         plan.append(("replica-rtt", "PING to the replica", "ping-replica", 1, 0))
         plan += [("contended", label, kind, 10, sync) for label, kind, sync in contended]
         plan += [("contended-1ms", label, kind, 10, sync) for label, kind, sync in contended_1ms]
@@ -382,7 +445,9 @@ def main() -> None:
         for rnd in range(ROUNDS):
             for group, label, kind, n, sync in plan:
                 run_slice(master, replica, accs[(group, label)], kind, n, sync)
-            print(f"  round {rnd + 1}/{ROUNDS} done ({time.time() - started:.0f} s)", file=sys.stderr)
+            print(
+                f"  round {rnd + 1}/{ROUNDS} done ({time.time() - started:.0f} s)", file=sys.stderr
+            )
             loads.append(os.getloadavg()[0])
         for (group, label), acc in accs.items():
             figures.setdefault(group, {})[label] = acc.summary()
@@ -397,10 +462,18 @@ def main() -> None:
         ins = instructions(MODULE, BEFORE)
     figures["instructions"] = ins
     figures["meta"] = {
-        "server": server_name(SERVER), "module": MODULE, "before": BEFORE, "quick": QUICK, "rounds": ROUNDS,
-        "slice_s": SLICE, "load_before": load_before, "load_after": load_after, "replica": offset_lag,
+        "server": server_name(SERVER),
+        "module": MODULE,
+        "before": BEFORE,
+        "quick": QUICK,
+        "rounds": ROUNDS,
+        "slice_s": SLICE,
+        "load_before": load_before,
+        "load_after": load_after,
+        "replica": offset_lag,
         "load_per_round": loads,
-        "seconds": time.time() - started, "cores": os.cpu_count(),
+        "seconds": time.time() - started,
+        "cores": os.cpu_count(),
     }
     report = render(figures)
     print(report)
@@ -414,83 +487,146 @@ def render(f: dict[str, Any]) -> str:
     lines = [
         "## Grants the replicas acknowledged: what `warden.sync-replicas 1` costs",
         "",
-        (f"Server: {meta['server']}, one master and one replica on loopback, the module on both "
-        f"({meta['module']}). {meta['rounds']} rounds of {meta['slice_s']:g} s slices taken in turn; "
-        f"{meta['cores']} cores shared with other work. Before the run: {meta['load_before']}. "
-        f"Load average after each round: {', '.join(f'{x:.1f}' for x in meta['load_per_round'])}. "
-        f"After: {meta['load_after']}."),
+        (
+            f"Server: {meta['server']}, one master and one replica on loopback, the module on both "
+            f"({meta['module']}). {meta['rounds']} rounds of {meta['slice_s']:g} s slices taken in "
+            f"turn; {meta['cores']} cores shared with other work. Before the run: "
+            f"{meta['load_before']}. Load average after each round: "
+            f"{', '.join(f'{x:.1f}' for x in meta['load_per_round'])}. After: {meta['load_after']}."
+        ),
         "",
-        ("Clients: redis-py raw commands over TCP (`LOCK.ACQUIRE key owner 10000`, `LOCK.RELEASE`), "
-        "redis-py's own `Lock` for `SET NX PX`; one thread per client in up to 10 processes. The grant "
-        "is the acquire (with its `WAIT`); the pair adds the release. "
-        f"Replica round trip (`PING` to the replica, one client): p50 {fmt(rtt['grant_p50_ms'], 3)} ms, "
-        f"p99 {fmt(rtt['grant_p99_ms'], 3)} ms."),
+        (
+            "Clients: redis-py raw commands over TCP (`LOCK.ACQUIRE key owner 10000`, "
+            "`LOCK.RELEASE`), redis-py's own `Lock` for `SET NX PX`; one thread per client in up "
+            "to 10 processes. The grant is the acquire (with its `WAIT`); the pair adds the "
+            "release. Replica round trip (`PING` to the replica, one client): p50 "
+            f"{fmt(rtt['grant_p50_ms'], 3)} ms, p99 {fmt(rtt['grant_p99_ms'], 3)} ms."
+        ),
         "",
     ]
     for n in (1, 10):
         rows = f[f"uncontended-{n}"]
-        lines += [f"**Uncontended, {n} client{'s' if n > 1 else ''}** (each on its own key):", "",
-                  ("| variant | pairs/s | grant p50 ms | grant p99 ms | pair p50 ms | pair p99 ms "
-                  "| not acknowledged | GETACKs / grant | master CPU ms / 1,000 | replica CPU ms / 1,000 |"),
-                  "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+        lines += [
+            f"**Uncontended, {n} client{'s' if n > 1 else ''}** (each on its own key):",
+            "",
+            (
+                "| variant | pairs/s | grant p50 ms | grant p99 ms | pair p50 ms | pair p99 ms "
+                "| not acknowledged | GETACKs / grant | master CPU ms / 1,000 "
+                "| replica CPU ms / 1,000 |"
+            ),
+            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        ]
         for label, s in rows.items():
             lines.append(
-                f"| {label} | {fmt(s['per_s'], 0)} | {fmt(s['grant_p50_ms'], 3)} | {fmt(s['grant_p99_ms'], 3)} "
-                f"| {fmt(s['pair_p50_ms'], 3)} | {fmt(s['pair_p99_ms'], 3)} "
-                f"| {s['unacked'] + s['refused'] + s['sync_timeouts']} | {fmt(s['getacks_per_grant'], 3)} "
-                f"| {fmt(s['cpu_master_ms_per_1000'], 1)} | {fmt(s['cpu_replica_ms_per_1000'], 1)} |")
+                f"| {label} | {fmt(s['per_s'], 0)} | {fmt(s['grant_p50_ms'], 3)} "
+                f"| {fmt(s['grant_p99_ms'], 3)} | {fmt(s['pair_p50_ms'], 3)} "
+                f"| {fmt(s['pair_p99_ms'], 3)} "
+                f"| {s['unacked'] + s['refused'] + s['sync_timeouts']} "
+                f"| {fmt(s['getacks_per_grant'], 3)} | {fmt(s['cpu_master_ms_per_1000'], 1)} "
+                f"| {fmt(s['cpu_replica_ms_per_1000'], 1)} |"
+            )
         s0, s1 = rows["warden, sync-replicas 0"], rows["warden, sync-replicas 1"]
         add50 = s1["grant_p50_ms"] - s0["grant_p50_ms"]
         add99 = s1["grant_p99_ms"] - s0["grant_p99_ms"]
         bound50 = rtt["grant_p50_ms"] + 1.0
         bound99 = rtt["grant_p99_ms"] + 1.0
         met = add50 <= bound50 and add99 <= bound99
-        lines += ["", (f"sync-replicas 1 adds {fmt(add50, 3)} ms to the grant's p50, {fmt(add99, 3)} ms to its p99 "
-                      f"(target: ≤ one replica round trip + 1 ms = {fmt(bound50, 3)} / {fmt(bound99, 3)} ms: "
-                      f"{'met' if met else 'MISSED'}); master CPU per pair "
-                      f"{fmt(s1['cpu_master_ms_per_1000'] / s0['cpu_master_ms_per_1000'])}×"
-                      + (f" (target for one client ≤ 1.5×: "
-                         f"{'met' if s1['cpu_master_ms_per_1000'] <= 1.5 * s0['cpu_master_ms_per_1000'] else 'MISSED'})"
-                         if n == 1 else "")
-                      + ", replica's "
-                      f"{fmt(s1['cpu_replica_ms_per_1000'] / s0['cpu_replica_ms_per_1000'])}×."), ""]
-        f[f"uncontended-{n}"]["_target"] = {"added_p50_ms": add50, "added_p99_ms": add99, "bound_p50_ms": bound50,
-                                            "bound_p99_ms": bound99, "met": met}
-    for group, hold in (("contended", "~0 ms: one `INCR`"), ("contended-1ms", "1 ms: `INCR` and a 1 ms sleep")):
+        cpu_met = s1["cpu_master_ms_per_1000"] <= 1.5 * s0["cpu_master_ms_per_1000"]
+        lines += [
+            "",
+            (
+                f"sync-replicas 1 adds {fmt(add50, 3)} ms to the grant's p50, {fmt(add99, 3)} ms "
+                f"to its p99 (target: ≤ one replica round trip + 1 ms = {fmt(bound50, 3)} / "
+                f"{fmt(bound99, 3)} ms: {'met' if met else 'MISSED'}); master CPU per pair "
+                f"{fmt(s1['cpu_master_ms_per_1000'] / s0['cpu_master_ms_per_1000'])}×"
+                + (
+                    f" (target for one client ≤ 1.5×: {'met' if cpu_met else 'MISSED'})"
+                    if n == 1
+                    else ""
+                )
+                + ", replica's "
+                f"{fmt(s1['cpu_replica_ms_per_1000'] / s0['cpu_replica_ms_per_1000'])}×."
+            ),
+            "",
+        ]
+        f[f"uncontended-{n}"]["_target"] = {
+            "added_p50_ms": add50,
+            "added_p99_ms": add99,
+            "bound_p50_ms": bound50,
+            "bound_p99_ms": bound99,
+            "met": met,
+        }
+    for group, hold in (
+        ("contended", "~0 ms: one `INCR`"),
+        ("contended-1ms", "1 ms: `INCR` and a 1 ms sleep"),
+    ):
         rows = f[group]
         s0, s1 = rows["sync-replicas 0"], rows["sync-replicas 1"]
         ratio = s1["per_s"] / s0["per_s"] if s0["per_s"] else float("nan")
-        lines += [(f"**Contended: 10 clients on one key**, `LOCK.ACQUIRE … WAIT 10000`, held {hold}, "
-                  "`LOCK.RELEASE`:"), "",
-                  ("| sync-replicas | hand-offs/s | wait p50 ms | wait p99 ms | GETACKs / grant "
-                  "| master CPU ms / 1,000 | replica CPU ms / 1,000 | timeouts |"),
-                  "|---|---:|---:|---:|---:|---:|---:|---:|"]
+        lines += [
+            (
+                f"**Contended: 10 clients on one key**, `LOCK.ACQUIRE … WAIT 10000`, held {hold}, "
+                "`LOCK.RELEASE`:"
+            ),
+            "",
+            (
+                "| sync-replicas | hand-offs/s | wait p50 ms | wait p99 ms | GETACKs / grant "
+                "| master CPU ms / 1,000 | replica CPU ms / 1,000 | timeouts |"
+            ),
+            "|---|---:|---:|---:|---:|---:|---:|---:|",
+        ]
         for label, s in rows.items():
-            lines.append(f"| {label.split()[-1]} | {fmt(s['per_s'], 0)} | {fmt(s['grant_p50_ms'], 3)} "
-                         f"| {fmt(s['grant_p99_ms'], 3)} | {fmt(s['getacks_per_grant'], 3)} "
-                         f"| {fmt(s['cpu_master_ms_per_1000'], 1)} | {fmt(s['cpu_replica_ms_per_1000'], 1)} "
-                         f"| {s['sync_timeouts']} |")
-        lines += ["", (f"sync 1 ÷ sync 0: {fmt(ratio)}× the hand-offs/s (target ≥ 0.9×: "
-                      f"{'met' if ratio >= 0.9 else 'MISSED'}); master CPU per hand-off "
-                      f"{fmt(s1['cpu_master_ms_per_1000'] / s0['cpu_master_ms_per_1000'])}×."), ""]
+            lines.append(
+                f"| {label.split()[-1]} | {fmt(s['per_s'], 0)} | {fmt(s['grant_p50_ms'], 3)} "
+                f"| {fmt(s['grant_p99_ms'], 3)} | {fmt(s['getacks_per_grant'], 3)} "
+                f"| {fmt(s['cpu_master_ms_per_1000'], 1)} | {fmt(s['cpu_replica_ms_per_1000'], 1)} "
+                f"| {s['sync_timeouts']} |"
+            )
+        lines += [
+            "",
+            (
+                f"sync 1 ÷ sync 0: {fmt(ratio)}× the hand-offs/s (target ≥ 0.9×: "
+                f"{'met' if ratio >= 0.9 else 'MISSED'}); master CPU per hand-off "
+                f"{fmt(s1['cpu_master_ms_per_1000'] / s0['cpu_master_ms_per_1000'])}×."
+            ),
+            "",
+        ]
         rows["_ratio"] = ratio
-    lines += [("**Batching: GETACKs per acknowledged grant** (sync-replicas 1; `INFO warden` "
-              "`sync_getacks` ÷ the grants over the slices):"), "",
-              "| clients | workload | grants/s | GETACKs / grant |", "|---:|---|---:|---:|"]
+    lines += [
+        (
+            "**Batching: GETACKs per acknowledged grant** (sync-replicas 1; `INFO warden` "
+            "`sync_getacks` ÷ the grants over the slices):"
+        ),
+        "",
+        "| clients | workload | grants/s | GETACKs / grant |",
+        "|---:|---|---:|---:|",
+    ]
     for n in (1, 10, 50):
         s = f[f"uncontended-{n}"]["warden, sync-replicas 1"]
-        lines.append(f"| {n} | uncontended, own keys | {fmt(s['per_s'], 0)} | {fmt(s['getacks_per_grant'], 3)} |")
+        lines.append(
+            f"| {n} | uncontended, own keys | {fmt(s['per_s'], 0)} "
+            f"| {fmt(s['getacks_per_grant'], 3)} |"
+        )
     s = f["contended"]["sync-replicas 1"]
-    lines.append(f"| 10 | contended, one key | {fmt(s['per_s'], 0)} | {fmt(s['getacks_per_grant'], 3)} |")
+    lines.append(
+        f"| 10 | contended, one key | {fmt(s['per_s'], 0)} | {fmt(s['getacks_per_grant'], 3)} |"
+    )
     ins = f.get("instructions")
     if ins:
         h = ins["handoff"]
-        lines += ["", "**sync-replicas 0: unchanged?** Server instructions (callgrind, serverCron left out; "
-                      "bench/instructions.py's drivers, no replica), this module"
-                  + (" against the one before `warden.sync-replicas`" if "before" in h else "") + ":", ""]
+        lines += [
+            "",
+            "**sync-replicas 0: unchanged?** Server instructions (callgrind, serverCron left out; "
+            "bench/instructions.py's drivers, no replica), this module"
+            + (" against the one before `warden.sync-replicas`" if "before" in h else "")
+            + ":",
+            "",
+        ]
         cols = ["now"] + (["before"] if "before" in h else [])
-        lines += ["| operation | " + " | ".join(cols) + (" | now ÷ before |" if "before" in h else " |"),
-                  "|---|" + "---:|" * (len(cols) + (1 if "before" in h else 0))]
+        lines += [
+            "| operation | " + " | ".join(cols) + (" | now ÷ before |" if "before" in h else " |"),
+            "|---|" + "---:|" * (len(cols) + (1 if "before" in h else 0)),
+        ]
 
         def row(name: str, vals: dict[str, float]) -> str:
             cells = " | ".join(f"{vals[c]:,.0f}" for c in cols)
