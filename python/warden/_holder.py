@@ -260,7 +260,7 @@ class Holder:
         blocking_timeout: Optional[Number],
         may_hold: Callable[[bool], bool],
         record: Callable[[int], None],
-        holder_again: bool = False,
+        holds_before: int = 0,
     ) -> Optional[int]:
         """Try ``args`` once on an ordinary connection; if busy and blocking,
         wait in the server's queue until the deadline (counted from now;
@@ -269,16 +269,21 @@ class Holder:
         the fencing token (``record``-ed as this holder's), or None. If a
         request fails in flight, what ``owner`` may hold because of it
         (``may_hold(sent)``) is given back, as is a grant that came too late
-        or that an interrupt kept from being recorded. ``holder_again``: a
-        re-entrant owner that already holds, which the server grants at once
-        even behind waiters: it always tries."""
+        or that an interrupt kept from being recorded. ``holds_before``: the
+        holds a re-entrant owner already has, which the server grants at once
+        even behind waiters: it always tries, and a request of unknown outcome
+        is given back only if the server shows a hold more."""
         deadline = _core.deadline(
             self.blocking if blocking is None else blocking,
             self.blocking_timeout if blocking_timeout is None else blocking_timeout,
         )
 
         def lost(reply: Any) -> None:
-            if reply is not None or may_hold(True):
+            if reply is not None:
+                self._give_back(owner)
+            elif holds_before:
+                self._give_back_if_added(owner, holds_before)
+            elif may_hold(True):
                 self._give_back(owner)
 
         # The acquire's reply once read, until the hold is recorded: an
@@ -311,7 +316,7 @@ class Holder:
         # too, and a wait's abort may give back twice (once per unconfirmed
         # close): for a holder, a hold it had before, and the lock with it.
         at_once = (
-            not holder_again
+            not holds_before
             and deadline is not None
             and _core.queued(self.redis, args[0], self.name)
         )
@@ -420,6 +425,25 @@ class Holder:
             self._gave_back(owner, released)
         except Exception:  # the lease bounds what this costs
             logger.debug("could not give back %s %r after a failed wait", self.kind, self.name)
+
+    def _give_back_if_added(self, owner: bytes, before: int) -> None:
+        """Invariant: a give-back never takes a hold the owner had before.
+        A holder's request of unknown outcome (it failed in flight: it may
+        not have reached the server) is given back only if the server shows
+        ``owner`` with more than its ``before`` holds; where it cannot tell
+        (read holds), kept: a hold too many ends with its lease, never with a
+        second holder."""
+        try:
+            info = call(self.redis, self.name, self.commands.info, self.name, timeout=1.0)
+        except Exception:
+            return
+        held = self._owner_holds(_core.info_map(info), owner)
+        if held is not None and held > before:
+            self._give_back(owner)
+
+    def _owner_holds(self, info: Optional[dict[str, Any]], owner: bytes) -> Optional[int]:
+        """``owner``'s holds as the info command shows them; None: not shown."""
+        return None
 
     def _gave_back(self, owner: bytes, reply: Any) -> None:
         """Account for the reply of a give-back."""

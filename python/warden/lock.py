@@ -115,7 +115,7 @@ class Lock(Holder):
             blocking_timeout,
             lambda sent: token is None and (not reentrant or before == 0 or sent),
             record,
-            holder_again=reentrant and before > 0,
+            holds_before=before if reentrant else 0,
         )
         return fence is not None
 
@@ -143,6 +143,11 @@ class Lock(Holder):
     def _holds_in(self, info: dict[str, Any], token: bytes) -> bool:
         owner = info.get("owner")
         return owner is not None and _core.encode(owner) == token
+
+    def _owner_holds(self, info: Optional[dict[str, Any]], owner: bytes) -> Optional[int]:
+        if info is None:
+            return 0
+        return int(info.get("holds", 0)) if self._holds_in(info, owner) else 0
 
     def release(self) -> None:
         """Give up one hold; ``LockNotOwnedError`` if the lock was no longer
@@ -230,6 +235,24 @@ class ReadLock(Lock):
     def _holds_in(self, info: dict[str, Any], token: bytes) -> bool:
         # RWLOCK.INFO counts readers without naming them.
         return bool(_core.text(info.get("mode")) == "read")
+
+    def _owner_holds(self, info: Optional[dict[str, Any]], owner: bytes) -> Optional[int]:
+        return None  # RWLOCK.INFO counts readers without naming them
+
+    def _give_back(self, owner: bytes) -> None:
+        # RWLOCK.UNLOCK ends an owner's write holds before its read holds: a
+        # read granted while its owner writes (a downgrade) and given back
+        # would end the write hold instead, and let readers in beside the
+        # writer. Kept then: it ends with its lease.
+        try:
+            reply = call(self.redis, self.name, "RWLOCK.INFO", self.name, timeout=1.0)
+        except Exception:
+            return
+        info = _core.info_map(reply)
+        writer = None if info is None else info.get("writer")
+        if writer is not None and _core.encode(writer) == owner:
+            return
+        super()._give_back(owner)
 
 
 class WriteLock(Lock):

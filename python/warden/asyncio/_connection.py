@@ -340,6 +340,7 @@ async def try_call(client: Any, key: str, args: list[Any], deadline: Deadline, l
         pinned = await Pinned.open(client, key, False, deadline)
         handed_off = False
         sent = False
+        reply: Any = None  # the reply about to be returned
         try:
             connection = pinned.connection
             try:
@@ -359,7 +360,8 @@ async def try_call(client: Any, key: str, args: list[Any], deadline: Deadline, l
                     handed_off = True
                     in_background(_read_late(pinned, reading, late))
                     raise DeadlinePassed()
-                return reading.result()
+                reply = reading.result()
+                return reply
             except ResponseError as error:
                 sent = False  # answered: nothing held
                 if attempt or not is_redirect(error) or not isinstance(client, RedisCluster):
@@ -371,7 +373,14 @@ async def try_call(client: Any, key: str, args: list[Any], deadline: Deadline, l
                 raise
         finally:
             if not handed_off:
-                await asyncio.shield(pinned.close())
+                try:
+                    await asyncio.shield(pinned.close())
+                except BaseException:
+                    # Cancelled while its connection goes back: the reply
+                    # read is not returned, so a grant in it is given back.
+                    if reply is not None:
+                        in_background(late(reply))
+                    raise
                 if pinned.broken and sent:
                     in_background(late(None))
         await client.nodes_manager.initialize()

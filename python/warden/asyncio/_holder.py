@@ -258,7 +258,7 @@ class Holder:
         blocking: Optional[bool],
         blocking_timeout: Optional[Number],
         may_hold: Callable[[bool], bool],
-        holder_again: bool = False,
+        holds_before: int = 0,
     ) -> Optional[int]:
         """As ``warden._holder.Holder._acquire``: try on an ordinary
         connection, then wait in the server's queue within the deadline (at
@@ -270,7 +270,11 @@ class Holder:
         )
 
         async def lost(reply: Any) -> None:
-            if reply is not None or may_hold(True):
+            if reply is not None:
+                await self._give_back(owner)
+            elif holds_before:
+                await self._give_back_if_added(owner, holds_before)
+            elif may_hold(True):
                 await self._give_back(owner)
 
         def honour_a_dropped_cancel(fence: Optional[int]) -> Optional[int]:
@@ -321,7 +325,7 @@ class Holder:
         # too, and a wait's abort may give back twice (once per unconfirmed
         # close): for a holder, a hold it had before, and the lock with it.
         queued = deadline is not None and _core.queued(self.redis, args[0], self.name)
-        if queued and not holder_again and deadline is not None:
+        if queued and not holds_before and deadline is not None:
             waiting_deadline = deadline
             return honour_a_dropped_cancel(await under_cap(lambda: wait(waiting_deadline)))
         try:
@@ -376,7 +380,7 @@ class Holder:
             # A grant may have crossed the close of the connection: give it
             # back, in the background (we may be cancelled).
             if may_hold(bool(sent)):
-                in_background(self._give_back(owner))
+                in_background(lost(None))
             raise
         return None if fence is None else int(fence)
 
@@ -401,6 +405,20 @@ class Holder:
             self._gave_back(owner, released)
         except Exception:
             logger.debug("could not give back %s %r after a failed wait", self.kind, self.name)
+
+    async def _give_back_if_added(self, owner: bytes, before: int) -> None:
+        """As ``warden._holder.Holder._give_back_if_added``."""
+        try:
+            info = await call(self.redis, self.name, self.commands.info, self.name, timeout=1.0)
+        except Exception:
+            return
+        held = self._owner_holds(_core.info_map(info), owner)
+        if held is not None and held > before:
+            await self._give_back(owner)
+
+    def _owner_holds(self, info: Optional[dict[str, Any]], owner: bytes) -> Optional[int]:
+        """``owner``'s holds as the info command shows them; None: not shown."""
+        return None
 
     def _gave_back(self, owner: bytes, reply: Any) -> None:
         """Account for the reply of a give-back."""

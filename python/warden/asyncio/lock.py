@@ -84,7 +84,7 @@ class Lock(Holder):
             blocking,
             blocking_timeout,
             lambda sent: token is None and (not reentrant or before == 0 or sent),
-            holder_again=reentrant and before > 0,
+            holds_before=before if reentrant else 0,
         )
         if fence is None:
             return False
@@ -121,6 +121,11 @@ class Lock(Holder):
     def _holds_in(self, info: dict[str, Any], token: bytes) -> bool:
         owner = info.get("owner")
         return owner is not None and _core.encode(owner) == token
+
+    def _owner_holds(self, info: Optional[dict[str, Any]], owner: bytes) -> Optional[int]:
+        if info is None:
+            return 0
+        return int(info.get("holds", 0)) if self._holds_in(info, owner) else 0
 
     async def release(self) -> None:
         """Give up one hold; ``LockNotOwnedError`` if the lock was no longer
@@ -212,6 +217,21 @@ class ReadLock(Lock):
 
     def _holds_in(self, info: dict[str, Any], token: bytes) -> bool:
         return bool(_core.text(info.get("mode")) == "read")
+
+    def _owner_holds(self, info: Optional[dict[str, Any]], owner: bytes) -> Optional[int]:
+        return None  # RWLOCK.INFO counts readers without naming them
+
+    async def _give_back(self, owner: bytes) -> None:
+        # As in ``warden.lock.ReadLock``: never while its owner writes.
+        try:
+            reply = await call(self.redis, self.name, "RWLOCK.INFO", self.name, timeout=1.0)
+        except Exception:
+            return
+        info = _core.info_map(reply)
+        writer = None if info is None else info.get("writer")
+        if writer is not None and _core.encode(writer) == owner:
+            return
+        await super()._give_back(owner)
 
 
 class WriteLock(Lock):

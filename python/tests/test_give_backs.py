@@ -1,0 +1,170 @@
+"""Give-backs never take a hold the owner had before, and never leak a grant.
+
+1. A re-entrant holder asking again, interrupted or cancelled before its
+   request left: nothing was granted, and the hold it had stays (a blind
+   give-back of "what it may hold" took it, and the lock with it).
+2. ReadWriteLock(reentrant=True): a read asked while writing (a downgrade)
+   and interrupted on its reply is not given back with ``RWLOCK.UNLOCK key
+   owner``, which ends the owner's write hold first (readers would get in
+   beside the writer).
+3. asyncio: a cancel landing while the try's connection goes back to its
+   pool, after the grant was read: the grant is given back, not leaked.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import redis
+import redis.asyncio
+import redis.asyncio.connection
+import redis.connection
+from servers import Server
+
+import warden
+import warden.asyncio
+
+
+def info(r: redis.Redis, command: str, name: str) -> dict[str, Any]:
+    reply = r.execute_command(command, name)
+    if reply is None:
+        return {}
+    items = reply.items() if isinstance(reply, dict) else zip(reply[::2], reply[1::2])
+    return {k.decode() if isinstance(k, bytes) else k: v for k, v in items}
+
+
+@pytest.fixture
+def watcher(server: Server) -> Iterator[redis.Redis]:
+    r = server.client()
+    r.flushall()
+    yield r
+    r.close()
+
+
+def test_sync_holder_interrupted_before_its_send_keeps_its_hold(
+    server: Server, watcher: redis.Redis
+) -> None:
+    r = server.client()
+    mine = warden.Lock(r, "a1", reentrant=True, timeout=30)
+    assert mine.acquire()
+    send = redis.connection.AbstractConnection.send_packed_command
+    me = threading.get_ident()
+
+    def sending(self: Any, command: Any, *args: Any, **kwargs: Any) -> Any:
+        packed = b"".join(command) if isinstance(command, list) else bytes(command)
+        if threading.get_ident() == me and b"LOCK.ACQUIRE" in packed:
+            raise KeyboardInterrupt  # before a byte is written: nothing granted
+        return send(self, command, *args, **kwargs)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(redis.connection.AbstractConnection, "send_packed_command", sending)
+        with pytest.raises(KeyboardInterrupt):
+            mine.acquire(blocking_timeout=5)
+    assert mine.local.token is not None  # the holder believes it holds
+    assert info(watcher, "LOCK.INFO", "a1").get("owner") == mine.local.token
+    r.close()
+
+
+def test_asyncio_holder_cancelled_before_its_send_keeps_its_hold(
+    server: Server, watcher: redis.Redis
+) -> None:
+    async def main() -> None:
+        r = server.async_client(socket_timeout=5)
+        mine = warden.asyncio.Lock(r, "a2", reentrant=True, timeout=30)
+        assert await mine.acquire()
+        me = asyncio.current_task()
+        assert me is not None
+        connection = redis.asyncio.connection.AbstractConnection
+        send = connection.send_packed_command
+
+        async def sending(self: Any, command: Any, *args: Any, **kwargs: Any) -> Any:
+            packed = b"".join(command) if isinstance(command, list) else bytes(command)
+            if asyncio.current_task() is me and b"LOCK.ACQUIRE" in packed:
+                me.cancel()
+                await asyncio.sleep(0)  # lands before a byte is written
+            return await send(self, command, *args, **kwargs)
+
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(connection, "send_packed_command", sending)
+            with pytest.raises(asyncio.CancelledError):
+                await mine.acquire(blocking_timeout=5)
+            me.uncancel()
+        await asyncio.sleep(0.2)  # the background give-back
+        assert mine.local.token is not None
+        assert info(watcher, "LOCK.INFO", "a2").get("owner") == mine.local.token
+        await r.aclose()
+
+    asyncio.run(main())
+
+
+def test_rw_downgrade_interrupted_on_its_reply_keeps_the_write_hold(
+    server: Server, watcher: redis.Redis
+) -> None:
+    r = server.client()
+    rw = warden.ReadWriteLock(r, "a3", reentrant=True, timeout=30)
+    wl, rl = rw.write_lock(), rw.read_lock()
+    assert wl.acquire()
+    C = redis.connection.AbstractConnection
+    send, read = C.send_packed_command, C.read_response
+    armed: list[bool] = []
+
+    def sending(self: Any, command: Any, *args: Any, **kwargs: Any) -> Any:
+        packed = b"".join(command) if isinstance(command, list) else bytes(command)
+        if b"RWLOCK.READ" in packed:
+            armed.append(True)
+        return send(self, command, *args, **kwargs)
+
+    def reading(self: Any, *args: Any, **kwargs: Any) -> Any:
+        reply = read(self, *args, **kwargs)
+        if armed:
+            armed.clear()
+            raise KeyboardInterrupt  # the read grant read, not recorded
+        return reply
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(C, "send_packed_command", sending)
+        patch.setattr(C, "read_response", reading)
+        with pytest.raises(KeyboardInterrupt):
+            rl.acquire(blocking_timeout=5)
+    assert wl.local.token is not None
+    assert info(watcher, "RWLOCK.INFO", "a3").get("mode") == b"write"
+    other = warden.ReadWriteLock(server.client(), "a3", timeout=30).read_lock()
+    assert not other.acquire(blocking=False)
+    r.close()
+
+
+def test_asyncio_cancel_in_the_try_connections_close_leaks_no_grant(
+    server: Server, watcher: redis.Redis
+) -> None:
+    async def main() -> None:
+        r = server.async_client()
+        me = asyncio.current_task()
+        assert me is not None
+        mine = warden.asyncio.Lock(r, "a5", timeout=30)
+        pool = redis.asyncio.connection.ConnectionPool
+        release = pool.release
+        armed = [True]
+
+        async def releasing(self: Any, connection: Any) -> Any:
+            # Inside shield's inner task: what a timer firing at that moment does.
+            if armed and self is r.connection_pool and info(watcher, "LOCK.INFO", "a5"):
+                armed.clear()
+                assert me is not None
+                me.cancel()
+            return await release(self, connection)
+
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(pool, "release", releasing)
+            with pytest.raises(asyncio.CancelledError):
+                await mine.acquire(blocking_timeout=5)
+            me.uncancel()
+        await asyncio.sleep(0.3)
+        assert mine.local.token is None
+        assert info(watcher, "LOCK.INFO", "a5") == {}
+        await r.aclose()
+
+    asyncio.run(main())
