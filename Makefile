@@ -363,6 +363,7 @@ java-build: java-deps
 java-test: java-deps $(SERVER_DEPS)
 	cargo test --profile $(TEST_PROFILE) --workspace --no-run
 	cd java && WARDEN_SERVER=$(SERVER_BIN) WARDEN_MODULE=$(CURDIR)/$(TEST_MODULE) \
+		WARDEN_PREV_MODULE=$$([ -f $(PREV_MODULE) ] && echo $(PREV_MODULE)) \
 		$(MVN) verify $(JAVA_GROUPS) $(JAVA_PROFILE)
 
 # The ShedLock page's example as written, across 3 JVMs on redis.conf.example's
@@ -401,7 +402,8 @@ java-dist: java-deps
 # --strict on the package; its tests, then redis-py's own lock tests (fetched
 # from the pinned redis-py's sdist into target/) against warden's locks
 # (python/tests/redis_py/conftest_sync.py lists the ones that fail by design).
-PY_ENV = WARDEN_SERVER=$(SERVER_BIN) WARDEN_MODULE=$(CURDIR)/$(TEST_MODULE)
+PY_ENV = WARDEN_SERVER=$(SERVER_BIN) WARDEN_MODULE=$(CURDIR)/$(TEST_MODULE) \
+	WARDEN_PREV_MODULE=$$([ -f $(PREV_MODULE) ] && echo $(PREV_MODULE))
 python-test: python-venv $(SERVER_DEPS)
 	cargo test --profile $(TEST_PROFILE) --workspace --no-run
 	cd python && ../$(VENV)/bin/ruff format --check warden tests ../bench/*.py

@@ -96,6 +96,47 @@ fn downgrade_then_keep_reading() {
 }
 
 #[test]
+fn a_downgraded_owner_names_the_mode_it_lets_go() {
+    // Nested blocks let go of the read first: `READ` keeps the write hold
+    // (the form without a mode would end it), on the master and its replica.
+    let master = Server::start_tcp(&[]);
+    let replica = Server::start_tcp(&[]);
+    replicate(&master, &replica);
+    let mut c = master.conn();
+    fence(write(&mut c, "k", "a"));
+    fence(read(&mut c, "k", "a"));
+    let cases: &[(&[&str], i64, &str)] = &[
+        (&["RWLOCK.UNLOCK", "k", "a", "READ"], 1, "write"),
+        (&["RWLOCK.UNLOCK", "k", "a", "read"], -1, "write"),
+        (&["RWLOCK.UNLOCK", "k", "b", "WRITE"], -1, "write"),
+    ];
+    for (words, reply, mode) in cases {
+        assert_eq!(int(&mut c, words), *reply, "{words:?}");
+        assert_eq!(
+            field_str(&info(&mut c, "k").unwrap(), "mode"),
+            *mode,
+            "{words:?}"
+        );
+        assert_eq!(
+            read(&mut c, "k", "b"),
+            Value::Nil,
+            "nobody reads beside the writer"
+        );
+    }
+    sync_replicas(&mut c, 1);
+    let mut r = replica.conn();
+    assert_eq!(state(&mut r, "k"), state(&mut c, "k"));
+    assert_eq!(int(&mut c, &["RWLOCK.UNLOCK", "k", "a", "WRITE"]), 1);
+    assert_eq!(int(&mut c, &["EXISTS", "k"]), 0);
+    // A reader has no write hold to let go of.
+    fence(read(&mut c, "k", "r"));
+    assert_eq!(int(&mut c, &["RWLOCK.UNLOCK", "k", "r", "WRITE"]), -1);
+    assert_eq!(int(&mut c, &["RWLOCK.UNLOCK", "k", "r", "READ"]), 1);
+    sync_replicas(&mut c, 1);
+    assert_eq!(int(&mut r, &["EXISTS", "k"]), 0);
+}
+
+#[test]
 fn upgrade_is_refused() {
     let s = Server::start(&[]);
     let mut c = s.conn();
@@ -292,6 +333,8 @@ fn hostile_inputs_are_refused_and_change_nothing() {
         (&["RWLOCK.EXTEND", "held", "a", "0"], TTL),
         (&["RWLOCK.EXTEND", "held", "", "10"], OWNER),
         (&["RWLOCK.UNLOCK", "held", ""], OWNER),
+        (&["RWLOCK.UNLOCK", "held", "a", "BOTH"], SYNTAX),
+        (&["RWLOCK.UNLOCK", "held", "a", ""], SYNTAX),
         (
             &["WARDEN.RWSET", "held", "5", "W", "a", "1", "1", "1"],
             "ERR effect commands are accepted only from the master link and the AOF",
@@ -303,6 +346,7 @@ fn hostile_inputs_are_refused_and_change_nothing() {
     for words in [
         &["RWLOCK.READ", "k", "a"][..],
         &["RWLOCK.UNLOCK", "k"],
+        &["RWLOCK.UNLOCK", "held", "a", "READ", "READ"],
         &["RWLOCK.EXTEND", "k", "a"],
         &["RWLOCK.INFO"],
     ] {

@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -27,6 +28,7 @@ from servers import Server
 
 import warden
 import warden.asyncio
+from warden import _core
 
 
 def info(r: redis.Redis, command: str, name: str) -> dict[str, Any]:
@@ -168,3 +170,100 @@ def test_asyncio_cancel_in_the_try_connections_close_leaks_no_grant(
         await r.aclose()
 
     asyncio.run(main())
+
+
+@pytest.mark.parametrize("flavour", ["sync", "asyncio"])
+@pytest.mark.parametrize("case", ["read-released-first", "read-granted-late"])
+def test_a_downgraded_writer_keeps_its_write_hold(
+    server: Server, watcher: redis.Redis, flavour: str, case: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # ReadWriteLock(reentrant=True): a read taken while writing, then let go
+    # first (nested blocks) or given back (granted past its deadline), ends
+    # the read hold only (`RWLOCK.UNLOCK key owner READ`): the write hold
+    # stays and no other reader gets in.
+    name = f"down-{flavour}-{case}"
+    if case == "read-granted-late":
+        passed = _core.Deadline.passed
+        monkeypatch.setattr(
+            _core.Deadline, "passed", lambda self: self.at is not None or passed(self)
+        )
+
+    def check() -> None:
+        lock = info(watcher, "RWLOCK.INFO", name)
+        assert (lock.get("mode"), lock.get("holds")) == (b"write", 1)
+        assert watcher.execute_command("RWLOCK.READ", name, "other", 30_000) is None
+
+    if flavour == "sync":
+        r = server.client()
+        rw = warden.ReadWriteLock(r, name, reentrant=True, timeout=30)
+        wl, rl = rw.write_lock(), rw.read_lock()
+        with wl:
+            if case == "read-released-first":
+                with rl:
+                    pass
+            else:
+                assert rl.acquire(blocking_timeout=5) is False
+            check()
+        r.close()
+    else:
+
+        async def main() -> None:
+            r = server.async_client()
+            rw = warden.asyncio.ReadWriteLock(r, name, reentrant=True, timeout=30)
+            wl, rl = rw.write_lock(), rw.read_lock()
+            async with wl:
+                if case == "read-released-first":
+                    async with rl:
+                        pass
+                else:
+                    assert await rl.acquire(blocking_timeout=5) is False
+                await asyncio.sleep(0.1)  # a give-back in the background
+                check()
+            await r.aclose()
+
+        asyncio.run(main())
+    assert not watcher.exists(name)
+
+
+PREV_MODULE = os.environ.get("WARDEN_PREV_MODULE")
+
+
+@pytest.mark.skipif(not PREV_MODULE, reason="WARDEN_PREV_MODULE: the release before 1.1.0")
+@pytest.mark.parametrize("flavour", ["sync", "asyncio"])
+def test_a_module_before_the_unlock_mode_gets_releases_without_it(flavour: str) -> None:
+    # Before 1.1.0 RWLOCK.UNLOCK takes no mode: the client learns it from the
+    # refusal, sends the form without, and never gives back a read with it
+    # while its owner writes (that would end the write hold).
+    old = Server(module=PREV_MODULE)
+    try:
+        watcher = old.client()
+        if flavour == "sync":
+            r = old.client()
+            rw = warden.ReadWriteLock(r, "old", reentrant=True, timeout=30)
+            wl, rl = rw.write_lock(), rw.read_lock()
+            with rl:
+                assert info(watcher, "RWLOCK.INFO", "old")["mode"] == b"read"
+            assert not watcher.exists("old")
+            with wl:
+                rl._give_back(wl.local.token)  # a read it could not deliver
+                assert info(watcher, "RWLOCK.INFO", "old")["mode"] == b"write"
+            r.close()
+        else:
+
+            async def main() -> None:
+                r = old.async_client()
+                rw = warden.asyncio.ReadWriteLock(r, "old", reentrant=True, timeout=30)
+                wl, rl = rw.write_lock(), rw.read_lock()
+                async with rl:
+                    assert info(watcher, "RWLOCK.INFO", "old")["mode"] == b"read"
+                assert not watcher.exists("old")
+                async with wl:
+                    await rl._give_back(wl.local.token)
+                    assert info(watcher, "RWLOCK.INFO", "old")["mode"] == b"write"
+                await r.aclose()
+
+            asyncio.run(main())
+        assert not watcher.exists("old")
+        watcher.close()
+    finally:
+        old.stop()

@@ -45,11 +45,14 @@ class LockCommands:
     release: str
     extend: str
     info: str
+    #: ``RWLOCK.UNLOCK``'s mode (1.1.0): the release ends a hold of this
+    #: kind only (without it an owner's write hold goes first).
+    mode: Optional[str] = None
 
 
 EXCLUSIVE = LockCommands("LOCK.ACQUIRE", "LOCK.RELEASE", "LOCK.EXTEND", "LOCK.INFO")
-READ = LockCommands("RWLOCK.READ", "RWLOCK.UNLOCK", "RWLOCK.EXTEND", "RWLOCK.INFO")
-WRITE = LockCommands("RWLOCK.WRITE", "RWLOCK.UNLOCK", "RWLOCK.EXTEND", "RWLOCK.INFO")
+READ = LockCommands("RWLOCK.READ", "RWLOCK.UNLOCK", "RWLOCK.EXTEND", "RWLOCK.INFO", "READ")
+WRITE = LockCommands("RWLOCK.WRITE", "RWLOCK.UNLOCK", "RWLOCK.EXTEND", "RWLOCK.INFO", "WRITE")
 SEMAPHORE = LockCommands("SEM.ACQUIRE", "SEM.RELEASE", "SEM.EXTEND", "SEM.INFO")
 
 
@@ -80,6 +83,37 @@ def learn_cap(client: Any, cap: int) -> None:
             _caps[client] = cap
         except TypeError:  # not weakly referable: asked for each time
             pass
+
+
+#: The clients whose server refused ``RWLOCK.UNLOCK``'s mode (a module
+#: before 1.1.0): their releases go without it.
+_no_unlock_mode: weakref.WeakKeyDictionary[Any, bool] = weakref.WeakKeyDictionary()
+
+
+def release_args(client: Any, commands: LockCommands, name: Any, owner: bytes) -> list[Any]:
+    """The release of one hold of ``owner``: with the mode where the server
+    takes it."""
+    if commands.mode is None or _no_unlock_mode.get(client):
+        return [commands.release, name, owner]
+    return [commands.release, name, owner, commands.mode]
+
+
+def unlock_mode_refused(client: Any, args: list[Any], error: Exception) -> bool:
+    """True (remembered for ``client``) when ``error`` is a server's refusal
+    of the mode ``args`` carried: send them again without it."""
+    if len(args) != 4 or "wrong number of arguments" not in str(error):
+        return False
+    with _caps_lock:
+        try:
+            _no_unlock_mode[client] = True
+        except TypeError:  # not weakly referable: asked with a mode each time
+            pass
+    return True
+
+
+def unlock_mode_taken(client: Any, commands: LockCommands) -> bool:
+    """Whether ``client``'s releases of ``commands`` end only a hold of their kind."""
+    return commands.mode is not None and not _no_unlock_mode.get(client)
 
 
 def capped(client: Any, ms: int) -> int:
@@ -371,10 +405,10 @@ class HoldCounts:
 
     def get(self, owner: bytes, name: Any, commands: LockCommands) -> int:
         with self._lock:
-            return self._holds.get((owner, str(name), commands.release), 0)
+            return self._holds.get((owner, str(name), commands.acquire), 0)
 
     def add(self, owner: bytes, name: Any, commands: LockCommands, n: int) -> None:
-        key = (owner, str(name), commands.release)
+        key = (owner, str(name), commands.acquire)
         with self._lock:
             holds = self._holds.get(key, 0) + n
             if holds > 0:
@@ -388,7 +422,7 @@ class HoldCounts:
             self.add(owner, name, commands, -1)
         else:
             with self._lock:
-                self._holds.pop((owner, str(name), commands.release), None)
+                self._holds.pop((owner, str(name), commands.acquire), None)
 
 
 #: The holds of this process's re-entrant owners (threads and tasks alike).

@@ -36,6 +36,9 @@ from . import _core
 from ._connection import DeadlinePassed, Lost, blocking_call, call, try_call
 from ._core import LockCommands, Number, lock_error
 
+#: A give-back not sent: a release without a mode would end another hold.
+_KEPT = object()
+
 logger = logging.getLogger(__name__)
 
 _H = TypeVar("_H", bound="Holder")
@@ -417,12 +420,34 @@ class Holder:
         asked = _core.to_ms(self.timeout) if self.timeout else None
         self._renews(lease_ms, asked, time.monotonic())
 
+    def _unlock(
+        self, owner: bytes, timeout: Optional[float] = None, giving_back: bool = False
+    ) -> Any:
+        """One release of ``owner``'s holds, of this kind only where the
+        server takes a mode (``RWLOCK.UNLOCK``'s, 1.1.0); a server that
+        refuses it is asked again without, and from then on. A give-back
+        without a mode is sent only where it ends the hold it means
+        (``_KEPT`` if not)."""
+        args = _core.release_args(self.redis, self.commands, self.name, owner)
+        if len(args) == 4:
+            try:
+                return call(self.redis, self.name, *args, timeout=timeout)
+            except ResponseError as error:
+                if not _core.unlock_mode_refused(self.redis, args, error):
+                    raise
+        if giving_back and not self._may_give_back_without_mode(owner):
+            return _KEPT
+        return call(self.redis, self.name, *args[:3], timeout=timeout)
+
+    def _may_give_back_without_mode(self, owner: bytes) -> bool:
+        """Whether a release without a mode ends the hold a give-back means."""
+        return True
+
     def _give_back(self, owner: bytes) -> None:
         try:
-            released = call(
-                self.redis, self.name, self.commands.release, self.name, owner, timeout=1.0
-            )
-            self._gave_back(owner, released)
+            released = self._unlock(owner, timeout=1.0, giving_back=True)
+            if released is not _KEPT:
+                self._gave_back(owner, released)
         except Exception:  # the lease bounds what this costs
             logger.debug("could not give back %s %r after a failed wait", self.kind, self.name)
 
@@ -455,7 +480,7 @@ class Holder:
         its token: the release may not have reached the server, and the
         caller can send it again."""
         try:
-            return call(self.redis, self.name, self.commands.release, self.name, token)
+            return self._unlock(token)
         except ResponseError as error:
             if not _core.is_wrongtype(error):
                 raise

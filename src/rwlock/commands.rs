@@ -388,12 +388,18 @@ pub fn write(ctx: &Context, args: &[Arg]) -> RedisResult {
     request(ctx, args, Mode::Write)
 }
 
-/// `RWLOCK.UNLOCK key owner`
+/// `RWLOCK.UNLOCK key owner [READ | WRITE]`
 pub fn unlock(ctx: &Context, args: &[Arg]) -> RedisResult {
-    if args.len() != 3 {
+    if !(3..=4).contains(&args.len()) {
         return Err(RedisError::WrongArity);
     }
     let owner = args::owner(&args[2]).map_err(err)?;
+    let mode = match args.get(3) {
+        None => None,
+        Some(m) if m.eq_ignore_ascii_case(b"READ") => Some(Mode::Read),
+        Some(m) if m.eq_ignore_ascii_case(b"WRITE") => Some(Mode::Write),
+        Some(_) => return Err(err(error::SYNTAX)),
+    };
     refuse_on_replica(ctx)?;
     let name = &args[1];
     let key = Key::write(ctx, &args[1]);
@@ -402,7 +408,7 @@ pub fn unlock(ctx: &Context, args: &[Arg]) -> RedisResult {
         return Ok(RedisValue::Integer(-1));
     };
     let now = now_ms();
-    let reply = match lock.unlock(owner, now) {
+    let reply = match lock.unlock_in(owner, mode, now) {
         Unlock::NotHeld => {
             publish_lapsed(ctx, name, &key, lock, now);
             stats::REFUSED_RELEASES.add(1);

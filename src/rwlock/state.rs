@@ -348,18 +348,31 @@ impl RwLock {
     }
 
     /// Releases one hold of `owner`: write holds before read holds.
+    #[cfg(test)]
     pub fn unlock(&mut self, owner: &[u8], now_ms: i64) -> Unlock {
+        self.unlock_in(owner, None, now_ms)
+    }
+
+    /// One hold of `owner` in `mode`; with no mode, its write hold first.
+    /// A downgraded owner (writing and reading) names the mode it lets go:
+    /// a read released first keeps the write hold.
+    pub fn unlock_in(&mut self, owner: &[u8], mode: Option<Mode>, now_ms: i64) -> Unlock {
         self.prune(now_ms);
-        if let Some(w) = self.writer.as_mut().filter(|w| w.owner == owner) {
-            w.holds -= 1;
-            if w.holds > 0 {
-                self.record(Mode::Write, owner, false);
-                return Unlock::Remaining;
+        if mode != Some(Mode::Read) {
+            if let Some(w) = self.writer.as_mut().filter(|w| w.owner == owner) {
+                w.holds -= 1;
+                if w.holds > 0 {
+                    self.record(Mode::Write, owner, false);
+                    return Unlock::Remaining;
+                }
+                self.ended.extend(w.held_for(now_ms));
+                self.writer = None;
+                self.record(Mode::Write, owner, true);
+                return Unlock::Gone;
             }
-            self.ended.extend(w.held_for(now_ms));
-            self.writer = None;
-            self.record(Mode::Write, owner, true);
-            return Unlock::Gone;
+            if mode == Some(Mode::Write) {
+                return Unlock::NotHeld;
+            }
         }
         let Some(i) = self.readers.iter().position(|r| r.owner == owner) else {
             return Unlock::NotHeld;
@@ -761,6 +774,27 @@ mod tests {
         ));
         assert_eq!(l.unlock(b"w", 0), Unlock::Gone);
         assert_eq!(l.unlock(b"w", 0), Unlock::NotHeld);
+    }
+
+    #[test]
+    fn a_mode_named_releases_only_a_hold_in_that_mode() {
+        // A downgraded owner (writing and reading) lets go of the read first:
+        // the write hold stays, and nobody else gets in.
+        let mut t = tokens();
+        let mut l = RwLock::default();
+        req(&mut l, Mode::Write, "w", 0, &mut t);
+        req(&mut l, Mode::Read, "w", 0, &mut t);
+        assert_eq!(l.unlock_in(b"w", Some(Mode::Read), 0), Unlock::Gone);
+        assert!(l.writer.is_some());
+        assert!(l.readers.is_empty());
+        assert_eq!(l.unlock_in(b"w", Some(Mode::Read), 0), Unlock::NotHeld);
+        assert_eq!(req(&mut l, Mode::Read, "other", 0, &mut t), Outcome::Busy);
+        assert_eq!(l.unlock_in(b"w", Some(Mode::Write), 0), Unlock::Gone);
+        assert_eq!(l.unlock_in(b"w", Some(Mode::Write), 0), Unlock::NotHeld);
+        // A reader has no write hold to let go of.
+        req(&mut l, Mode::Read, "r", 0, &mut t);
+        assert_eq!(l.unlock_in(b"r", Some(Mode::Write), 0), Unlock::NotHeld);
+        assert_eq!(l.unlock_in(b"r", Some(Mode::Read), 0), Unlock::Gone);
     }
 
     #[test]

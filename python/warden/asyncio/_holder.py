@@ -35,6 +35,9 @@ from ._connection import (
     try_call,
 )
 
+#: A give-back not sent: a release without a mode would end another hold.
+_KEPT = object()
+
 logger = logging.getLogger(__name__)
 
 _H = TypeVar("_H", bound="Holder")
@@ -397,12 +400,30 @@ class Holder:
         asked = _core.to_ms(self.timeout) if self.timeout else None
         self._renews(lease_ms, asked, time.monotonic())
 
+    async def _unlock(
+        self, owner: bytes, timeout: Optional[float] = None, giving_back: bool = False
+    ) -> Any:
+        """As ``warden._holder.Holder._unlock``."""
+        args = _core.release_args(self.redis, self.commands, self.name, owner)
+        if len(args) == 4:
+            try:
+                return await call(self.redis, self.name, *args, timeout=timeout)
+            except ResponseError as error:
+                if not _core.unlock_mode_refused(self.redis, args, error):
+                    raise
+        if giving_back and not await self._may_give_back_without_mode(owner):
+            return _KEPT
+        return await call(self.redis, self.name, *args[:3], timeout=timeout)
+
+    async def _may_give_back_without_mode(self, owner: bytes) -> bool:
+        """Whether a release without a mode ends the hold a give-back means."""
+        return True
+
     async def _give_back(self, owner: bytes) -> None:
         try:
-            released = await call(
-                self.redis, self.name, self.commands.release, self.name, owner, timeout=1.0
-            )
-            self._gave_back(owner, released)
+            released = await self._unlock(owner, timeout=1.0, giving_back=True)
+            if released is not _KEPT:
+                self._gave_back(owner, released)
         except Exception:
             logger.debug("could not give back %s %r after a failed wait", self.kind, self.name)
 
@@ -430,7 +451,7 @@ class Holder:
         its token: the release may not have reached the server, and the
         caller can send it again."""
         try:
-            return await call(self.redis, self.name, self.commands.release, self.name, token)
+            return await self._unlock(token)
         except ResponseError as error:
             if not _core.is_wrongtype(error):
                 raise

@@ -221,17 +221,18 @@ class ReadLock(Lock):
     def _owner_holds(self, info: Optional[dict[str, Any]], owner: bytes) -> Optional[int]:
         return None  # RWLOCK.INFO counts readers without naming them
 
-    async def _give_back(self, owner: bytes) -> None:
-        # As in ``warden.lock.ReadLock``: never while its owner writes.
+    async def _may_give_back_without_mode(self, owner: bytes) -> bool:
+        # A server before 1.1.0 ends an owner's write holds before its read
+        # holds: a read granted while its owner writes (a downgrade) and given
+        # back would end the write hold instead, and let readers in beside the
+        # writer. Kept then: it ends with its lease.
         try:
             reply = await call(self.redis, self.name, "RWLOCK.INFO", self.name, timeout=1.0)
         except Exception:
-            return
+            return False
         info = _core.info_map(reply)
         writer = None if info is None else info.get("writer")
-        if writer is not None and _core.encode(writer) == owner:
-            return
-        await super()._give_back(owner)
+        return writer is None or _core.encode(writer) != owner
 
 
 class WriteLock(Lock):
@@ -242,6 +243,12 @@ class WriteLock(Lock):
     def _holds_in(self, info: dict[str, Any], token: bytes) -> bool:
         writer = info.get("writer")
         return writer is not None and _core.encode(writer) == token
+
+    def _owner_holds(self, info: Optional[dict[str, Any]], owner: bytes) -> Optional[int]:
+        # RWLOCK.INFO's holds count a downgraded writer's reads too.
+        if _core.REENTRANT_HOLDS.get(owner, self.name, READ):
+            return None
+        return super()._owner_holds(info, owner)
 
 
 class ReadWriteLock:

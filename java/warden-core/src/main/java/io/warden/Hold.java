@@ -18,17 +18,24 @@ import java.util.concurrent.locks.ReentrantLock;
  */
 final class Hold implements WardenLock, Permit {
   enum Kind {
-    LOCK("LOCK.RELEASE", "LOCK.EXTEND"),
-    READ("RWLOCK.UNLOCK", "RWLOCK.EXTEND"),
-    WRITE("RWLOCK.UNLOCK", "RWLOCK.EXTEND"),
-    SEMAPHORE("SEM.RELEASE", "SEM.EXTEND");
+    LOCK("LOCK.RELEASE", "LOCK.EXTEND", null),
+    READ("RWLOCK.UNLOCK", "RWLOCK.EXTEND", "READ"),
+    WRITE("RWLOCK.UNLOCK", "RWLOCK.EXTEND", "WRITE"),
+    SEMAPHORE("SEM.RELEASE", "SEM.EXTEND", null);
 
     final String release;
     final String extend;
 
-    Kind(String release, String extend) {
+    /**
+     * {@code RWLOCK.UNLOCK}'s mode (module 1.1.0): the release ends a hold of this kind only;
+     * without it a downgraded owner's write hold goes first.
+     */
+    final String mode;
+
+    Kind(String release, String extend, String mode) {
       this.release = release;
       this.extend = extend;
+      this.mode = mode;
     }
   }
 
@@ -444,8 +451,7 @@ final class Hold implements WardenLock, Permit {
     releaseSent = true;
     CompletableFuture<Void> done = released;
     warden
-        .transport()
-        .execute(Resp.args(kind.release, key, owner))
+        .unlock(kind, key, owner, false)
         .whenComplete(
             (reply, error) -> {
               lock.lock();

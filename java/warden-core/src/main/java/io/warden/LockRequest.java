@@ -169,7 +169,7 @@ public final class LockRequest {
             deadline,
             mayWait,
             maxQueue,
-            warden.tokenKind(kind.release, key, owner, this.owner == null));
+            warden.tokenKind(kind, key, owner, this.owner == null));
     a.leaseAt(3);
     CompletableFuture<Optional<WardenLock>> out =
         a.deliverTo(

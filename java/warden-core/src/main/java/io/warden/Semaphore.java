@@ -56,7 +56,7 @@ final class Semaphore implements DistributedSemaphore {
             deadline,
             mayWait,
             maxQueue,
-            warden.tokenKind("SEM.RELEASE", key, owner, true));
+            warden.tokenKind(Hold.Kind.SEMAPHORE, key, owner, true));
     a.leaseAt(3);
     CompletableFuture<Optional<Permit>> out =
         a.deliverTo(

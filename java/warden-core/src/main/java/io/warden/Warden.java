@@ -92,6 +92,7 @@ public final class Warden implements AutoCloseable {
   // The server refused WARDEN.WITHDRAW (a module before 1.1.0, an ACL that denies it): from then on
   // an abort goes straight to CLIENT UNBLOCK or closes the waiter's connection.
   private volatile boolean withdrawRefused;
+  private volatile boolean unlockModeRefused;
   // Retries waiting on the scheduler, completed with a "no" when this Warden closes: a closed
   // scheduler drops what it has not run, and an abort that never ends leaves its waiter queued.
   private final Set<CompletableFuture<?>> retries = ConcurrentHashMap.newKeySet();
@@ -262,7 +263,7 @@ public final class Warden implements AutoCloseable {
   }
 
   /** What a token reply means, and how to give it back. */
-  Attempt.Kind tokenKind(String releaseCommand, String key, String owner, boolean ownOwner) {
+  Attempt.Kind tokenKind(Hold.Kind kind, String key, String owner, boolean ownOwner) {
     return new Attempt.Kind() {
       @Override
       public boolean granted(Object reply) {
@@ -271,16 +272,14 @@ public final class Warden implements AutoCloseable {
 
       @Override
       public CompletionStage<?> giveBack(Object reply) {
-        return transport.execute(Resp.args(releaseCommand, key, owner));
+        return unlock(kind, key, owner, !ownOwner);
       }
 
       @Override
       public CompletionStage<?> giveBackUnseen() {
         // The owner is this request's own: releasing it frees at most what it was granted
         // (a borrowed owner, a downgrade's, may hold more: left to its lease).
-        return ownOwner
-            ? transport.execute(Resp.args(releaseCommand, key, owner))
-            : CompletableFuture.completedFuture(null);
+        return ownOwner ? unlock(kind, key, owner, false) : CompletableFuture.completedFuture(null);
       }
 
       @Override
@@ -290,6 +289,62 @@ public final class Warden implements AutoCloseable {
         return ownOwner;
       }
     };
+  }
+
+  /**
+   * One release of {@code owner}'s holds of {@code kind} on {@code key}: a read-write lock's names
+   * its mode ({@code RWLOCK.UNLOCK key owner READ|WRITE}), so that a downgraded owner's read
+   * release keeps its write hold. A module before 1.1.0 refuses the mode (remembered: this Warden
+   * sends the form without from then on, which ends an owner's write holds first); there a {@code
+   * borrowed} owner's read (a downgrade's, given back) is not released: that would end the write
+   * hold, and let readers in beside the writer. It ends with its lease.
+   */
+  CompletionStage<Object> unlock(Hold.Kind kind, String key, String owner, boolean borrowed) {
+    if (kind.mode == null) {
+      return transport.execute(Resp.args(kind.release, key, owner));
+    }
+    if (unlockModeRefused) {
+      return unlockWithoutMode(kind, key, owner, borrowed);
+    }
+    CompletableFuture<Object> out = new CompletableFuture<>();
+    transport
+        .execute(Resp.args(kind.release, key, owner, kind.mode))
+        .whenComplete(
+            (reply, e) -> {
+              if (e == null) {
+                out.complete(reply);
+                return;
+              }
+              Throwable cause = Resp.unwrap(e);
+              if (!(cause instanceof WardenServerException)
+                  || !refusesMode((WardenServerException) cause)) {
+                out.completeExceptionally(e);
+                return;
+              }
+              unlockModeRefused = true;
+              unlockWithoutMode(kind, key, owner, borrowed)
+                  .whenComplete(
+                      (again, error) -> {
+                        if (error != null) {
+                          out.completeExceptionally(error);
+                        } else {
+                          out.complete(again);
+                        }
+                      });
+            });
+    return out;
+  }
+
+  private CompletionStage<Object> unlockWithoutMode(
+      Hold.Kind kind, String key, String owner, boolean borrowed) {
+    return kind == Hold.Kind.READ && borrowed
+        ? CompletableFuture.completedFuture(null)
+        : transport.execute(Resp.args(kind.release, key, owner));
+  }
+
+  private static boolean refusesMode(WardenServerException e) {
+    String m = e.getMessage() == null ? "" : e.getMessage();
+    return m.toLowerCase(Locale.ROOT).contains("wrong number of arguments");
   }
 
   /**

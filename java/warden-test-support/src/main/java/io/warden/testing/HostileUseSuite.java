@@ -8,6 +8,7 @@ import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import io.warden.DistributedLock;
+import io.warden.DistributedReadWriteLock;
 import io.warden.DistributedSemaphore;
 import io.warden.Permit;
 import io.warden.Warden;
@@ -27,6 +28,7 @@ import java.util.concurrent.atomic.AtomicInteger;
 import java.util.concurrent.atomic.AtomicReference;
 import java.util.regex.Matcher;
 import java.util.regex.Pattern;
+import org.junit.jupiter.api.Assumptions;
 import org.junit.jupiter.api.Test;
 
 /**
@@ -89,6 +91,81 @@ public abstract class HostileUseSuite extends TransportSuite {
     assertEquals(1, lock.getHoldCount());
     lock.unlock();
     assertNothingLeft(k);
+  }
+
+  /** RWLOCK.INFO's mode and total holds, as "mode/holds" ("none" when free). */
+  private String rwState(String k) {
+    Object info = server.call("RWLOCK.INFO", k);
+    if (info == null) {
+      return "none";
+    }
+    List<?> fields = (List<?>) info;
+    String mode = null;
+    Object holds = null;
+    for (int i = 0; i + 1 < fields.size(); i += 2) {
+      String name = new String((byte[]) fields.get(i), StandardCharsets.UTF_8);
+      if (name.equals("mode")) {
+        mode = new String((byte[]) fields.get(i + 1), StandardCharsets.UTF_8);
+      } else if (name.equals("holds")) {
+        holds = fields.get(i + 1);
+      }
+    }
+    return mode + "/" + holds;
+  }
+
+  @Test
+  void aDowngradedWriterKeepsItsWriteHold() throws Exception {
+    // A read taken while writing, let go first (nested blocks) or given back (not granted
+    // in time), ends the read hold only (RWLOCK.UNLOCK key owner READ): the write hold stays,
+    // and no other reader gets in beside the writer.
+    String[] cases = {"read-released-first", "read-given-back"};
+    for (String c : cases) {
+      String k = key("downgrade-" + c);
+      DistributedReadWriteLock rw = warden.getReadWriteLock(k);
+      rw.writeLock().lock();
+      try {
+        if (c.equals("read-released-first")) {
+          rw.readLock().lock();
+          rw.readLock().unlock();
+        } else {
+          for (int i = 0; i < 50; i++) {
+            if (rw.readLock().tryLock(1, TimeUnit.MICROSECONDS)) {
+              rw.readLock().unlock();
+            }
+          }
+          sleep(100); // a give-back in flight
+        }
+        assertEquals("write/1", rwState(k), c);
+        assertTrue(rw.writeLock().isHeldByCurrentThread(), c);
+        assertNull(server.call("RWLOCK.READ", k, "other", "30000"), c);
+      } finally {
+        rw.writeLock().unlock();
+      }
+      assertNothingLeft(k);
+    }
+  }
+
+  @Test
+  void aModuleBeforeTheUnlockModeGetsReleasesWithoutIt() throws Exception {
+    // Before 1.1.0 RWLOCK.UNLOCK takes no mode: the Warden learns it from the refusal and sends
+    // the form without, for reads and writes alike.
+    RedisServer old = RedisServer.startPreviousRelease();
+    Assumptions.assumeTrue(old != null, "WARDEN_PREV_MODULE: the release before 1.1.0");
+    try (Warden w = Warden.create(transport(old))) {
+      DistributedReadWriteLock rw = w.getReadWriteLock("old");
+      for (int round = 0; round < 2; round++) {
+        rw.readLock().lock();
+        assertNull(old.call("RWLOCK.WRITE", "old", "other", "30000"), "a writer beside a reader");
+        rw.readLock().unlock();
+        assertEquals(0L, old.call("EXISTS", "old"), "a read released without the mode");
+        rw.writeLock().lock();
+        assertNull(old.call("RWLOCK.READ", "old", "other", "30000"), "a reader beside the writer");
+        rw.writeLock().unlock();
+        assertEquals(0L, old.call("EXISTS", "old"), "a write released without the mode");
+      }
+    } finally {
+      old.close();
+    }
   }
 
   @Test

@@ -108,6 +108,15 @@ public final class RedisServer implements AutoCloseable {
     return start(true);
   }
 
+  /**
+   * Starts a server with another build of the module (the release before this one, for version
+   * skew), or null when {@code WARDEN_PREV_MODULE} names none.
+   */
+  public static RedisServer startPreviousRelease() {
+    String m = System.getenv("WARDEN_PREV_MODULE");
+    return m == null || m.isEmpty() ? null : start(true, "--loadmodule", m);
+  }
+
   private static RedisServer start(boolean noModule, String... extraArgs) {
     try {
       Path dir = Files.createTempDirectory("warden-java-");
