@@ -249,7 +249,7 @@ export class Connections {
     if (this.shut) return Promise.reject(new ConnectionError("warden is closed"));
     let conn = this.commands.get(node);
     if (conn === undefined) {
-      conn = this.transport.open(node, true);
+      conn = this.transport.open(node);
       this.commands.set(node, conn);
       const opened = conn;
       opened.then(

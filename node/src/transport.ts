@@ -36,9 +36,8 @@ export interface Connection {
 export interface Transport {
   /** The node serving `key` (`""` without a cluster). */
   nodeOf(key: string): Promise<string>;
-  /** A new connection to `node`, no retries, no command timeout. `shared`:
-   * it carries many callers' commands at once (see `Connection`). */
-  open(node: string, shared?: boolean): Promise<Connection>;
+  /** A new connection to `node`, no retries, no command timeout. */
+  open(node: string): Promise<Connection>;
   /** A cluster redirect (`MOVED`, `ASK`) answered for `key`: learn the slots again. */
   refresh(key: string): Promise<void>;
   /** One server, node `""` (no cluster): its connection can open before the first command. */
@@ -108,19 +107,17 @@ const IOREDIS_OWN = {
 class IoredisConnection implements Connection {
   broken = false;
   clientId = "";
-  private corked = false;
   constructor(
     readonly node: string,
     private readonly redis: Client,
-    private readonly shared: boolean,
   ) {}
 
-  static async open(template: Client, node: string, shared = false): Promise<IoredisConnection> {
+  static async open(template: Client, node: string): Promise<IoredisConnection> {
     const redis = template.duplicate(IOREDIS_OWN);
     redis.on("error", () => {}); // failures reach the command that was on it
     try {
       await redis.connect();
-      const conn = new IoredisConnection(node, redis, shared);
+      const conn = new IoredisConnection(node, redis);
       redis.on("close", () => {
         conn.broken = true;
       });
@@ -132,20 +129,6 @@ class IoredisConnection implements Connection {
   }
 
   send(args: Args): Promise<unknown> {
-    if (this.shared && !this.corked) {
-      // The commands many callers send in one turn of the event loop (the
-      // releases after a batch of replies) leave in one write: a write is
-      // most of a command's cost here. Sent by the end of this turn.
-      const stream = this.redis.stream;
-      if (stream !== undefined && stream !== null) {
-        this.corked = true;
-        stream.cork();
-        process.nextTick(() => {
-          this.corked = false;
-          stream.uncork();
-        });
-      }
-    }
     const [command, ...rest] = args;
     return this.redis.call(String(command), ...rest.map(String)).catch((error: unknown) => {
       if (!(error as { name?: string })?.name?.includes("ReplyError")) this.broken = true;
@@ -162,7 +145,7 @@ class IoredisConnection implements Connection {
 function ioredisStandalone(redis: Client): Transport {
   return {
     nodeOf: async () => "",
-    open: (node, shared) => IoredisConnection.open(redis, node, shared),
+    open: (node) => IoredisConnection.open(redis, node),
     refresh: async () => {},
     single: true,
   };
@@ -184,10 +167,10 @@ function ioredisCluster(cluster: Client): Transport {
       if (node === undefined) throw new ConnectionError(`no node serves the slot of ${key}`);
       return String(node);
     },
-    async open(node, shared) {
+    async open(node) {
       const template = cluster.connectionPool.getInstanceByKey(node);
       if (template === undefined) throw new ConnectionError(`unknown cluster node ${node}`);
-      return IoredisConnection.open(template, node, shared);
+      return IoredisConnection.open(template, node);
     },
     refresh: () =>
       new Promise<void>((resolve) => {
