@@ -283,10 +283,13 @@ export class Connections {
     late: (reply: unknown) => void,
     abandoned: (clientId: string) => void,
   ): Promise<unknown> {
-    const queued = `${build(0)[0]} ${key}`;
+    // Built once: the command it is counted under, and the one sent
+    // without a deadline.
+    const forever = build(0);
+    const queued = `${forever[0]} ${key}`;
     this.waiting.set(queued, (this.waiting.get(queued) ?? 0) + 1);
     try {
-      return await this.waitFor(key, build, deadline, signal, late, abandoned);
+      return await this.waitFor(key, build, forever, deadline, signal, late, abandoned);
     } finally {
       const n = (this.waiting.get(queued) ?? 1) - 1;
       if (n > 0) this.waiting.set(queued, n);
@@ -303,13 +306,17 @@ export class Connections {
   private async waitFor(
     key: string,
     build: (waitMs: number) => Args,
+    forever: Args,
     deadline: number,
     signal: AbortSignal | undefined,
     late: (reply: unknown) => void,
     abandoned: (clientId: string) => void,
   ): Promise<unknown> {
     for (let attempt = 0; ; attempt++) {
-      const conn = await this.take(await this.transport.nodeOf(key), signal, deadline);
+      // A single server's idle waiter connection is taken without a turn of
+      // the event loop (the common case of a busy key).
+      const node = this.transport.single ? "" : await this.transport.nodeOf(key);
+      const conn = this.takeIdle(node, signal) ?? (await this.take(node, signal, deadline));
       if (conn === null) return TIMED_OUT;
       const waitMs = serverWait(deadline);
       if (waitMs === null) {
@@ -319,7 +326,7 @@ export class Connections {
       try {
         const reply = await this.waitOn(
           conn,
-          build(waitMs),
+          waitMs === 0 ? forever : build(waitMs),
           waitMs,
           deadline,
           signal,
@@ -359,7 +366,10 @@ export class Connections {
       let cancelDeadline = () => {};
       let cancelRead = () => {};
       let unlisten = () => {};
-      let id: Promise<string> = Promise.resolve(conn.clientId);
+      // The connection's id, to unblock this request on abort: asked with it
+      // (below) while unknown.
+      let asked: Promise<string> | undefined;
+      const id = (): Promise<string> => asked ?? Promise.resolve(conn.clientId);
       const settle = () => {
         settled = true;
         cancelDeadline();
@@ -403,7 +413,7 @@ export class Connections {
           // Answered once the server has taken the waiter out (UNBLOCK's
           // reply), so the abort is ordered before the caller's next command
           // on any connection.
-          if (!(await this.unblock(conn, id, Number.isFinite(waitMs) && waitMs > 0))) drop();
+          if (!(await this.unblock(conn, id(), Number.isFinite(waitMs) && waitMs > 0))) drop();
           reject(reason);
           return;
         }
@@ -414,7 +424,7 @@ export class Connections {
         // where CLIENT is refused, at once.
         let cancel = () => {};
         const clientId = await Promise.race([
-          id,
+          id(),
           new Promise<string>((resolve) => {
             cancel = later(GONE_MS, () => resolve(""), true);
           }),
@@ -458,7 +468,7 @@ export class Connections {
         // The id (to unblock this request on abort) in the same write as the
         // request: no round trip before waiting. A server that refuses
         // CLIENT still lets it wait; an abort then closes the connection.
-        id = conn.send(["CLIENT", "ID"]).then(
+        asked = conn.send(["CLIENT", "ID"]).then(
           (reply) => {
             conn.clientId = String(reply);
             return conn.clientId;
@@ -470,10 +480,10 @@ export class Connections {
         );
       }
       const sent = conn.send(args);
-      const tracked = sent.catch(() => {}).finally(() => this.pending.delete(tracked));
-      this.pending.add(tracked);
+      this.pending.add(sent);
       sent.then(
         (reply) => {
+          this.pending.delete(sent);
           if (replied) return;
           finished();
           if (!settled) {
@@ -485,6 +495,7 @@ export class Connections {
           this.give(conn);
         },
         (error: unknown) => {
+          this.pending.delete(sent);
           if (replied) return;
           finished();
           const broken = !(error instanceof ReplyError);
@@ -574,6 +585,22 @@ export class Connections {
       if (pause <= 0) return false;
       await sleep(pause);
     }
+  }
+
+  /** An idle waiter connection to `node`, taken as `take` would, or null
+   * when none is idle (or `take` would refuse: closed, aborted). */
+  private takeIdle(node: string, signal: AbortSignal | undefined): Connection | null {
+    if (this.closed || signal?.aborted) return null;
+    const idle = this.idle.get(node);
+    while (idle !== undefined && idle.length > 0) {
+      const conn = idle.pop() as Connection;
+      if (!conn.broken) {
+        this.busy.add(conn);
+        return conn;
+      }
+      this.waiters--;
+    }
+    return null;
   }
 
   /** A waiter connection to `node`, for `waitOn` requests; `give` it back.
