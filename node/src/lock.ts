@@ -140,6 +140,9 @@ export class Lock implements AsyncDisposable {
   private lostController: AbortController | undefined;
   private released = false;
   private timer: (() => void) | undefined;
+  /** A fixed lease whose end no timer watches (nobody listens to `lost`):
+   * it is noticed when the hold is asked about. */
+  private unwatched = false;
   private deadline: number;
   /** The lease asked for (`extend()`'s default): above the server's cap,
    * `ttl` is the cap and the hold is renewed until `end`. */
@@ -174,13 +177,16 @@ export class Lock implements AsyncDisposable {
   get lost(): AbortSignal {
     if (this.lostController === undefined) {
       this.lostController = new AbortController();
+      this.noticeEnd();
       if (this.lostWhy !== undefined) this.lostController.abort(this.lostWhy);
+      else if (this.unwatched) this.schedule(); // now a timer tells the end
     }
     return this.lostController.signal;
   }
 
   /** True until released or lost. */
   get held(): boolean {
+    this.noticeEnd();
     return !this.released && this.lostWhy === undefined;
   }
 
@@ -218,6 +224,8 @@ export class Lock implements AsyncDisposable {
    * (it had been lost already). Releasing twice is a no-op. */
   async release(): Promise<void> {
     if (this.released) return;
+    // An unwatched lease that ended is told as such (its reply is then 0).
+    const ended = this.unwatched ? this.deadline : Number.POSITIVE_INFINITY;
     this.released = true;
     this.stop();
     let reply: unknown;
@@ -228,6 +236,7 @@ export class Lock implements AsyncDisposable {
       reply = "-1";
     }
     if (Number(reply) < this.kind.releasedFrom) {
+      if (performance.now() >= ended) this.lose("its lease ended");
       this.lose("it was no longer held by this owner when released");
       throw this.notHeld();
     }
@@ -267,6 +276,13 @@ export class Lock implements AsyncDisposable {
   private stop(): void {
     this.timer?.();
     this.timer = undefined;
+    this.unwatched = false;
+  }
+
+  /** An unwatched fixed lease that has ended: lost now, as its timer would
+   * have told. */
+  private noticeEnd(): void {
+    if (this.unwatched && performance.now() >= this.deadline) this.lose("its lease ended");
   }
 
   /** The next renewal (watchdog, or a lease capped below the one asked
@@ -275,13 +291,17 @@ export class Lock implements AsyncDisposable {
   private schedule(): void {
     this.stop();
     if (!this.held) return;
-    const now = performance.now();
     if (this.watchdog || (this.end !== undefined && this.end > this.deadline)) {
+      const now = performance.now();
       const pause = Math.max(1, Math.min(this.ttl / 3, (this.deadline - now) / 2));
       this.timer = later(pause, () => this.renew(), true);
+    } else if (this.lostController === undefined) {
+      // Nobody listens to `lost` yet: no timer per hold (most are released
+      // well before their lease ends).
+      this.unwatched = true;
     } else {
       this.timer = later(
-        Math.max(0, this.deadline - now),
+        Math.max(0, this.deadline - performance.now()),
         () => this.lose("its lease ended"),
         true,
       );
