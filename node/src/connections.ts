@@ -25,6 +25,9 @@ interface Queued {
   reject(error: unknown): void;
 }
 
+/** What cancels nothing: shared, not made per call. */
+const NOOP = (): void => {};
+
 export const sleep = (ms: number): Promise<void> =>
   new Promise((resolve) => setTimeout(resolve, ms));
 
@@ -45,7 +48,7 @@ const listeners = new WeakMap<AbortSignal, Set<() => void>>();
 
 /** Runs `fn` when `signal` aborts; returns what stops listening. */
 export function onAbort(signal: AbortSignal | undefined, fn: () => void): () => void {
-  if (signal === undefined) return () => {};
+  if (signal === undefined) return NOOP;
   let set = listeners.get(signal);
   if (set === undefined) {
     const callers = new Set<() => void>();
@@ -68,7 +71,7 @@ export function onAbort(signal: AbortSignal | undefined, fn: () => void): () => 
 /** Runs `fn` once `ms` ms have passed (never for `Infinity`); delays past
  * Node's timer limit are chained. Returns what cancels it. */
 export function later(ms: number, fn: () => void, unref = false): () => void {
-  if (!(ms < Number.POSITIVE_INFINITY)) return () => {};
+  if (!(ms < Number.POSITIVE_INFINITY)) return NOOP;
   const end = performance.now() + ms;
   let handle: NodeJS.Timeout;
   const arm = () => {
@@ -197,12 +200,22 @@ export class Connections {
 
   /** One command that never blocks, about `key`, sent once. A cluster
    * redirect (the command did not run) refreshes the slots and sends it again. */
-  async run(key: string, args: Args): Promise<unknown> {
+  run(key: string, args: Args): Promise<unknown> {
     this.runs++;
     // A single server's open connection: sent now, no turn of the event loop
     // spent finding it (a release is on the path of the next grant).
     const ready = this.single;
-    if (ready !== undefined && !ready.broken && !this.shut) return ready.send(args);
+    if (ready !== undefined && !ready.broken && !this.shut) {
+      try {
+        return ready.send(args);
+      } catch (error) {
+        return Promise.reject(error);
+      }
+    }
+    return this.routed(key, args);
+  }
+
+  private async routed(key: string, args: Args): Promise<unknown> {
     for (let attempt = 0; ; attempt++) {
       const node = await this.transport.nodeOf(key);
       const conn = await this.command(node);
@@ -289,7 +302,34 @@ export class Connections {
     const queued = `${forever[0]} ${key}`;
     this.waiting.set(queued, (this.waiting.get(queued) ?? 0) + 1);
     try {
-      return await this.waitFor(key, build, forever, deadline, signal, late, abandoned);
+      for (let attempt = 0; ; attempt++) {
+        // A single server's idle waiter connection is taken without a turn
+        // of the event loop (the common case of a busy key).
+        const node = this.transport.single ? "" : await this.transport.nodeOf(key);
+        const conn = this.takeIdle(node, signal) ?? (await this.take(node, signal, deadline));
+        if (conn === null) return TIMED_OUT;
+        const waitMs = serverWait(deadline);
+        if (waitMs === null) {
+          this.give(conn);
+          return TIMED_OUT;
+        }
+        try {
+          const reply = await this.waitOn(
+            conn,
+            waitMs === 0 ? forever : build(waitMs),
+            waitMs,
+            deadline,
+            signal,
+            late,
+            abandoned,
+          );
+          if (reply !== TIMED_OUT) this.give(conn);
+          return reply;
+        } catch (error) {
+          if (attempt > 0 || !isRedirect(error)) throw error;
+          await this.transport.refresh(key);
+        }
+      }
     } finally {
       const n = (this.waiting.get(queued) ?? 1) - 1;
       if (n > 0) this.waiting.set(queued, n);
@@ -301,45 +341,6 @@ export class Connections {
    * server's FIFO queue is not empty, so a try would be answered nil. */
   queued(command: string, key: string): boolean {
     return this.waiting.has(`${command} ${key}`);
-  }
-
-  private async waitFor(
-    key: string,
-    build: (waitMs: number) => Args,
-    forever: Args,
-    deadline: number,
-    signal: AbortSignal | undefined,
-    late: (reply: unknown) => void,
-    abandoned: (clientId: string) => void,
-  ): Promise<unknown> {
-    for (let attempt = 0; ; attempt++) {
-      // A single server's idle waiter connection is taken without a turn of
-      // the event loop (the common case of a busy key).
-      const node = this.transport.single ? "" : await this.transport.nodeOf(key);
-      const conn = this.takeIdle(node, signal) ?? (await this.take(node, signal, deadline));
-      if (conn === null) return TIMED_OUT;
-      const waitMs = serverWait(deadline);
-      if (waitMs === null) {
-        this.give(conn);
-        return TIMED_OUT;
-      }
-      try {
-        const reply = await this.waitOn(
-          conn,
-          waitMs === 0 ? forever : build(waitMs),
-          waitMs,
-          deadline,
-          signal,
-          late,
-          abandoned,
-        );
-        if (reply !== TIMED_OUT) this.give(conn);
-        return reply;
-      } catch (error) {
-        if (attempt > 0 || !isRedirect(error)) throw error;
-        await this.transport.refresh(key);
-      }
-    }
   }
 
   /** The node serving `key`. */
@@ -363,9 +364,9 @@ export class Connections {
     return new Promise((resolve, reject) => {
       let settled = false;
       let replied = false;
-      let cancelDeadline = () => {};
-      let cancelRead = () => {};
-      let unlisten = () => {};
+      let cancelDeadline = NOOP;
+      let cancelRead = NOOP;
+      let unlisten = NOOP;
       // The connection's id, to unblock this request on abort: asked with it
       // (below) while unknown.
       let asked: Promise<string> | undefined;
@@ -388,55 +389,6 @@ export class Connections {
         this.give(conn);
         abandoned(conn.clientId);
       };
-      const aborted = async () => {
-        if (settled) return;
-        settle();
-        const reason = abortReason(signal as AbortSignal);
-        if (!replied && (await this.withdraw(conn.node, args))) {
-          // Taken out of the queue: the waiter is answered nil on its own
-          // connection, which is kept (the reply goes to `late`, then the
-          // connection back to the pool). Answered after WITHDRAW's reply, so
-          // the abort is ordered before the caller's next command.
-          reject(reason);
-          return;
-        }
-        const unblockable = await this.unblockable(conn.node);
-        if (replied) {
-          // Read while WITHDRAW (or the INFO that tells whether UNBLOCK works)
-          // was on its way: a grant, given back by `late`. The connection may
-          // already carry another caller's wait, which an UNBLOCK or a close
-          // would cut off. Nothing is left to do.
-          reject(reason);
-          return;
-        }
-        if (unblockable) {
-          // Answered once the server has taken the waiter out (UNBLOCK's
-          // reply), so the abort is ordered before the caller's next command
-          // on any connection.
-          if (!(await this.unblock(conn, id(), Number.isFinite(waitMs) && waitMs > 0))) drop();
-          reject(reason);
-          return;
-        }
-        // Redis 7.0-7.2: closing the connection is the only way out, and the
-        // server may read that close after the caller's next command (another
-        // connection). The abort is answered once the server no longer lists
-        // the waiter (bounded), so it is ordered before whatever comes next;
-        // where CLIENT is refused, at once.
-        let cancel = () => {};
-        const clientId = await Promise.race([
-          id(),
-          new Promise<string>((resolve) => {
-            cancel = later(GONE_MS, () => resolve(""), true);
-          }),
-        ]);
-        cancel();
-        // A reply read meanwhile keeps the connection (a grant goes to `late`).
-        if (!replied) {
-          drop();
-          await this.gone(conn.node, clientId, GONE_MS);
-        }
-        reject(reason);
-      };
       if (signal?.aborted) {
         this.give(conn);
         reject(abortReason(signal));
@@ -444,11 +396,13 @@ export class Connections {
       }
       // The caller is answered at its deadline even if the reply is late;
       // the server's WAIT ends before it, so the reply follows shortly.
-      cancelDeadline = later(Math.max(0, deadline - performance.now()), () => {
-        if (settled) return;
-        settle();
-        resolve(TIMED_OUT);
-      });
+      if (deadline < Number.POSITIVE_INFINITY) {
+        cancelDeadline = later(Math.max(0, deadline - performance.now()), () => {
+          if (settled) return;
+          settle();
+          resolve(TIMED_OUT);
+        });
+      }
       if (waitMs > 0) {
         // No reply long after the server's WAIT: the connection is lost.
         cancelRead = later(waitMs + this.options.readMargin, () => {
@@ -463,7 +417,58 @@ export class Connections {
           drop();
         });
       }
-      unlisten = onAbort(signal, aborted);
+      if (signal !== undefined) {
+        const aborted = async () => {
+          if (settled) return;
+          settle();
+          const reason = abortReason(signal as AbortSignal);
+          if (!replied && (await this.withdraw(conn.node, args))) {
+            // Taken out of the queue: the waiter is answered nil on its own
+            // connection, which is kept (the reply goes to `late`, then the
+            // connection back to the pool). Answered after WITHDRAW's reply, so
+            // the abort is ordered before the caller's next command.
+            reject(reason);
+            return;
+          }
+          const unblockable = await this.unblockable(conn.node);
+          if (replied) {
+            // Read while WITHDRAW (or the INFO that tells whether UNBLOCK works)
+            // was on its way: a grant, given back by `late`. The connection may
+            // already carry another caller's wait, which an UNBLOCK or a close
+            // would cut off. Nothing is left to do.
+            reject(reason);
+            return;
+          }
+          if (unblockable) {
+            // Answered once the server has taken the waiter out (UNBLOCK's
+            // reply), so the abort is ordered before the caller's next command
+            // on any connection.
+            if (!(await this.unblock(conn, id(), Number.isFinite(waitMs) && waitMs > 0))) drop();
+            reject(reason);
+            return;
+          }
+          // Redis 7.0-7.2: closing the connection is the only way out, and the
+          // server may read that close after the caller's next command (another
+          // connection). The abort is answered once the server no longer lists
+          // the waiter (bounded), so it is ordered before whatever comes next;
+          // where CLIENT is refused, at once.
+          let cancel = () => {};
+          const clientId = await Promise.race([
+            id(),
+            new Promise<string>((resolve) => {
+              cancel = later(GONE_MS, () => resolve(""), true);
+            }),
+          ]);
+          cancel();
+          // A reply read meanwhile keeps the connection (a grant goes to `late`).
+          if (!replied) {
+            drop();
+            await this.gone(conn.node, clientId, GONE_MS);
+          }
+          reject(reason);
+        };
+        unlisten = onAbort(signal, aborted);
+      }
       if (conn.clientId === "" && !this.noClient.has(conn.node)) {
         // The id (to unblock this request on abort) in the same write as the
         // request: no round trip before waiting. A server that refuses

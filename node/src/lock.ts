@@ -105,22 +105,27 @@ function capped(connections: Connections, ms: number): number {
 
 /** Sends `args` (whose lease is `args[at]`); a refusal above the server's
  * cap (nothing was done) teaches the cap, and `args` go again at it. */
-async function underCap<T>(
+function underCap<T>(
   connections: Connections,
   args: (string | number)[],
   at: number,
   send: () => Promise<T>,
+  attempt = 0,
 ): Promise<T> {
-  for (let attempt = 0; ; attempt++) {
-    try {
-      return await send();
-    } catch (error) {
-      const cap = leaseCapOf(error);
-      if (cap === undefined || cap >= Number(args[at]) || attempt >= 2) throw error;
-      caps.set(connections, cap);
-      args[at] = cap;
-    }
+  let sent: Promise<T>;
+  try {
+    sent = send();
+  } catch (error) {
+    sent = Promise.reject(error);
   }
+  // No async frame of its own: on the path of every acquire.
+  return sent.catch((error: unknown) => {
+    const cap = leaseCapOf(error);
+    if (cap === undefined || cap >= Number(args[at]) || attempt >= 2) throw error;
+    caps.set(connections, cap);
+    args[at] = cap;
+    return underCap(connections, args, at, send, attempt + 1);
+  });
 }
 
 function checkMs(name: string, value: number, zero: boolean): number {
@@ -389,7 +394,10 @@ export interface Made<L extends Lock> {
 export function handOver<L extends Lock>(made: Made<L> | null): L | null {
   if (made === null) return null;
   const { grant: g, hold } = made;
-  if (g.signal?.aborted || performance.now() > g.deadline) {
+  if (
+    g.signal?.aborted ||
+    (g.deadline < Number.POSITIVE_INFINITY && performance.now() > g.deadline)
+  ) {
     hold.abandon();
     if (g.signal?.aborted) throw abortReason(g.signal);
     return null;
@@ -524,9 +532,9 @@ export async function grant(
     refuse();
     throw closedError();
   }
-  if (signal?.aborted || performance.now() > deadline) return refuse();
   // The lease runs from the grant: at most the reply's trip ago.
   const granted = performance.now();
+  if (signal?.aborted || granted > deadline) return refuse();
   return {
     owner,
     fence: BigInt(String(reply)),

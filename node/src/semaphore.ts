@@ -95,10 +95,18 @@ export class Semaphore {
    * request for fewer permits) up to `wait` ms (default: until granted or
    * aborted); `LockBusyError` if not granted in time. Without `ttl`, a 30 s
    * lease renewed by a watchdog until release. */
-  async acquire(options: SemaphoreAcquireOptions = {}): Promise<Permit> {
-    const permit = handOver(await this.take(options));
-    if (permit === null) throw new LockBusyError(this.key);
-    return permit;
+  acquire(options: SemaphoreAcquireOptions = {}): Promise<Permit> {
+    let taken: Promise<Made<Permit> | null>;
+    try {
+      taken = this.take(options);
+    } catch (error) {
+      return Promise.reject(error);
+    }
+    return taken.then((made) => {
+      const permit = handOver(made);
+      if (permit === null) throw new LockBusyError(this.key);
+      return permit;
+    });
   }
 
   /** The permits, or null when they are not free (default: no wait). */
@@ -145,27 +153,28 @@ export class Semaphore {
     };
   }
 
-  private async take(options: SemaphoreAcquireOptions): Promise<Made<Permit> | null> {
+  private take(options: SemaphoreAcquireOptions): Promise<Made<Permit> | null> {
     const permits = checkCount("permits", options.permits ?? 1);
     const extra = ["LIMIT", this.stated, "PERMITS", permits];
-    let g: Grant | null;
-    try {
-      g = await grant(this.connections, SEMAPHORE, this.key, options, this.defaults, extra);
-    } catch (error) {
-      throw SemaphoreLimitError.from(error);
-    }
-    if (g === null) return null;
-    const hold = new Permit(
-      this.connections,
-      this.key,
-      g.owner,
-      g.fence,
-      g.ttl,
-      g.watchdog,
-      g.granted,
-      permits,
-      g.asked,
+    return grant(this.connections, SEMAPHORE, this.key, options, this.defaults, extra).then(
+      (g: Grant | null) => {
+        if (g === null) return null;
+        const hold = new Permit(
+          this.connections,
+          this.key,
+          g.owner,
+          g.fence,
+          g.ttl,
+          g.watchdog,
+          g.granted,
+          permits,
+          g.asked,
+        );
+        return { grant: g, hold };
+      },
+      (error: unknown) => {
+        throw SemaphoreLimitError.from(error);
+      },
     );
-    return { grant: g, hold };
   }
 }

@@ -129,8 +129,10 @@ class IoredisConnection implements Connection {
   }
 
   send(args: Args): Promise<unknown> {
-    const [command, ...rest] = args;
-    return this.redis.call(String(command), ...rest.map(String)).catch((error: unknown) => {
+    // One array of strings (ioredis flattens it): no spread, no second copy.
+    const rest: string[] = new Array(args.length - 1);
+    for (let i = 1; i < args.length; i++) rest[i - 1] = String(args[i]);
+    return this.redis.call(String(args[0]), rest).catch((error: unknown) => {
       if (!(error as { name?: string })?.name?.includes("ReplyError")) this.broken = true;
       fail(error);
     });
