@@ -178,8 +178,9 @@ export class Connections {
   private readonly noClient = new Set<string>();
   /** Nodes that refuse `WARDEN.WITHDRAW` (a module before 1.1.0, an ACL). */
   private readonly noWithdraw = new Set<string>();
-  /** Requests of this process waiting, by command and key. */
-  private readonly waiting = new Map<string, number>();
+  /** Requests of this process waiting, by command, then key (no key
+   * string built per request). */
+  private readonly waiting = new Map<string, Map<string, number>>();
   private waiters = 0;
   /** A single server's command connection, once open (`run`'s fast path). */
   private single: Connection | undefined;
@@ -299,8 +300,13 @@ export class Connections {
     // Built once: the command it is counted under, and the one sent
     // without a deadline.
     const forever = build(0);
-    const queued = `${forever[0]} ${key}`;
-    this.waiting.set(queued, (this.waiting.get(queued) ?? 0) + 1);
+    const command = String(forever[0]);
+    let queued = this.waiting.get(command);
+    if (queued === undefined) {
+      queued = new Map();
+      this.waiting.set(command, queued);
+    }
+    queued.set(key, (queued.get(key) ?? 0) + 1);
     try {
       for (let attempt = 0; ; attempt++) {
         // A single server's idle waiter connection is taken without a turn
@@ -331,16 +337,16 @@ export class Connections {
         }
       }
     } finally {
-      const n = (this.waiting.get(queued) ?? 1) - 1;
-      if (n > 0) this.waiting.set(queued, n);
-      else this.waiting.delete(queued);
+      const n = (queued.get(key) ?? 1) - 1;
+      if (n > 0) queued.set(key, n);
+      else queued.delete(key);
     }
   }
 
   /** Whether a request of this process waits with `command` on `key`: the
    * server's FIFO queue is not empty, so a try would be answered nil. */
   queued(command: string, key: string): boolean {
-    return this.waiting.has(`${command} ${key}`);
+    return this.waiting.get(command)?.has(key) === true;
   }
 
   /** The node serving `key`. */

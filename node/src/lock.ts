@@ -120,12 +120,26 @@ function underCap<T>(
   }
   // No async frame of its own: on the path of every acquire.
   return sent.catch((error: unknown) => {
-    const cap = leaseCapOf(error);
-    if (cap === undefined || cap >= Number(args[at]) || attempt >= 2) throw error;
-    caps.set(connections, cap);
-    args[at] = cap;
+    if (!learnCap(connections, args, at, error, attempt)) throw error;
     return underCap(connections, args, at, send, attempt + 1);
   });
+}
+
+/** After `error` answered `args` (the `attempt`th time): true when it
+ * refused the lease `args[at]` above the server's cap (nothing was done),
+ * which is then learnt and put in `args` to go again. */
+function learnCap(
+  connections: Connections,
+  args: (string | number)[],
+  at: number,
+  error: unknown,
+  attempt: number,
+): boolean {
+  const cap = leaseCapOf(error);
+  if (cap === undefined || cap >= Number(args[at]) || attempt >= 2) return false;
+  caps.set(connections, cap);
+  args[at] = cap;
+  return true;
 }
 
 function checkMs(name: string, value: number, zero: boolean): number {
@@ -506,26 +520,24 @@ export async function grant(
     if (wait === 0) return null;
   }
 
+  const build = (waitMs: number) => {
+    const command = [...args, "WAIT", waitMs];
+    if (queue !== undefined) command.push("QUEUE", queue);
+    return command;
+  };
+  const late = (reply: unknown) => {
+    if (reply !== null && reply !== undefined && !(reply instanceof Error)) release();
+  };
+  const abandoned = (clientId: string) => giveBack(connections, kind, key, owner, clientId);
   let reply: unknown;
-  try {
-    reply = await underCap(connections, args, 3, () =>
-      connections.wait(
-        key,
-        (waitMs) => {
-          const command = [...args, "WAIT", waitMs];
-          if (queue !== undefined) command.push("QUEUE", queue);
-          return command;
-        },
-        deadline,
-        signal,
-        (late) => {
-          if (late !== null && late !== undefined && !(late instanceof Error)) release();
-        },
-        (clientId) => giveBack(connections, kind, key, owner, clientId),
-      ),
-    );
-  } catch (error) {
-    throw connections.isClosed && error instanceof ConnectionError ? closedError() : error;
+  for (let attempt = 0; ; attempt++) {
+    try {
+      reply = await connections.wait(key, build, deadline, signal, late, abandoned);
+      break;
+    } catch (error) {
+      if (learnCap(connections, args, 3, error, attempt)) continue;
+      throw connections.isClosed && error instanceof ConnectionError ? closedError() : error;
+    }
   }
   if (reply === TIMED_OUT || reply === null || reply === undefined) return null;
   if (connections.isClosed) {

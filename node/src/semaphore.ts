@@ -96,13 +96,7 @@ export class Semaphore {
    * aborted); `LockBusyError` if not granted in time. Without `ttl`, a 30 s
    * lease renewed by a watchdog until release. */
   acquire(options: SemaphoreAcquireOptions = {}): Promise<Permit> {
-    let taken: Promise<Made<Permit> | null>;
-    try {
-      taken = this.take(options);
-    } catch (error) {
-      return Promise.reject(error);
-    }
-    return taken.then((made) => {
+    return this.take(options, (made) => {
       const permit = handOver(made);
       if (permit === null) throw new LockBusyError(this.key);
       return permit;
@@ -110,8 +104,8 @@ export class Semaphore {
   }
 
   /** The permits, or null when they are not free (default: no wait). */
-  async tryAcquire(options: SemaphoreAcquireOptions = {}): Promise<Permit | null> {
-    return handOver(await this.take({ wait: 0, ...options }));
+  tryAcquire(options: SemaphoreAcquireOptions = {}): Promise<Permit | null> {
+    return this.take({ wait: 0, ...options }, handOver);
   }
 
   /** Runs `routine` holding permits with a `ttl` ms lease renewed until it
@@ -153,12 +147,24 @@ export class Semaphore {
     };
   }
 
-  private take(options: SemaphoreAcquireOptions): Promise<Made<Permit> | null> {
-    const permits = checkCount("permits", options.permits ?? 1);
-    const extra = ["LIMIT", this.stated, "PERMITS", permits];
-    return grant(this.connections, SEMAPHORE, this.key, options, this.defaults, extra).then(
-      (g: Grant | null) => {
-        if (g === null) return null;
+  /** The permits asked for, made into a hold and handed to `hand` in the
+   * same step (one promise between the grant and the caller). */
+  private take<R>(
+    options: SemaphoreAcquireOptions,
+    hand: (made: Made<Permit> | null) => R,
+  ): Promise<R> {
+    let permits: number;
+    let granted: Promise<Grant | null>;
+    try {
+      permits = checkCount("permits", options.permits ?? 1);
+      const extra = ["LIMIT", this.stated, "PERMITS", permits];
+      granted = grant(this.connections, SEMAPHORE, this.key, options, this.defaults, extra);
+    } catch (error) {
+      return Promise.reject(error);
+    }
+    return granted.then(
+      (g) => {
+        if (g === null) return hand(null);
         const hold = new Permit(
           this.connections,
           this.key,
@@ -170,7 +176,7 @@ export class Semaphore {
           permits,
           g.asked,
         );
-        return { grant: g, hold };
+        return hand({ grant: g, hold });
       },
       (error: unknown) => {
         throw SemaphoreLimitError.from(error);
