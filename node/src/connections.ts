@@ -200,28 +200,29 @@ export class Connections {
   ) {}
 
   /** One command that never blocks, about `key`, sent once. A cluster
-   * redirect (the command did not run) refreshes the slots and sends it again. */
-  run(key: string, args: Args): Promise<unknown> {
+   * redirect (the command did not run) refreshes the slots and sends it again.
+   * `now`: written at once (see `Connection.send`). */
+  run(key: string, args: Args, now = false): Promise<unknown> {
     this.runs++;
     // A single server's open connection: sent now, no turn of the event loop
     // spent finding it (a release is on the path of the next grant).
     const ready = this.single;
     if (ready !== undefined && !ready.broken && !this.shut) {
       try {
-        return ready.send(args);
+        return ready.send(args, now);
       } catch (error) {
         return Promise.reject(error);
       }
     }
-    return this.routed(key, args);
+    return this.routed(key, args, now);
   }
 
-  private async routed(key: string, args: Args): Promise<unknown> {
+  private async routed(key: string, args: Args, now: boolean): Promise<unknown> {
     for (let attempt = 0; ; attempt++) {
       const node = await this.transport.nodeOf(key);
       const conn = await this.command(node);
       try {
-        return await conn.send(args);
+        return await conn.send(args, now);
       } catch (error) {
         if (attempt > 0 || !isRedirect(error)) throw error;
         await this.transport.refresh(key);
@@ -244,7 +245,7 @@ export class Connections {
    * closed it, then on a connection of its own (a grant found late is never
    * left held until its lease ends). */
   async giveBack(key: string, args: Args): Promise<unknown> {
-    if (!this.shut) return this.run(key, args);
+    if (!this.shut) return this.run(key, args, true);
     const conn = await this.transport.open(await this.transport.nodeOf(key));
     try {
       return await conn.send(args);
@@ -263,7 +264,7 @@ export class Connections {
     if (this.shut) return Promise.reject(new ConnectionError("warden is closed"));
     let conn = this.commands.get(node);
     if (conn === undefined) {
-      conn = this.transport.open(node);
+      conn = this.transport.open(node, true);
       this.commands.set(node, conn);
       const opened = conn;
       opened.then(

@@ -249,7 +249,8 @@ export class Lock implements AsyncDisposable {
     this.stop();
     let reply: unknown;
     try {
-      reply = await this.connections.run(this.key, [this.kind.release, this.key, this.owner]);
+      // At once: the next grant (another caller's, maybe) waits for it.
+      reply = await this.connections.run(this.key, [this.kind.release, this.key, this.owner], true);
     } catch (error) {
       if (!isWrongType(error)) throw error;
       reply = "-1";

@@ -25,8 +25,10 @@ export interface Connection {
    * seen it go: `""` until learned (asked with a waiter's first blocking
    * request, in the same write; never on a command connection). */
   clientId: string;
-  /** Sends one command; integers in the reply are decimal strings. */
-  send(args: Args): Promise<unknown>;
+  /** Sends one command; integers in the reply are decimal strings. `now`:
+   * written at once, never held to share a write with the other commands of
+   * this turn (a release: the next grant waits for it). */
+  send(args: Args, now?: boolean): Promise<unknown>;
   /** Closes it at once: the server drops a request still waiting on it. */
   destroy(): void;
   readonly broken: boolean;
@@ -36,8 +38,9 @@ export interface Connection {
 export interface Transport {
   /** The node serving `key` (`""` without a cluster). */
   nodeOf(key: string): Promise<string>;
-  /** A new connection to `node`, no retries, no command timeout. */
-  open(node: string): Promise<Connection>;
+  /** A new connection to `node`, no retries, no command timeout. `shared`:
+   * it carries many callers' commands at once (see `Connection`). */
+  open(node: string, shared?: boolean): Promise<Connection>;
   /** A cluster redirect (`MOVED`, `ASK`) answered for `key`: learn the slots again. */
   refresh(key: string): Promise<void>;
   /** One server, node `""` (no cluster): its connection can open before the first command. */
@@ -107,17 +110,19 @@ const IOREDIS_OWN = {
 class IoredisConnection implements Connection {
   broken = false;
   clientId = "";
+  private corked = false;
   constructor(
     readonly node: string,
     private readonly redis: Client,
+    private readonly shared: boolean,
   ) {}
 
-  static async open(template: Client, node: string): Promise<IoredisConnection> {
+  static async open(template: Client, node: string, shared = false): Promise<IoredisConnection> {
     const redis = template.duplicate(IOREDIS_OWN);
     redis.on("error", () => {}); // failures reach the command that was on it
     try {
       await redis.connect();
-      const conn = new IoredisConnection(node, redis);
+      const conn = new IoredisConnection(node, redis, shared);
       redis.on("close", () => {
         conn.broken = true;
       });
@@ -128,7 +133,21 @@ class IoredisConnection implements Connection {
     }
   }
 
-  send(args: Args): Promise<unknown> {
+  send(args: Args, now = false): Promise<unknown> {
+    if (this.shared && !this.corked && !now) {
+      // The commands many callers send in one turn of the event loop (a
+      // burst of tries) leave in one write: a write is most of a command's
+      // cost here. Sent by the end of this turn.
+      const stream = this.redis.stream;
+      if (stream !== undefined && stream !== null) {
+        this.corked = true;
+        stream.cork();
+        process.nextTick(() => {
+          this.corked = false;
+          stream.uncork();
+        });
+      }
+    }
     // One array of strings (ioredis flattens it): no spread, no second copy.
     const rest: string[] = new Array(args.length - 1);
     for (let i = 1; i < args.length; i++) rest[i - 1] = String(args[i]);
@@ -147,7 +166,7 @@ class IoredisConnection implements Connection {
 function ioredisStandalone(redis: Client): Transport {
   return {
     nodeOf: async () => "",
-    open: (node) => IoredisConnection.open(redis, node),
+    open: (node, shared) => IoredisConnection.open(redis, node, shared),
     refresh: async () => {},
     single: true,
   };
@@ -169,10 +188,10 @@ function ioredisCluster(cluster: Client): Transport {
       if (node === undefined) throw new ConnectionError(`no node serves the slot of ${key}`);
       return String(node);
     },
-    async open(node) {
+    async open(node, shared) {
       const template = cluster.connectionPool.getInstanceByKey(node);
       if (template === undefined) throw new ConnectionError(`unknown cluster node ${node}`);
-      return IoredisConnection.open(template, node);
+      return IoredisConnection.open(template, node, shared);
     },
     refresh: () =>
       new Promise<void>((resolve) => {
