@@ -25,6 +25,9 @@ interface Queued {
   reject(error: unknown): void;
 }
 
+/** What cancels nothing: shared, not made per call. */
+const NOOP = (): void => {};
+
 export const sleep = (ms: number): Promise<void> =>
   new Promise((resolve) => setTimeout(resolve, ms));
 
@@ -45,7 +48,7 @@ const listeners = new WeakMap<AbortSignal, Set<() => void>>();
 
 /** Runs `fn` when `signal` aborts; returns what stops listening. */
 export function onAbort(signal: AbortSignal | undefined, fn: () => void): () => void {
-  if (signal === undefined) return () => {};
+  if (signal === undefined) return NOOP;
   let set = listeners.get(signal);
   if (set === undefined) {
     const callers = new Set<() => void>();
@@ -68,7 +71,7 @@ export function onAbort(signal: AbortSignal | undefined, fn: () => void): () => 
 /** Runs `fn` once `ms` ms have passed (never for `Infinity`); delays past
  * Node's timer limit are chained. Returns what cancels it. */
 export function later(ms: number, fn: () => void, unref = false): () => void {
-  if (!(ms < Number.POSITIVE_INFINITY)) return () => {};
+  if (!(ms < Number.POSITIVE_INFINITY)) return NOOP;
   const end = performance.now() + ms;
   let handle: NodeJS.Timeout;
   const arm = () => {
@@ -175,8 +178,9 @@ export class Connections {
   private readonly noClient = new Set<string>();
   /** Nodes that refuse `WARDEN.WITHDRAW` (a module before 1.1.0, an ACL). */
   private readonly noWithdraw = new Set<string>();
-  /** Requests of this process waiting, by command and key. */
-  private readonly waiting = new Map<string, number>();
+  /** Requests of this process waiting, by command, then key (no key
+   * string built per request). */
+  private readonly waiting = new Map<string, Map<string, number>>();
   private waiters = 0;
   /** A single server's command connection, once open (`run`'s fast path). */
   private single: Connection | undefined;
@@ -196,18 +200,29 @@ export class Connections {
   ) {}
 
   /** One command that never blocks, about `key`, sent once. A cluster
-   * redirect (the command did not run) refreshes the slots and sends it again. */
-  async run(key: string, args: Args): Promise<unknown> {
+   * redirect (the command did not run) refreshes the slots and sends it again.
+   * `now`: written at once (see `Connection.send`). */
+  run(key: string, args: Args, now = false): Promise<unknown> {
     this.runs++;
     // A single server's open connection: sent now, no turn of the event loop
     // spent finding it (a release is on the path of the next grant).
     const ready = this.single;
-    if (ready !== undefined && !ready.broken && !this.shut) return ready.send(args);
+    if (ready !== undefined && !ready.broken && !this.shut) {
+      try {
+        return ready.send(args, now);
+      } catch (error) {
+        return Promise.reject(error);
+      }
+    }
+    return this.routed(key, args, now);
+  }
+
+  private async routed(key: string, args: Args, now: boolean): Promise<unknown> {
     for (let attempt = 0; ; attempt++) {
       const node = await this.transport.nodeOf(key);
       const conn = await this.command(node);
       try {
-        return await conn.send(args);
+        return await conn.send(args, now);
       } catch (error) {
         if (attempt > 0 || !isRedirect(error)) throw error;
         await this.transport.refresh(key);
@@ -230,7 +245,7 @@ export class Connections {
    * closed it, then on a connection of its own (a grant found late is never
    * left held until its lease ends). */
   async giveBack(key: string, args: Args): Promise<unknown> {
-    if (!this.shut) return this.run(key, args);
+    if (!this.shut) return this.run(key, args, true);
     const conn = await this.transport.open(await this.transport.nodeOf(key));
     try {
       return await conn.send(args);
@@ -283,56 +298,56 @@ export class Connections {
     late: (reply: unknown) => void,
     abandoned: (clientId: string) => void,
   ): Promise<unknown> {
-    const queued = `${build(0)[0]} ${key}`;
-    this.waiting.set(queued, (this.waiting.get(queued) ?? 0) + 1);
+    // Built once: the command it is counted under, and the one sent
+    // without a deadline.
+    const forever = build(0);
+    const command = String(forever[0]);
+    let queued = this.waiting.get(command);
+    if (queued === undefined) {
+      queued = new Map();
+      this.waiting.set(command, queued);
+    }
+    queued.set(key, (queued.get(key) ?? 0) + 1);
     try {
-      return await this.waitFor(key, build, deadline, signal, late, abandoned);
+      for (let attempt = 0; ; attempt++) {
+        // A single server's idle waiter connection is taken without a turn
+        // of the event loop (the common case of a busy key).
+        const node = this.transport.single ? "" : await this.transport.nodeOf(key);
+        const conn = this.takeIdle(node, signal) ?? (await this.take(node, signal, deadline));
+        if (conn === null) return TIMED_OUT;
+        const waitMs = serverWait(deadline);
+        if (waitMs === null) {
+          this.give(conn);
+          return TIMED_OUT;
+        }
+        try {
+          const reply = await this.waitOn(
+            conn,
+            waitMs === 0 ? forever : build(waitMs),
+            waitMs,
+            deadline,
+            signal,
+            late,
+            abandoned,
+          );
+          if (reply !== TIMED_OUT) this.give(conn);
+          return reply;
+        } catch (error) {
+          if (attempt > 0 || !isRedirect(error)) throw error;
+          await this.transport.refresh(key);
+        }
+      }
     } finally {
-      const n = (this.waiting.get(queued) ?? 1) - 1;
-      if (n > 0) this.waiting.set(queued, n);
-      else this.waiting.delete(queued);
+      const n = (queued.get(key) ?? 1) - 1;
+      if (n > 0) queued.set(key, n);
+      else queued.delete(key);
     }
   }
 
   /** Whether a request of this process waits with `command` on `key`: the
    * server's FIFO queue is not empty, so a try would be answered nil. */
   queued(command: string, key: string): boolean {
-    return this.waiting.has(`${command} ${key}`);
-  }
-
-  private async waitFor(
-    key: string,
-    build: (waitMs: number) => Args,
-    deadline: number,
-    signal: AbortSignal | undefined,
-    late: (reply: unknown) => void,
-    abandoned: (clientId: string) => void,
-  ): Promise<unknown> {
-    for (let attempt = 0; ; attempt++) {
-      const conn = await this.take(await this.transport.nodeOf(key), signal, deadline);
-      if (conn === null) return TIMED_OUT;
-      const waitMs = serverWait(deadline);
-      if (waitMs === null) {
-        this.give(conn);
-        return TIMED_OUT;
-      }
-      try {
-        const reply = await this.waitOn(
-          conn,
-          build(waitMs),
-          waitMs,
-          deadline,
-          signal,
-          late,
-          abandoned,
-        );
-        if (reply !== TIMED_OUT) this.give(conn);
-        return reply;
-      } catch (error) {
-        if (attempt > 0 || !isRedirect(error)) throw error;
-        await this.transport.refresh(key);
-      }
-    }
+    return this.waiting.get(command)?.has(key) === true;
   }
 
   /** The node serving `key`. */
@@ -356,10 +371,13 @@ export class Connections {
     return new Promise((resolve, reject) => {
       let settled = false;
       let replied = false;
-      let cancelDeadline = () => {};
-      let cancelRead = () => {};
-      let unlisten = () => {};
-      let id: Promise<string> = Promise.resolve(conn.clientId);
+      let cancelDeadline = NOOP;
+      let cancelRead = NOOP;
+      let unlisten = NOOP;
+      // The connection's id, to unblock this request on abort: asked with it
+      // (below) while unknown.
+      let asked: Promise<string> | undefined;
+      const id = (): Promise<string> => asked ?? Promise.resolve(conn.clientId);
       const settle = () => {
         settled = true;
         cancelDeadline();
@@ -378,55 +396,6 @@ export class Connections {
         this.give(conn);
         abandoned(conn.clientId);
       };
-      const aborted = async () => {
-        if (settled) return;
-        settle();
-        const reason = abortReason(signal as AbortSignal);
-        if (!replied && (await this.withdraw(conn.node, args))) {
-          // Taken out of the queue: the waiter is answered nil on its own
-          // connection, which is kept (the reply goes to `late`, then the
-          // connection back to the pool). Answered after WITHDRAW's reply, so
-          // the abort is ordered before the caller's next command.
-          reject(reason);
-          return;
-        }
-        const unblockable = await this.unblockable(conn.node);
-        if (replied) {
-          // Read while WITHDRAW (or the INFO that tells whether UNBLOCK works)
-          // was on its way: a grant, given back by `late`. The connection may
-          // already carry another caller's wait, which an UNBLOCK or a close
-          // would cut off. Nothing is left to do.
-          reject(reason);
-          return;
-        }
-        if (unblockable) {
-          // Answered once the server has taken the waiter out (UNBLOCK's
-          // reply), so the abort is ordered before the caller's next command
-          // on any connection.
-          if (!(await this.unblock(conn, id, Number.isFinite(waitMs) && waitMs > 0))) drop();
-          reject(reason);
-          return;
-        }
-        // Redis 7.0-7.2: closing the connection is the only way out, and the
-        // server may read that close after the caller's next command (another
-        // connection). The abort is answered once the server no longer lists
-        // the waiter (bounded), so it is ordered before whatever comes next;
-        // where CLIENT is refused, at once.
-        let cancel = () => {};
-        const clientId = await Promise.race([
-          id,
-          new Promise<string>((resolve) => {
-            cancel = later(GONE_MS, () => resolve(""), true);
-          }),
-        ]);
-        cancel();
-        // A reply read meanwhile keeps the connection (a grant goes to `late`).
-        if (!replied) {
-          drop();
-          await this.gone(conn.node, clientId, GONE_MS);
-        }
-        reject(reason);
-      };
       if (signal?.aborted) {
         this.give(conn);
         reject(abortReason(signal));
@@ -434,11 +403,13 @@ export class Connections {
       }
       // The caller is answered at its deadline even if the reply is late;
       // the server's WAIT ends before it, so the reply follows shortly.
-      cancelDeadline = later(Math.max(0, deadline - performance.now()), () => {
-        if (settled) return;
-        settle();
-        resolve(TIMED_OUT);
-      });
+      if (deadline < Number.POSITIVE_INFINITY) {
+        cancelDeadline = later(Math.max(0, deadline - performance.now()), () => {
+          if (settled) return;
+          settle();
+          resolve(TIMED_OUT);
+        });
+      }
       if (waitMs > 0) {
         // No reply long after the server's WAIT: the connection is lost.
         cancelRead = later(waitMs + this.options.readMargin, () => {
@@ -453,12 +424,63 @@ export class Connections {
           drop();
         });
       }
-      unlisten = onAbort(signal, aborted);
+      if (signal !== undefined) {
+        const aborted = async () => {
+          if (settled) return;
+          settle();
+          const reason = abortReason(signal as AbortSignal);
+          if (!replied && (await this.withdraw(conn.node, args))) {
+            // Taken out of the queue: the waiter is answered nil on its own
+            // connection, which is kept (the reply goes to `late`, then the
+            // connection back to the pool). Answered after WITHDRAW's reply, so
+            // the abort is ordered before the caller's next command.
+            reject(reason);
+            return;
+          }
+          const unblockable = await this.unblockable(conn.node);
+          if (replied) {
+            // Read while WITHDRAW (or the INFO that tells whether UNBLOCK works)
+            // was on its way: a grant, given back by `late`. The connection may
+            // already carry another caller's wait, which an UNBLOCK or a close
+            // would cut off. Nothing is left to do.
+            reject(reason);
+            return;
+          }
+          if (unblockable) {
+            // Answered once the server has taken the waiter out (UNBLOCK's
+            // reply), so the abort is ordered before the caller's next command
+            // on any connection.
+            if (!(await this.unblock(conn, id(), Number.isFinite(waitMs) && waitMs > 0))) drop();
+            reject(reason);
+            return;
+          }
+          // Redis 7.0-7.2: closing the connection is the only way out, and the
+          // server may read that close after the caller's next command (another
+          // connection). The abort is answered once the server no longer lists
+          // the waiter (bounded), so it is ordered before whatever comes next;
+          // where CLIENT is refused, at once.
+          let cancel = () => {};
+          const clientId = await Promise.race([
+            id(),
+            new Promise<string>((resolve) => {
+              cancel = later(GONE_MS, () => resolve(""), true);
+            }),
+          ]);
+          cancel();
+          // A reply read meanwhile keeps the connection (a grant goes to `late`).
+          if (!replied) {
+            drop();
+            await this.gone(conn.node, clientId, GONE_MS);
+          }
+          reject(reason);
+        };
+        unlisten = onAbort(signal, aborted);
+      }
       if (conn.clientId === "" && !this.noClient.has(conn.node)) {
         // The id (to unblock this request on abort) in the same write as the
         // request: no round trip before waiting. A server that refuses
         // CLIENT still lets it wait; an abort then closes the connection.
-        id = conn.send(["CLIENT", "ID"]).then(
+        asked = conn.send(["CLIENT", "ID"]).then(
           (reply) => {
             conn.clientId = String(reply);
             return conn.clientId;
@@ -470,10 +492,10 @@ export class Connections {
         );
       }
       const sent = conn.send(args);
-      const tracked = sent.catch(() => {}).finally(() => this.pending.delete(tracked));
-      this.pending.add(tracked);
+      this.pending.add(sent);
       sent.then(
         (reply) => {
+          this.pending.delete(sent);
           if (replied) return;
           finished();
           if (!settled) {
@@ -485,6 +507,7 @@ export class Connections {
           this.give(conn);
         },
         (error: unknown) => {
+          this.pending.delete(sent);
           if (replied) return;
           finished();
           const broken = !(error instanceof ReplyError);
@@ -574,6 +597,22 @@ export class Connections {
       if (pause <= 0) return false;
       await sleep(pause);
     }
+  }
+
+  /** An idle waiter connection to `node`, taken as `take` would, or null
+   * when none is idle (or `take` would refuse: closed, aborted). */
+  private takeIdle(node: string, signal: AbortSignal | undefined): Connection | null {
+    if (this.closed || signal?.aborted) return null;
+    const idle = this.idle.get(node);
+    while (idle !== undefined && idle.length > 0) {
+      const conn = idle.pop() as Connection;
+      if (!conn.broken) {
+        this.busy.add(conn);
+        return conn;
+      }
+      this.waiters--;
+    }
+    return null;
   }
 
   /** A waiter connection to `node`, for `waitOn` requests; `give` it back.

@@ -105,22 +105,41 @@ function capped(connections: Connections, ms: number): number {
 
 /** Sends `args` (whose lease is `args[at]`); a refusal above the server's
  * cap (nothing was done) teaches the cap, and `args` go again at it. */
-async function underCap<T>(
+function underCap<T>(
   connections: Connections,
   args: (string | number)[],
   at: number,
   send: () => Promise<T>,
+  attempt = 0,
 ): Promise<T> {
-  for (let attempt = 0; ; attempt++) {
-    try {
-      return await send();
-    } catch (error) {
-      const cap = leaseCapOf(error);
-      if (cap === undefined || cap >= Number(args[at]) || attempt >= 2) throw error;
-      caps.set(connections, cap);
-      args[at] = cap;
-    }
+  let sent: Promise<T>;
+  try {
+    sent = send();
+  } catch (error) {
+    sent = Promise.reject(error);
   }
+  // No async frame of its own: on the path of every acquire.
+  return sent.catch((error: unknown) => {
+    if (!learnCap(connections, args, at, error, attempt)) throw error;
+    return underCap(connections, args, at, send, attempt + 1);
+  });
+}
+
+/** After `error` answered `args` (the `attempt`th time): true when it
+ * refused the lease `args[at]` above the server's cap (nothing was done),
+ * which is then learnt and put in `args` to go again. */
+function learnCap(
+  connections: Connections,
+  args: (string | number)[],
+  at: number,
+  error: unknown,
+  attempt: number,
+): boolean {
+  const cap = leaseCapOf(error);
+  if (cap === undefined || cap >= Number(args[at]) || attempt >= 2) return false;
+  caps.set(connections, cap);
+  args[at] = cap;
+  return true;
 }
 
 function checkMs(name: string, value: number, zero: boolean): number {
@@ -140,6 +159,9 @@ export class Lock implements AsyncDisposable {
   private lostController: AbortController | undefined;
   private released = false;
   private timer: (() => void) | undefined;
+  /** A fixed lease whose end no timer watches (nobody listens to `lost`):
+   * it is noticed when the hold is asked about. */
+  private unwatched = false;
   private deadline: number;
   /** The lease asked for (`extend()`'s default): above the server's cap,
    * `ttl` is the cap and the hold is renewed until `end`. */
@@ -174,13 +196,16 @@ export class Lock implements AsyncDisposable {
   get lost(): AbortSignal {
     if (this.lostController === undefined) {
       this.lostController = new AbortController();
+      this.noticeEnd();
       if (this.lostWhy !== undefined) this.lostController.abort(this.lostWhy);
+      else if (this.unwatched) this.schedule(); // now a timer tells the end
     }
     return this.lostController.signal;
   }
 
   /** True until released or lost. */
   get held(): boolean {
+    this.noticeEnd();
     return !this.released && this.lostWhy === undefined;
   }
 
@@ -218,16 +243,20 @@ export class Lock implements AsyncDisposable {
    * (it had been lost already). Releasing twice is a no-op. */
   async release(): Promise<void> {
     if (this.released) return;
+    // An unwatched lease that ended is told as such (its reply is then 0).
+    const ended = this.unwatched ? this.deadline : Number.POSITIVE_INFINITY;
     this.released = true;
     this.stop();
     let reply: unknown;
     try {
-      reply = await this.connections.run(this.key, [this.kind.release, this.key, this.owner]);
+      // At once: the next grant (another caller's, maybe) waits for it.
+      reply = await this.connections.run(this.key, [this.kind.release, this.key, this.owner], true);
     } catch (error) {
       if (!isWrongType(error)) throw error;
       reply = "-1";
     }
     if (Number(reply) < this.kind.releasedFrom) {
+      if (performance.now() >= ended) this.lose("its lease ended");
       this.lose("it was no longer held by this owner when released");
       throw this.notHeld();
     }
@@ -267,6 +296,13 @@ export class Lock implements AsyncDisposable {
   private stop(): void {
     this.timer?.();
     this.timer = undefined;
+    this.unwatched = false;
+  }
+
+  /** An unwatched fixed lease that has ended: lost now, as its timer would
+   * have told. */
+  private noticeEnd(): void {
+    if (this.unwatched && performance.now() >= this.deadline) this.lose("its lease ended");
   }
 
   /** The next renewal (watchdog, or a lease capped below the one asked
@@ -275,13 +311,17 @@ export class Lock implements AsyncDisposable {
   private schedule(): void {
     this.stop();
     if (!this.held) return;
-    const now = performance.now();
     if (this.watchdog || (this.end !== undefined && this.end > this.deadline)) {
+      const now = performance.now();
       const pause = Math.max(1, Math.min(this.ttl / 3, (this.deadline - now) / 2));
       this.timer = later(pause, () => this.renew(), true);
+    } else if (this.lostController === undefined) {
+      // Nobody listens to `lost` yet: no timer per hold (most are released
+      // well before their lease ends).
+      this.unwatched = true;
     } else {
       this.timer = later(
-        Math.max(0, this.deadline - now),
+        Math.max(0, this.deadline - performance.now()),
         () => this.lose("its lease ended"),
         true,
       );
@@ -369,7 +409,10 @@ export interface Made<L extends Lock> {
 export function handOver<L extends Lock>(made: Made<L> | null): L | null {
   if (made === null) return null;
   const { grant: g, hold } = made;
-  if (g.signal?.aborted || performance.now() > g.deadline) {
+  if (
+    g.signal?.aborted ||
+    (g.deadline < Number.POSITIVE_INFINITY && performance.now() > g.deadline)
+  ) {
     hold.abandon();
     if (g.signal?.aborted) throw abortReason(g.signal);
     return null;
@@ -478,35 +521,33 @@ export async function grant(
     if (wait === 0) return null;
   }
 
+  const build = (waitMs: number) => {
+    const command = [...args, "WAIT", waitMs];
+    if (queue !== undefined) command.push("QUEUE", queue);
+    return command;
+  };
+  const late = (reply: unknown) => {
+    if (reply !== null && reply !== undefined && !(reply instanceof Error)) release();
+  };
+  const abandoned = (clientId: string) => giveBack(connections, kind, key, owner, clientId);
   let reply: unknown;
-  try {
-    reply = await underCap(connections, args, 3, () =>
-      connections.wait(
-        key,
-        (waitMs) => {
-          const command = [...args, "WAIT", waitMs];
-          if (queue !== undefined) command.push("QUEUE", queue);
-          return command;
-        },
-        deadline,
-        signal,
-        (late) => {
-          if (late !== null && late !== undefined && !(late instanceof Error)) release();
-        },
-        (clientId) => giveBack(connections, kind, key, owner, clientId),
-      ),
-    );
-  } catch (error) {
-    throw connections.isClosed && error instanceof ConnectionError ? closedError() : error;
+  for (let attempt = 0; ; attempt++) {
+    try {
+      reply = await connections.wait(key, build, deadline, signal, late, abandoned);
+      break;
+    } catch (error) {
+      if (learnCap(connections, args, 3, error, attempt)) continue;
+      throw connections.isClosed && error instanceof ConnectionError ? closedError() : error;
+    }
   }
   if (reply === TIMED_OUT || reply === null || reply === undefined) return null;
   if (connections.isClosed) {
     refuse();
     throw closedError();
   }
-  if (signal?.aborted || performance.now() > deadline) return refuse();
   // The lease runs from the grant: at most the reply's trip ago.
   const granted = performance.now();
+  if (signal?.aborted || granted > deadline) return refuse();
   return {
     owner,
     fence: BigInt(String(reply)),

@@ -95,15 +95,17 @@ export class Semaphore {
    * request for fewer permits) up to `wait` ms (default: until granted or
    * aborted); `LockBusyError` if not granted in time. Without `ttl`, a 30 s
    * lease renewed by a watchdog until release. */
-  async acquire(options: SemaphoreAcquireOptions = {}): Promise<Permit> {
-    const permit = handOver(await this.take(options));
-    if (permit === null) throw new LockBusyError(this.key);
-    return permit;
+  acquire(options: SemaphoreAcquireOptions = {}): Promise<Permit> {
+    return this.take(options, (made) => {
+      const permit = handOver(made);
+      if (permit === null) throw new LockBusyError(this.key);
+      return permit;
+    });
   }
 
   /** The permits, or null when they are not free (default: no wait). */
-  async tryAcquire(options: SemaphoreAcquireOptions = {}): Promise<Permit | null> {
-    return handOver(await this.take({ wait: 0, ...options }));
+  tryAcquire(options: SemaphoreAcquireOptions = {}): Promise<Permit | null> {
+    return this.take({ wait: 0, ...options }, handOver);
   }
 
   /** Runs `routine` holding permits with a `ttl` ms lease renewed until it
@@ -145,27 +147,40 @@ export class Semaphore {
     };
   }
 
-  private async take(options: SemaphoreAcquireOptions): Promise<Made<Permit> | null> {
-    const permits = checkCount("permits", options.permits ?? 1);
-    const extra = ["LIMIT", this.stated, "PERMITS", permits];
-    let g: Grant | null;
+  /** The permits asked for, made into a hold and handed to `hand` in the
+   * same step (one promise between the grant and the caller). */
+  private take<R>(
+    options: SemaphoreAcquireOptions,
+    hand: (made: Made<Permit> | null) => R,
+  ): Promise<R> {
+    let permits: number;
+    let granted: Promise<Grant | null>;
     try {
-      g = await grant(this.connections, SEMAPHORE, this.key, options, this.defaults, extra);
+      permits = checkCount("permits", options.permits ?? 1);
+      const extra = ["LIMIT", this.stated, "PERMITS", permits];
+      granted = grant(this.connections, SEMAPHORE, this.key, options, this.defaults, extra);
     } catch (error) {
-      throw SemaphoreLimitError.from(error);
+      return Promise.reject(error);
     }
-    if (g === null) return null;
-    const hold = new Permit(
-      this.connections,
-      this.key,
-      g.owner,
-      g.fence,
-      g.ttl,
-      g.watchdog,
-      g.granted,
-      permits,
-      g.asked,
+    return granted.then(
+      (g) => {
+        if (g === null) return hand(null);
+        const hold = new Permit(
+          this.connections,
+          this.key,
+          g.owner,
+          g.fence,
+          g.ttl,
+          g.watchdog,
+          g.granted,
+          permits,
+          g.asked,
+        );
+        return hand({ grant: g, hold });
+      },
+      (error: unknown) => {
+        throw SemaphoreLimitError.from(error);
+      },
     );
-    return { grant: g, hold };
   }
 }

@@ -25,8 +25,10 @@ export interface Connection {
    * seen it go: `""` until learned (asked with a waiter's first blocking
    * request, in the same write; never on a command connection). */
   clientId: string;
-  /** Sends one command; integers in the reply are decimal strings. */
-  send(args: Args): Promise<unknown>;
+  /** Sends one command; integers in the reply are decimal strings. `now`:
+   * written at once, never held to share a write with the other commands of
+   * this turn (a release: the next grant waits for it). */
+  send(args: Args, now?: boolean): Promise<unknown>;
   /** Closes it at once: the server drops a request still waiting on it. */
   destroy(): void;
   readonly broken: boolean;
@@ -131,11 +133,11 @@ class IoredisConnection implements Connection {
     }
   }
 
-  send(args: Args): Promise<unknown> {
-    if (this.shared && !this.corked) {
-      // The commands many callers send in one turn of the event loop (the
-      // releases after a batch of replies) leave in one write: a write is
-      // most of a command's cost here. Sent by the end of this turn.
+  send(args: Args, now = false): Promise<unknown> {
+    if (this.shared && !this.corked && !now) {
+      // The commands many callers send in one turn of the event loop (a
+      // burst of tries) leave in one write: a write is most of a command's
+      // cost here. Sent by the end of this turn.
       const stream = this.redis.stream;
       if (stream !== undefined && stream !== null) {
         this.corked = true;
@@ -146,8 +148,10 @@ class IoredisConnection implements Connection {
         });
       }
     }
-    const [command, ...rest] = args;
-    return this.redis.call(String(command), ...rest.map(String)).catch((error: unknown) => {
+    // One array of strings (ioredis flattens it): no spread, no second copy.
+    const rest: string[] = new Array(args.length - 1);
+    for (let i = 1; i < args.length; i++) rest[i - 1] = String(args[i]);
+    return this.redis.call(String(args[0]), rest).catch((error: unknown) => {
       if (!(error as { name?: string })?.name?.includes("ReplyError")) this.broken = true;
       fail(error);
     });
