@@ -255,7 +255,7 @@ dist-test: dist $(SERVER_DEPS)
 # The Python package (python/) in .venv, editable, with its test tools at
 # their pins (the guide's examples in docs/patterns.md import it too).
 python-venv: venv
-	@$(call pinned,python-venv,-e python pytest pytest-asyncio ruff mypy,warden-redis pytest pytest-asyncio ruff mypy)
+	@$(call pinned,python-venv,-e python pytest pytest-asyncio pytest-timeout ruff mypy,warden-redis pytest pytest-asyncio pytest-timeout ruff mypy)
 
 # node-redis and ioredis, at the versions tests/node/package-lock.json pins, in
 # target/node, with the Node package (node/, built, linked as warden-redis):

@@ -545,6 +545,68 @@ async def test_a_cancelled_task_may_still_acquire_and_release_in_its_cleanup(
     await r.aclose()
 
 
+@pytest.mark.parametrize("flavour", ["sync", "asyncio"])
+def test_a_health_check_that_reconnects_makes_the_wait_ask_its_id_again(
+    server: Server, watcher: redis.Redis, flavour: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # redis-py's health check (a PING past health_check_interval) reconnects
+    # a connection whose PING fails: the wait then goes on a new socket, a
+    # new client of the server, and must not keep the id it learnt on the
+    # old one (an abort would unblock whichever client has that id now).
+    monkeypatch.setattr(_core.Deadline, "wait_ms", lambda self: 30_000)
+    watcher.execute_command("LOCK.ACQUIRE", "health", "holder", 30_000)
+    watcher.config_resetstat()
+    armed: list[bool] = []
+    asked: list[int] = []
+    if flavour == "sync":
+        check = redis.connection.AbstractConnection.check_health
+
+        def reconnecting(self: Any) -> None:
+            if armed and getattr(self, "_warden_client_id", None):  # the wait's connection
+                armed.clear()
+                self.disconnect()
+                self.connect()
+            check(self)
+
+        monkeypatch.setattr(redis.connection.AbstractConnection, "check_health", reconnecting)
+        r = server.client(max_connections=1)
+        lock = warden.Lock(r, "health", timeout=10)
+        for round in range(2):
+            armed[:] = [True] if round == 1 else []
+            assert lock.acquire(blocking_timeout=0.3) is False
+            assert lock_waiters(watcher, "health") == 0
+            asked.append(client_id_calls(watcher))
+        r.close()
+    else:
+        acheck = redis.asyncio.connection.AbstractConnection.check_health
+
+        async def areconnecting(self: Any) -> None:
+            if armed and getattr(self, "_warden_client_id", None):  # the wait's connection
+                armed.clear()
+                await self.disconnect()
+                await self.connect()
+            await acheck(self)
+
+        monkeypatch.setattr(
+            redis.asyncio.connection.AbstractConnection, "check_health", areconnecting
+        )
+
+        async def main() -> None:
+            r = server.async_client(max_connections=1)
+            lock = warden.asyncio.Lock(r, "health", timeout=10)
+            for round in range(2):
+                armed[:] = [True] if round == 1 else []
+                assert await lock.acquire(blocking_timeout=0.3) is False
+                assert lock_waiters(watcher, "health") == 0
+                asked.append(client_id_calls(watcher))
+            await r.aclose()
+
+        asyncio.run(main())
+    assert asked == [1, 2]  # asked again on the new socket
+    watcher.execute_command("LOCK.RELEASE", "health", "holder")
+    assert not watcher.exists("health")
+
+
 async def test_a_cancel_leaves_another_wait_with_the_same_token_queued(
     server: Server, watcher: redis.Redis
 ) -> None:

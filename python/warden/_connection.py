@@ -397,14 +397,18 @@ def blocking_call(
         try:
             if closed():  # its connection may be closed: not reopened to wait
                 raise ClientClosed("the client was closed while this request waited")
-            connection.connect()  # a no-op when connected: the socket the id is for
+            connection.connect()  # a no-op when connected
+            # Its health check (a PING past health_check_interval) may open a
+            # new socket: first, so that the id is the one of the socket sent on.
+            connection.check_health()
             known, client_id = _core.known_client_id(connection, connection._sock)
             request = (*args, "WAIT", wait, *extra)
             sent = True  # an interrupt inside the send may leave it sent
             # CLIENT ID rides along the first wait of a connection (no round
             # trip of its own): the id to unblock, kept while its socket lives.
             connection.send_packed_command(
-                connection.pack_commands([request] if known else [("CLIENT", "ID"), request])
+                connection.pack_commands([request] if known else [("CLIENT", "ID"), request]),
+                check_health=False,
             )
             # Parked in the server's queue from here to the end of the wait:
             # another acquire of this client on the key skips its try.

@@ -455,14 +455,17 @@ async def blocking_call(
         if wait is None:
             return None
         try:
-            await connection.connect()  # a no-op when connected: the link the id is for
+            await connection.connect()  # a no-op when connected
+            # As in warden._connection: the health check first (it may reconnect).
+            await connection.check_health()
             known, client_id = _core.known_client_id(connection, connection._writer)
             request = (*args, "WAIT", wait, *extra)
             unanswered = True  # a cancel inside the send may leave it sent
             # CLIENT ID rides along the first wait of a connection (no round
             # trip of its own): the id to unblock, kept while its link lives.
             await connection.send_packed_command(
-                connection.pack_commands([request] if known else [("CLIENT", "ID"), request])
+                connection.pack_commands([request] if known else [("CLIENT", "ID"), request]),
+                check_health=False,
             )
             # Parked in the server's queue from here to the end of the wait:
             # another acquire of this client on the key skips its try.
