@@ -455,7 +455,8 @@ async def blocking_call(
         if wait is None:
             return None
         try:
-            await connection.connect()  # a no-op when connected
+            if not connection.is_connected:
+                await connection.connect()
             # As in warden._connection: the health check first (it may reconnect).
             await connection.check_health()
             known, client_id = _core.known_client_id(connection, connection._writer)
