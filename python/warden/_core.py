@@ -111,11 +111,6 @@ def unlock_mode_refused(client: Any, args: list[Any], error: Exception) -> bool:
     return True
 
 
-def unlock_mode_taken(client: Any, commands: LockCommands) -> bool:
-    """Whether ``client``'s releases of ``commands`` end only a hold of their kind."""
-    return commands.mode is not None and not _no_unlock_mode.get(client)
-
-
 def capped(client: Any, ms: int) -> int:
     """``ms``, or the cap learnt for ``client`` when that is lower: what a
     grant or renewal asks the server for."""
