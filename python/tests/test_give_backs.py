@@ -7,8 +7,9 @@
    and interrupted on its reply is not given back with ``RWLOCK.UNLOCK key
    owner``, which ends the owner's write hold first (readers would get in
    beside the writer).
-3. asyncio: a cancel landing while the try's connection goes back to its
-   pool, after the grant was read: the grant is given back, not leaked.
+3. asyncio: a cancel landing while the connection that read a grant (a
+   try's or a wait's) goes back to its pool: the grant is given back, not
+   leaked.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -139,34 +141,57 @@ def test_rw_downgrade_interrupted_on_its_reply_keeps_the_write_hold(
     r.close()
 
 
-def test_asyncio_cancel_in_the_try_connections_close_leaks_no_grant(
-    server: Server, watcher: redis.Redis
+@pytest.mark.parametrize("path", ["try", "wait"])
+def test_asyncio_a_cancel_as_the_granted_connection_goes_back_leaks_no_grant(
+    server: Server, watcher: redis.Redis, path: str
 ) -> None:
+    name = f"a5-{path}"
+
     async def main() -> None:
         r = server.async_client()
         me = asyncio.current_task()
         assert me is not None
-        mine = warden.asyncio.Lock(r, "a5", timeout=30)
+        mine = warden.asyncio.Lock(r, name, timeout=30)
         pool = redis.asyncio.connection.ConnectionPool
         release = pool.release
         armed = [True]
 
         async def releasing(self: Any, connection: Any) -> Any:
-            # Inside shield's inner task: what a timer firing at that moment does.
-            if armed and self is r.connection_pool and info(watcher, "LOCK.INFO", "a5"):
+            # A cancel that lands while the connection that read the grant
+            # goes back to its pool (a timer firing at a suspension there).
+            done = await release(self, connection)
+            held = info(watcher, "LOCK.INFO", name)
+            if armed and held and held["owner"] != b"other":
                 armed.clear()
                 assert me is not None
-                me.cancel()
-            return await release(self, connection)
+                asyncio.get_running_loop().call_soon(me.cancel)
+                await asyncio.sleep(0)
+            return done
 
+        if path == "wait":
+            assert watcher.execute_command("LOCK.ACQUIRE", name, "other", 30_000)
+
+            def free_it() -> None:  # once the acquire waits in the queue
+                freer = server.client()
+                while info(freer, "LOCK.INFO", name).get("waiters") != 1:
+                    time.sleep(0.01)
+                freed.append(freer.execute_command("LOCK.RELEASE", name, "other"))
+
+            freed: list[int] = []
+            freeing = threading.Thread(target=free_it)
+            freeing.start()
         with pytest.MonkeyPatch.context() as patch:
             patch.setattr(pool, "release", releasing)
             with pytest.raises(asyncio.CancelledError):
                 await mine.acquire(blocking_timeout=5)
             me.uncancel()
+        if path == "wait":
+            freeing.join()
+            assert freed == [1]
+        assert not armed, "the cancel landed"
         await asyncio.sleep(0.3)
         assert mine.local.token is None
-        assert info(watcher, "LOCK.INFO", "a5") == {}
+        assert info(watcher, "LOCK.INFO", name) == {}
         await r.aclose()
 
     asyncio.run(main())

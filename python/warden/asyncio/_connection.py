@@ -63,8 +63,12 @@ def swallowed(since: int) -> bool:
     ``socket_timeout``) returns its result instead of raising a cancel that
     arrives as the send completes (CPython gh-86296). Counted from the start
     of a request, so a task already cancelled (cleanup code) is not
-    cancelled again."""
-    return cancels() > since
+    cancelled again. A cancel still pending (requested while the task ran:
+    raised at its next suspension) is not one."""
+    task = asyncio.current_task()
+    if task is None or task.cancelling() <= since:
+        return False
+    return not getattr(task, "_must_cancel", False)
 
 
 def raise_a_dropped_cancel(since: int) -> None:
@@ -296,6 +300,16 @@ class Pinned:
             if self.slots is not None:
                 self.slots.give()
 
+    def closing(self) -> Awaitable[None]:
+        """``close``, awaited in place when a cancel cannot cut it short (no
+        task, no loop turn): redis-py's ``release`` keeps a connection that
+        goes back to its pool even when its caller is cancelled meanwhile
+        (and never suspends while its lock is free). A broken connection is
+        closed in a task of its own, which a cancel does not stop."""
+        if self.broken:
+            return asyncio.shield(self.close())
+        return self.close()
+
     async def __aenter__(self) -> Pinned:
         return self
 
@@ -374,7 +388,7 @@ async def try_call(client: Any, key: str, args: list[Any], deadline: Deadline, l
         finally:
             if not handed_off:
                 try:
-                    await asyncio.shield(pinned.close())
+                    await pinned.closing()
                 except BaseException:
                     # Cancelled while its connection goes back: the reply
                     # read is not returned, so a grant in it is given back.
@@ -524,11 +538,15 @@ async def blocking_call(
             _core.unparked(client, args[0], key, note)
         waits.waiting.discard(pinned)
         if aborting is None:
-            letting_go = in_background(
-                _let_go(client, key, pinned, reading, client_id, lost, unanswered)
-            )
             try:
-                await asyncio.shield(letting_go)
+                if unanswered:
+                    await asyncio.shield(
+                        in_background(
+                            _let_go(client, key, pinned, reading, client_id, lost, unanswered)
+                        )
+                    )
+                else:  # answered (or never sent): the connection goes back
+                    await pinned.closing()
             except BaseException:
                 # Cancelled after the reply was read: the caller never sees it.
                 if not unanswered and reply is not None:
