@@ -111,6 +111,13 @@ CLIENTS = [
         "warden-asyncio",
         "sem lock",
     ),
+    (
+        "Python warden.asyncio, its pools warm (a second run on the client)",
+        "blocking_timeout=0.05",
+        "python",
+        "warden-asyncio-warm",
+        "sem",
+    ),
     ("Node warden-redis", "wait: 50", "node", "warden-wait", "sem lock"),
     (
         "Node warden-redis",
@@ -184,6 +191,9 @@ TARGET_PASSED, TARGET_LOCAL = 0.8, 0.5
 # Load shedding (QUEUE n) refuses callers up front by design, trading grants
 # for latency: shown, not judged against the goodput targets.
 SHEDDING = ("warden-shed",)
+# A second run on the same client (its connections open): what a running
+# service sees; shown beside the judged first run, not judged.
+WARM = ("warden-asyncio-warm",)
 KINDS = {"sem": ("semaphore, limit 3", 3), "lock": ("lock (limit 1)", 1)}
 
 
@@ -380,6 +390,8 @@ def overload() -> tuple[list[str], list[dict[str, Any]]]:
             }
             if client in SHEDDING:
                 row["judged"] = "sheds by design"
+            elif client in WARM:
+                row["judged"] = "shown"
             elif client not in ANCHORS:
                 local = client in LOCAL_DEADLINE
                 share = TARGET_LOCAL if local else TARGET_PASSED

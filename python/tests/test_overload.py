@@ -1168,6 +1168,38 @@ def test_a_grant_recorded_past_the_deadline_is_released(
     r.close()
 
 
+async def test_a_grant_past_the_deadline_once_its_connection_is_back_is_given_back_asyncio(
+    server: Server, watcher: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The wait's reply came in time, but its connection's return to the pool
+    # took past the deadline (a busy loop): the acquire answers False and the
+    # permit is free again.
+    r = server.async_client()
+    pool = redis.asyncio.connection.ConnectionPool
+    release = pool.release
+
+    async def slow_release(self: Any, connection: Any) -> Any:
+        done = await release(self, connection)
+        if self is not r.connection_pool:  # the wait pool
+            await asyncio.sleep(0.3)
+        return done
+
+    monkeypatch.setattr(pool, "release", slow_release)
+    watcher.execute_command("SEM.ACQUIRE", "slow-aio", "holder", 30_000, "LIMIT", 1)
+    threading.Timer(
+        0.0,
+        lambda: (
+            wait_for(lambda: sem_info(watcher, "slow-aio").get("waiters") == 1),
+            watcher.execute_command("SEM.RELEASE", "slow-aio", "holder"),
+        ),
+    ).start()
+    sem = warden.asyncio.Semaphore(r, "slow-aio", 1, timeout=30)
+    assert await sem.acquire(blocking_timeout=0.2) is False
+    assert sem._token is None
+    await async_wait_for(lambda: sem_info(watcher, "slow-aio") == {})
+    await r.aclose()
+
+
 def test_a_wait_whose_client_closes_before_its_send_ends_with_client_closed(
     server: Server, watcher: redis.Redis, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -289,6 +289,15 @@ class Holder:
                 raise asyncio.CancelledError()
             return fence
 
+        async def on_time(fence: Optional[int]) -> Optional[int]:
+            # The last moment before the caller has it: a grant that reaches
+            # it past its deadline (a busy loop, the wait connection's slow
+            # return to its pool) is given back, never handed on.
+            if fence is not None and deadline is not None and deadline.passed():
+                await lost(fence)
+                return None
+            return fence
+
         async def wait(deadline: _core.Deadline) -> Optional[int]:
             try:
                 reply = await blocking_call(
@@ -330,7 +339,9 @@ class Holder:
         queued = deadline is not None and _core.queued(self.redis, args[0], self.name)
         if queued and not holds_before and deadline is not None:
             waiting_deadline = deadline
-            return honour_a_dropped_cancel(await under_cap(lambda: wait(waiting_deadline)))
+            return await on_time(
+                honour_a_dropped_cancel(await under_cap(lambda: wait(waiting_deadline)))
+            )
         try:
             fence = await under_cap(lambda: self._request(args, owner, may_hold, deadline, lost))
         except DeadlinePassed:
@@ -341,7 +352,7 @@ class Holder:
             return None
         if fence is not None or deadline is None:
             return fence
-        return honour_a_dropped_cancel(await wait(deadline))
+        return await on_time(honour_a_dropped_cancel(await wait(deadline)))
 
     async def _request(
         self,
