@@ -101,9 +101,11 @@ async def test_reentrant_owner_is_per_task(ar: Any) -> None:
 
 async def test_watchdog_keeps_a_short_lease_alive_and_sets_lost(own_server: Server) -> None:
     r = own_server.async_client()
-    lock = warden.asyncio.Lock(r, "dog", watchdog_timeout=0.3)
+    # A 1 s lease renewed every third of it, over more than two leases (a
+    # shorter one is lost whenever a busy machine stalls the event loop).
+    lock = warden.asyncio.Lock(r, "dog", watchdog_timeout=1.0)
     assert await lock.acquire()
-    await asyncio.sleep(1.0)
+    await asyncio.sleep(2.5)
     assert await lock.owned() and not lock.lost.is_set()
     own_server.pause()
     try:
@@ -175,7 +177,7 @@ async def test_a_bounded_pool_full_of_waiters_still_releases(server: Server) -> 
 
 
 async def test_lost_belongs_to_the_hold_of_its_task(ar: Any) -> None:
-    lock = warden.asyncio.Lock(ar, "shared", watchdog_timeout=0.3)  # thread_local=True
+    lock = warden.asyncio.Lock(ar, "shared", watchdog_timeout=1.0)  # thread_local=True
     first_lost = asyncio.Event()
     second_holds = asyncio.Event()
 

@@ -131,16 +131,17 @@ async def test_async_with_releases_when_the_block_raises(ar: Any) -> None:
 
 
 async def test_watchdog_keeps_a_hold_alive_past_its_lease(ar: Any) -> None:
-    sem = warden.asyncio.Semaphore(ar, "long", 2, watchdog_timeout=0.6)
+    # 1 s leases: a shorter one is lost whenever a busy machine stalls the loop.
+    sem = warden.asyncio.Semaphore(ar, "long", 2, watchdog_timeout=1.0)
     assert await sem.acquire()
-    await asyncio.sleep(1.5)  # more than two leases
+    await asyncio.sleep(2.5)  # more than two leases
     assert await sem.owned() and not sem.lost.is_set()
     await sem.release()
     assert not await ar.exists("long")
 
 
 async def test_lost_is_set_when_the_key_is_deleted_and_stays_with_its_task(ar: Any) -> None:
-    sem = warden.asyncio.Semaphore(ar, "deleted", 2, watchdog_timeout=0.3)
+    sem = warden.asyncio.Semaphore(ar, "deleted", 2, watchdog_timeout=1.0)
     first_lost = asyncio.Event()
     second_holds = asyncio.Event()
 

@@ -144,18 +144,22 @@ def test_json_serializer_invalidate_and_stale(r: redis.Redis) -> None:
 def test_refresh_ahead_reloads_in_the_background(r: redis.Redis) -> None:
     cache = warden.Cache(r)
     loads: list[float] = []
+    reload_may_finish = threading.Event()
 
     def loader() -> bytes:
         loads.append(time.monotonic())
-        time.sleep(0.1)
+        if len(loads) > 1:  # the reload ends only once the stale value was served
+            reload_may_finish.wait(10)
         return str(len(loads)).encode()
 
-    assert cache.get_or_load("hot", loader, ttl=0.5, refresh=0.4) == b"1"
+    # A 30 s value read 0.15 s (or, on a busy machine, more) after its fill:
+    # less than 29.9 s before it expires, so due for a refresh.
+    assert cache.get_or_load("hot", loader, ttl=30, refresh=29.9) == b"1"
     time.sleep(0.15)
-    started = time.monotonic()
-    assert cache.get_or_load("hot", loader, ttl=0.5, refresh=0.4) == b"1"  # served at once
-    assert time.monotonic() - started < 0.08
-    deadline = time.monotonic() + 3
+    # Served at once: the reload is still held back.
+    assert cache.get_or_load("hot", loader, ttl=30, refresh=29.9) == b"1"
+    reload_may_finish.set()
+    deadline = time.monotonic() + 10
     while r.get("hot") != b"2":
         assert time.monotonic() < deadline
         time.sleep(0.01)
@@ -166,12 +170,12 @@ def test_a_stuck_loader_makes_waiters_give_up_after_bounded_retries(
     r: redis.Redis, server: Server
 ) -> None:
     holder = server.client(single_connection_client=True)
-    assert holder.execute_command("CACHE.GET", "stuck", 10_000)[1] is not None  # never fills
+    assert holder.execute_command("CACHE.GET", "stuck", 60_000)[1] is not None  # never fills
     cache = warden.Cache(r, wait=0.1, retries=2)
     started = time.monotonic()
     with pytest.raises(warden.CacheWaitTimeout):
         cache.get_or_load("stuck", lambda: b"x")
-    assert time.monotonic() - started < 2
+    assert time.monotonic() - started < 30  # three 0.1 s waits, not the 60 s lease
     holder.close()
 
 

@@ -41,6 +41,14 @@ def info(r: redis.Redis, command: str, name: str) -> dict[str, Any]:
     return {k.decode() if isinstance(k, bytes) else k: v for k, v in items}
 
 
+async def settled(condition: Any, timeout: float = 10.0) -> None:
+    """Waits for what a background give-back leaves (a busy machine runs it late)."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition not met in time"
+        await asyncio.sleep(0.005)
+
+
 @pytest.fixture
 def watcher(server: Server) -> Iterator[redis.Redis]:
     r = server.client()
@@ -189,9 +197,8 @@ def test_asyncio_a_cancel_as_the_granted_connection_goes_back_leaks_no_grant(
             freeing.join()
             assert freed == [1]
         assert not armed, "the cancel landed"
-        await asyncio.sleep(0.3)
+        await settled(lambda: info(watcher, "LOCK.INFO", name) == {})
         assert mine.local.token is None
-        assert info(watcher, "LOCK.INFO", name) == {}
         await r.aclose()
 
     asyncio.run(main())
@@ -242,7 +249,8 @@ def test_a_downgraded_writer_keeps_its_write_hold(
                         pass
                 else:
                     assert await rl.acquire(blocking_timeout=5) is False
-                await asyncio.sleep(0.1)  # a give-back in the background
+                # A give-back in the background: the read hold goes.
+                await settled(lambda: info(watcher, "RWLOCK.INFO", name).get("holds") == 1)
                 check()
             await r.aclose()
 

@@ -272,7 +272,7 @@ def test_a_bounded_pool_full_of_waiters_still_releases(server: Server) -> None:
 
 
 def test_lost_belongs_to_the_hold_of_its_thread(r: redis.Redis) -> None:
-    lock = warden.Lock(r, "shared", watchdog_timeout=0.3)  # thread_local=True
+    lock = warden.Lock(r, "shared", watchdog_timeout=1.0)  # thread_local=True
     first_lost = threading.Event()
     second_holds = threading.Event()
     first_done = threading.Event()

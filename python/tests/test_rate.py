@@ -171,17 +171,18 @@ def test_a_wait_that_cannot_conform_in_time_is_answered_at_once(r: redis.Redis) 
 
 
 def test_the_waiters_ahead_count_toward_conforming_in_time(r: redis.Redis) -> None:
-    # 2 a second, burst 2, emptied: a waiter ahead takes the tokens of the
-    # first second, so one more token conforms at 1.5 s: past a 1.2 s wait.
-    limiter = warden.RateLimiter(r, "ahead", 2, 1)
+    # 2 every 4 s, burst 2, emptied: a waiter ahead takes the tokens of the
+    # first 4 s, so one more token conforms at 6 s: past a 4.5 s wait asked
+    # up to 1.5 s after the start (time a busy machine may take to queue it).
+    limiter = warden.RateLimiter(r, "ahead", 2, 4)
     assert limiter.acquire(2)
     ahead = threading.Thread(target=limiter.acquire, args=(2, 30))
     ahead.start()
     wait_for(lambda: waiters(limiter) == 1)
     started = time.monotonic()
-    d = limiter.acquire(1, wait=1.2)
-    assert time.monotonic() - started < 1.2
-    assert not d.allowed and d.retry_after is not None and d.retry_after > 1.2
+    d = limiter.acquire(1, wait=4.5)
+    assert time.monotonic() - started < 4.5
+    assert not d.allowed and d.retry_after is not None and d.retry_after > 4.5
     ahead.join(30)
 
 

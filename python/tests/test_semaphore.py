@@ -148,17 +148,19 @@ def test_with_raises_lock_error_when_no_permits_come(r: redis.Redis) -> None:
 
 
 def test_watchdog_keeps_a_hold_alive_past_its_lease(r: redis.Redis) -> None:
-    sem = warden.Semaphore(r, "long", 2, watchdog_timeout=0.6)
+    # 1 s leases: a shorter one is lost whenever a busy machine stalls the
+    # renewing thread.
+    sem = warden.Semaphore(r, "long", 2, watchdog_timeout=1.0)
     assert sem.acquire()
-    time.sleep(1.5)  # more than two leases
+    time.sleep(2.5)  # more than two leases
     assert sem.owned() and not sem.lost.is_set()
-    assert 0 < sem.info()["ttl"] <= 600  # type: ignore[index]
+    assert 0 < sem.info()["ttl"] <= 1000  # type: ignore[index]
     sem.release()
     assert not r.exists("long")
 
 
 def test_lost_is_set_when_the_key_is_deleted_and_stays_with_its_hold(r: redis.Redis) -> None:
-    sem = warden.Semaphore(r, "deleted", 2, watchdog_timeout=0.3)  # thread_local=True
+    sem = warden.Semaphore(r, "deleted", 2, watchdog_timeout=1.0)  # thread_local=True
     first_lost = threading.Event()
     second_holds = threading.Event()
     first_done = threading.Event()

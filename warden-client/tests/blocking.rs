@@ -13,7 +13,8 @@ fn locks_and_cache_reads_without_a_runtime() {
     let s = Server::start(&[]);
     let w = Warden::open(&url(&s)).unwrap();
     let mut c = s.conn();
-    let ttl = Duration::from_millis(300);
+    // 1 s: a shorter lease is lost whenever a busy machine stalls the renewal.
+    let ttl = Duration::from_secs(1);
     let guard = w
         .lock("k")
         .ttl(ttl)
