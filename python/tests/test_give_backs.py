@@ -8,8 +8,8 @@
    owner``, which ends the owner's write hold first (readers would get in
    beside the writer).
 3. asyncio: a cancel landing while the connection that read a grant (a
-   try's or a wait's) goes back to its pool: the grant is given back, not
-   leaked.
+   try's or a wait's) goes back to its pool, or while a grant read past the
+   deadline is given back: the grant is given back, not leaked.
 """
 
 from __future__ import annotations
@@ -200,6 +200,60 @@ def test_asyncio_a_cancel_as_the_granted_connection_goes_back_leaks_no_grant(
         await settled(lambda: info(watcher, "LOCK.INFO", name) == {})
         assert mine.local.token is None
         await r.aclose()
+
+    asyncio.run(main())
+
+
+def _after_turns(loop: asyncio.AbstractEventLoop, turns: int, fn: Any) -> None:
+    if turns == 0:
+        fn()
+    else:
+        loop.call_soon(_after_turns, loop, turns - 1, fn)
+
+
+def _stall_the_loop(seconds: float) -> None:
+    time.sleep(seconds)
+
+
+def test_asyncio_a_cancel_during_the_give_back_of_a_late_grant_leaks_nothing(
+    server: Server, watcher: redis.Redis
+) -> None:
+    # A grant read past the caller's deadline (the loop stalled) is given
+    # back; a cancel landing while that give-back waits for a connection (the
+    # client's idle one is busy: it connects) must not leave the lock held by
+    # nobody. Cancels land 0..11 loop turns after the grant is readable.
+    async def one(turns: int) -> Any:
+        loop = asyncio.get_running_loop()
+        name = f"late:{turns}"
+        holder = warden.Lock(watcher, name)  # sync: its release blocks the loop
+        assert holder.acquire()
+        client = server.async_client()
+        waiter = asyncio.ensure_future(
+            warden.asyncio.Lock(client, name).acquire(blocking_timeout=0.1)
+        )
+        await settled(lambda: info(watcher, "LOCK.INFO", name).get("waiters") == 1)
+        busy = asyncio.ensure_future(client.blpop(f"nothing:{turns}", 1))
+        await asyncio.sleep(0.02)
+        holder.release()  # granted to the waiter
+        _stall_the_loop(0.15)  # the grant is read past the deadline
+        _after_turns(loop, turns, waiter.cancel)  # an enclosing timeout, say
+        try:
+            got = await waiter
+        except asyncio.CancelledError:
+            got = None
+        assert not got  # read past its deadline: never handed on
+        await busy
+        try:
+            await settled(lambda: not watcher.exists(name), 5.0)
+            return None
+        except AssertionError:
+            return (turns, info(watcher, "LOCK.INFO", name))
+        finally:
+            await client.aclose()
+
+    async def main() -> None:
+        leaked = [leak for turns in range(12) if (leak := await one(turns))]
+        assert not leaked, f"held by nobody after the acquire gave up: {leaked}"
 
     asyncio.run(main())
 

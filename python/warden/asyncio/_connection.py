@@ -49,6 +49,13 @@ def in_background(coroutine: Any) -> asyncio.Future[Any]:
     return task
 
 
+async def to_the_end(coroutine: Awaitable[None]) -> None:
+    """Run ``coroutine`` (a give-back) to its end even if the calling task is
+    cancelled meanwhile: the cancel goes on at once, the give-back in the
+    background."""
+    await asyncio.shield(in_background(coroutine))
+
+
 def cancels() -> int:
     """How many cancels of the calling task were requested (0 outside a task)."""
     task = asyncio.current_task()
@@ -530,7 +537,7 @@ async def blocking_call(
                     pass
             raise
         if reply is not None and deadline.passed():
-            await lost(reply)  # the caller has given up: never a late grant
+            await to_the_end(lost(reply))  # the caller has given up: never a late grant
             reply = None
         return reply
     finally:

@@ -32,6 +32,7 @@ from ._connection import (
     cancels,
     in_background,
     swallowed,
+    to_the_end,
     try_call,
 )
 
@@ -294,7 +295,7 @@ class Holder:
             # it past its deadline (a busy loop, the wait connection's slow
             # return to its pool) is given back, never handed on.
             if fence is not None and deadline is not None and deadline.passed():
-                await lost(fence)
+                await to_the_end(lost(fence))
                 return None
             return fence
 
@@ -348,7 +349,8 @@ class Holder:
             return None
         honour_a_dropped_cancel(fence)
         if fence is not None and deadline is not None and deadline.passed():
-            await lost(fence)  # the reply came after the caller's deadline: never a late grant
+            # The reply came after the caller's deadline: never a late grant.
+            await to_the_end(lost(fence))
             return None
         if fence is not None or deadline is None:
             return fence
