@@ -362,6 +362,42 @@ async def test_asyncio_hit_invalidation_and_aclose(ar: Any) -> None:
     assert not near.connected
 
 
+async def test_asyncio_closed_while_it_connects_again_ends_its_reader(
+    ar: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # aclose() lands while the reader opens a new tracking connection, and
+    # the cancel is dropped on the way (as asyncio.wait_for drops one before
+    # Python 3.12, CPython gh-86296: a Sentinel query's send): the reader
+    # must not go on to read the new connection forever.
+    real_open = warden.asyncio.near_cache.NearCache._open
+    opening = asyncio.Event()
+
+    async def open_dropping_a_cancel(self: Any) -> Any:
+        if self.client_id is None:  # the first connection
+            return await real_open(self)
+        opening.set()
+        connecting = asyncio.ensure_future(asyncio.sleep(0.2))
+        try:
+            await asyncio.shield(connecting)
+        except asyncio.CancelledError:
+            await connecting  # the send completed: its result returned, the cancel lost
+        return await real_open(self)
+
+    monkeypatch.setattr(warden.asyncio.near_cache.NearCache, "_open", open_dropping_a_cancel)
+    cache = warden.asyncio.Cache(ar, near_cache=warden.NearCacheConfig())
+    near = cache.near_cache
+    assert near is not None
+    await near.sync()
+    await ar.client_kill_filter(_id=near.client_id)
+    await asyncio.wait_for(opening.wait(), DEADLINE)
+    closing = asyncio.ensure_future(cache.aclose())
+    await asyncio.wait({closing}, timeout=DEADLINE)  # (no cancel of its own)
+    if not closing.done():
+        closing.cancel()
+    assert closing.done() and not closing.cancelled(), "aclose() waits for its reader forever"
+    assert not near.connected
+
+
 async def refuse_async() -> bytes:
     return refuse()
 

@@ -248,6 +248,12 @@ class NearCache:
                     log("near cache: cannot connect (%s), again in %.2f s", error, pause)
                     await asyncio.sleep(pause)
                     continue
+                if self._closed:
+                    # Closed while it connected, and the cancel dropped on the
+                    # way (a Sentinel query's send: asyncio.wait_for before
+                    # Python 3.12, CPython gh-86296): it would read forever.
+                    await connection.disconnect(nowait=True)
+                    break
                 failures = 0
                 self.store.flush()
                 self._connection = connection
