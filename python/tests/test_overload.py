@@ -49,6 +49,18 @@ def wait_for(condition: Any, timeout: float = 5.0) -> None:
         time.sleep(0.005)
 
 
+def hold_until_a_waiter_queues(watcher: redis.Redis, name: str) -> None:
+    """Take the one permit of ``name``; give it back once a waiter queues."""
+    watcher.execute_command("SEM.ACQUIRE", name, "holder", 30_000, "LIMIT", 1)
+    threading.Timer(
+        0.0,
+        lambda: (
+            wait_for(lambda: sem_info(watcher, name).get("waiters") == 1),
+            watcher.execute_command("SEM.RELEASE", name, "holder"),
+        ),
+    ).start()
+
+
 async def async_wait_for(condition: Any, timeout: float = 5.0) -> None:
     deadline = time.monotonic() + timeout
     while not condition():
@@ -1110,14 +1122,7 @@ def test_an_interrupt_anywhere_after_the_grant_is_read_leaves_nothing_held(
     while True:
         moment += 1
         if path == "wait":
-            watcher.execute_command("SEM.ACQUIRE", "intr", "holder", 30_000, "LIMIT", 1)
-            threading.Timer(
-                0.0,
-                lambda: (
-                    wait_for(lambda: sem_info(watcher, "intr").get("waiters") == 1),
-                    watcher.execute_command("SEM.RELEASE", "intr", "holder"),
-                ),
-            ).start()
+            hold_until_a_waiter_queues(watcher, "intr")
         sem = warden.Semaphore(r, "intr", 1, timeout=30)
         trace = interrupt_at(moment, "try_call" if path == "try" else "blocking_call")
         sys.settrace(trace)
@@ -1153,14 +1158,7 @@ def test_a_grant_recorded_past_the_deadline_is_released(
 
     monkeypatch.setattr(warden._holder.Holder, "_new_hold", slow_new_hold)
     if path == "wait":
-        watcher.execute_command("SEM.ACQUIRE", "slow", "holder", 30_000, "LIMIT", 1)
-        threading.Timer(
-            0.0,
-            lambda: (
-                wait_for(lambda: sem_info(watcher, "slow").get("waiters") == 1),
-                watcher.execute_command("SEM.RELEASE", "slow", "holder"),
-            ),
-        ).start()
+        hold_until_a_waiter_queues(watcher, "slow")
     r = server.client()
     sem = warden.Semaphore(r, "slow", 1, timeout=30)
     assert sem.acquire(blocking_timeout=0.2) is False
@@ -1186,14 +1184,7 @@ async def test_a_grant_past_the_deadline_once_its_connection_is_back_is_given_ba
         return done
 
     monkeypatch.setattr(pool, "release", slow_release)
-    watcher.execute_command("SEM.ACQUIRE", "slow-aio", "holder", 30_000, "LIMIT", 1)
-    threading.Timer(
-        0.0,
-        lambda: (
-            wait_for(lambda: sem_info(watcher, "slow-aio").get("waiters") == 1),
-            watcher.execute_command("SEM.RELEASE", "slow-aio", "holder"),
-        ),
-    ).start()
+    hold_until_a_waiter_queues(watcher, "slow-aio")
     sem = warden.asyncio.Semaphore(r, "slow-aio", 1, timeout=30)
     assert await sem.acquire(blocking_timeout=0.2) is False
     assert sem._token is None
