@@ -7,14 +7,13 @@ after the cancel is given back (``RATE.REFUND``), and the cancel goes on.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from typing import Any, Optional
 
 from .. import _core, _rate
 from .._core import Deadline
 from .._rate import Duration, RateDecision, RateInfo
-from ._connection import DeadlinePassed, blocking_call, call, in_background, try_call
+from ._connection import DeadlinePassed, blocking_call, call, to_the_end, try_call
 
 logger = logging.getLogger(__name__)
 
@@ -51,7 +50,7 @@ class RateLimiter(_rate.Limiter):
             return first
         if first.allowed:
             if deadline.passed():  # read past the caller's deadline: never a late grant
-                await asyncio.shield(in_background(self._give_back(cost)))
+                await to_the_end(self._give_back(cost))
                 return _rate.unanswered(first.burst)
             return first
         if _rate.cannot_conform_in_time(first, deadline):
