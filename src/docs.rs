@@ -186,6 +186,15 @@ const SINCE: &[(&str, &str)] = &[
     ("warden.withdraw", "1.1.0"),
 ];
 
+/// Arguments added after their command: (command, argument, version,
+/// the history line `COMMAND DOCS` gives the command for it).
+const ADDED: &[(&str, &str, &str, &str)] = &[(
+    "rwlock.unlock",
+    "mode",
+    "1.1.0",
+    "Added the optional `READ | WRITE` argument.",
+)];
+
 /// The reply can differ for the same arguments and the same value of the
 /// key: it reports time left or waiters, or carries a token the server draws.
 const NONDETERMINISTIC: &str = "nondeterministic_output";
@@ -245,8 +254,17 @@ impl Strings {
     }
 }
 
-/// A zero-terminated C array of arguments (and their sub-arguments).
+/// The version that added argument `arg` of `command`, if later than the command.
+fn arg_since(command: &str, arg: &str) -> Option<&'static str> {
+    ADDED
+        .iter()
+        .find(|(c, a, _, _)| *c == command && *a == arg)
+        .map(|(_, _, v, _)| *v)
+}
+
+/// A zero-terminated C array of arguments (and their sub-arguments) of `command`.
 fn c_args(
+    command: &str,
     args: &[ArgDoc],
     strings: &mut Strings,
     arrays: &mut Vec<Vec<raw::RedisModuleCommandArg>>,
@@ -259,13 +277,13 @@ fn c_args(
             key_spec_index: if a.ty == KEY { 0 } else { -1 },
             token: strings.opt(a.token),
             summary: ptr::null(),
-            since: ptr::null(),
+            since: strings.opt(arg_since(command, a.name)),
             flags: a.flags as c_int,
             deprecated_since: ptr::null(),
             subargs: if a.sub.is_empty() {
                 ptr::null_mut()
             } else {
-                c_args(a.sub, strings, arrays)
+                c_args(command, a.sub, strings, arrays)
             },
             display_text: ptr::null(),
         })
@@ -274,6 +292,30 @@ fn c_args(
     let p = out.as_mut_ptr();
     arrays.push(out);
     p
+}
+
+/// A zero-terminated C array of `command`'s history entries (null if none).
+fn c_history(
+    command: &str,
+    strings: &mut Strings,
+    out: &mut Vec<raw::RedisModuleCommandHistoryEntry>,
+) -> *mut raw::RedisModuleCommandHistoryEntry {
+    out.extend(
+        ADDED
+            .iter()
+            .filter(|(c, _, _, _)| *c == command)
+            .map(
+                |(_, _, since, changes)| raw::RedisModuleCommandHistoryEntry {
+                    since: strings.c(since),
+                    changes: strings.c(changes),
+                },
+            ),
+    );
+    if out.is_empty() {
+        return ptr::null_mut();
+    }
+    out.push(unsafe { std::mem::zeroed() });
+    out.as_mut_ptr()
 }
 
 /// Gives Redis the documentation of the commands of `commands` (from `DOCS`).
@@ -288,6 +330,7 @@ pub fn register(ctx: &Context, commands: &[Command]) -> bool {
     DOCS.iter().filter(registered).all(|doc| {
         let mut strings = Strings(Vec::new());
         let mut arrays = Vec::new();
+        let mut history = Vec::new();
         let access = if doc.writes {
             raw::REDISMODULE_CMD_KEY_RW
                 | raw::REDISMODULE_CMD_KEY_ACCESS
@@ -320,7 +363,7 @@ pub fn register(ctx: &Context, commands: &[Command]) -> bool {
             summary: strings.c(doc.summary),
             complexity: strings.c(doc.complexity),
             since: strings.c(since(doc.name)),
-            history: ptr::null_mut(),
+            history: c_history(doc.name, &mut strings, &mut history),
             tips: strings.opt(tips(doc.name)),
             arity: doc.arity,
             // A command without a key argument (WARDEN.CONTENDED) has no key spec.
@@ -329,7 +372,7 @@ pub fn register(ctx: &Context, commands: &[Command]) -> bool {
             } else {
                 ptr::null_mut()
             },
-            args: c_args(doc.args, &mut strings, &mut arrays),
+            args: c_args(doc.name, doc.args, &mut strings, &mut arrays),
         };
         let name = CString::new(doc.name).expect("command name");
         unsafe {

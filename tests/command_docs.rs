@@ -30,6 +30,8 @@ struct Section {
     tips: BTreeSet<String>,
     since: String,
     arguments: Vec<String>,
+    /// Argument label → the version its line says added it ("(since X)").
+    added: BTreeMap<String, String>,
     examples: Vec<Example>,
 }
 
@@ -131,6 +133,10 @@ fn sections() -> Vec<Section> {
             if let Some(rest) = line.strip_prefix("- `") {
                 let label = rest.split('`').next().unwrap_or_default();
                 section.arguments.push(label.to_string());
+                if let Some((_, v)) = rest.split_once("(since ") {
+                    let version = v.split(')').next().unwrap_or_default();
+                    section.added.insert(label.to_string(), version.to_string());
+                }
             }
         }
     }
@@ -174,6 +180,8 @@ struct Arg {
     token: Option<String>,
     optional: bool,
     multiple: bool,
+    /// The version that added it, when later than its command.
+    since: Option<String>,
     sub: Vec<Arg>,
 }
 
@@ -183,6 +191,8 @@ struct Docs {
     since: String,
     complexity: String,
     arguments: Vec<Arg>,
+    /// `history`: (version, change) pairs.
+    history: Vec<(String, String)>,
 }
 
 /// A flat RESP2 field/value array as field → value.
@@ -208,6 +218,7 @@ fn parse_arg(reply: &Reply) -> Arg {
         token: f.get("token").map(Reply::text),
         optional: flags.iter().any(|f| f == "optional"),
         multiple: flags.iter().any(|f| f == "multiple"),
+        since: f.get("since").map(Reply::text),
         sub: match f.get("arguments") {
             Some(Reply::Array(args)) => args.iter().map(parse_arg).collect(),
             _ => Vec::new(),
@@ -229,6 +240,16 @@ fn command_docs(c: &mut Raw, name: &str) -> Docs {
         complexity: text("complexity"),
         arguments: match f.get("arguments") {
             Some(Reply::Array(args)) => args.iter().map(parse_arg).collect(),
+            _ => Vec::new(),
+        },
+        history: match f.get("history") {
+            Some(Reply::Array(entries)) => entries
+                .iter()
+                .map(|e| match e {
+                    Reply::Array(pair) if pair.len() == 2 => (pair[0].text(), pair[1].text()),
+                    other => panic!("COMMAND DOCS {name}: a history entry {other:?}"),
+                })
+                .collect(),
             _ => Vec::new(),
         },
     }
@@ -343,24 +364,26 @@ fn arity(args: &[Arg]) -> i64 {
 /// The labels the Arguments list must name: each argument (`TOKEN name` for
 /// an option with a value), the choices of a one-of together, the parts of
 /// a block one by one.
-fn labels(args: &[Arg], out: &mut BTreeSet<String>) {
+/// Each argument's label as the page lists it → the version that added it
+/// ("" when its command's own).
+fn labels(args: &[Arg], out: &mut BTreeMap<String, String>) {
     for arg in args {
-        match arg.kind.as_str() {
-            "block" => labels(&arg.sub, out),
+        let label = match arg.kind.as_str() {
+            "block" => {
+                labels(&arg.sub, out);
+                continue;
+            }
             "oneof" => {
                 let choices: Vec<String> = arg.sub.iter().map(render).collect();
-                out.insert(choices.join(" | "));
+                choices.join(" | ")
             }
-            "pure-token" => {
-                out.insert(arg.token.clone().unwrap_or_else(|| arg.name.clone()));
-            }
-            _ => {
-                out.insert(match &arg.token {
-                    Some(token) => format!("{token} {}", arg.name),
-                    None => arg.name.clone(),
-                });
-            }
-        }
+            "pure-token" => arg.token.clone().unwrap_or_else(|| arg.name.clone()),
+            _ => match &arg.token {
+                Some(token) => format!("{token} {}", arg.name),
+                None => arg.name.clone(),
+            },
+        };
+        out.insert(label, arg.since.clone().unwrap_or_default());
     }
 }
 
@@ -422,10 +445,29 @@ fn each_section_matches_command_docs_and_command_info() {
             info.arity,
             "{name}: COMMAND INFO arity against its arguments"
         );
-        let mut expected = BTreeSet::new();
+        let mut expected = BTreeMap::new();
         labels(&docs.arguments, &mut expected);
         let listed: BTreeSet<String> = section.arguments.iter().cloned().collect();
-        assert_eq!(listed, expected, "{}", what("Arguments list"));
+        assert_eq!(
+            listed,
+            expected.keys().cloned().collect::<BTreeSet<_>>(),
+            "{}",
+            what("Arguments list")
+        );
+        // An argument added after its command says so on the page and in
+        // `COMMAND DOCS` (its `since`, and a `history` line of that version).
+        let added: BTreeMap<String, String> = expected
+            .into_iter()
+            .filter(|(_, since)| !since.is_empty())
+            .collect();
+        assert_eq!(section.added, added, "{}", what("an argument's (since …)"));
+        for since in added.values() {
+            assert!(
+                docs.history.iter().any(|(v, _)| v == since),
+                "{name}: COMMAND DOCS history has no {since} entry: {:?}",
+                docs.history
+            );
+        }
         assert_eq!(
             listed.len(),
             section.arguments.len(),
