@@ -285,7 +285,10 @@ node-bench: build node-deps
 
 # The Node package (node/): tsc --noEmit and biome (on SERVER=redis: they do
 # not depend on the server), then its tests (node --test) on both clients
-# against $(SERVER_BIN) with the module.
+# against $(SERVER_BIN) with the module. Three test files run at once (npm
+# test): each starts its own servers (unix sockets in their own directories,
+# the cluster file its own ports), and the suite mostly waits (14 s of CPU in
+# 135 s one at a time; 66 s three at a time).
 node-test: node-deps $(SERVER_DEPS)
 	cargo test --profile $(TEST_PROFILE) --workspace --no-run
 	$(if $(filter redis,$(SERVER)),cd node && npm run --silent check,@echo "node: tsc and biome ran on SERVER=redis")
