@@ -28,7 +28,10 @@
 //   throughput: --limit --callers --seconds
 //     each caller loops acquire (no deadline: the libraries' default wait),
 //     one INCR inside, release. Prints {"acquisitions","seconds","rate",
-//     "lat_ms":[each acquire's wait],"max_inside","errors","error_sample"}.
+//     "lat_ms":[each acquire's wait],"max_inside","errors","error_sample",
+//     "client_cpu_us","server_cpu_us"}: CPU per acquisition, in µs, of this
+//     process (process.cpuUsage(), user + system) and of the server (INFO
+//     cpu, used_cpu_user + used_cpu_sys), over the callers' loops.
 //   --version prints the packages' versions (their package.json).
 
 import { readFileSync } from "node:fs";
@@ -195,8 +198,18 @@ async function burst(client) {
   Object.assign(out, { first_ms: first, all_ms: all });
 }
 
+/** The server's CPU time so far (INFO cpu: used_cpu_user + used_cpu_sys), in µs. */
+async function serverCpu(client) {
+  const info = await client.info("cpu");
+  const field = (name) =>
+    Number(new RegExp(`^${name}:([\\d.]+)`, "m").exec(info)?.[1] ?? Number.NaN);
+  return (field("used_cpu_user") + field("used_cpu_sys")) * 1e6;
+}
+
 async function throughput(client) {
   const warden = new Warden(client);
+  const server0 = await serverCpu(client);
+  const cpu0 = process.cpuUsage();
   const stop = performance.now() + num("seconds") * 1000;
   const lat = [];
   let inside = 0;
@@ -222,6 +235,8 @@ async function throughput(client) {
     }),
   );
   const seconds = (performance.now() - started) / 1000;
+  const cpu = process.cpuUsage(cpu0);
+  const server = (await serverCpu(client)) - server0;
   await warden.close();
   Object.assign(out, {
     acquisitions: lat.length,
@@ -229,6 +244,8 @@ async function throughput(client) {
     rate: lat.length / seconds,
     lat_ms: lat,
     max_inside: maxInside,
+    client_cpu_us: (cpu.user + cpu.system) / lat.length,
+    server_cpu_us: server / lat.length,
   });
 }
 
