@@ -111,12 +111,26 @@ class Server:
 
 
 def free_ports(count: int, low: int = 7100, high: int = 7199) -> list[int]:
-    """``count`` consecutive free ports (and their cluster bus ports +10000)."""
+    """``count`` consecutive free ports (and their cluster bus ports +10000),
+    from this pytest-xdist worker's own share of ``low``-``high``: two workers
+    that find the same ports free at once would both take them."""
+    low, high = _share(low, high)
     for base in range(low, high - count + 2):
         ports = list(range(base, base + count))
         if all(_free(p) and _free(p + 10000) for p in ports):
             return ports
     raise RuntimeError("no free ports")
+
+
+def _share(low: int, high: int) -> tuple[int, int]:
+    """This worker's slice of ``low``-``high`` (all of it outside pytest-xdist)."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if not worker.startswith("gw") or workers <= 1:
+        return low, high
+    size = (high - low + 1) // workers
+    start = low + int(worker[2:]) * size
+    return start, start + size - 1
 
 
 def _free(port: int) -> bool:
