@@ -6,7 +6,7 @@
 
 import { type Connections, TIMED_OUT, serverWait } from "./connections.js";
 import { CacheWaitTimeoutError, abortReason } from "./errors.js";
-import { callKey } from "./keys.js";
+import { callKey, checkKey, checkSignal } from "./keys.js";
 import { checkQueue } from "./lock.js";
 import type { NearCache, NearCacheOptions } from "./near.js";
 import type { Args } from "./transport.js";
@@ -100,7 +100,7 @@ export class Cache {
     near?: NearCache,
   ) {
     this.near = near;
-    this.prefix = options.prefix ?? "";
+    this.prefix = checkKey(options.prefix ?? "", "prefix");
     this.lease = options.lease ?? 10000;
     this.wait = options.wait ?? 10000;
     this.retries = options.retries ?? 3;
@@ -121,10 +121,10 @@ export class Cache {
     loader: () => Promise<T | undefined> | T | undefined,
     options: LoadOptions = {},
   ): Promise<T | undefined> {
-    const full = this.prefix + key;
+    const full = this.prefix + checkKey(key);
     const args: (string | number)[] = ["CACHE.GET", full, this.lease];
     if (options.refresh !== undefined) args.push("REFRESH", Math.ceil(options.refresh));
-    const { signal } = options;
+    const signal = checkSignal(options.signal);
     const near = this.near;
     if (near !== undefined) {
       const held = near.get(full, options.refresh) ?? (await near.peek(full, options.refresh));
@@ -208,7 +208,7 @@ export class Cache {
    * loaded before the write can never store its old value). With `stale`
    * (ms), keeps serving the old value that long while one caller reloads. */
   async invalidate(key: string, options: { stale?: number } = {}): Promise<boolean> {
-    const full = this.prefix + key;
+    const full = this.prefix + checkKey(key);
     const args: (string | number)[] = ["CACHE.INVALIDATE", full];
     if (options.stale !== undefined) args.push("STALE", Math.ceil(options.stale));
     // Dropped here before and after: a read that peeked before the server

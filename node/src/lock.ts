@@ -13,6 +13,7 @@ import {
   ReplyError,
   abortReason,
 } from "./errors.js";
+import { checkFlag, checkKey, checkSignal } from "./keys.js";
 import type { Args } from "./transport.js";
 
 /** The commands behind one kind of lock (or semaphore). */
@@ -240,19 +241,31 @@ export class Lock implements AsyncDisposable {
   }
 
   /** Gives the lock up. Throws `LockLostError` if it was no longer ours
-   * (it had been lost already). Releasing twice is a no-op. */
+   * (it had been lost already). Releasing twice is a no-op. After
+   * `warden.close()` the release goes out on a connection of its own. A
+   * release that fails without its reply (the connection broke) is sent once
+   * more in the background on a new connection, and the error thrown. */
   async release(): Promise<void> {
     if (this.released) return;
     // An unwatched lease that ended is told as such (its reply is then 0).
     const ended = this.unwatched ? this.deadline : Number.POSITIVE_INFINITY;
     this.released = true;
     this.stop();
+    const args = [this.kind.release, this.key, this.owner];
     let reply: unknown;
     try {
       // At once: the next grant (another caller's, maybe) waits for it.
-      reply = await this.connections.run(this.key, [this.kind.release, this.key, this.owner], true);
+      reply = await this.connections.giveBack(this.key, args);
     } catch (error) {
-      if (!isWrongType(error)) throw error;
+      if (!isWrongType(error)) {
+        // It may not have run: the lock would stay held by nobody until its
+        // lease ends. The owner is this hold's alone (one hold), so sending
+        // it again ends this hold or answers that there is none.
+        if (!(error instanceof ReplyError)) {
+          this.connections.background(this.connections.giveBack(this.key, args));
+        }
+        throw error;
+      }
       reply = "-1";
     }
     if (Number(reply) < this.kind.releasedFrom) {
@@ -449,11 +462,12 @@ export async function grant(
   extra: Args = [],
 ): Promise<Grant | null> {
   const started = performance.now();
-  const watchdog = options.watchdog ?? options.ttl === undefined;
+  checkKey(key);
+  const watchdog = checkFlag("watchdog", options.watchdog) ?? options.ttl === undefined;
   const ttl = checkMs("ttl", options.ttl ?? defaults.watchdogLease, false);
   const wait = checkMs("wait", options.wait ?? Number.POSITIVE_INFINITY, true);
   const queue = checkQueue(options.maxQueue);
-  const { signal } = options;
+  const signal = checkSignal(options.signal);
   const deadline = started + wait;
   const owner = freshOwner();
   const args: (string | number)[] = [kind.acquire, key, owner, capped(connections, ttl), ...extra];

@@ -6,6 +6,7 @@
 
 import { type Connections, TIMED_OUT, within } from "./connections.js";
 import { ConnectionError, RateMismatchError, ReplyError, abortReason } from "./errors.js";
+import { checkSignal } from "./keys.js";
 import { checkQueue } from "./lock.js";
 import { type Args, replyFields } from "./transport.js";
 
@@ -167,7 +168,7 @@ export class RateLimiter {
    * `retryAfter`; one whose deadline passes first, limited with `retryAfter`
    * null. Aborting rejects with the signal's reason and takes nothing. */
   async acquire(cost = 1, options: RateAcquireOptions = {}): Promise<RateDecision> {
-    return this.take(cost, checkWait(options.wait ?? this.wait), options.signal);
+    return this.take(cost, checkWait(options.wait ?? this.wait), checkSignal(options.signal));
   }
 
   /** Takes `cost` tokens if they conform now and nobody waits ahead. */

@@ -1,6 +1,7 @@
 import "./dispose.js";
 import { Cache, type CacheOptions } from "./cache.js";
 import { type ConnectionOptions, Connections } from "./connections.js";
+import { checkKey } from "./keys.js";
 import {
   type AcquireOptions,
   EXCLUSIVE,
@@ -85,14 +86,14 @@ export class Warden implements AsyncDisposable {
 
   /** The read-write lock `key` (`RWLOCK.*`): `.read()` and `.write()`. */
   readWriteLock(key: string): ReadWriteLock {
-    return new ReadWriteLock(this.connections, key, this.defaults);
+    return new ReadWriteLock(this.connections, checkKey(key), this.defaults);
   }
 
   /** The semaphore `key` (`SEM.*`): at most `limit` permits held at once.
    * Every acquire states `limit`; the server refuses another one while the
    * semaphore exists (`SemaphoreLimitError`): `setLimit()` changes it. */
   semaphore(key: string, limit: number): Semaphore {
-    return new Semaphore(this.connections, key, limit, this.defaults);
+    return new Semaphore(this.connections, checkKey(key), limit, this.defaults);
   }
 
   /** The rate limiter `key` (`RATE.*`): `count` tokens every `period` ms, at
@@ -100,7 +101,7 @@ export class Warden implements AsyncDisposable {
    * the server refuses another one while the limiter exists
    * (`RateMismatchError`): `setRate()` changes it. */
   rateLimiter(key: string, options: RateLimiterOptions): RateLimiter {
-    return new RateLimiter(this.connections, key, options);
+    return new RateLimiter(this.connections, checkKey(key), options);
   }
 
   /** A cache on warden's leases (`CACHE.*`); with `near`, values are also

@@ -246,3 +246,118 @@ for (const c of NO_CLIENT) {
     });
   }
 }
+
+describe("careless arguments are refused before anything is sent", () => {
+  let app: Redis;
+  let warden: Warden;
+  before(async () => {
+    app = new Redis({ path: server.socket });
+    warden = new Warden(app);
+  });
+  after(async () => {
+    await warden?.close();
+    app?.disconnect();
+  });
+
+  // The calls of warden's commands so far (INFO commandstats).
+  const sent = async () => {
+    const stats = await admin.info("commandstats");
+    return [...stats.matchAll(/^cmdstat_(lock|rwlock|sem|rate|cache)\.[a-z]+:calls=(\d+)/gm)]
+      .map((m) => Number(m[2]))
+      .reduce((a, b) => a + b, 0);
+  };
+  // biome-ignore lint/suspicious/noExplicitAny: careless JavaScript callers, past the types
+  const loose = (value: unknown): any => value;
+
+  const keys: [string, unknown][] = [
+    ["undefined", undefined],
+    ["null", null],
+    ["an object", {}],
+    ["a number", 1],
+    ["an array", ["k"]],
+  ];
+  const calls: [string, (key: unknown) => Promise<unknown>][] = [
+    ["lock", (key) => warden.lock(loose(key), { ttl: 1000 })],
+    ["tryLock", (key) => warden.tryLock(loose(key), { ttl: 1000 })],
+    ["using", (key) => warden.using(loose(key), 1000, async () => 1)],
+    ["readWriteLock().write", async (key) => warden.readWriteLock(loose(key)).write({ ttl: 1000 })],
+    ["semaphore().acquire", async (key) => warden.semaphore(loose(key), 2).acquire({ ttl: 1000 })],
+    [
+      "rateLimiter().tryAcquire",
+      async (key) => warden.rateLimiter(loose(key), { count: 5, period: 1000 }).tryAcquire(),
+    ],
+    ["cache().getOrLoad", (key) => warden.cache().getOrLoad(loose(key), () => 1)],
+    ["cache().invalidate", (key) => warden.cache().invalidate(loose(key))],
+    ["cache({ prefix })", async (key) => warden.cache({ prefix: loose(key) })],
+  ];
+  for (const [what, key] of keys) {
+    for (const [name, call] of calls) {
+      // An undefined or null prefix is the default one ("").
+      if (name === "cache({ prefix })" && (key === undefined || key === null)) continue;
+      test(
+        `${name} with a key that is ${what}: TypeError, nothing sent`,
+        { timeout: 5000 },
+        async () => {
+          const before = await sent();
+          await assert.rejects(
+            call(key),
+            (e: unknown) => e instanceof TypeError && /must be a string/.test(String(e)),
+          );
+          assert.equal(await sent(), before);
+          assert.equal(await admin.exists(String(key)), 0);
+        },
+      );
+    }
+  }
+
+  const options: [string, Record<string, unknown>][] = [
+    ['watchdog: "no"', { watchdog: "no" }],
+    ["watchdog: 1", { watchdog: 1 }],
+    ["signal: {}", { signal: {} }],
+    ['signal: "stop"', { signal: "stop" }],
+    ["signal: null", { signal: null }],
+  ];
+  for (const [what, opts] of options) {
+    const acquires: [string, () => Promise<unknown>][] = [
+      ["lock", () => warden.lock("careless", loose({ ttl: 1000, ...opts }))],
+      [
+        "readWriteLock().read",
+        () => warden.readWriteLock("careless-rw").read(loose({ ttl: 1000, ...opts })),
+      ],
+      [
+        "semaphore().acquire",
+        () => warden.semaphore("careless-sem", 2).acquire(loose({ ttl: 1000, ...opts })),
+      ],
+    ];
+    if (what.startsWith("signal")) {
+      acquires.push(
+        [
+          "rateLimiter().acquire",
+          () =>
+            warden.rateLimiter("careless-rate", { count: 5, period: 1000 }).acquire(1, loose(opts)),
+        ],
+        [
+          "cache().getOrLoad",
+          () => warden.cache().getOrLoad("careless-cache", () => 1, loose(opts)),
+        ],
+      );
+    }
+    for (const [name, call] of acquires) {
+      test(`${name} with ${what}: TypeError, nothing sent`, { timeout: 5000 }, async () => {
+        const before = await sent();
+        await assert.rejects(call(), TypeError);
+        assert.equal(await sent(), before);
+        assert.equal(
+          await admin.exists(
+            "careless",
+            "careless-rw",
+            "careless-sem",
+            "careless-rate",
+            "careless-cache",
+          ),
+          0,
+        );
+      });
+    }
+  }
+});

@@ -50,6 +50,59 @@ for (const kind of CLIENTS) {
       assert.equal(await info(admin, key), null);
     });
 
+    test("a release whose connection breaks before it runs is sent again: the lock is free", async () => {
+      const key = `${kind.name}:release-broken`;
+      const clients = async () => String(await admin.call("CLIENT", "LIST")).split("\n");
+      const others = new Set((await clients()).map((l) => /^id=(\d+)/.exec(l)?.[1]));
+      const own = await kind.open(server);
+      const w = new Warden(own.client);
+      try {
+        const lock = await w.lock(key, { ttl: 30000 });
+        // The release waits behind the pause (a write); its connection is
+        // closed before it runs (CLIENT KILL is no write).
+        await admin.call("CLIENT", "PAUSE", "10000", "WRITE");
+        try {
+          const failed = assert.rejects(lock.release());
+          const ids = await until(async () => {
+            // This Warden's: a connection opened since, whose last command is warden's.
+            const found = (await clients())
+              .filter((l) => / cmd=lock\.(acquire|release) /.test(l))
+              .map((l) => /^id=(\d+)/.exec(l)?.[1] ?? "")
+              .filter((id) => id !== "" && !others.has(id));
+            return found.length > 0 ? found : undefined;
+          }, "warden's command connection");
+          for (const id of ids ?? []) await admin.call("CLIENT", "KILL", "ID", id);
+          await failed;
+          assert.equal(lock.held, false);
+          assert.equal(
+            (await info(admin, key))?.owner,
+            lock.owner,
+            "the first release did not run",
+          );
+        } finally {
+          await admin.call("CLIENT", "UNPAUSE");
+        }
+        await until(async () => (await info(admin, key)) === null, "the release sent again");
+      } finally {
+        await w.close();
+        await own.close();
+      }
+    });
+
+    test("a lock held through close() is released on a connection of its own", async () => {
+      const key = `${kind.name}:release-after-close`;
+      const own = await kind.open(server);
+      const w = new Warden(own.client);
+      try {
+        const lock = await w.lock(key, { ttl: 30000 });
+        await w.close();
+        await lock.release();
+        assert.equal(await info(admin, key), null);
+      } finally {
+        await own.close();
+      }
+    });
+
     test("an aborted wait leaves the queue", async () => {
       const key = `${kind.name}:abort-queued`;
       await admin.call("LOCK.ACQUIRE", key, "holder", 30000);
