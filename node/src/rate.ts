@@ -166,7 +166,9 @@ export class RateLimiter {
    * even by a request for fewer tokens) up to `wait` ms. A request that
    * cannot conform in time is answered at once, limited, with its
    * `retryAfter`; one whose deadline passes first, limited with `retryAfter`
-   * null. Aborting rejects with the signal's reason and takes nothing. */
+   * null. Aborting rejects with the signal's reason and takes nothing (on
+   * Redis before 7.4, a grant written just before the abort closed the
+   * waiter's connection is spent by nobody). */
   async acquire(cost = 1, options: RateAcquireOptions = {}): Promise<RateDecision> {
     return this.take(cost, checkWait(options.wait ?? this.wait), checkSignal(options.signal));
   }
