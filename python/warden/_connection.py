@@ -403,6 +403,11 @@ def blocking_call(
             connection.check_health()
             known, client_id = _core.known_client_id(connection, connection._sock)
             request = (*args, "WAIT", wait, *extra)
+            # Parked in the server's queue from the send to the end of the wait:
+            # another acquire of this client on the key skips its try. Noted
+            # before the send: the server may queue it before the send returns
+            # (a thread switch inside it), and a try then would be answered nil.
+            note = _core.parked(client, args[0], key)
             sent = True  # an interrupt inside the send may leave it sent
             # CLIENT ID rides along the first wait of a connection (no round
             # trip of its own): the id to unblock, kept while its socket lives.
@@ -410,9 +415,6 @@ def blocking_call(
                 connection.pack_commands([request] if known else [("CLIENT", "ID"), request]),
                 check_health=False,
             )
-            # Parked in the server's queue from here to the end of the wait:
-            # another acquire of this client on the key skips its try.
-            note = _core.parked(client, args[0], key)
             if not known:
                 try:
                     client_id = int(connection.read_response())

@@ -482,6 +482,11 @@ async def blocking_call(
             await connection.check_health()
             known, client_id = _core.known_client_id(connection, connection._writer)
             request = (*args, "WAIT", wait, *extra)
+            # Parked in the server's queue from the send to the end of the wait:
+            # another acquire of this client on the key skips its try. Noted
+            # before the send: the server may queue it before the send returns
+            # (a yield inside it), and a try then would be answered nil.
+            note = _core.parked(client, args[0], key)
             unanswered = True  # a cancel inside the send may leave it sent
             # CLIENT ID rides along the first wait of a connection (no round
             # trip of its own): the id to unblock, kept while its link lives.
@@ -489,9 +494,6 @@ async def blocking_call(
                 connection.pack_commands([request] if known else [("CLIENT", "ID"), request]),
                 check_health=False,
             )
-            # Parked in the server's queue from here to the end of the wait:
-            # another acquire of this client on the key skips its try.
-            note = _core.parked(client, args[0], key)
             if not known:
                 try:
                     client_id = int(await connection.read_response())
