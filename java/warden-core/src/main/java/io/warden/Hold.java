@@ -54,6 +54,8 @@ final class Hold implements WardenLock, Permit {
   private final int permits;
   private final boolean watchdog;
   private final long askedMs;
+  // The owner was made for this acquisition: this hold is the only one it has or will have.
+  private final boolean ownOwner;
 
   private final ReentrantLock lock = new ReentrantLock();
   // Guarded by lock.
@@ -81,8 +83,10 @@ final class Hold implements WardenLock, Permit {
       long leaseMs,
       long askedMs,
       boolean watchdog,
+      boolean ownOwner,
       long sentAtNanos) {
     this.warden = warden;
+    this.ownOwner = ownOwner;
     this.kind = kind;
     this.key = key;
     this.owner = owner;
@@ -461,7 +465,16 @@ final class Hold implements WardenLock, Permit {
                 lock.unlock();
               }
               if (error != null) {
-                done.completeExceptionally(Resp.unwrap(error));
+                Throwable cause = Resp.unwrap(error);
+                if (ownOwner && !(cause instanceof WardenServerException)) {
+                  // No reply (the connection broke, the reply timed out): the release may not
+                  // have run, and the hold would stay until its lease ends, held by nobody. Sent
+                  // once more, on a new connection. Safe: the owner is this hold's alone, so a
+                  // second release ends this hold or answers that it holds nothing, never
+                  // another's. The caller still gets the error.
+                  warden.inBackground(() -> warden.unlock(kind, key, owner, false));
+                }
+                done.completeExceptionally(cause);
               } else {
                 done.complete(null);
               }

@@ -184,6 +184,7 @@ public final class LockRequest {
                     a.leaseSent(),
                     asked,
                     dog,
+                    this.owner == null,
                     sent),
             h -> ((Hold) h).confirm(a.grantWaited(), sent),
             h -> ((Hold) h).releaseAsync(),

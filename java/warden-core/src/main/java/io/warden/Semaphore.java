@@ -71,6 +71,7 @@ final class Semaphore implements DistributedSemaphore {
                     a.leaseSent(),
                     asked,
                     dog,
+                    true,
                     sent),
             p -> ((Hold) p).confirm(a.grantWaited(), sent),
             p -> ((Hold) p).releaseAsync(),

@@ -15,6 +15,7 @@ import java.util.concurrent.ScheduledThreadPoolExecutor;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicInteger;
 import java.util.concurrent.atomic.AtomicLong;
+import java.util.function.Supplier;
 import java.util.regex.Matcher;
 import java.util.regex.Pattern;
 
@@ -234,6 +235,28 @@ public final class Warden implements AutoCloseable {
       scheduler.schedule(task, ms, TimeUnit.MILLISECONDS);
     } catch (RejectedExecutionException e) {
       f.complete(null);
+    }
+  }
+
+  /**
+   * Sends what {@code send} sends once, on the scheduler (never on the caller's thread: a blocking
+   * transport would hold it), its outcome ignored. Nothing once this Warden is closed.
+   */
+  void inBackground(Supplier<CompletionStage<?>> send) {
+    if (closed) {
+      return;
+    }
+    try {
+      scheduler.execute(
+          () -> {
+            try {
+              send.get();
+            } catch (RuntimeException e) {
+              // Its outcome is not awaited: a lease ends what this could not.
+            }
+          });
+    } catch (RejectedExecutionException e) {
+      // Closed meanwhile.
     }
   }
 

@@ -27,7 +27,12 @@ public interface WardenLock extends AutoCloseable {
   /** Runs {@code callback} once when the hold is lost: its lease ended or a renewal failed. */
   void onLost(Runnable callback);
 
-  /** Releases the hold; idempotent; any thread. */
+  /**
+   * Releases the hold; idempotent; any thread. A release that gets no reply (the connection broke,
+   * the reply timed out) throws, and is sent once more on a new connection in the background: the
+   * hold's owner was made for it alone, so that ends this hold, never another (an owner chosen by
+   * the caller, a downgrade's, is left to its lease).
+   */
   void release();
 
   /** Same as {@link #release()}. */

@@ -26,8 +26,10 @@ import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.Arrays;
+import java.util.HashSet;
 import java.util.List;
 import java.util.Optional;
+import java.util.Set;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.ExecutionException;
@@ -469,6 +471,115 @@ public abstract class WardenSuite extends TransportSuite {
     assertTrue(p.isPresent());
     assertEquals(0, sem.availablePermits());
     p.get().release();
+  }
+
+  // ---- a release without a reply ----
+
+  /** Takes a 30 s hold of {@code kind} on {@code key} through {@code w}; what releases it. */
+  private static Runnable hold(Warden w, String kind, String key) throws Exception {
+    Duration lease = Duration.ofSeconds(30);
+    switch (kind) {
+      case "lock":
+        return w.lock(key).lease(lease).acquire()::release;
+      case "semaphore":
+        return w.getSemaphore(key, 2).acquire(1, lease)::release;
+      case "write":
+        return w.getReadWriteLock(key).write().lease(lease).acquire()::release;
+      case "read":
+        return w.getReadWriteLock(key).read().lease(lease).acquire()::release;
+      default: // the java.util.concurrent.locks.Lock facade
+        DistributedLock facade = w.getLock(key);
+        facade.lock(30, TimeUnit.SECONDS);
+        return facade::unlock;
+    }
+  }
+
+  /** The ids of the clients connected now. */
+  private Set<String> clientIds() {
+    Set<String> ids = new HashSet<>();
+    Matcher m = Pattern.compile("(?m)^id=(\\d+) ").matcher(str(server.call("CLIENT", "LIST")));
+    while (m.find()) {
+      ids.add(m.group(1));
+    }
+    return ids;
+  }
+
+  /**
+   * A release whose connection breaks before the server ran it (writes paused, then {@code CLIENT
+   * KILL}): the caller gets the error, and the release is sent once more on a new connection, so
+   * the key is free, not held by nobody until its lease ends. Every kind of hold, and the facade
+   * (released on the thread that locked it).
+   */
+  @Test
+  void aReleaseCutOffBeforeItRunsIsSentAgain() throws Exception {
+    for (String kind : Arrays.asList("lock", "semaphore", "write", "read", "facade")) {
+      String k = key(kind);
+      Set<String> others = clientIds();
+      Warden w = Warden.create(transport(server));
+      try {
+        CompletableFuture<Void> held = new CompletableFuture<>();
+        CountDownLatch go = new CountDownLatch(1);
+        CompletableFuture<Throwable> released = new CompletableFuture<>();
+        Thread t =
+            new Thread(
+                () -> {
+                  Runnable release;
+                  try {
+                    release = hold(w, kind, k);
+                    held.complete(null);
+                    go.await();
+                  } catch (Throwable e) {
+                    held.completeExceptionally(e);
+                    return;
+                  }
+                  try {
+                    release.run();
+                    released.complete(null);
+                  } catch (Throwable e) {
+                    released.complete(e);
+                  }
+                });
+        t.start();
+        held.get(30, TimeUnit.SECONDS);
+        server.call("CLIENT", "PAUSE", "20000", "WRITE");
+        try {
+          go.countDown();
+          // This Warden's connections whose last command is warden's, once one of them shows the
+          // release, postponed by the pause (CLIENT KILL is no write).
+          Pattern mine = Pattern.compile("(?m)^id=(\\d+) .* cmd=((lock|sem|rwlock)\\.[a-z]+) ");
+          List<String> ids = new ArrayList<>();
+          boolean releasing = false;
+          long end = System.nanoTime() + TimeUnit.SECONDS.toNanos(10);
+          while (!releasing && System.nanoTime() < end) {
+            sleep(10);
+            ids.clear();
+            Matcher m = mine.matcher(str(server.call("CLIENT", "LIST")));
+            while (m.find()) {
+              if (!others.contains(m.group(1))) {
+                ids.add(m.group(1));
+                releasing |= m.group(2).matches("lock\\.release|rwlock\\.unlock|sem\\.release");
+              }
+            }
+          }
+          assertTrue(releasing, kind + ": no release postponed by the pause");
+          for (String id : ids) {
+            server.call("CLIENT", "KILL", "ID", id);
+          }
+          assertNotNull(released.get(30, TimeUnit.SECONDS), kind + ": the release did not fail");
+          assertEquals(1L, server.call("EXISTS", k), kind + ": the first release ran");
+        } finally {
+          server.call("CLIENT", "UNPAUSE");
+        }
+        long end = System.nanoTime() + TimeUnit.SECONDS.toNanos(10);
+        while (!Long.valueOf(0).equals(server.call("EXISTS", k)) && System.nanoTime() < end) {
+          sleep(10);
+        }
+        assertEquals(0L, server.call("EXISTS", k), () -> kind + " still held: " + describe(k));
+        t.join(10_000);
+      } finally {
+        w.close();
+      }
+    }
   }
 
   // ---- an abort's take-out: WARDEN.WITHDRAW, else CLIENT UNBLOCK, else closing ----
