@@ -268,6 +268,8 @@ struct Held {
     lease: Arc<Lease>,
     /// Renews every ttl/3 until released.
     watchdog: bool,
+    /// The owner was made for this hold: it holds nothing else, ever.
+    fresh: bool,
     /// The task renewing the lease: the watchdog, or the renewals of a
     /// lease asked for beyond the server's cap.
     renewer: Mutex<Option<Renewer>>,
@@ -286,7 +288,8 @@ impl Hold {
     /// a request sent at `sent` for a lease of `ttl`; with `watchdog`,
     /// renewed every granted/3 until released; without, when `granted` is
     /// shorter than `ttl`, renewed until `ttl` after `sent` (capped and
-    /// renewed).
+    /// renewed). `fresh`: `owner` was made for this acquire, and holds
+    /// nothing else.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
         warden: Warden,
@@ -298,6 +301,7 @@ impl Hold {
         granted: Duration,
         sent: Instant,
         watchdog: bool,
+        fresh: bool,
     ) -> Self {
         let margin = warden.config().margin(granted);
         let lease = Arc::new(Lease::new(sent + granted, margin));
@@ -317,6 +321,7 @@ impl Hold {
             token,
             lease,
             watchdog,
+            fresh,
             renewer: Mutex::new(None),
             runtime: Handle::current(),
         };
@@ -462,9 +467,30 @@ impl Held {
         self.stop_renewer().await;
         let mut cmd = redis::cmd(self.verbs.release);
         cmd.arg(&self.key).arg(&self.owner);
-        let reply = self.warden.query::<i64>(&cmd).await?;
-        tracing::debug!(key = %self.key, reply, "release");
-        Ok(reply)
+        match self.warden.query::<i64>(&cmd).await {
+            Ok(reply) => {
+                tracing::debug!(key = %self.key, reply, "release");
+                Ok(reply)
+            }
+            Err(e @ (Error::Connection(_) | Error::Timeout)) if self.fresh => {
+                // No reply: the release may not have run, and the hold would
+                // stay until its lease ends, held by nobody. Sent once more,
+                // in the background (a broken shared connection is replaced
+                // first). Safe: the owner is this hold's alone, so a second
+                // release ends this hold or answers -1, never another's. The
+                // caller still gets the error.
+                tracing::debug!(key = %self.key, error = %e, "release failed: sent again");
+                let (warden, key) = (self.warden.clone(), self.key.clone());
+                self.runtime.spawn(async move {
+                    match warden.query::<i64>(&cmd).await {
+                        Ok(reply) => tracing::debug!(key, reply, "release sent again"),
+                        Err(e) => tracing::debug!(key, error = %e, "release sent again failed"),
+                    }
+                });
+                Err(e)
+            }
+            Err(e) => Err(e),
+        }
     }
 }
 

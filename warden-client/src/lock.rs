@@ -238,6 +238,7 @@ impl LockRequest {
                 granted,
                 sent,
                 self.watchdog,
+                fresh,
             ),
         }))
     }

@@ -211,6 +211,7 @@ impl Semaphore {
                 granted,
                 sent,
                 self.watchdog,
+                self.owner.is_none(),
             ),
         }))
     }

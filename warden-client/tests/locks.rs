@@ -585,3 +585,135 @@ async fn measure_pairs_per_second() {
         watched / raw
     );
 }
+
+/// A release whose connection breaks before the server ran it (writes
+/// paused, then `CLIENT KILL`) fails, and is sent once more on a new
+/// connection: the key is free, not held by nobody until its lease ends. On
+/// warden's own shared connection and on an application's
+/// `ConnectionManager`; a lock, a write lock and a semaphore released, and a
+/// lock guard dropped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_cut_off_before_it_runs_is_sent_again() {
+    let s = Server::start(&[]);
+    let mut admin = s.conn();
+    let ids = |admin: &mut redis::Connection| -> Vec<(String, String)> {
+        let list: String = redis::cmd("CLIENT").arg("LIST").query(admin).unwrap();
+        list.lines()
+            .filter_map(|l| {
+                let id = l.strip_prefix("id=")?.split(' ').next()?.to_string();
+                let cmd = l.split(" cmd=").nth(1)?.split(' ').next()?.to_string();
+                Some((id, cmd))
+            })
+            .collect()
+    };
+    for backend in ["open", "manager"] {
+        for kind in ["lock", "write", "semaphore", "dropped lock"] {
+            let case = format!("{kind} on {backend}");
+            let key = format!("cut:{backend}:{kind}");
+            let others: Vec<String> = ids(&mut admin).into_iter().map(|(id, _)| id).collect();
+            let w = if backend == "open" {
+                warden(&s)
+            } else {
+                let client = redis::Client::open(url(&s)).unwrap();
+                let manager = redis::aio::ConnectionManager::new(client.clone())
+                    .await
+                    .unwrap();
+                warden_client::Warden::with_manager(manager, client)
+            };
+            let ttl = Duration::from_secs(30);
+            // Not started until spawned, after the pause.
+            let release: std::pin::Pin<Box<dyn std::future::Future<Output = _> + Send>> = match kind
+            {
+                "lock" | "dropped lock" => {
+                    let guard = w.lock(&key).ttl(ttl).acquire().await.unwrap().unwrap();
+                    if kind == "lock" {
+                        Box::pin(async move { guard.release().await.map(|_| ()) })
+                    } else {
+                        Box::pin(async move {
+                            drop(guard);
+                            Err(Error::Timeout) // the drop reports nothing
+                        })
+                    }
+                }
+                "write" => {
+                    let guard = w
+                        .write_lock(&key)
+                        .ttl(ttl)
+                        .acquire()
+                        .await
+                        .unwrap()
+                        .unwrap();
+                    Box::pin(async move { guard.release().await.map(|_| ()) })
+                }
+                _ => {
+                    let guard = w
+                        .semaphore(&key, 2)
+                        .ttl(ttl)
+                        .acquire()
+                        .await
+                        .unwrap()
+                        .unwrap();
+                    Box::pin(async move { guard.release().await.map(|_| ()) })
+                }
+            };
+            let _: () = redis::cmd("CLIENT")
+                .arg("PAUSE")
+                .arg(20_000)
+                .arg("WRITE")
+                .query(&mut admin)
+                .unwrap();
+            let release = tokio::spawn(release);
+            // This Warden's connections whose last command is warden's, once
+            // one of them shows the release, postponed by the pause (CLIENT
+            // KILL is no write).
+            let deadline = Instant::now() + LONG;
+            let (releasing, mine) = loop {
+                let listed: Vec<(String, String)> = ids(&mut admin)
+                    .into_iter()
+                    .filter(|(id, cmd)| {
+                        !others.contains(id)
+                            && ["lock.", "rwlock.", "sem."]
+                                .iter()
+                                .any(|p| cmd.starts_with(p))
+                    })
+                    .collect();
+                let releasing = listed.iter().any(|(_, cmd)| {
+                    ["lock.release", "rwlock.unlock", "sem.release"].contains(&cmd.as_str())
+                });
+                if releasing || Instant::now() > deadline {
+                    let ids: Vec<String> = listed.into_iter().map(|(id, _)| id).collect();
+                    break (releasing, ids);
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            };
+            assert!(releasing, "{case}: no release postponed by the pause");
+            for id in &mine {
+                let _: redis::Value = redis::cmd("CLIENT")
+                    .arg("KILL")
+                    .arg("ID")
+                    .arg(id)
+                    .query(&mut admin)
+                    .unwrap();
+            }
+            let outcome = timeout(LONG, release).await.expect(&case).unwrap();
+            assert!(
+                outcome.is_err(),
+                "{case}: the release did not fail: {outcome:?} killed {mine:?}"
+            );
+            let held: i64 = redis::cmd("EXISTS").arg(&key).query(&mut admin).unwrap();
+            let _: () = redis::cmd("CLIENT")
+                .arg("UNPAUSE")
+                .query(&mut admin)
+                .unwrap();
+            assert_eq!(held, 1, "{case}: the first release ran");
+            eventually(&format!("{case}: the release sent again"), LONG, || {
+                redis::cmd("EXISTS")
+                    .arg(&key)
+                    .query::<i64>(&mut admin)
+                    .unwrap()
+                    == 0
+            })
+            .await;
+        }
+    }
+}
