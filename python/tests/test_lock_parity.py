@@ -6,6 +6,8 @@ redis-py's arguments. One table per behaviour, each row run on both."""
 
 from __future__ import annotations
 
+import asyncio
+import time
 from typing import Any, Callable, Optional
 
 import pytest
@@ -64,12 +66,17 @@ OTHER_AFTER = "another acquirer took the lock after the release"
 
 OURS = "still ours: a retry releases it"
 THEIRS = "the other acquirer's, which can release it"
+# A fresh owner's release that got no reply is sent once more in the
+# background (the lock was held by nobody until its lease ended).
+SENT_AGAIN = "still ours, released by the release sent again: a retry finds it gone"
 
 # timeout, what happens, what release raises, whose hold the object keeps
 RELEASE = [
-    pytest.param(10, FAILS, redis.ConnectionError, OURS, id="connection-error-keeps-hold"),
-    pytest.param(None, FAILS, redis.ConnectionError, OURS, id="connection-error-keeps-watched"),
-    pytest.param(10, TIMES_OUT, redis.TimeoutError, OURS, id="timeout-keeps-hold"),
+    pytest.param(10, FAILS, redis.ConnectionError, SENT_AGAIN, id="connection-error-sent-again"),
+    pytest.param(
+        None, FAILS, redis.ConnectionError, SENT_AGAIN, id="connection-error-sent-again-watched"
+    ),
+    pytest.param(10, TIMES_OUT, redis.TimeoutError, SENT_AGAIN, id="timeout-sent-again"),
     pytest.param(10, OTHER_AFTER, None, THEIRS, id="another-acquirer-after"),
     pytest.param(None, OTHER_AFTER, None, THEIRS, id="another-acquirer-after-watched"),
     pytest.param(10, OTHER_BEFORE, LockNotOwnedError, THEIRS, id="another-acquirer-before"),
@@ -200,7 +207,16 @@ def test_release(
         with pytest.raises(raises):
             lock.release()
     holder = lock.local.token
-    assert holder is not None and (holder == ours) == (after == OURS)
+    assert holder is not None and (holder == ours) == (after != THEIRS)
+    if after == SENT_AGAIN:
+        deadline = time.monotonic() + 5
+        while lock.locked():
+            assert time.monotonic() < deadline, "the release was not sent again"
+            time.sleep(0.01)
+        with pytest.raises(LockNotOwnedError):
+            lock.release()  # the retry
+        assert lock.local.token is None
+        return
     assert lock.owned() and lock.locked()
     lock.release()  # the retry, or the other acquirer's own release
     assert not lock.locked()
@@ -300,7 +316,16 @@ async def test_async_release(
         with pytest.raises(raises):
             await lock.release()
     holder = lock.local.token
-    assert holder is not None and (holder == ours) == (after == OURS)
+    assert holder is not None and (holder == ours) == (after != THEIRS)
+    if after == SENT_AGAIN:
+        deadline = time.monotonic() + 5
+        while await lock.locked():
+            assert time.monotonic() < deadline, "the release was not sent again"
+            await asyncio.sleep(0.01)
+        with pytest.raises(LockNotOwnedError):
+            await lock.release()  # the retry
+        assert lock.local.token is None
+        return
     assert await lock.owned() and await lock.locked()
     await lock.release()
     assert not await lock.locked()

@@ -330,6 +330,9 @@ class ClientClosed(RedisConnectionError):
 # longest timeout a thread or socket accepts (threading.TIMEOUT_MAX).
 FOREVER_SECONDS = min(2**46 / 1000, threading.TIMEOUT_MAX)
 
+#: How long a release sent again (the first got no reply) waits for its reply.
+RELEASE_AGAIN_SECONDS = 30.0
+
 
 def deadline(blocking: bool, blocking_timeout: Optional[Number]) -> Optional[Deadline]:
     """The deadline of an acquire that may wait (None: it only tries);

@@ -30,7 +30,9 @@ import time
 from types import SimpleNamespace, TracebackType
 from typing import Any, Callable, Literal, Optional, TypeVar
 
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import LockError, LockNotOwnedError, ResponseError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from . import _core
 from ._connection import DeadlinePassed, Lost, blocking_call, call, try_call
@@ -478,13 +480,45 @@ class Holder:
         flight (a dropped connection, a timeout, an interrupt) leaves the
         hold as it was, watchdog and all, as redis-py's ``Lock`` (8.2) keeps
         its token: the release may not have reached the server, and the
-        caller can send it again."""
+        caller can send it again. One that got no reply (a connection error
+        or a timeout) of an owner made for this hold alone is also sent once
+        more in the background, on a new connection (see
+        ``_release_again``); the error is raised all the same."""
         try:
             return self._unlock(token)
         except ResponseError as error:
             if not _core.is_wrongtype(error):
                 raise
             return -1
+        except (RedisConnectionError, RedisTimeoutError):
+            if self._fresh(token):
+                self._release_again(token)
+            raise
+
+    def _fresh(self, token: bytes) -> bool:
+        """Whether ``token`` is an owner made for the current hold alone (not
+        a caller's ``token=``, nor a re-entrant owner, which may hold more)."""
+        return bool(getattr(self.local, "fresh_owner", None) == token)
+
+    def _release_again(self, token: bytes) -> None:
+        """Send the release of ``token`` once more, in a thread of its own (a
+        paused server would hold the caller): the first may never have run,
+        and the hold would stay, held by nobody, until its lease ends. Safe
+        for an owner made for this hold alone: a second release ends this
+        hold or answers that it has none, never another's. Once answered,
+        the hold's watchdog (if any) stops: the hold is gone either way."""
+        dog: Optional[_Watchdog] = getattr(self.local, "watchdog", None)
+
+        def again() -> None:
+            try:
+                self._unlock(token, timeout=_core.RELEASE_AGAIN_SECONDS)
+            except Exception:  # the lease bounds what this costs
+                logger.debug("could not send the release of %s %r again", self.kind, self.name)
+                return
+            if dog is not None:
+                dog.stopped.set()
+
+        threading.Thread(target=again, name=f"warden-release:{self.name}", daemon=True).start()
 
     def _still_held(self, message: str) -> Literal[True]:
         """True if this holder still holds (an extend or reacquire that

@@ -99,9 +99,14 @@ class Semaphore(Holder):
         fence = self._acquire(args, owner, blocking, blocking_timeout, lambda sent: True, record)
         return fence is not None
 
+    def _fresh(self, token: bytes) -> bool:
+        return True  # every acquire takes an owner of its own
+
     def release(self) -> None:
         """Give the permits back (to the waiters at once); ``LockNotOwnedError``
-        if the hold was no longer ours (its lease ended, or it was deleted)."""
+        if the hold was no longer ours (its lease ended, or it was deleted).
+        One that got no reply raises its error and is sent once more in the
+        background, as ``Lock.release``'s."""
         token = self._token
         if token is None:
             raise lock_error(

@@ -20,7 +20,9 @@ from collections.abc import Awaitable
 from types import SimpleNamespace, TracebackType
 from typing import Any, Callable, Literal, Optional, TypeVar
 
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import LockError, LockNotOwnedError, ResponseError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from .. import _core
 from .._core import LockCommands, Number, lock_error
@@ -462,13 +464,37 @@ class Holder:
         flight (a dropped connection, a timeout, an interrupt) leaves the
         hold as it was, watchdog and all, as redis-py's ``Lock`` (8.2) keeps
         its token: the release may not have reached the server, and the
-        caller can send it again."""
+        caller can send it again. One that got no reply is also sent once
+        more in the background, as ``warden._holder.Holder._send_release``'s."""
         try:
             return await self._unlock(token)
         except ResponseError as error:
             if not _core.is_wrongtype(error):
                 raise
             return -1
+        except (RedisConnectionError, RedisTimeoutError):
+            if self._fresh(token):
+                self._release_again(token)
+            raise
+
+    def _fresh(self, token: bytes) -> bool:
+        """As ``warden._holder.Holder._fresh``."""
+        return bool(getattr(self.local, "fresh_owner", None) == token)
+
+    def _release_again(self, token: bytes) -> None:
+        """As ``warden._holder.Holder._release_again``, in a task of its own."""
+        dog: Optional[_Watchdog] = getattr(self.local, "watchdog", None)
+
+        async def again() -> None:
+            try:
+                await self._unlock(token, timeout=_core.RELEASE_AGAIN_SECONDS)
+            except Exception:  # the lease bounds what this costs
+                logger.debug("could not send the release of %s %r again", self.kind, self.name)
+                return
+            if dog is not None:
+                dog.stop()
+
+        in_background(again())
 
     async def _still_held(self, message: str) -> Literal[True]:
         """True if this holder still holds (an extend or reacquire that

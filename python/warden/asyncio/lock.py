@@ -92,6 +92,7 @@ class Lock(Holder):
             _core.REENTRANT_HOLDS.add(owner, self.name, self.commands, 1)
         if self._token != owner:
             self._new_hold(owner, args[3])
+            self.local.fresh_owner = owner if token is None and not reentrant else None
         self.local.holds = getattr(self.local, "holds", 0) + 1
         self.local.fence = fence
         return True
@@ -132,7 +133,11 @@ class Lock(Holder):
         ours. The hold is forgotten only once the server has answered, and
         only if it is still this holder's (another task sharing this object
         may have acquired meanwhile): a release that failed in flight
-        can be sent again."""
+        can be sent again. One that got no reply (a connection error, a
+        timeout) of an owner made for this acquisition (not ``token=``, not
+        re-entrant) is also sent once more in the background on a new
+        connection, and its error raised: a retry may then find the lock
+        no longer ours (``LockNotOwnedError``)."""
         since = cancels()
         await self._release_one()
         raise_a_dropped_cancel(since)  # after the hold is accounted for

@@ -120,9 +120,13 @@ class Semaphore(Holder):
         self.local.fence = fence
         return True
 
+    def _fresh(self, token: bytes) -> bool:
+        return True  # every acquire takes an owner of its own
+
     async def release(self) -> None:
         """Give the permits back; ``LockNotOwnedError`` if the hold was no
-        longer ours."""
+        longer ours. One that got no reply raises its error and is sent once
+        more in the background, as ``Lock.release``'s."""
         since = cancels()
         await self._release_hold()
         raise_a_dropped_cancel(since)  # after the hold is accounted for
