@@ -582,6 +582,22 @@ public abstract class WardenSuite extends TransportSuite {
     }
   }
 
+  /**
+   * What docs/clients/java.md says of a hold still held at {@code close()}: not released by it, not
+   * releasable after it (the transport is closed); its lease ends it.
+   */
+  @Test
+  void aHoldStillHeldAtCloseIsLeftToItsLease() throws Exception {
+    String k = key("held-through-close");
+    Warden w = Warden.create(transport(server));
+    WardenLock h = w.lock(k).lease(Duration.ofSeconds(30)).acquire();
+    w.close();
+    assertEquals(1L, server.call("EXISTS", k), "close() released the hold");
+    assertThrows(RuntimeException.class, h::release);
+    assertEquals(1L, server.call("EXISTS", k));
+    server.call("DEL", k);
+  }
+
   // ---- an abort's take-out: WARDEN.WITHDRAW, else CLIENT UNBLOCK, else closing ----
 
   /** A transport to {@code server} logged in as the ACL user {@code user}. */
