@@ -20,9 +20,10 @@ pub enum Error {
     },
     /// The connection could not be opened, or broke. A command that was
     /// already sent may or may not have run on the server; it is never sent
-    /// again, except a release of a hold whose owner was made for it, which
-    /// is sent once more in the background (a second release ends that hold
-    /// or finds nothing). (A lock granted on a broken connection ends with
+    /// again, except a release of a hold whose owner was made for it (and
+    /// never named by another acquire), which is sent again in the
+    /// background until answered (a second release ends that hold or finds
+    /// nothing). (A lock granted on a broken connection ends with
     /// its lease; a waiter on it leaves the server's queue.)
     Connection(Box<dyn std::error::Error + Send + Sync>),
     /// A bad URL or client setting, or a reply of an unexpected shape.

@@ -2,6 +2,8 @@
 //! crossing its cancellation is given back, and the grant once held — its
 //! lease, its watchdog, its release when dropped.
 
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -254,6 +256,22 @@ impl Drop for GiveBack {
     }
 }
 
+/// The fresh owners of the holds alive in this process, each with its
+/// `shared` flag: set when an acquire names that owner (`reentrant`, a
+/// semaphore's `owner`), before it is sent. A release whose reply is lost is
+/// sent again only for an owner never shared: then a second release can end
+/// nothing but that hold. Bounded by the holds alive.
+static FRESH: std::sync::LazyLock<Mutex<HashMap<String, Arc<AtomicBool>>>> =
+    std::sync::LazyLock::new(|| Mutex::new(HashMap::new()));
+
+/// Notes that an acquire about to be sent names `owner`: a live hold whose
+/// fresh owner it is never has its release sent again.
+pub(crate) fn lend(owner: &str) {
+    if let Some(shared) = FRESH.lock().unwrap_or_else(|e| e.into_inner()).get(owner) {
+        shared.store(true, Ordering::SeqCst);
+    }
+}
+
 /// A grant being held: released by [`Hold::release`] or, when dropped, in
 /// the background (on the runtime it was acquired on; if that runtime is
 /// gone, the lease ends it).
@@ -268,8 +286,9 @@ struct Held {
     lease: Arc<Lease>,
     /// Renews every ttl/3 until released.
     watchdog: bool,
-    /// The owner was made for this hold: it holds nothing else, ever.
-    fresh: bool,
+    /// Set when the owner was made for this hold (it is in `FRESH`): set
+    /// to true once an acquire named it. `None`: an owner the caller chose.
+    fresh: Option<Arc<AtomicBool>>,
     /// The task renewing the lease: the watchdog, or the renewals of a
     /// lease asked for beyond the server's cap.
     renewer: Mutex<Option<Renewer>>,
@@ -313,6 +332,14 @@ impl Hold {
         } else {
             tracing::debug!("granted");
         }
+        let fresh = fresh.then(|| {
+            let shared = Arc::new(AtomicBool::new(false));
+            FRESH
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(owner.clone(), shared.clone());
+            shared
+        });
         let held = Held {
             warden,
             verbs,
@@ -467,29 +494,69 @@ impl Held {
         self.stop_renewer().await;
         let mut cmd = redis::cmd(self.verbs.release);
         cmd.arg(&self.key).arg(&self.owner);
-        match self.warden.query::<i64>(&cmd).await {
+        let outcome = self.warden.query::<i64>(&cmd).await;
+        // Sent again only for an owner made for this hold and never named
+        // by another acquire: a second release then ends this hold or
+        // answers -1, never another's.
+        let again = self
+            .fresh
+            .as_ref()
+            .is_some_and(|shared| !shared.load(Ordering::SeqCst));
+        match outcome {
             Ok(reply) => {
                 tracing::debug!(key = %self.key, reply, "release");
                 Ok(reply)
             }
-            Err(e @ (Error::Connection(_) | Error::Timeout)) if self.fresh => {
+            Err(e @ (Error::Connection(_) | Error::Timeout)) if again => {
                 // No reply: the release may not have run, and the hold would
-                // stay until its lease ends, held by nobody. Sent once more,
-                // in the background (a broken shared connection is replaced
-                // first). Safe: the owner is this hold's alone, so a second
-                // release ends this hold or answers -1, never another's. The
-                // caller still gets the error.
+                // stay until its lease ends, held by nobody. Sent again in
+                // the background (a broken shared connection is replaced
+                // first) until it is answered or the lease would have ended
+                // anyway. The caller still gets the error.
                 tracing::debug!(key = %self.key, error = %e, "release failed: sent again");
-                let (warden, key) = (self.warden.clone(), self.key.clone());
-                self.runtime.spawn(async move {
-                    match warden.query::<i64>(&cmd).await {
-                        Ok(reply) => tracing::debug!(key, reply, "release sent again"),
-                        Err(e) => tracing::debug!(key, error = %e, "release sent again failed"),
+                let runtime = self.runtime.clone();
+                runtime.spawn(async move {
+                    let end = self.lease.end();
+                    let mut pause = Duration::from_millis(50);
+                    loop {
+                        match self.warden.query::<i64>(&cmd).await {
+                            Ok(reply) => {
+                                tracing::debug!(key = %self.key, reply, "release sent again");
+                                break;
+                            }
+                            Err(Error::Connection(_) | Error::Timeout)
+                                if Instant::now() + pause < end =>
+                            {
+                                tokio::time::sleep(pause).await;
+                                pause = (pause * 2).min(Duration::from_secs(1));
+                            }
+                            Err(e) => {
+                                tracing::warn!(
+                                    key = %self.key,
+                                    error = %e,
+                                    "a release sent again failed (its lease will end)"
+                                );
+                                break;
+                            }
+                        }
                     }
                 });
                 Err(e)
             }
             Err(e) => Err(e),
+        }
+    }
+}
+
+impl Drop for Held {
+    /// Takes a fresh owner out of `FRESH`: its hold is over (released,
+    /// sent again, or left to its lease with a runtime that is gone).
+    fn drop(&mut self) {
+        if self.fresh.is_some() {
+            FRESH
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .remove(&self.owner);
         }
     }
 }

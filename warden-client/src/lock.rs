@@ -208,6 +208,9 @@ impl LockRequest {
 
     async fn acquire_inner(self) -> Result<Option<LockGuard>> {
         let fresh = self.owner.is_none();
+        if let Some(owner) = &self.owner {
+            crate::hold::lend(owner); // before the send: see `lend`
+        }
         let owner = self.owner.unwrap_or_else(crate::owner::fresh);
         let (token, sent, granted) = acquire_capped(&self.warden, self.ttl, self.wait, |lease| {
             let mut cmd = redis::cmd(self.kind.acquire());

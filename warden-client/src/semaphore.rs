@@ -174,6 +174,9 @@ impl Semaphore {
     }
 
     async fn acquire_inner(&self, wait: Option<Duration>) -> Result<Option<SemaphoreGuard>> {
+        if let Some(owner) = &self.owner {
+            crate::hold::lend(owner); // before the send: see `lend`
+        }
         let owner = self.owner.clone().unwrap_or_else(crate::owner::fresh);
         let (token, sent, granted) = acquire_capped(&self.warden, self.ttl, wait, |lease| {
             let mut cmd = redis::cmd("SEM.ACQUIRE");

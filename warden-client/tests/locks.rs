@@ -717,3 +717,72 @@ async fn a_release_cut_off_before_it_runs_is_sent_again() {
         }
     }
 }
+
+/// A release sent again never ends a hold it did not take: once another
+/// acquire has named a fresh owner (`reentrant(guard.owner())`: a re-entry,
+/// a read under its own write), that owner's release is not sent again. The
+/// release times out client-side behind a write pause and runs once the
+/// pause ends (its reply lost to the caller); a second release would end the
+/// other hold.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_is_not_sent_again_for_an_owner_another_acquire_named() {
+    let s = Server::start(&[]);
+    let mut admin = s.conn();
+    let w = warden(&s).with_config(
+        warden_client::Config::builder()
+            .command_timeout(Duration::from_millis(300))
+            .build(),
+    );
+    let ttl = Duration::from_secs(30);
+    for (kind, dropped) in [
+        ("lock", false),
+        ("lock", true),
+        ("write", false),
+        ("write", true),
+    ] {
+        let case = format!("{kind}, dropped: {dropped}");
+        let key = format!("lent:{kind}:{dropped}");
+        let (first, second) = if kind == "lock" {
+            let first = w.lock(&key).ttl(ttl).acquire().await.unwrap().unwrap();
+            let second = w.lock(&key).ttl(ttl).reentrant(first.owner());
+            (first, second.acquire().await.unwrap().expect(&case))
+        } else {
+            let first = w
+                .write_lock(&key)
+                .ttl(ttl)
+                .acquire()
+                .await
+                .unwrap()
+                .unwrap();
+            let second = w.read_lock(&key).ttl(ttl).reentrant(first.owner());
+            (first, second.acquire().await.unwrap().expect(&case))
+        };
+        let before = calls(&mut admin, "lock.release") + calls(&mut admin, "rwlock.unlock");
+        let _: () = redis::cmd("CLIENT")
+            .arg("PAUSE")
+            .arg(1_500)
+            .arg("WRITE")
+            .query(&mut admin)
+            .unwrap();
+        if dropped {
+            drop(first);
+        } else {
+            let outcome = first.release().await;
+            assert!(
+                matches!(outcome, Err(Error::Timeout)),
+                "{case}: {outcome:?}"
+            );
+        }
+        // The pause ends: the first release runs; any second one would too.
+        eventually(&format!("{case}: the release ran"), LONG, || {
+            calls(&mut admin, "lock.release") + calls(&mut admin, "rwlock.unlock") > before
+        })
+        .await;
+        tokio::time::sleep(Duration::from_millis(1_500)).await; // a re-send's backoff and more
+        let released = calls(&mut admin, "lock.release") + calls(&mut admin, "rwlock.unlock");
+        assert_eq!(released - before, 1, "{case}: the release was sent again");
+        let exists: i64 = redis::cmd("EXISTS").arg(&key).query(&mut admin).unwrap();
+        assert_eq!(exists, 1, "{case}: the other hold was ended");
+        second.release().await.unwrap();
+    }
+}
