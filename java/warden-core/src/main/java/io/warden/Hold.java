@@ -54,8 +54,10 @@ final class Hold implements WardenLock, Permit {
   private final int permits;
   private final boolean watchdog;
   private final long askedMs;
-  // The owner was made for this acquisition: this hold is the only one it has or will have.
+  // The owner was made for this acquisition (in warden.freshHolds() until the hold ends).
   private final boolean ownOwner;
+  // Set once another acquire named the owner (a downgrade's read): its release is never sent again.
+  private volatile boolean shared;
 
   private final ReentrantLock lock = new ReentrantLock();
   // Guarded by lock.
@@ -72,6 +74,19 @@ final class Hold implements WardenLock, Permit {
   private boolean releaseSent;
   private ScheduledFuture<?> task;
   private final List<Runnable> onLost = new ArrayList<>();
+
+  /**
+   * Before an acquire naming {@code owner} is sent: a live hold of {@code warden} whose owner was
+   * made for it is shared from then on. A release whose reply is lost is sent again only for an
+   * owner no other acquire named: then a second release can end nothing but that hold. ({@link
+   * Warden#freshHolds()}: bounded by the holds alive.)
+   */
+  static void lend(Warden warden, String owner) {
+    Hold h = warden.freshHolds().get(owner);
+    if (h != null) {
+      h.shared = true;
+    }
+  }
 
   Hold(
       Warden warden,
@@ -161,6 +176,9 @@ final class Hold implements WardenLock, Permit {
     lock.lock();
     try {
       if (state == State.HELD) {
+        if (ownOwner) {
+          warden.freshHolds().put(owner, this); // before the caller has it, to name its owner
+        }
         schedule();
       }
     } finally {
@@ -269,6 +287,7 @@ final class Hold implements WardenLock, Permit {
         return;
       }
       state = State.LOST;
+      warden.freshHolds().remove(owner, this);
       if (task != null) {
         task.cancel(false);
       }
@@ -464,21 +483,38 @@ final class Hold implements WardenLock, Permit {
               } finally {
                 lock.unlock();
               }
-              if (error != null) {
-                Throwable cause = Resp.unwrap(error);
-                if (ownOwner && !(cause instanceof WardenServerException)) {
-                  // No reply (the connection broke, the reply timed out): the release may not
-                  // have run, and the hold would stay until its lease ends, held by nobody. Sent
-                  // once more, on a new connection. Safe: the owner is this hold's alone, so a
-                  // second release ends this hold or answers that it holds nothing, never
-                  // another's. The caller still gets the error.
-                  warden.inBackground(() -> warden.unlock(kind, key, owner, false));
-                }
+              Throwable cause = error == null ? null : Resp.unwrap(error);
+              if (cause != null
+                  && ownOwner
+                  && !shared
+                  && !(cause instanceof WardenServerException)) {
+                // No reply (the connection broke, the reply timed out): the release may not
+                // have run, and the hold would stay until its lease ends, held by nobody. Sent
+                // again on a new connection until answered or the lease would have ended. Safe:
+                // the owner is this hold's alone, so a second release ends this hold or answers
+                // that it holds nothing, never another's. The caller still gets the error.
+                warden.untilAnswered(
+                    () -> warden.unlock(kind, key, owner, false),
+                    leaseEndNanos(),
+                    () -> warden.freshHolds().remove(owner, this));
+              } else {
+                warden.freshHolds().remove(owner, this);
+              }
+              if (cause != null) {
                 done.completeExceptionally(cause);
               } else {
                 done.complete(null);
               }
             });
+  }
+
+  private long leaseEndNanos() {
+    lock.lock();
+    try {
+      return leaseEnd;
+    } finally {
+      lock.unlock();
+    }
   }
 
   @Override

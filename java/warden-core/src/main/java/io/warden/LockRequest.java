@@ -153,6 +153,9 @@ public final class LockRequest {
     long asked = dog ? watchdogMs : leaseMs;
     // Over the server's max-lease: granted at the cap, renewed by the hold up to what was asked.
     long ms = warden.capLease(asked);
+    if (this.owner != null) {
+      Hold.lend(warden, this.owner); // before the send: see Hold.lend
+    }
     String owner =
         this.owner != null
             ? this.owner

@@ -9,10 +9,12 @@ import java.util.Set;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.CompletionStage;
 import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.ExecutionException;
 import java.util.concurrent.RejectedExecutionException;
 import java.util.concurrent.ScheduledExecutorService;
 import java.util.concurrent.ScheduledThreadPoolExecutor;
 import java.util.concurrent.TimeUnit;
+import java.util.concurrent.TimeoutException;
 import java.util.concurrent.atomic.AtomicInteger;
 import java.util.concurrent.atomic.AtomicLong;
 import java.util.function.Supplier;
@@ -89,6 +91,8 @@ public final class Warden implements AutoCloseable {
   private final AtomicLong ownerSeq;
   private final ConcurrentHashMap<ThreadHolds.Key, ThreadHolds.Entry> threadHolds =
       new ConcurrentHashMap<>();
+  // The holds alive whose owner was made for them, by owner (see Hold.lend).
+  private final ConcurrentHashMap<String, Hold> freshHolds = new ConcurrentHashMap<>();
   private volatile CompletableFuture<Boolean> unblocks;
   // The server refused WARDEN.WITHDRAW (a module before 1.1.0, an ACL that denies it): from then on
   // an abort goes straight to CLIENT UNBLOCK or closes the waiter's connection.
@@ -215,6 +219,10 @@ public final class Warden implements AutoCloseable {
     return scheduler;
   }
 
+  ConcurrentHashMap<String, Hold> freshHolds() {
+    return freshHolds;
+  }
+
   boolean closed() {
     return closed;
   }
@@ -239,25 +247,43 @@ public final class Warden implements AutoCloseable {
   }
 
   /**
-   * Sends what {@code send} sends once, on the scheduler (never on the caller's thread: a blocking
-   * transport would hold it), its outcome ignored. Nothing once this Warden is closed.
+   * Sends what {@code send} sends in a thread of its own (not the scheduler's: a blocking transport
+   * would hold the renewals of other holds) until it is answered, a reply or an error reply, or
+   * {@code untilNanos} (a {@link System#nanoTime()} value) passes, or this Warden closes: 50 ms
+   * apart, doubling to 1 s. Then {@code done} runs.
    */
-  void inBackground(Supplier<CompletionStage<?>> send) {
-    if (closed) {
-      return;
-    }
-    try {
-      scheduler.execute(
-          () -> {
-            try {
-              send.get();
-            } catch (RuntimeException e) {
-              // Its outcome is not awaited: a lease ends what this could not.
-            }
-          });
-    } catch (RejectedExecutionException e) {
-      // Closed meanwhile.
-    }
+  void untilAnswered(Supplier<CompletionStage<?>> send, long untilNanos, Runnable done) {
+    Thread t =
+        new Thread(
+            () -> {
+              try {
+                long pause = 50;
+                while (!closed) {
+                  try {
+                    send.get().toCompletableFuture().get(5, TimeUnit.SECONDS);
+                    return;
+                  } catch (ExecutionException e) {
+                    if (Resp.unwrap(e.getCause()) instanceof WardenServerException) {
+                      return;
+                    }
+                  } catch (TimeoutException | RuntimeException e) {
+                    // no answer: again, while the lease lasts
+                  }
+                  if (System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(pause) - untilNanos > 0) {
+                    return; // the lease ends the hold anyway
+                  }
+                  Thread.sleep(pause);
+                  pause = Math.min(2 * pause, 1000);
+                }
+              } catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
+              } finally {
+                done.run();
+              }
+            },
+            "warden-release-again");
+    t.setDaemon(true);
+    t.start();
   }
 
   long watchdogLeaseMillis() {

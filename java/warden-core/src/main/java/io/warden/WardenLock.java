@@ -29,9 +29,10 @@ public interface WardenLock extends AutoCloseable {
 
   /**
    * Releases the hold; idempotent; any thread. A release that gets no reply (the connection broke,
-   * the reply timed out) throws, and is sent once more on a new connection in the background: the
-   * hold's owner was made for it alone, so that ends this hold, never another (an owner chosen by
-   * the caller, a downgrade's, is left to its lease).
+   * the reply timed out) throws, and is sent again on a new connection in the background until it
+   * is answered or the lease would have ended: the hold's owner was made for it alone, so that ends
+   * this hold, never another. Not when another acquire named the owner (a read taken under its own
+   * write): that hold is left to its lease.
    */
   void release();
 
