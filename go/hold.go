@@ -221,8 +221,13 @@ func (h *Hold) overLocked() bool {
 
 // Release lets go of the hold. It is idempotent and may be called from any
 // goroutine; ErrNotHeld when the hold was lost before it. A release that gets
-// no reply (go-redis' retries spent, ctx ended) returns the error and is sent
-// once more in the background; the hold stands until one is answered.
+// no reply (its connection broke, go-redis' retries spent, it timed out, ctx
+// ended) may or may not have run: it returns the error, and the hold ends
+// here at once as released (its Context is cancelled, the renewer stops, a
+// later Release returns nil, Extend says ErrNotHeld) while the release is
+// resent in the background, with backoff, until one is answered, the lease
+// would have ended, or Close. An error reply from the server (READONLY,
+// NOPERM) leaves the hold standing: Release may be called again.
 func (h *Hold) Release(ctx context.Context) error {
 	h.mu.Lock()
 	if h.done {
@@ -239,19 +244,20 @@ func (h *Hold) Release(ctx context.Context) error {
 	}
 	released, err := h.releaseCmd(ctx)
 	if err != nil {
-		h.mu.Unlock()
 		var reply redis.Error
-		if !errors.As(err, &reply) {
-			h.releaseAgain()
+		if errors.As(err, &reply) {
+			h.mu.Unlock()
+			return err // refused, not run: the hold stands, Release may be called again
 		}
-		return err // the hold stands until a release is answered: Release may be called again
+		// No reply: handed to the background. The owner is this hold's
+		// alone, so a resend can only free what this hold took.
+		h.done = true
+		h.mu.Unlock()
+		h.finish()
+		h.cancel(errReleased)
+		h.releaseLater()
+		return err
 	}
-	return h.releasedLocked(released)
-}
-
-// releasedLocked ends the hold once a release was answered (released: the
-// owner held it); called with h.mu held, which it unlocks.
-func (h *Hold) releasedLocked(released bool) error {
 	h.done = true
 	if !released {
 		h.lost = true
@@ -266,43 +272,16 @@ func (h *Hold) releasedLocked(released bool) error {
 	return nil
 }
 
-// releaseAgainTimeout bounds the release sent again.
-const releaseAgainTimeout = 30 * time.Second
-
-// releaseAgain sends, once and in the background, a release that got no
-// reply (its connection broke, it timed out, ctx ended): it may not have run,
-// and unless Release is called again the key stays held by nobody until its
-// lease ends (with the watchdog: as long as this process runs). The owner is
-// this hold's alone, so a second release ends this hold or finds it gone,
-// never another's. Not once Close has begun (holds are abandoned then).
-func (h *Hold) releaseAgain() {
+// releaseLater resends, in the background (giveBackLater), a release that
+// got no reply. It counts as a call, so Close waits for it to start before
+// its wait for the background; not once Close has begun (holds are
+// abandoned then).
+func (h *Hold) releaseLater() {
 	if h.w.begin() != nil {
 		return
 	}
-	go func() {
-		defer h.w.calls.Done()
-		ctx, cancel := context.WithTimeout(context.Background(), releaseAgainTimeout)
-		defer cancel()
-		go func() {
-			select {
-			case <-h.w.done:
-				cancel()
-			case <-ctx.Done():
-			}
-		}()
-		h.mu.Lock()
-		if h.done {
-			h.mu.Unlock()
-			return
-		}
-		released, err := h.releaseCmd(ctx)
-		if err != nil {
-			h.mu.Unlock()
-			h.w.log.Warn("warden: a release sent again failed (its lease will end)", "key", h.key, "owner", h.owner, "err", err)
-			return
-		}
-		_ = h.releasedLocked(released)
-	}()
+	defer h.w.calls.Done()
+	h.giveBackLater()
 }
 
 // releaseCmd sends the release; false when the owner held nothing. A LOCK
