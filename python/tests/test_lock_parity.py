@@ -12,7 +12,7 @@ from typing import Any, Callable, Optional
 
 import pytest
 import redis
-from redis.exceptions import LockNotOwnedError
+from redis.exceptions import LockError, LockNotOwnedError
 
 import warden
 import warden._holder
@@ -66,20 +66,31 @@ OTHER_AFTER = "another acquirer took the lock after the release"
 
 OURS = "still ours: a retry releases it"
 THEIRS = "the other acquirer's, which can release it"
-# A fresh owner's release that got no reply is sent once more in the
-# background (the lock was held by nobody until its lease ended).
-SENT_AGAIN = "still ours, released by the release sent again: a retry finds it gone"
+# A fresh owner's release that got no reply is handed to the background,
+# which sends it again (the lock was held by nobody until its lease ended):
+# the object forgets the hold at once, and a retry is a release of an
+# unlocked lock. A caller's token= keeps redis-py's behaviour (OURS).
+SENT_AGAIN = "handed to the release sent again: the object holds nothing, a retry raises LockError"
 
-# timeout, what happens, what release raises, whose hold the object keeps
+# timeout, token=, what happens, what release raises, whose hold the object keeps
 RELEASE = [
-    pytest.param(10, FAILS, redis.ConnectionError, SENT_AGAIN, id="connection-error-sent-again"),
     pytest.param(
-        None, FAILS, redis.ConnectionError, SENT_AGAIN, id="connection-error-sent-again-watched"
+        10, None, FAILS, redis.ConnectionError, SENT_AGAIN, id="connection-error-sent-again"
     ),
-    pytest.param(10, TIMES_OUT, redis.TimeoutError, SENT_AGAIN, id="timeout-sent-again"),
-    pytest.param(10, OTHER_AFTER, None, THEIRS, id="another-acquirer-after"),
-    pytest.param(None, OTHER_AFTER, None, THEIRS, id="another-acquirer-after-watched"),
-    pytest.param(10, OTHER_BEFORE, LockNotOwnedError, THEIRS, id="another-acquirer-before"),
+    pytest.param(
+        None,
+        None,
+        FAILS,
+        redis.ConnectionError,
+        SENT_AGAIN,
+        id="connection-error-sent-again-watched",
+    ),
+    pytest.param(10, None, TIMES_OUT, redis.TimeoutError, SENT_AGAIN, id="timeout-sent-again"),
+    pytest.param(10, "mine", FAILS, redis.ConnectionError, OURS, id="connection-error-token"),
+    pytest.param(None, "mine", TIMES_OUT, redis.TimeoutError, OURS, id="timeout-token-watched"),
+    pytest.param(10, None, OTHER_AFTER, None, THEIRS, id="another-acquirer-after"),
+    pytest.param(None, None, OTHER_AFTER, None, THEIRS, id="another-acquirer-after-watched"),
+    pytest.param(10, None, OTHER_BEFORE, LockNotOwnedError, THEIRS, id="another-acquirer-before"),
 ]
 
 
@@ -186,17 +197,18 @@ def test_reacquire(r: redis.Redis, timeout: float, ended: bool, outcome: str) ->
     lock.release()
 
 
-@pytest.mark.parametrize("timeout, fault, raises, after", RELEASE)
+@pytest.mark.parametrize("timeout, token, fault, raises, after", RELEASE)
 def test_release(
     r: redis.Redis,
     monkeypatch: pytest.MonkeyPatch,
     timeout: Optional[float],
+    token: Optional[str],
     fault: str,
     raises: Optional[type[Exception]],
     after: str,
 ) -> None:
     lock = warden.Lock(r, NAME, timeout=timeout, thread_local=False)
-    assert lock.acquire(blocking=False)
+    assert lock.acquire(blocking=False, token=token)
     ours = lock.local.token
     if fault == OTHER_BEFORE:
         r.delete(NAME)
@@ -207,16 +219,17 @@ def test_release(
         with pytest.raises(raises):
             lock.release()
     holder = lock.local.token
-    assert holder is not None and (holder == ours) == (after != THEIRS)
     if after == SENT_AGAIN:
+        assert holder is None and lock.local.watchdog is None
+        with pytest.raises(LockError) as retry:
+            lock.release()  # the retry: nothing is sent
+        assert not isinstance(retry.value, LockNotOwnedError)
         deadline = time.monotonic() + 5
         while lock.locked():
             assert time.monotonic() < deadline, "the release was not sent again"
             time.sleep(0.01)
-        with pytest.raises(LockNotOwnedError):
-            lock.release()  # the retry
-        assert lock.local.token is None
         return
+    assert holder is not None and (holder == ours) == (after != THEIRS)
     assert lock.owned() and lock.locked()
     lock.release()  # the retry, or the other acquirer's own release
     assert not lock.locked()
@@ -294,17 +307,18 @@ async def test_async_reacquire(ar: Any, timeout: float, ended: bool, outcome: st
     await lock.release()
 
 
-@pytest.mark.parametrize("timeout, fault, raises, after", RELEASE)
+@pytest.mark.parametrize("timeout, token, fault, raises, after", RELEASE)
 async def test_async_release(
     ar: Any,
     monkeypatch: pytest.MonkeyPatch,
     timeout: Optional[float],
+    token: Optional[str],
     fault: str,
     raises: Optional[type[Exception]],
     after: str,
 ) -> None:
     lock = warden.asyncio.Lock(ar, NAME, timeout=timeout, thread_local=False)
-    assert await lock.acquire(blocking=False)
+    assert await lock.acquire(blocking=False, token=token)
     ours = lock.local.token
     if fault == OTHER_BEFORE:
         await ar.delete(NAME)
@@ -316,16 +330,17 @@ async def test_async_release(
         with pytest.raises(raises):
             await lock.release()
     holder = lock.local.token
-    assert holder is not None and (holder == ours) == (after != THEIRS)
     if after == SENT_AGAIN:
+        assert holder is None and lock.local.watchdog is None
+        with pytest.raises(LockError) as retry:
+            await lock.release()  # the retry: nothing is sent
+        assert not isinstance(retry.value, LockNotOwnedError)
         deadline = time.monotonic() + 5
         while await lock.locked():
             assert time.monotonic() < deadline, "the release was not sent again"
             await asyncio.sleep(0.01)
-        with pytest.raises(LockNotOwnedError):
-            await lock.release()  # the retry
-        assert lock.local.token is None
         return
+    assert holder is not None and (holder == ours) == (after != THEIRS)
     assert await lock.owned() and await lock.locked()
     await lock.release()
     assert not await lock.locked()

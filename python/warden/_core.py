@@ -330,8 +330,14 @@ class ClientClosed(RedisConnectionError):
 # longest timeout a thread or socket accepts (threading.TIMEOUT_MAX).
 FOREVER_SECONDS = min(2**46 / 1000, threading.TIMEOUT_MAX)
 
-#: How long a release sent again (the first got no reply) waits for its reply.
-RELEASE_AGAIN_SECONDS = 30.0
+#: A release that got no reply, of an owner made for its hold, is sent again
+#: in the background until it is answered or the hold's lease would have
+#: ended: each send waits at most this long for its reply ...
+RELEASE_AGAIN_SECONDS = 5.0
+#: ... and the next goes this long after the last failed, doubling each time
+#: up to ``RELEASE_AGAIN_BACKOFF_MAX``.
+RELEASE_AGAIN_BACKOFF = 0.05
+RELEASE_AGAIN_BACKOFF_MAX = 1.0
 
 
 def deadline(blocking: bool, blocking_timeout: Optional[Number]) -> Optional[Deadline]:
@@ -425,6 +431,63 @@ class HoldCounts:
 
 #: The holds of this process's re-entrant owners (threads and tasks alike).
 REENTRANT_HOLDS = HoldCounts()
+
+
+class FreshHold:
+    """One live hold of an owner this process made for it alone (a ``Lock``'s
+    acquire without ``token=``, not re-entrant; every semaphore acquire).
+    ``shared``: an acquire with a caller-chosen owner (``token=``) named it
+    while it lived, so that owner may hold more than this hold (sticky)."""
+
+    __slots__ = ("owner", "shared", "__weakref__")
+
+    def __init__(self, owner: bytes) -> None:
+        self.owner = owner
+        self.shared = False
+
+
+class FreshOwners:
+    """The live holds of owners made for one hold each, by owner, so that an
+    acquire with a caller's ``token=`` can mark the hold it joins as shared:
+    only a hold never shared may have its release sent again (a second
+    release of a shared owner could end another's hold). An entry lives
+    while its hold does: added at the grant, removed once the hold ends
+    (released, lost, forgotten) or its release sent again is done; held
+    weakly, so a holder dropped while holding leaves nothing behind. Kept
+    without a lock (one held across lines could stay held when an
+    interrupt lands on the line that would release it): each step is one
+    dict operation, and an owner is only ever added once."""
+
+    def __init__(self) -> None:
+        self._holds: weakref.WeakValueDictionary[bytes, FreshHold] = weakref.WeakValueDictionary()
+
+    def add(self, owner: bytes) -> FreshHold:
+        hold = self._holds[owner] = FreshHold(owner)
+        return hold
+
+    def discard(self, hold: FreshHold) -> None:
+        if self._holds.get(hold.owner) is hold:
+            self._holds.pop(hold.owner, None)
+
+    def share(self, owner: bytes) -> None:
+        """An acquire with the caller-chosen ``owner`` is about to be sent:
+        a live fresh hold of that owner is shared from now on."""
+        hold = self._holds.get(owner)
+        if hold is not None:
+            hold.shared = True
+
+    def fresh(self, hold: Optional[FreshHold], owner: bytes) -> bool:
+        """Whether ``hold`` is ``owner``'s live hold, never shared."""
+        if hold is None or hold.owner != owner or hold.shared:
+            return False
+        return self._holds.get(owner) is hold
+
+    def __len__(self) -> int:
+        return len(self._holds)
+
+
+#: The live holds of the owners this process made for one hold each.
+FRESH_OWNERS = FreshOwners()
 
 
 def encode(value: Union[str, bytes]) -> bytes:

@@ -192,10 +192,33 @@ class Holder:
         dog: Optional[_Watchdog] = getattr(self.local, "watchdog", None)
         if dog is not None:
             dog.stopped.set()
+        fresh: Optional[_core.FreshHold] = getattr(self.local, "fresh", None)
+        if fresh is not None:
+            _core.FRESH_OWNERS.discard(fresh)
         self.local.token = None
         self.local.fence = None
         self.local.holds = 0
         self.local.watchdog = None
+        self.local.fresh = None
+        self.local.lease_end = None
+
+    def _fresh_hold(self, owner: bytes) -> None:
+        """The hold just recorded is of ``owner``, made for it alone (not a
+        caller's ``token=``, not re-entrant): its release may be sent again
+        (``_core.FRESH_OWNERS``)."""
+        self.local.fresh = _core.FRESH_OWNERS.add(owner)
+
+    def _lease_end(self) -> float:
+        """When the current hold's lease would end at the latest, as far as
+        this holder knows (a renewal in flight may add at most a lease)."""
+        now = time.monotonic()
+        end: Optional[float] = getattr(self.local, "lease_end", None)
+        if end is None:
+            end = now + self._lease_ms() / 1000
+        dog: Optional[_Watchdog] = getattr(self.local, "watchdog", None)
+        if dog is not None:
+            end = max(end, dog.deadline, now + dog.lease_ms / 1000)
+        return end
 
     def _lease_ms(self) -> int:
         """What an acquire asks the server for: the lease (the watchdog's
@@ -418,6 +441,7 @@ class Holder:
         self._forget()
         self.local.token = owner
         self.local.holds = 0
+        self.local.lease_end = time.monotonic() + lease_ms / 1000
         self.local.lost = threading.Event()
         asked = _core.to_ms(self.timeout) if self.timeout else None
         self._renews(lease_ms, asked, time.monotonic())
@@ -477,13 +501,15 @@ class Holder:
 
     def _send_release(self, token: bytes) -> Any:
         """The release's reply (a key of another type: -1). A failure in
-        flight (a dropped connection, a timeout, an interrupt) leaves the
-        hold as it was, watchdog and all, as redis-py's ``Lock`` (8.2) keeps
-        its token: the release may not have reached the server, and the
-        caller can send it again. One that got no reply (a connection error
-        or a timeout) of an owner made for this hold alone is also sent once
-        more in the background, on a new connection (see
-        ``_release_again``); the error is raised all the same."""
+        flight (a dropped connection, a timeout, an interrupt) of a caller's
+        owner (``token=``, re-entrant, or one a ``token=`` acquire joined)
+        leaves the hold as it was, watchdog and all, as redis-py's ``Lock``
+        (8.2) keeps its token: the release may not have reached the server,
+        and the caller can send it again. One that got no reply (a
+        connection error or a timeout) of an owner made for this hold alone
+        (and never joined) is handed to the background instead (see
+        ``_release_again``): the hold is forgotten at once (watchdog
+        stopped), so this holder no longer holds, and the error raised."""
         try:
             return self._unlock(token)
         except ResponseError as error:
@@ -491,32 +517,64 @@ class Holder:
                 raise
             return -1
         except (RedisConnectionError, RedisTimeoutError):
-            if self._fresh(token):
-                self._release_again(token)
+            fresh: Optional[_core.FreshHold] = getattr(self.local, "fresh", None)
+            if (
+                fresh is not None
+                and self._token == token
+                and _core.FRESH_OWNERS.fresh(fresh, token)
+            ):
+                end = self._lease_end()
+                self.local.fresh = None  # the release sent again owns it now
+                self._forget()
+                self._release_again(fresh, end)
             raise
 
-    def _fresh(self, token: bytes) -> bool:
-        """Whether ``token`` is an owner made for the current hold alone (not
-        a caller's ``token=``, nor a re-entrant owner, which may hold more)."""
-        return bool(getattr(self.local, "fresh_owner", None) == token)
-
-    def _release_again(self, token: bytes) -> None:
-        """Send the release of ``token`` once more, in a thread of its own (a
-        paused server would hold the caller): the first may never have run,
-        and the hold would stay, held by nobody, until its lease ends. Safe
-        for an owner made for this hold alone: a second release ends this
-        hold or answers that it has none, never another's. Once answered,
-        the hold's watchdog (if any) stops: the hold is gone either way."""
-        dog: Optional[_Watchdog] = getattr(self.local, "watchdog", None)
+    def _release_again(self, fresh: _core.FreshHold, end: float) -> None:
+        """Send the release of ``fresh``'s owner again, in a thread of its own
+        (a paused server would hold the caller), until it is answered (any
+        reply) or the hold's lease would have ended at ``end`` (it ends the
+        hold then anyway), each send at most ``RELEASE_AGAIN_SECONDS``, the
+        next ``RELEASE_AGAIN_BACKOFF`` later, doubling up to
+        ``RELEASE_AGAIN_BACKOFF_MAX``: the first may never have run, and the
+        hold would stay, held by nobody, until its lease ends. Safe for an
+        owner made for this hold alone: a second release ends this hold or
+        answers that it has none, never another's; it stops if an acquire
+        with that owner as ``token=`` marks it shared meanwhile. A daemon
+        thread: a process that exits meanwhile drops it (the lease ends the
+        hold)."""
+        token = fresh.owner
 
         def again() -> None:
+            pause = _core.RELEASE_AGAIN_BACKOFF
             try:
-                self._unlock(token, timeout=_core.RELEASE_AGAIN_SECONDS)
-            except Exception:  # the lease bounds what this costs
-                logger.debug("could not send the release of %s %r again", self.kind, self.name)
-                return
-            if dog is not None:
-                dog.stopped.set()
+                while not fresh.shared:
+                    left = end - time.monotonic()
+                    try:
+                        self._unlock(
+                            token, timeout=max(0.01, min(left, _core.RELEASE_AGAIN_SECONDS))
+                        )
+                        return
+                    except ResponseError:
+                        return  # answered: nothing more to send
+                    except Exception as error:
+                        if time.monotonic() + pause >= end:
+                            logger.warning(
+                                "could not send the release of %s %r again (%s): its lease ends it",
+                                self.kind,
+                                self.name,
+                                error,
+                            )
+                            return
+                        logger.debug(
+                            "sending the release of %s %r again failed: %s",
+                            self.kind,
+                            self.name,
+                            error,
+                        )
+                    time.sleep(pause)
+                    pause = min(2 * pause, _core.RELEASE_AGAIN_BACKOFF_MAX)
+            finally:
+                _core.FRESH_OWNERS.discard(fresh)
 
         threading.Thread(target=again, name=f"warden-release:{self.name}", daemon=True).start()
 
@@ -549,6 +607,7 @@ class Holder:
             break
         if renewed != 1:
             raise lock_error(LockNotOwnedError, message, self.name)
+        self.local.lease_end = time.monotonic() + lease / 1000
         if self.timeout:  # a lease of its own (the watchdog's goes on as it was)
             self._renews(lease, ms, started)
         return True

@@ -95,6 +95,12 @@ class Lock(Holder):
         args = _core.acquire_args(self.commands, self.name, owner, lease_ms)
         reentrant = token is None and self.reentrant
         before = _core.REENTRANT_HOLDS.get(owner, self.name, self.commands) if reentrant else 0
+        fresh = token is None and not reentrant
+        if not fresh:
+            # A caller-chosen owner may join a live hold of an owner made for
+            # it alone (this object's, another's, a downgrade's): that hold's
+            # release is then never sent again (it could take this one).
+            _core.FRESH_OWNERS.share(owner)
         # What this owner may hold because of this acquire if it fails in
         # flight: a fresh owner, or a re-entrant one that held nothing, at
         # most this grant; a re-entrant owner that already held is granted at
@@ -105,7 +111,10 @@ class Lock(Holder):
                 _core.REENTRANT_HOLDS.add(owner, self.name, self.commands, 1)
             if self._token != owner:
                 self._new_hold(owner, args[3])
-                self.local.fresh_owner = owner if token is None and not reentrant else None
+                if fresh:
+                    self._fresh_hold(owner)
+            elif not fresh and getattr(self.local, "fresh", None) is not None:
+                self.local.fresh.shared = True  # re-entered with its own token
             self.local.holds = getattr(self.local, "holds", 0) + 1
             self.local.fence = fence
 
@@ -152,14 +161,27 @@ class Lock(Holder):
 
     def release(self) -> None:
         """Give up one hold; ``LockNotOwnedError`` if the lock was no longer
-        ours. The hold is forgotten only once the server has answered, and
-        only if it is still this holder's (with ``thread_local=False`` another
-        thread may have acquired meanwhile): a release that failed in flight
-        can be sent again. One that got no reply (a connection error, a
-        timeout) of an owner made for this acquisition (not ``token=``, not
-        re-entrant) is also sent once more in the background on a new
-        connection, and its error raised: a retry may then find the lock
-        no longer ours (``LockNotOwnedError``)."""
+        ours. The hold is forgotten once the server has answered (or the
+        release was handed to the background, below), and only if it is
+        still this holder's (with ``thread_local=False`` another thread may
+        have acquired meanwhile).
+
+        A release that gets no reply (a connection error, a timeout) raises
+        its error, and then:
+
+        * of an owner made for this acquisition (no ``token=``, not
+          re-entrant, and never joined by an acquire with it as ``token=``):
+          the release is handed to the background, which sends it again on
+          a new connection until it is answered or the lease would have
+          ended, and this holder forgets the hold at once (watchdog
+          stopped): a retry raises ``LockError`` as on an unlocked lock.
+          With ``thread_local=False`` another thread's acquire may have been
+          granted meanwhile: a retry then releases that hold, as any stray
+          release of a shared object would. A process that exits right
+          after drops the background send: the lease ends the hold;
+        * of a caller-chosen owner (``token=``, re-entrant): the hold is kept,
+          watchdog and all, as redis-py's ``Lock`` keeps its token, and a
+          retry sends the release again."""
         expected = self._token
         if expected is None:
             raise lock_error(

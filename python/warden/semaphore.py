@@ -93,20 +93,23 @@ class Semaphore(Holder):
 
         def record(fence: int) -> None:
             self._new_hold(owner, args[3])
+            self._fresh_hold(owner)  # every acquire takes an owner of its own
             self.local.holds = 1
             self.local.fence = fence
 
         fence = self._acquire(args, owner, blocking, blocking_timeout, lambda sent: True, record)
         return fence is not None
 
-    def _fresh(self, token: bytes) -> bool:
-        return True  # every acquire takes an owner of its own
-
     def release(self) -> None:
         """Give the permits back (to the waiters at once); ``LockNotOwnedError``
         if the hold was no longer ours (its lease ended, or it was deleted).
-        One that got no reply raises its error and is sent once more in the
-        background, as ``Lock.release``'s."""
+        One that gets no reply (a connection error, a timeout) raises its
+        error; every acquire takes an owner of its own, so the release is
+        handed to the background, which sends it again until it is answered
+        or the lease would have ended, and this object forgets the hold at
+        once (watchdog stopped; a retry raises ``LockError``), as
+        ``Lock.release``'s. A process that exits right after drops that
+        send: the lease ends the hold."""
         token = self._token
         if token is None:
             raise lock_error(
@@ -114,7 +117,7 @@ class Semaphore(Holder):
                 "Cannot release a semaphore that's not held or is already released.",
                 self.name,
             )
-        released = self._send_release(token)  # a failure in flight keeps the hold
+        released = self._send_release(token)  # a failure in flight: sent again, forgotten
         if self._token == token:  # not another acquirer's, held meanwhile
             self._forget()
         if released != 1:

@@ -196,10 +196,32 @@ class Holder:
         dog: Optional[_Watchdog] = getattr(self.local, "watchdog", None)
         if dog is not None:
             dog.stop()
+        fresh: Optional[_core.FreshHold] = getattr(self.local, "fresh", None)
+        if fresh is not None:
+            _core.FRESH_OWNERS.discard(fresh)
         self.local.token = None
         self.local.fence = None
         self.local.holds = 0
         self.local.watchdog = None
+        self.local.fresh = None
+        self.local.lease_end = None
+
+    def _fresh_hold(self, owner: bytes) -> None:
+        """The hold just recorded is of ``owner``, made for it alone (not a
+        caller's ``token=``, not re-entrant): its release may be sent again
+        (``_core.FRESH_OWNERS``)."""
+        self.local.fresh = _core.FRESH_OWNERS.add(owner)
+
+    def _lease_end(self) -> float:
+        """As ``warden._holder.Holder._lease_end``."""
+        now = time.monotonic()
+        end: Optional[float] = getattr(self.local, "lease_end", None)
+        if end is None:
+            end = now + self._lease_ms() / 1000
+        dog: Optional[_Watchdog] = getattr(self.local, "watchdog", None)
+        if dog is not None:
+            end = max(end, dog.deadline, now + dog.lease_ms / 1000)
+        return end
 
     def _lease_ms(self) -> int:
         """What an acquire asks the server for: the lease (the watchdog's
@@ -409,6 +431,7 @@ class Holder:
         self._forget()
         self.local.token = owner
         self.local.holds = 0
+        self.local.lease_end = time.monotonic() + lease_ms / 1000
         lost = self.local.lost = asyncio.Event()
         if self.thread_local:
             _task_lost.set({**_task_lost.get({}), id(self): lost})
@@ -461,11 +484,11 @@ class Holder:
 
     async def _send_release(self, token: bytes) -> Any:
         """The release's reply (a key of another type: -1). A failure in
-        flight (a dropped connection, a timeout, an interrupt) leaves the
-        hold as it was, watchdog and all, as redis-py's ``Lock`` (8.2) keeps
-        its token: the release may not have reached the server, and the
-        caller can send it again. One that got no reply is also sent once
-        more in the background, as ``warden._holder.Holder._send_release``'s."""
+        flight of a caller's owner leaves the hold as it was, watchdog and
+        all, as redis-py's ``Lock`` (8.2) keeps its token; one that got no
+        reply of an owner made for this hold alone is handed to the
+        background and the hold forgotten at once, as
+        ``warden._holder.Holder._send_release``'s."""
         try:
             return await self._unlock(token)
         except ResponseError as error:
@@ -473,26 +496,54 @@ class Holder:
                 raise
             return -1
         except (RedisConnectionError, RedisTimeoutError):
-            if self._fresh(token):
-                self._release_again(token)
+            fresh: Optional[_core.FreshHold] = getattr(self.local, "fresh", None)
+            if (
+                fresh is not None
+                and self._token == token
+                and _core.FRESH_OWNERS.fresh(fresh, token)
+            ):
+                end = self._lease_end()
+                self.local.fresh = None  # the release sent again owns it now
+                self._forget()
+                self._release_again(fresh, end)
             raise
 
-    def _fresh(self, token: bytes) -> bool:
-        """As ``warden._holder.Holder._fresh``."""
-        return bool(getattr(self.local, "fresh_owner", None) == token)
-
-    def _release_again(self, token: bytes) -> None:
-        """As ``warden._holder.Holder._release_again``, in a task of its own."""
-        dog: Optional[_Watchdog] = getattr(self.local, "watchdog", None)
+    def _release_again(self, fresh: _core.FreshHold, end: float) -> None:
+        """As ``warden._holder.Holder._release_again``, in a task of its own:
+        the end of the event loop (``asyncio.run`` returning) cancels it, and
+        the lease ends the hold."""
+        token = fresh.owner
 
         async def again() -> None:
+            pause = _core.RELEASE_AGAIN_BACKOFF
             try:
-                await self._unlock(token, timeout=_core.RELEASE_AGAIN_SECONDS)
-            except Exception:  # the lease bounds what this costs
-                logger.debug("could not send the release of %s %r again", self.kind, self.name)
-                return
-            if dog is not None:
-                dog.stop()
+                while not fresh.shared:
+                    left = max(0.01, min(end - time.monotonic(), _core.RELEASE_AGAIN_SECONDS))
+                    try:
+                        # Bounded as a whole: a new connection's handshake too.
+                        await asyncio.wait_for(self._unlock(token, timeout=left), left + 0.1)
+                        return
+                    except ResponseError:
+                        return  # answered: nothing more to send
+                    except Exception as error:
+                        if time.monotonic() + pause >= end:
+                            logger.warning(
+                                "could not send the release of %s %r again (%s): its lease ends it",
+                                self.kind,
+                                self.name,
+                                error,
+                            )
+                            return
+                        logger.debug(
+                            "sending the release of %s %r again failed: %s",
+                            self.kind,
+                            self.name,
+                            error,
+                        )
+                    await asyncio.sleep(pause)
+                    pause = min(2 * pause, _core.RELEASE_AGAIN_BACKOFF_MAX)
+            finally:
+                _core.FRESH_OWNERS.discard(fresh)
 
         in_background(again())
 
@@ -525,6 +576,7 @@ class Holder:
             break
         if renewed != 1:
             raise lock_error(LockNotOwnedError, message, self.name)
+        self.local.lease_end = time.monotonic() + lease / 1000
         if self.timeout:  # a lease of its own (the watchdog's goes on as it was)
             self._renews(lease, ms, started)
         return True

@@ -77,6 +77,9 @@ class Lock(Holder):
         args = _core.acquire_args(self.commands, self.name, owner, lease_ms)
         reentrant = token is None and self.reentrant
         before = _core.REENTRANT_HOLDS.get(owner, self.name, self.commands) if reentrant else 0
+        fresh = token is None and not reentrant
+        if not fresh:
+            _core.FRESH_OWNERS.share(owner)  # see warden.lock
         # What this owner may hold because of a failed acquire: see warden.lock.
         fence = await self._acquire(
             args,
@@ -92,7 +95,10 @@ class Lock(Holder):
             _core.REENTRANT_HOLDS.add(owner, self.name, self.commands, 1)
         if self._token != owner:
             self._new_hold(owner, args[3])
-            self.local.fresh_owner = owner if token is None and not reentrant else None
+            if fresh:
+                self._fresh_hold(owner)
+        elif not fresh and getattr(self.local, "fresh", None) is not None:
+            self.local.fresh.shared = True  # re-entered with its own token
         self.local.holds = getattr(self.local, "holds", 0) + 1
         self.local.fence = fence
         return True
@@ -130,14 +136,20 @@ class Lock(Holder):
 
     async def release(self) -> None:
         """Give up one hold; ``LockNotOwnedError`` if the lock was no longer
-        ours. The hold is forgotten only once the server has answered, and
-        only if it is still this holder's (another task sharing this object
-        may have acquired meanwhile): a release that failed in flight
-        can be sent again. One that got no reply (a connection error, a
-        timeout) of an owner made for this acquisition (not ``token=``, not
-        re-entrant) is also sent once more in the background on a new
-        connection, and its error raised: a retry may then find the lock
-        no longer ours (``LockNotOwnedError``)."""
+        ours. The hold is forgotten once the server has answered (or the
+        release was handed to the background), and only if it is still this
+        holder's (another task sharing this object may have acquired
+        meanwhile). A release that gets no reply (a connection error, a
+        timeout) raises its error, and then, as ``warden.Lock.release``'s:
+        of an owner made for this acquisition (no ``token=``, not
+        re-entrant, never joined by a ``token=`` acquire) the release is
+        sent again by a background task until answered or the lease would
+        have ended, and the hold is forgotten at once (watchdog stopped; a
+        retry raises ``LockError``; another task's hold granted meanwhile
+        through a shared object would be released by a retry, as by any
+        stray release); the end of the event loop (``asyncio.run``
+        returning) cancels that task, and the lease ends the hold. Of a
+        caller-chosen owner the hold is kept, and a retry sends it again."""
         since = cancels()
         await self._release_one()
         raise_a_dropped_cancel(since)  # after the hold is accounted for

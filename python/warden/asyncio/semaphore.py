@@ -116,17 +116,18 @@ class Semaphore(Holder):
         if fence is None:
             return False
         self._new_hold(owner, args[3])
+        self._fresh_hold(owner)  # every acquire takes an owner of its own
         self.local.holds = 1
         self.local.fence = fence
         return True
 
-    def _fresh(self, token: bytes) -> bool:
-        return True  # every acquire takes an owner of its own
-
     async def release(self) -> None:
         """Give the permits back; ``LockNotOwnedError`` if the hold was no
-        longer ours. One that got no reply raises its error and is sent once
-        more in the background, as ``Lock.release``'s."""
+        longer ours. One that gets no reply raises its error; the release is
+        sent again by a background task until answered or the lease would
+        have ended, and the hold forgotten at once (a retry raises
+        ``LockError``), as ``warden.Semaphore.release``'s. The end of the
+        event loop cancels that task: the lease ends the hold."""
         since = cancels()
         await self._release_hold()
         raise_a_dropped_cancel(since)  # after the hold is accounted for
@@ -139,7 +140,7 @@ class Semaphore(Holder):
                 "Cannot release a semaphore that's not held or is already released.",
                 self.name,
             )
-        released = await self._send_release(token)  # a failure in flight keeps the hold
+        released = await self._send_release(token)  # a failure in flight: sent again, forgotten
         if self._token == token:  # not another acquirer's, held meanwhile
             self._forget()
         if released != 1:
