@@ -133,6 +133,10 @@ final class Hold implements WardenLock, Permit {
    * False (EXTEND failed or answered 0): the grant is to be given back, as a late grant is.
    */
   CompletionStage<Boolean> confirm(boolean waited, long sentAtNanos) {
+    if (ownOwner) {
+      // Before the caller has it (start() may run after): an acquire naming its owner finds it.
+      warden.freshHolds().put(owner, this);
+    }
     long ms;
     lock.lock();
     try {
@@ -176,9 +180,6 @@ final class Hold implements WardenLock, Permit {
     lock.lock();
     try {
       if (state == State.HELD) {
-        if (ownOwner) {
-          warden.freshHolds().put(owner, this); // before the caller has it, to name its owner
-        }
         schedule();
       }
     } finally {
